@@ -1,0 +1,253 @@
+"""The `ops` namespace for PyTorch: every array operation `parallel_wan/models/` may call.
+
+The model code never imports torch; it receives this module as `ops`. A JAX module with the
+same names and semantics lives in `backends/jax/ops.py`. Conventions both follow:
+
+- dtypes are named by strings: "float32", "bfloat16", "float16", "float64".
+- layouts are PyTorch's: linear weights (out, in); conv inputs channels-first (N, C, [T,] H, W);
+  attention inputs (batch, tokens, heads, head_dim).
+- arithmetic operators (+ - * /, comparison) and `.shape` / `.ndim` / basic slicing work on
+  arrays of both backends, so the model uses them directly; everything else goes through here.
+- nothing here mutates its inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+name = "torch"
+
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "uint8": torch.uint8,
+}
+_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def dtype(dtype_name: str) -> torch.dtype:
+    return _DTYPES[dtype_name]
+
+
+def dtype_name(x: torch.Tensor) -> str:
+    return _NAMES[x.dtype]
+
+
+def cast(x: torch.Tensor, dtype_name: str) -> torch.Tensor:
+    return x.to(_DTYPES[dtype_name])
+
+
+def cast_like(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return x.type_as(like)
+
+
+# ---------------------------------------------------------------- creation and host transfer
+_default_device = torch.device("cpu")
+
+
+def set_default_device(device) -> None:
+    """The device `asarray`/`zeros` place new arrays on (the backend sets it per rank)."""
+    global _default_device
+    _default_device = torch.device(device)
+
+
+def asarray(x, dtype_name: str | None = None, like: torch.Tensor | None = None) -> torch.Tensor:
+    """Host data (numpy, python numbers) to a device array; float64 numpy stays float64 unless
+    a dtype is given."""
+    device = like.device if like is not None else _default_device
+    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x, device=device)
+    return t.to(_DTYPES[dtype_name]) if dtype_name else t
+
+
+def to_numpy(x: torch.Tensor) -> np.ndarray:
+    if x.dtype == torch.bfloat16:
+        x = x.float()
+    return x.detach().cpu().numpy()
+
+
+def zeros(shape: Sequence[int], dtype_name: str = "float32", like: torch.Tensor | None = None) -> torch.Tensor:
+    device = like.device if like is not None else _default_device
+    return torch.zeros(tuple(shape), dtype=_DTYPES[dtype_name], device=device)
+
+
+def zeros_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(x)
+
+
+def ones_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(x)
+
+
+def full_like(x: torch.Tensor, value: float) -> torch.Tensor:
+    return torch.full_like(x, value)
+
+
+# ---------------------------------------------------------------- shape
+def reshape(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    return x.reshape(tuple(shape))
+
+
+def transpose(x: torch.Tensor, axes: Sequence[int]) -> torch.Tensor:
+    return x.permute(*axes)
+
+
+def expand_dims(x: torch.Tensor, axis: int) -> torch.Tensor:
+    return x.unsqueeze(axis)
+
+
+def squeeze(x: torch.Tensor, axis: int) -> torch.Tensor:
+    return x.squeeze(axis)
+
+
+def broadcast_to(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    return x.expand(*shape)
+
+
+def concat(xs: Sequence[torch.Tensor], axis: int) -> torch.Tensor:
+    return torch.cat(list(xs), dim=axis)
+
+
+def stack(xs: Sequence[torch.Tensor], axis: int = 0) -> torch.Tensor:
+    return torch.stack(list(xs), dim=axis)
+
+
+def split(x: torch.Tensor, sizes: Sequence[int] | int, axis: int) -> list[torch.Tensor]:
+    """`sizes` is a list of section sizes, or an int = number of equal sections."""
+    if isinstance(sizes, int):
+        return list(torch.chunk(x, sizes, dim=axis))
+    return list(torch.split(x, list(sizes), dim=axis))
+
+
+def pad(x: torch.Tensor, widths: Sequence[tuple[int, int]], value: float = 0.0) -> torch.Tensor:
+    """`widths` holds one (before, after) pair per axis, numpy style."""
+    flat: list[int] = []
+    for lo, hi in reversed(list(widths)):
+        flat += [lo, hi]
+    return F.pad(x, flat, value=value)
+
+
+def repeat(x: torch.Tensor, repeats: int, axis: int) -> torch.Tensor:
+    """Each element repeated `repeats` times along `axis` (numpy.repeat / repeat_interleave)."""
+    return torch.repeat_interleave(x, repeats, dim=axis)
+
+
+def tile(x: torch.Tensor, reps: Sequence[int]) -> torch.Tensor:
+    return x.repeat(*reps)
+
+
+def take(x: torch.Tensor, index, axis: int) -> torch.Tensor:
+    """Rows `index` (host ints) of `x` along `axis`."""
+    idx = torch.as_tensor(np.asarray(index), device=x.device, dtype=torch.long)
+    return torch.index_select(x, axis, idx)
+
+
+def where(cond: torch.Tensor, a, b) -> torch.Tensor:
+    return torch.where(cond, a, b)
+
+
+# ---------------------------------------------------------------- elementwise and reductions
+exp = torch.exp
+log = torch.log
+sin = torch.sin
+cos = torch.cos
+sqrt = torch.sqrt
+rsqrt = torch.rsqrt
+tanh = torch.tanh
+abs = torch.abs
+square = torch.square
+maximum = torch.maximum
+minimum = torch.minimum
+
+
+def clip(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    return torch.clamp(x, lo, hi)
+
+
+def round(x: torch.Tensor) -> torch.Tensor:
+    return torch.round(x)
+
+
+def sum(x: torch.Tensor, axis=None, keepdims: bool = False) -> torch.Tensor:
+    return x.sum() if axis is None else x.sum(dim=axis, keepdim=keepdims)
+
+
+def mean(x: torch.Tensor, axis=None, keepdims: bool = False) -> torch.Tensor:
+    return x.mean() if axis is None else x.mean(dim=axis, keepdim=keepdims)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    return F.silu(x)
+
+
+def gelu(x: torch.Tensor, approximate: bool = False) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh" if approximate else "none")
+
+
+def softmax(x: torch.Tensor, axis: int = -1) -> torch.Tensor:
+    return torch.softmax(x, dim=axis)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
+def einsum(spec: str, *xs: torch.Tensor) -> torch.Tensor:
+    return torch.einsum(spec, *xs)
+
+
+# ---------------------------------------------------------------- layers
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ w.T + b, with w in (out, in) layout."""
+    return F.linear(x, w, b)
+
+
+def layer_norm(x: torch.Tensor, w=None, b=None, eps: float = 1e-6) -> torch.Tensor:
+    """LayerNorm over the last axis, computed in x's dtype (callers upcast where the reference does)."""
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def rms_norm(x: torch.Tensor, w=None, eps: float = 1e-6) -> torch.Tensor:
+    """torch.nn.RMSNorm semantics over the last axis: x / sqrt(mean(x²) + eps) * w."""
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def l2_normalize(x: torch.Tensor, axis: int, eps: float = 1e-12) -> torch.Tensor:
+    """F.normalize semantics: x / max(‖x‖₂, eps) along `axis`."""
+    return F.normalize(x, dim=axis, eps=eps)
+
+
+def conv3d(x, w, b=None, stride=(1, 1, 1), padding=(0, 0, 0)) -> torch.Tensor:
+    """(N, C, T, H, W) input, (out, in, kt, kh, kw) weight; padding is symmetric zeros per axis."""
+    return F.conv3d(x, w, b, stride=tuple(stride), padding=tuple(padding))
+
+
+def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0)) -> torch.Tensor:
+    """(N, C, H, W) input, (out, in, kh, kw) weight."""
+    return F.conv2d(x, w, b, stride=tuple(stride), padding=tuple(padding))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Plain full attention: (B, S, H, D) × (B, L, H, D) → (B, S, H, D); no mask."""
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale)
+    return out.transpose(1, 2)
+
+
+# ---------------------------------------------------------------- control flow
+def scan_layers(block_fn: Callable, carry, layers):
+    """Apply `block_fn(carry, layer_params)` for each layer in order. Torch keeps the layers as
+    a list of param dicts; JAX stacks them and runs one `lax.scan`."""
+    for layer in layers:
+        carry = block_fn(carry, layer)
+    return carry
+
+
+def num_layers(layers) -> int:
+    return len(layers)
