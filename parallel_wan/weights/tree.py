@@ -26,10 +26,9 @@ def _lists_from_numeric_keys(node):
         return node
     node = {k: _lists_from_numeric_keys(v) for k, v in node.items()}
     if node and all(k.isdigit() for k in node):
-        indices = sorted(int(k) for k in node)
-        if indices != list(range(len(indices))):
-            raise ValueError(f"layer indices are not contiguous from 0: {indices}")
-        return [node[str(i)] for i in indices]
+        # Gaps are parameterless modules (diffusers' `ffn.net.1` is a Dropout): keep the
+        # positions so `net[2]` still means what the checkpoint name says.
+        return [node.get(str(i)) for i in range(max(int(k) for k in node) + 1)]
     return node
 
 
@@ -42,6 +41,8 @@ def iter_leaves(tree, prefix: str = "") -> Iterator[tuple[str, Any]]:
         items = tree.items()
     elif isinstance(tree, (list, tuple)):
         items = ((str(i), v) for i, v in enumerate(tree))
+    elif tree is None:
+        return
     else:
         yield prefix, tree
         return
@@ -54,5 +55,5 @@ def map_leaves(fn: Callable[[str, Any], Any], tree, prefix: str = ""):
     if isinstance(tree, dict):
         return {k: map_leaves(fn, v, f"{prefix}.{k}" if prefix else k) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return [map_leaves(fn, v, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)]
+        return [None if v is None else map_leaves(fn, v, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)]
     return fn(prefix, tree)

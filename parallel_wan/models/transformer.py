@@ -1,0 +1,197 @@
+"""The Wan 2.2 DiT, written once against an `ops` namespace.
+
+Latents travel as patch tokens: (batch, tokens, patch_volume × channels), each token's vector
+ordered (pt, ph, pw, channel) — the order the output projection produces, so the sampler's
+elementwise update applies to model input and output alike and a rank can hold any slice of
+the tokens. Only self-attention mixes tokens; it is the `self_attention` callable, which the
+backend makes sequence-parallel. Casts follow diffusers' WanTransformer3DModel: norms and
+modulation in float32, everything else in the weights' dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .rope import apply_rope
+from .transformer_config import TransformerConfig
+
+# diffusers' `_keep_in_fp32_modules`: a parameter stays float32 when any dotted part of its
+# name is one of these (the cross-attention norm is `norm2`, with affine weights).
+FP32_MODULES = frozenset({"time_embedder", "scale_shift_table", "norm1", "norm2", "norm3"})
+
+
+def keeps_fp32(name: str) -> bool:
+    return any(part in FP32_MODULES for part in name.split("."))
+
+
+# ---------------------------------------------------------------- patch tokens
+def patch_grid(cfg: TransformerConfig, latent_shape) -> tuple[int, int, int]:
+    """Token grid (frames, height, width) of a latent (…, T, H, W)."""
+    pt, ph, pw = cfg.patch_size
+    t, h, w = latent_shape[-3:]
+    return t // pt, h // ph, w // pw
+
+
+def patchify(x, patch_size, ops):
+    """(B, C, T, H, W) → (B, tokens, pt·ph·pw·C)."""
+    b, c, t, h, w = x.shape
+    pt, ph, pw = patch_size
+    x = ops.reshape(x, (b, c, t // pt, pt, h // ph, ph, w // pw, pw))
+    x = ops.transpose(x, (0, 2, 4, 6, 3, 5, 7, 1))
+    return ops.reshape(x, (b, (t // pt) * (h // ph) * (w // pw), pt * ph * pw * c))
+
+
+def unpatchify(tokens, grid, patch_size, ops):
+    """(B, tokens, pt·ph·pw·C) → (B, C, T, H, W); the inverse of `patchify`."""
+    b = tokens.shape[0]
+    f, h, w = grid
+    pt, ph, pw = patch_size
+    c = tokens.shape[-1] // (pt * ph * pw)
+    x = ops.reshape(tokens, (b, f, h, w, pt, ph, pw, c))
+    x = ops.transpose(x, (0, 7, 1, 4, 2, 5, 3, 6))
+    return ops.reshape(x, (b, c, f * pt, h * ph, w * pw))
+
+
+def join_channels(token_sets, patch_size, ops):
+    """Concatenate patch tokens of several latents along channels (noise ‖ I2V condition), as
+    the reference concatenates the latents before patchifying."""
+    volume = math.prod(patch_size)
+    b, l = token_sets[0].shape[:2]
+    parts = [ops.reshape(t, (b, l, volume, t.shape[-1] // volume)) for t in token_sets]
+    joined = ops.concat(parts, axis=-1)
+    return ops.reshape(joined, (b, l, joined.shape[-2] * joined.shape[-1]))
+
+
+def embed_patches(params, tokens, cfg: TransformerConfig, ops):
+    """The patch-embedding Conv3d (kernel = stride = patch) as a matmul on patch tokens."""
+    w = params["patch_embedding"]["weight"]  # (dim, C, pt, ph, pw)
+    dim, c = w.shape[0], w.shape[1]
+    w = ops.reshape(ops.transpose(w, (0, 2, 3, 4, 1)), (dim, math.prod(cfg.patch_size) * c))
+    return ops.linear(ops.cast_like(tokens, w), w, params["patch_embedding"]["bias"])
+
+
+# ---------------------------------------------------------------- conditioning
+def timestep_features(timestep, freq_dim: int, ops):
+    """Sinusoidal features [cos | sin] of (…,) timesteps → (…, freq_dim), float32 (diffusers'
+    `Timesteps(flip_sin_to_cos=True, downscale_freq_shift=0)`)."""
+    half = freq_dim // 2
+    exponent = ops.asarray(-math.log(10000.0) * np.arange(half, dtype=np.float32) / half, "float32", like=timestep)
+    args = ops.expand_dims(ops.cast(timestep, "float32"), -1) * ops.exp(exponent)
+    return ops.concat([ops.cos(args), ops.sin(args)], axis=-1)
+
+
+def condition(params, timestep, context, cfg: TransformerConfig, ops):
+    """Timestep (B,) or per-token (B, L) and text context (B, text_len, text_dim) →
+    temb (…, dim), the six modulation vectors (…, 6, dim), and the embedded context."""
+    ce = params["condition_embedder"]
+    te = ce["time_embedder"]
+    feats = timestep_features(timestep, cfg.freq_dim, ops)
+    feats = ops.cast_like(feats, te["linear_1"]["weight"])
+    temb = ops.linear(ops.silu(ops.linear(feats, te["linear_1"]["weight"], te["linear_1"]["bias"])),
+                      te["linear_2"]["weight"], te["linear_2"]["bias"])
+    temb = ops.cast_like(temb, context)
+    proj = ops.linear(ops.silu(temb), ce["time_proj"]["weight"], ce["time_proj"]["bias"])
+    proj = ops.reshape(proj, tuple(proj.shape[:-1]) + (6, cfg.dim))
+    tx = ce["text_embedder"]
+    ctx = ops.linear(context, tx["linear_1"]["weight"], tx["linear_1"]["bias"])
+    ctx = ops.linear(ops.gelu(ctx, approximate=True), tx["linear_2"]["weight"], tx["linear_2"]["bias"])
+    return temb, proj, ctx
+
+
+def _modulation(table, proj, ops):
+    """table (1, n, dim) + proj (B, n, dim) or per-token (B, L, n, dim) → n vectors, each
+    broadcastable against hidden states (B, L, dim)."""
+    if proj.ndim == 4:
+        mod = ops.expand_dims(table, 0) + ops.cast(proj, "float32")
+        return [mod[:, :, i] for i in range(table.shape[1])]
+    mod = table + ops.cast(proj, "float32")
+    return [mod[:, i : i + 1] for i in range(table.shape[1])]
+
+
+# ---------------------------------------------------------------- attention
+def _heads(x, heads, ops):
+    b, l, d = x.shape
+    return ops.reshape(x, (b, l, heads, d // heads))
+
+
+def _merge_heads(x, ops):
+    b, l, h, d = x.shape
+    return ops.reshape(x, (b, l, h * d))
+
+
+def self_attention_block(p, x, rope, cfg: TransformerConfig, ops, attention):
+    q = ops.rms_norm(ops.linear(x, p["to_q"]["weight"], p["to_q"]["bias"]), p["norm_q"]["weight"], cfg.eps)
+    k = ops.rms_norm(ops.linear(x, p["to_k"]["weight"], p["to_k"]["bias"]), p["norm_k"]["weight"], cfg.eps)
+    v = ops.linear(x, p["to_v"]["weight"], p["to_v"]["bias"])
+    heads = cfg.num_attention_heads
+    cos, sin = rope
+    q = apply_rope(_heads(q, heads, ops), cos, sin, ops)
+    k = apply_rope(_heads(k, heads, ops), cos, sin, ops)
+    out = ops.cast_like(_merge_heads(attention(q, k, _heads(v, heads, ops)), ops), q)
+    return ops.linear(out, p["to_out"][0]["weight"], p["to_out"][0]["bias"])
+
+
+def cross_attention_block(p, x, context, cfg: TransformerConfig, ops):
+    q = ops.rms_norm(ops.linear(x, p["to_q"]["weight"], p["to_q"]["bias"]), p["norm_q"]["weight"], cfg.eps)
+    k = ops.rms_norm(ops.linear(context, p["to_k"]["weight"], p["to_k"]["bias"]), p["norm_k"]["weight"], cfg.eps)
+    v = ops.linear(context, p["to_v"]["weight"], p["to_v"]["bias"])
+    heads = cfg.num_attention_heads
+    out = ops.attention(_heads(q, heads, ops), _heads(k, heads, ops), _heads(v, heads, ops))
+    out = ops.cast_like(_merge_heads(out, ops), q)
+    return ops.linear(out, p["to_out"][0]["weight"], p["to_out"][0]["bias"])
+
+
+# ---------------------------------------------------------------- blocks
+def transformer_block(p, x, context, proj, rope, cfg: TransformerConfig, ops, attention):
+    shift, scale, gate, c_shift, c_scale, c_gate = _modulation(p["scale_shift_table"], proj, ops)
+    x32 = ops.cast(x, "float32")
+    h = ops.cast_like(ops.layer_norm(x32, eps=cfg.eps) * (1 + scale) + shift, x)
+    x = ops.cast_like(x32 + self_attention_block(p["attn1"], h, rope, cfg, ops, attention) * gate, x)
+
+    if cfg.cross_attn_norm:
+        h = ops.cast_like(ops.layer_norm(ops.cast(x, "float32"), p["norm2"]["weight"], p["norm2"]["bias"], cfg.eps), x)
+    else:
+        h = x
+    x = x + cross_attention_block(p["attn2"], h, context, cfg, ops)
+
+    x32 = ops.cast(x, "float32")
+    h = ops.cast_like(ops.layer_norm(x32, eps=cfg.eps) * (1 + c_scale) + c_shift, x)
+    ffn = p["ffn"]["net"]
+    ff = ops.gelu(ops.linear(h, ffn[0]["proj"]["weight"], ffn[0]["proj"]["bias"]), approximate=True)
+    ff = ops.linear(ff, ffn[2]["weight"], ffn[2]["bias"])
+    return ops.cast_like(x32 + ops.cast(ff, "float32") * c_gate, x)
+
+
+def output_head(params, x, temb, cfg: TransformerConfig, ops):
+    table = params["scale_shift_table"]  # (1, 2, dim)
+    temb_axis = ops.expand_dims(temb, -2)  # (B, 1, dim) or (B, L, 1, dim)
+    if temb.ndim == 3:
+        mod = ops.expand_dims(table, 0) + temb_axis
+        shift, scale = mod[:, :, 0], mod[:, :, 1]
+    else:
+        mod = table + temb_axis
+        shift, scale = mod[:, 0:1], mod[:, 1:2]
+    h = ops.cast_like(ops.layer_norm(ops.cast(x, "float32"), eps=cfg.eps) * (1 + scale) + shift, x)
+    return ops.linear(h, params["proj_out"]["weight"], params["proj_out"]["bias"])
+
+
+def forward(params, tokens, timestep, context, rope, cfg: TransformerConfig, ops, attention):
+    """Noise prediction for patch tokens.
+
+    tokens: (B, L, pt·ph·pw·in_channels) — this rank's tokens, any contiguous or padded slice.
+    timestep: (B,) or per-token (B, L). context: (B, text_len, text_dim).
+    rope: (cos, sin) tables (L, head_dim/2) for exactly these tokens' global positions.
+    attention: self-attention callable (B, L, H, D)³ → (B, L, H, D); sequence-parallel backends
+    pass one that exchanges keys and values across ranks.
+    Returns (B, L, pt·ph·pw·out_channels).
+    """
+    x = embed_patches(params, tokens, cfg, ops)
+    temb, proj, ctx = condition(params, timestep, context, cfg, ops)
+
+    def block(h, p):
+        return transformer_block(p, h, ctx, proj, rope, cfg, ops, attention)
+
+    x = ops.scan_layers(block, x, params["blocks"])
+    return output_head(params, x, temb, cfg, ops)

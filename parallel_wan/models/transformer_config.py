@@ -1,0 +1,98 @@
+"""Dimensions of a Wan DiT, read from a checkpoint's config (either layout) or a preset."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    # Field names and defaults follow diffusers' WanTransformer3DModel config (A14B T2V values).
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    num_attention_heads: int = 40
+    attention_head_dim: int = 128
+    in_channels: int = 16
+    out_channels: int = 16
+    text_dim: int = 4096
+    freq_dim: int = 256
+    ffn_dim: int = 13824
+    num_layers: int = 40
+    cross_attn_norm: bool = True
+    qk_norm: str | None = "rms_norm_across_heads"
+    eps: float = 1e-6
+    image_dim: int | None = None
+    added_kv_proj_dim: int | None = None
+    rope_max_seq_len: int = 1024
+    text_len: int = 512
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @classmethod
+    def from_diffusers(cls, cfg: dict) -> "TransformerConfig":
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "text_len"}
+        kwargs = {k: v for k, v in cfg.items() if k in known}
+        if "patch_size" in kwargs:
+            kwargs["patch_size"] = tuple(kwargs["patch_size"])
+        if kwargs.get("image_dim") is not None:
+            raise ValueError(
+                "this checkpoint's transformer has an image (CLIP) branch (image_dim="
+                f"{kwargs['image_dim']}); that is Wan 2.1 I2V, which parallel_wan does not run. "
+                "Use a Wan 2.2 checkpoint (T2V-A14B, I2V-A14B or TI2V-5B)."
+            )
+        return cls(**kwargs, extra={k: v for k, v in cfg.items() if k not in known})
+
+    @classmethod
+    def from_official(cls, cfg: dict) -> "TransformerConfig":
+        """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
+        model_type = cfg.get("model_type", "t2v")
+        if model_type not in ("t2v", "i2v", "ti2v"):
+            raise ValueError(
+                f"official config model_type {model_type!r} is not a Wan 2.2 T2V/I2V/TI2V model; "
+                "parallel_wan runs t2v, i2v and ti2v checkpoints"
+            )
+        dim, heads = int(cfg["dim"]), int(cfg["num_heads"])
+        if dim % heads:
+            raise ValueError(f"official config: dim {dim} is not divisible by num_heads {heads}")
+        return cls(
+            patch_size=tuple(cfg.get("patch_size", (1, 2, 2))),
+            num_attention_heads=heads,
+            attention_head_dim=dim // heads,
+            in_channels=int(cfg["in_dim"]),
+            out_channels=int(cfg["out_dim"]),
+            text_dim=int(cfg.get("text_dim", 4096)),
+            freq_dim=int(cfg.get("freq_dim", 256)),
+            ffn_dim=int(cfg["ffn_dim"]),
+            num_layers=int(cfg["num_layers"]),
+            cross_attn_norm=bool(cfg.get("cross_attn_norm", True)),
+            qk_norm="rms_norm_across_heads" if cfg.get("qk_norm", True) else None,
+            eps=float(cfg.get("eps", 1e-6)),
+            text_len=int(cfg.get("text_len", 512)),
+        )
+
+    def to_diffusers(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "text_len")}
+        d["patch_size"] = list(self.patch_size)
+        return d
+
+    def to_official(self) -> dict:
+        return {
+            "_class_name": "WanModel",
+            "model_type": "i2v" if self.in_channels == 36 else ("ti2v" if self.in_channels == 48 else "t2v"),
+            "patch_size": list(self.patch_size),
+            "text_len": self.text_len,
+            "in_dim": self.in_channels,
+            "dim": self.dim,
+            "ffn_dim": self.ffn_dim,
+            "freq_dim": self.freq_dim,
+            "text_dim": self.text_dim,
+            "out_dim": self.out_channels,
+            "num_heads": self.num_attention_heads,
+            "num_layers": self.num_layers,
+            "qk_norm": self.qk_norm is not None,
+            "cross_attn_norm": self.cross_attn_norm,
+            "eps": self.eps,
+        }
