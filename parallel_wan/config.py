@@ -1,0 +1,236 @@
+"""The run's typed settings: Hydra's composed config → a validated `RunSpec`.
+
+Everything here is cheap (no torch import, no weights) so a bad value stops the run in a
+second, with one line naming the setting, the value seen and what to set instead, before
+anything heavy loads or any output is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+TASKS = ("t2v", "i2v", "ti2v")
+SAMPLERS = ("unipc", "euler")
+SCHEDULES = ("auto", "official", "diffusers")
+DTYPES = ("bfloat16", "float32")
+BACKENDS = ("torch",)
+# Latent channels the transformer sees per task: noise, plus mask + image latent for I2V.
+TASK_IN_CHANNELS = {"t2v": 16, "i2v": 36, "ti2v": 48}
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message is one line a user can act on."""
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    name: str
+    task: str
+    experts: int  # 2 = high-noise + low-noise (A14B), 1 = TI2V-5B
+    boundary: float | None  # switch to the low-noise expert when t < boundary·1000
+    shift: float
+    steps: int
+    guidance_high: float
+    guidance_low: float
+    num_frames: int
+    fps: int
+    height: int
+    width: int
+    size_multiple: int  # VAE spatial stride × patch: 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE)
+    builtin: bool = False  # a tiny random model built in memory, no checkpoint needed
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    name: str = "single"
+    dp: int = 1
+    cp: int = 1
+    ulysses: int = 1
+    ring: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: ModelPreset
+    mesh: MeshSpec
+    backend: str
+    prompt: str
+    negative_prompt: str | None  # None → the official default negative prompt
+    image: str | None
+    seed: int
+    num_frames: int
+    height: int
+    width: int
+    steps: int
+    guidance_high: float
+    guidance_low: float
+    shift: float
+    sampler: str
+    schedule: str
+    dtype: str
+    device: str
+    checkpoint_dir: str | None
+    output_dir: str
+    save_frames: bool
+
+    @property
+    def uses_guidance(self) -> bool:
+        return self.guidance_high != 1.0 or (self.model.experts == 2 and self.guidance_low != 1.0)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _pick(cfg: Mapping, key: str, default: Any) -> Any:
+    value = cfg.get(key)
+    return default if value is None else value
+
+
+def _as(kind, key: str, value):
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}={value!r} is not a boolean; set {key}=true or {key}=false")
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{key}={value!r} is not a whole number; set e.g. {key}=42")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={value!r} is not a number; set e.g. {key}=5.0")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}={value!r} must be a string")
+    return value
+
+
+def _choice(key: str, value: str, options) -> str:
+    if value not in options:
+        raise ConfigError(f"{key}={value!r} is not known; choose one of: {', '.join(options)}")
+    return value
+
+
+def model_preset(cfg: Mapping) -> ModelPreset:
+    fields = {f.name: f for f in dataclasses.fields(ModelPreset)}
+    unknown = set(cfg) - set(fields)
+    if unknown:
+        raise ConfigError(f"model preset has unknown keys {sorted(unknown)}; known: {sorted(fields)}")
+    missing = [n for n, f in fields.items() if n not in cfg and f.default is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"model preset {cfg.get('name')!r} lacks {missing}")
+    preset = ModelPreset(**dict(cfg))
+    _choice("model.task", preset.task, TASKS)
+    if preset.experts not in (1, 2):
+        raise ConfigError(f"model.experts={preset.experts} must be 1 or 2")
+    if preset.experts == 2 and preset.boundary is None:
+        raise ConfigError(f"model {preset.name}: two experts need model.boundary (e.g. 0.875)")
+    return preset
+
+
+def mesh_spec(cfg: Mapping) -> MeshSpec:
+    mesh = MeshSpec(**{k: cfg[k] for k in ("name", "dp", "cp", "ulysses", "ring") if k in cfg})
+    if mesh.world_size != 1:
+        raise ConfigError(
+            f"mesh={mesh.name} asks for dp×cp={mesh.world_size} devices; this build runs one device — use mesh=single"
+        )
+    return mesh
+
+
+def resolve(cfg: Mapping) -> RunSpec:
+    """Validate the composed config and fill model defaults. Raises ConfigError."""
+    model = model_preset(cfg["model"])
+    mesh = mesh_spec(cfg.get("mesh") or {})
+    backend = _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS)
+
+    num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
+    height = _as(int, "height", _pick(cfg, "height", model.height))
+    width = _as(int, "width", _pick(cfg, "width", model.width))
+    steps = _as(int, "steps", _pick(cfg, "steps", model.steps))
+    guidance_high = _as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high))
+    guidance_low = _as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low))
+    shift = _as(float, "shift", _pick(cfg, "shift", model.shift))
+    seed = _as(int, "seed", _pick(cfg, "seed", 0))
+
+    if num_frames < 1 or num_frames % 4 != 1:
+        near = max(1, 4 * round((num_frames - 1) / 4) + 1)
+        raise ConfigError(f"num_frames={num_frames} must be 4k+1 (the VAE's temporal stride is 4); try num_frames={near}")
+    m = model.size_multiple
+    for key, value in (("height", height), ("width", width)):
+        if value < m or value % m:
+            near = max(m, m * round(value / m))
+            raise ConfigError(f"{key}={value} must be a positive multiple of {m} for {model.name}; try {key}={near}")
+    if steps < 1:
+        raise ConfigError(f"steps={steps} must be at least 1")
+    for key, value in (("guidance_high", guidance_high), ("guidance_low", guidance_low)):
+        if value < 0:
+            raise ConfigError(f"{key}={value} is negative; guidance scales are ≥ 0 (1.0 turns guidance off)")
+    if shift <= 0:
+        raise ConfigError(f"shift={shift} must be positive (official: 12.0 for T2V-A14B, 5.0 otherwise)")
+    if seed < 0:
+        raise ConfigError(f"seed={seed} must be ≥ 0")
+
+    image = cfg.get("image")
+    if model.task == "i2v" and not image:
+        raise ConfigError(f"model={model.name} generates from an image; set image=PATH (a PNG/JPEG)")
+    if image:
+        image = _as(str, "image", image)
+        if model.task == "t2v":
+            raise ConfigError(f"image={image} was given but model={model.name} is text-to-video; drop image= or use an i2v/ti2v model")
+        _check_image_readable(image)
+
+    checkpoint_dir = cfg.get("checkpoint_dir")
+    if checkpoint_dir:
+        checkpoint_dir = os.path.abspath(os.path.expanduser(_as(str, "checkpoint_dir", checkpoint_dir)))
+        if not os.path.isdir(checkpoint_dir):
+            raise ConfigError(f"checkpoint_dir={checkpoint_dir} is not a folder; point it at a Wan 2.2 checkpoint (diffusers or official layout)")
+    elif not model.builtin:
+        raise ConfigError(
+            f"model={model.name} needs its weights: set checkpoint_dir=DIR (diffusers or official layout), "
+            "or run the built-in tiny model with model=tiny"
+        )
+
+    dtype = _choice("dtype", str(_pick(cfg, "dtype", "bfloat16")), DTYPES)
+    return RunSpec(
+        model=model,
+        mesh=mesh,
+        backend=backend,
+        prompt=_as(str, "prompt", _pick(cfg, "prompt", "")),
+        negative_prompt=None if cfg.get("negative_prompt") is None else _as(str, "negative_prompt", cfg["negative_prompt"]),
+        image=image or None,
+        seed=seed,
+        num_frames=num_frames,
+        height=height,
+        width=width,
+        steps=steps,
+        guidance_high=guidance_high,
+        guidance_low=guidance_low,
+        shift=shift,
+        sampler=_choice("sampler", str(_pick(cfg, "sampler", "unipc")), SAMPLERS),
+        schedule=_choice("schedule", str(_pick(cfg, "schedule", "auto")), SCHEDULES),
+        dtype=dtype,
+        device=_as(str, "device", _pick(cfg, "device", "auto")),
+        checkpoint_dir=checkpoint_dir or None,
+        output_dir=os.path.abspath(_as(str, "output_dir", _pick(cfg, "output_dir", "outputs"))),
+        save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
+    )
+
+
+def _check_image_readable(path: str) -> None:
+    if not os.path.isfile(path):
+        raise ConfigError(f"image={path} does not exist; give the path of a PNG or JPEG file")
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            im.verify()
+    except Exception as exc:  # PIL raises many types for bad files
+        raise ConfigError(f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG") from None

@@ -1,0 +1,282 @@
+"""The orchestrator: one generation end to end, backend-agnostic (DESIGN.md steps 2–7).
+
+Load → encode text once → draw noise on the host from the seed → denoise patch tokens with
+the dual-expert loop (the host decides the expert and guidance per step; the device runs the
+forward and the elementwise sampler update) → decode with the VAE → uint8 frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import TASK_IN_CHANNELS, ConfigError, RunSpec
+from .models import transformer as dit
+from .models import vae
+from .models.rope import rope_tables
+from .sampling import make_sampler, make_schedule, schedule_from_scheduler_config
+from .timing import PhaseTimer
+
+log = logging.getLogger("parallel_wan")
+
+HIGH, LOW, SINGLE = "high_noise", "low_noise", "single"
+
+
+@dataclass
+class Generation:
+    frames: np.ndarray  # (T, H, W, 3) uint8
+    latents: np.ndarray  # (1, C, T, h, w) float32, the final denoised latent
+    timings: dict
+    info: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- checkpoint
+def preflight(spec: RunSpec):
+    """Cheap checks of the checkpoint against the run (json and safetensors headers only).
+    Returns the checkpoint description, or None for the built-in tiny model."""
+    if spec.checkpoint_dir is None:
+        return None
+    from .weights.layout import CheckpointError, describe_checkpoint
+
+    try:
+        ckpt = describe_checkpoint(spec.checkpoint_dir)
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from None
+    check_compatible(spec, ckpt)
+    return ckpt
+
+
+def check_compatible(spec: RunSpec, ckpt) -> None:
+    experts = sorted(ckpt.experts)
+    want = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]
+    if experts != sorted(want):
+        raise ConfigError(
+            f"checkpoint_dir={ckpt.root} holds experts {experts} but model={spec.model.name} needs {want}; "
+            "pick the model preset that matches the checkpoint"
+        )
+    for name, tcfg in ckpt.transformers.items():
+        need = TASK_IN_CHANNELS[spec.model.task]
+        if tcfg.in_channels != need:
+            raise ConfigError(
+                f"checkpoint_dir={ckpt.root}: the {name} transformer takes {tcfg.in_channels} input channels but "
+                f"model={spec.model.name} ({spec.model.task}) needs {need}; pick the matching model preset"
+            )
+    stride = ckpt.vae_config.scale_factor_spatial * ckpt.transformers[experts[0]].patch_size[1]
+    if spec.height % stride or spec.width % stride:
+        raise ConfigError(
+            f"height={spec.height} width={spec.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
+        )
+
+
+def _materialize_tiny(spec: RunSpec, folder: str):
+    from .tiny import build_tiny, write_checkpoint
+    from .weights.layout import describe_checkpoint
+
+    write_checkpoint(build_tiny(kind=spec.model.task, seed=0), folder, layout="diffusers")
+    return describe_checkpoint(folder)
+
+
+@dataclass
+class Loaded:
+    ckpt: object
+    experts: dict  # name → (TransformerConfig, params)
+    vae_config: object
+    vae_params: object
+    text_encoder: object
+
+
+def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
+    """Text encoder, VAE and the experts load concurrently; each expert lands on the device in
+    the run's dtype with the reference's float32 exceptions."""
+    from .text.umt5 import TextEncoder
+    from .weights.loader import load_transformer, load_vae
+
+    def expert(name):
+        params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32)
+        return name, (ckpt.transformers[name], backend.place(params, spec.dtype, dit.keeps_fp32))
+
+    def vae_part():
+        cfg, params = load_vae(ckpt, "float32")
+        return cfg, backend.place(params, "float32")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        text_future = pool.submit(TextEncoder.load, ckpt, spec.dtype, backend.device)
+        vae_future = pool.submit(vae_part)
+        expert_futures = [pool.submit(expert, name) for name in ckpt.experts]
+        experts = dict(f.result() for f in expert_futures)
+        vae_cfg, vae_params = vae_future.result()
+        text_encoder = text_future.result()
+    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder)
+
+
+# ---------------------------------------------------------------- conditioning
+def load_image(path: str, height: int, width: int) -> np.ndarray:
+    """RGB image → (1, 3, H, W) float32 in [-1, 1], resized (Lanczos) to the output size, as
+    diffusers' VideoProcessor.preprocess does."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        if im.size != (width, height):
+            im = im.resize((width, height), resample=Image.LANCZOS)
+        arr = np.asarray(im, dtype=np.float32) / 255.0
+    return (arr * 2.0 - 1.0).transpose(2, 0, 1)[None]
+
+
+def i2v_condition(image, num_frames: int, latent_frames: int, vae_cfg, vae_params, ops, backend):
+    """I2V-A14B's 20 extra channels: a 4-channel first-frame mask (one channel per frame of
+    the temporal stride) and the VAE latent of [image, black frames…]."""
+    _, _, h, w = image.shape  # host array (1, 3, H, W)
+    video = np.concatenate([image[:, :, None], np.zeros((1, 3, num_frames - 1, h, w), np.float32)], axis=2)
+    latent = vae.normalize_latents(vae.encode(vae_params, backend.to_device(video), ops, vae_cfg), vae_cfg, ops)
+    stride = vae_cfg.scale_factor_temporal
+    lh, lw = latent.shape[-2:]
+    mask = np.zeros((1, stride, latent_frames, lh, lw), np.float32)
+    mask[:, :, 0] = 1.0  # the first latent frame carries the given image (all `stride` sub-frames)
+    return ops.concat([backend.to_device(mask), latent], axis=1)
+
+
+def ti2v_first_frame(image, latent_frames, grid, vae_cfg, tcfg, vae_params, ops, backend):
+    """TI2V-5B: the image's latent is the first latent frame, re-imposed every step (its tokens
+    see t = 0). Returns the tokens to hold and a (tokens, 1) mask, 0 where held."""
+    z = vae.encode(vae_params, backend.to_device(image[:, :, None]), ops, vae_cfg)
+    z = vae.normalize_latents(z, vae_cfg, ops)
+    rest = ops.zeros((1, z.shape[1], latent_frames - 1) + tuple(z.shape[-2:]), "float32", like=z)
+    held = dit.patchify(ops.concat([z, rest], axis=2), tcfg.patch_size, ops)
+    mask = np.ones((math.prod(grid), 1), np.float32)
+    mask[: grid[1] * grid[2]] = 0.0
+    return held, mask
+
+
+# ---------------------------------------------------------------- the loop
+def pick_schedule(spec: RunSpec, ckpt):
+    kind = spec.schedule
+    if kind == "auto":
+        kind = "diffusers" if ckpt.scheduler_config is not None else "official"
+    if kind == "diffusers" and ckpt.scheduler_config is not None:
+        return kind, schedule_from_scheduler_config(ckpt.scheduler_config, spec.steps, spec.shift)
+    return kind, make_schedule(kind, spec.steps, spec.shift)
+
+
+def expert_for(t: float, spec: RunSpec) -> str:
+    if spec.model.experts == 1:
+        return SINGLE
+    return HIGH if t >= spec.model.boundary * 1000 else LOW
+
+
+def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progress, cond_tokens=None,
+            fixed_tokens=None, fixed_mask=None):
+    """Run every step on these tokens. `cond_tokens`: I2V channels joined to the input;
+    `fixed_tokens`/`fixed_mask` (TI2V first frame): tokens held at the image latent, with t = 0."""
+    ops = backend.ops
+    tcfg = next(iter(loaded.experts.values()))[0]
+    cos, sin = rope_tables(tcfg.attention_head_dim, grid)
+    rope = (backend.to_device(cos), backend.to_device(sin))
+    sampler = make_sampler(spec.sampler, schedule)
+    batch = 2 if spec.uses_guidance else 1
+    ctx = context if batch == 2 else context[:1]
+    per_token = tcfg.in_channels == TASK_IN_CHANNELS["ti2v"]
+    n_tokens = noise_tokens.shape[1]
+    keep = None if fixed_mask is None else backend.to_device(fixed_mask.astype(np.float32))  # 1 = denoised
+
+    x = noise_tokens
+    for i, t in enumerate(progress(schedule.timesteps)):
+        t = float(t)
+        name = expert_for(t, spec)
+        _, params = loaded.experts[name]
+        guidance = spec.guidance_low if name == LOW else spec.guidance_high
+        if keep is not None:
+            x = ops.where(keep > 0, x, fixed_tokens)
+        x_in = x if cond_tokens is None else dit.join_channels([x, cond_tokens], tcfg.patch_size, ops)
+        x_in = ops.concat([x_in] * batch, axis=0) if batch == 2 else x_in
+        if per_token:
+            ts = np.full((batch, n_tokens), t, np.float32) * (1.0 if fixed_mask is None else fixed_mask[None, :, 0])
+        else:
+            ts = np.full((batch,), t, np.float32)
+        out = dit.forward(params, x_in, backend.to_device(ts), ctx, rope, tcfg, ops, backend.self_attention)
+        out = ops.cast(out, "float32")
+        pred = out[1:2] + guidance * (out[0:1] - out[1:2]) if batch == 2 else out
+        x = sampler.step(pred, x, i, ops)
+    if keep is not None:
+        x = ops.where(keep > 0, x, fixed_tokens)
+    return x
+
+
+def to_uint8_frames(video, ops):
+    """(1, 3, T, H, W) in [-1, 1] → (T, H, W, 3) uint8, rounded (made on the device)."""
+    v = ops.round(ops.clip((video[0] + 1.0) * 127.5, 0.0, 255.0))
+    return ops.cast(ops.transpose(v, (1, 2, 3, 0)), "uint8")
+
+
+def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
+    ops = backend.ops
+    timer = PhaseTimer(backend.synchronize)
+    progress = progress or (lambda it: it)
+    with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
+        with timer.phase("load"):
+            if ckpt is None:
+                ckpt = _materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
+            loaded = load_components(spec, ckpt, backend)
+        log.info("loaded %s checkpoint (%s) in %.1f s", ckpt.layout, ", ".join(sorted(loaded.experts)),
+                 timer.seconds["load"])
+
+        with timer.phase("text"):
+            from .text.umt5 import DEFAULT_NEGATIVE_PROMPT
+
+            negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
+            context = loaded.text_encoder.encode([spec.prompt, negative])
+            loaded.text_encoder.release()
+            context = ops.cast(backend.to_device(context), spec.dtype)
+
+        vcfg = loaded.vae_config
+        latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
+        lh, lw = spec.height // vcfg.scale_factor_spatial, spec.width // vcfg.scale_factor_spatial
+        tcfg = next(iter(loaded.experts.values()))[0]
+        noise_channels = tcfg.out_channels
+        latent_shape = (1, noise_channels, latent_frames, lh, lw)
+        grid = dit.patch_grid(tcfg, latent_shape)
+
+        cond_tokens = fixed_tokens = fixed_mask = None
+        if spec.image is not None:
+            with timer.phase("vae_encode"):
+                image = load_image(spec.image, spec.height, spec.width)
+                if spec.model.task == "i2v":
+                    cond = i2v_condition(image, spec.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
+                    cond_tokens = dit.patchify(cond, tcfg.patch_size, ops)
+                else:
+                    fixed_tokens, fixed_mask = ti2v_first_frame(image, latent_frames, grid, vcfg, tcfg,
+                                                                loaded.vae_params, ops, backend)
+
+        schedule_kind, schedule = pick_schedule(spec, ckpt)
+        import torch  # the reference noise: the official code's CPU generator, float32
+
+        noise = torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.seed), dtype=torch.float32)
+        tokens = dit.patchify(backend.to_device(noise.numpy()), tcfg.patch_size, ops)
+
+        with timer.phase("denoise"):
+            tokens = denoise(spec, loaded, context, schedule, tokens, grid, backend, progress,
+                             cond_tokens, fixed_tokens, fixed_mask)
+
+        with timer.phase("vae_decode"):
+            latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
+            video = vae.decode(loaded.vae_params, vae.denormalize_latents(latents, vcfg, ops), ops, vcfg)
+            frames = backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8)
+
+    steps_per_expert = {}
+    for t in schedule.timesteps:
+        name = expert_for(float(t), spec)
+        steps_per_expert[name] = steps_per_expert.get(name, 0) + 1
+    info = {
+        "checkpoint": {"layout": ckpt.layout, "path": spec.checkpoint_dir or "built-in tiny model"},
+        "schedule": schedule_kind,
+        "timesteps": [float(t) for t in schedule.timesteps],
+        "steps_per_expert": steps_per_expert,
+        "latent_shape": list(latent_shape),
+        "device": str(backend.device),
+    }
+    return Generation(frames=frames, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
