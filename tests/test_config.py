@@ -1,0 +1,98 @@
+"""Bad input stops the run early with one clear line and writes nothing."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from parallel_wan.config import ConfigError, resolve
+from parallel_wan.run import CONF_DIR
+
+REPO = os.path.dirname(CONF_DIR)
+
+
+def spec_for(*overrides):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"})
+
+
+def test_defaults_resolve_from_the_model_preset():
+    spec = spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp")
+    assert (spec.num_frames, spec.height, spec.width, spec.steps) == (81, 720, 1280, 40)
+    assert (spec.guidance_high, spec.guidance_low, spec.shift) == (4.0, 3.0, 12.0)
+    spec = spec_for("model=wan2.2_ti2v_5b", "checkpoint_dir=/tmp", "steps=7")
+    assert (spec.num_frames, spec.height, spec.steps, spec.model.fps) == (121, 704, 7, 24)
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["num_frames=10"], ["num_frames=10", "4k+1", "num_frames=9"]),
+        (["height=100"], ["height=100", "multiple of 16"]),
+        (["width=0"], ["width=0", "multiple of 16"]),
+        (["model=tiny_ti2v", "height=48"], ["height=48", "multiple of 32"]),
+        (["model=wan2.2_ti2v_5b", "checkpoint_dir=/tmp", "width=720"], ["width=720", "multiple of 32"]),
+        (["sampler=ddim"], ["sampler='ddim'", "unipc, euler"]),
+        (["schedule=karras"], ["schedule='karras'", "official"]),
+        (["dtype=int8"], ["dtype='int8'", "bfloat16"]),
+        (["steps=0"], ["steps=0", "at least 1"]),
+        (["guidance_high=-1"], ["guidance_high=-1.0", "negative"]),
+        (["guidance_low=-0.5"], ["guidance_low=-0.5", "negative"]),
+        (["seed=abc"], ["seed='abc'", "whole number"]),
+        (["model=tiny_i2v"], ["image=PATH"]),
+        (["model=tiny_i2v", "image=/no/such.png"], ["image=/no/such.png", "does not exist"]),
+        (["model=wan2.2_t2v_a14b"], ["checkpoint_dir=DIR", "model=tiny"]),
+        (["checkpoint_dir=/no/such/dir"], ["checkpoint_dir=/no/such/dir", "not a folder"]),
+        (["model=tiny", "image=README.md"], ["text-to-video"]),
+    ],
+)
+def test_bad_settings_name_the_setting_and_the_fix(overrides, words):
+    with pytest.raises(ConfigError) as err:
+        spec_for(*overrides)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_unreadable_image(tmp_path):
+    bad = tmp_path / "frame.png"
+    bad.write_bytes(b"not a png at all")
+    with pytest.raises(ConfigError, match="could not be read as an image"):
+        spec_for("model=tiny_i2v", f"image={bad}")
+
+
+def run_cli(tmp_path, *overrides):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+    return proc, out
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["num_frames=12"], ["num_frames=12"]),
+    (["model=no_such_model"], ["no_such_model"]),
+    (["mesh=no_such_mesh"], ["no_such_mesh"]),
+])
+def test_cli_fails_fast_and_writes_nothing(tmp_path, overrides, words):
+    proc, out = run_cli(tmp_path, *overrides)
+    assert proc.returncode != 0
+    for w in words:
+        assert w in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == []  # no Hydra run folder or logs either
+
+
+def test_cli_config_error_is_one_line(tmp_path):
+    proc, out = run_cli(tmp_path, "height=99")
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert lines == [lines[0]] and lines[0].startswith("parallel_wan: error: height=99")
