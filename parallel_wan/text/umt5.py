@@ -1,0 +1,119 @@
+"""The UMT5-XXL text encoder: prompts → (B, 512, 4096) embeddings, as the references make them.
+
+Embeddings follow diffusers' WanPipeline `_get_t5_prompt_embeds` (and the official
+T5EncoderModel): clean the prompt, tokenize padded to 512 with truncation, run the encoder with
+the attention mask, keep each row's real tokens and zero the rest. The zeros matter: the DiT's
+cross-attention has no mask, so padded slots take part in it.
+
+Both layouts load into transformers' UMT5EncoderModel built on the meta device, then filled
+from our reader (one cast copy per tensor); the official file's names are mapped on the way.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+from parallel_wan.text.clean import clean_prompt
+from parallel_wan.weights import t5_keymap
+from parallel_wan.weights.layout import Checkpoint
+from parallel_wan.weights.safetensors_io import cast, load_pth_mapped, read_safetensors, torch_dtype
+
+TEXT_LEN = 512
+
+# wan/configs/shared_config.py `sample_neg_prompt`, the official default negative prompt.
+DEFAULT_NEGATIVE_PROMPT = (
+    "色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，低质量，"
+    "JPEG压缩残留，丑陋的，残缺的，多余的手指，画得不好的手部，画得不好的脸部，畸形的，毁容的，形态畸形的肢体，"
+    "手指融合，静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走"
+)
+
+
+class TextEncoder:
+    def __init__(self, model, tokenizer, text_len: int = TEXT_LEN):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.text_len = text_len
+
+    @classmethod
+    def load(cls, checkpoint: Checkpoint, dtype: str = "bfloat16", device: str | torch.device = "cpu"):
+        from transformers import AutoTokenizer
+
+        model = load_umt5(checkpoint, dtype).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.tokenizer_path))
+        return cls(model, tokenizer)
+
+    @property
+    def dim(self) -> int:
+        return self.model.config.d_model
+
+    @torch.no_grad()
+    def encode(self, prompts: list[str]) -> torch.Tensor:
+        """(len(prompts), text_len, dim) in the encoder's dtype. Pass prompt and negative
+        prompt together: one batched call instead of two."""
+        if self.model is None:
+            raise RuntimeError("the text encoder was released; encode every prompt before release()")
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        tokens = self.tokenizer(
+            [clean_prompt(p) for p in prompts],
+            padding="max_length",
+            max_length=self.text_len,
+            truncation=True,
+            add_special_tokens=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
+        device = next(self.model.parameters()).device
+        ids, mask = tokens.input_ids.to(device), tokens.attention_mask.to(device)
+        hidden = self.model(ids, mask).last_hidden_state
+        lengths = mask.gt(0).sum(dim=1).tolist()
+        out = hidden.new_zeros(hidden.shape)
+        for row, length in enumerate(lengths):
+            out[row, :length] = hidden[row, :length]
+        return out
+
+    def release(self) -> None:
+        """Drop the encoder's weights (≈11 GB in bf16 for XXL) once the prompts are encoded."""
+        device = next(self.model.parameters()).device if self.model is not None else None
+        self.model = None
+        gc.collect()
+        if device is not None and device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def load_umt5(checkpoint: Checkpoint, dtype: str = "bfloat16"):
+    """transformers' UMT5EncoderModel with the checkpoint's weights, in `dtype`."""
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    target = torch_dtype(dtype)
+    if checkpoint.text_encoder_format == "diffusers":
+        config = UMT5Config.from_pretrained(str(checkpoint.text_encoder_path))
+        state = read_safetensors(checkpoint.text_encoder_path, dtype=target, keep_fp32=_keep_fp32(target))
+    else:
+        official = load_pth_mapped(checkpoint.text_encoder_path)
+        config = UMT5Config(**t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official.items()}))
+        mapped = t5_keymap.official_to_transformers(official)
+        keep = _keep_fp32(target)
+        state = {name: cast(t, name, target, keep) for name, t in mapped.items()}
+    # transformers ties the encoder's embedding to `shared`; filling both keeps them one table
+    state.setdefault("encoder.embed_tokens.weight", state["shared.weight"])
+    state.setdefault("shared.weight", state["encoder.embed_tokens.weight"])
+    with torch.device("meta"):
+        model = UMT5EncoderModel(config)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if missing or unexpected:
+        raise ValueError(
+            f"text encoder at {checkpoint.text_encoder_path}: weights do not fit UMT5EncoderModel "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); expected the umt5-xxl encoder"
+        )
+    return model.eval().requires_grad_(False)
+
+
+def _keep_fp32(target: torch.dtype):
+    # transformers keeps UMT5's FFN output projections (`wo`) in fp32 when loading in fp16,
+    # where they overflow; bf16 and fp32 loads cast everything.
+    if target != torch.float16:
+        return None
+    return lambda name: "wo" in name.split(".")

@@ -1,0 +1,276 @@
+"""The built-in tiny random Wan 2.2 model: every component, made in memory from a seed.
+
+`python -m parallel_wan.run` with no checkpoint builds one, writes it as a checkpoint folder
+and loads it back through the ordinary loader, so the default run exercises the real path
+without downloading anything. Tests use the same model.
+
+Shapes keep every structural fact of the real models (patch (1,2,2), two experts with the
+A14B channel counts, the Wan 2.1 / 2.2 VAE strides and latent statistics, a UMT5 encoder with
+per-block relative positions, a T5-style tokenizer with pad 0 and eos 1) and shrink only the
+widths and depths. Weights are drawn from a seeded generator by our own rule rather than the
+libraries' initialisers, so the model is the same across diffusers/transformers versions and
+norm scales are not all 1 (a swapped norm name must change the output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from parallel_wan.models.transformer_config import TransformerConfig
+from parallel_wan.models.vae_config import VaeConfig
+from parallel_wan.weights import t5_keymap, transformer_keymap
+
+KINDS = ("t2v", "i2v", "ti2v")
+
+# Per kind: transformer input channels, VAE, boundary ratio and flow shift of the real model.
+_KIND = {
+    "t2v": dict(in_channels=16, out_channels=16, vae="wan2.1", boundary_ratio=0.875, shift=12.0),
+    "i2v": dict(in_channels=36, out_channels=16, vae="wan2.1", boundary_ratio=0.900, shift=5.0),
+    "ti2v": dict(in_channels=48, out_channels=48, vae="wan2.2", boundary_ratio=None, shift=5.0),
+}
+
+TEXT_DIM = 32  # the tiny UMT5's d_model, which is the transformer's text_dim
+
+# 8 heads so Ulysses can split up to 8 ways; head_dim 16 still splits into t/h/w RoPE parts 8/4/4.
+_TRANSFORMER = dict(num_attention_heads=8, attention_head_dim=16, ffn_dim=256, num_layers=2,
+                    text_dim=TEXT_DIM, freq_dim=32)
+_UMT5 = dict(d_model=TEXT_DIM, d_kv=8, num_heads=4, d_ff=64, num_layers=2,
+             relative_attention_num_buckets=32, relative_attention_max_distance=128)
+_VAE_WIDTHS = {"wan2.1": dict(base_dim=8, decoder_base_dim=None), "wan2.2": dict(base_dim=8, decoder_base_dim=16)}
+
+_WORDS = """a an the and or of in on at to from with by for as is are was be it its this that
+these those his her their our your my he she they we you who what where when while
+cat cats dog dogs bird fish horse man woman child children people person girl boy face hand
+hands eyes hair body run runs running walk walks walking jump jumps fly flies flying swim
+swimming sit sits sitting stand standing play plays playing dance dancing look looks
+camera shot close up wide view slow motion video scene light lights sun sunlight sunset night
+day sky cloud clouds rain snow water sea ocean river beach forest tree trees grass flower
+flowers mountain city street road car cars house room kitchen table window door fire
+red blue green yellow white black orange purple gold silver bright dark soft warm cold
+big small little tall long short old young beautiful cute happy sad fast quiet
+cinematic realistic detailed high quality style art painting photo background foreground
+overexposed static blurred details subtitles works paintings images overall gray worst low
+jpeg compression residue ugly incomplete extra fingers poorly drawn hands faces deformed
+disfigured misshapen limbs fused still picture messy three legs many walking backwards""".split()
+
+
+@dataclass
+class TinyModel:
+    kind: str
+    transformer: object  # diffusers WanTransformer3DModel: the high-noise expert (the only one for ti2v)
+    transformer_2: object | None  # the low-noise expert
+    vae: object  # diffusers AutoencoderKLWan
+    vae_kind: str  # "wan2.1" | "wan2.2"
+    text_encoder: object  # transformers UMT5EncoderModel
+    tokenizer: object  # transformers fast tokenizer
+    scheduler_config: dict  # diffusers UniPCMultistepScheduler config (flow matching)
+    boundary_ratio: float | None
+
+
+def build_tiny(kind: str = "t2v", seed: int = 0) -> TinyModel:
+    """All components of a tiny Wan 2.2 model of this kind, deterministic in `seed`."""
+    if kind not in _KIND:
+        raise ValueError(f"tiny model kind={kind!r} is not one of {list(KINDS)}")
+    # The libraries' constructors draw their own (discarded) init from the global RNG; fork it
+    # so building a tiny model never shifts the caller's random stream.
+    with torch.random.fork_rng(devices=[]):
+        return _build(kind, seed)
+
+
+def _build(kind: str, seed: int) -> TinyModel:
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    spec = _KIND[kind]
+    transformer_cfg = dict(_TRANSFORMER, in_channels=spec["in_channels"], out_channels=spec["out_channels"])
+    experts = [WanTransformer3DModel(**transformer_cfg) for _ in range(1 if kind == "ti2v" else 2)]
+
+    preset = VaeConfig.wan2_2() if spec["vae"] == "wan2.2" else VaeConfig.wan2_1()
+    vae = AutoencoderKLWan(**dataclasses.replace(preset, **_VAE_WIDTHS[spec["vae"]]).to_diffusers())
+
+    tokenizer = build_tokenizer()
+    vocab = 8 * math.ceil(len(tokenizer) / 8)
+    text_encoder = UMT5EncoderModel(
+        UMT5Config(vocab_size=vocab, feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
+                   tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, **_UMT5)
+    )
+
+    # One generator stream per component, so one component's size never shifts another's weights.
+    modules = [*experts, vae, text_encoder]
+    for index, module in enumerate(modules):
+        _randomize(module, torch.Generator().manual_seed(seed * 16 + index))
+        module.eval().requires_grad_(False)
+
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=spec["shift"])
+    scheduler_config = {k: v for k, v in dict(scheduler.config).items() if not k.startswith("_")}
+    return TinyModel(
+        kind=kind,
+        transformer=experts[0],
+        transformer_2=experts[1] if len(experts) > 1 else None,
+        vae=vae,
+        vae_kind=spec["vae"],
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        scheduler_config=scheduler_config,
+        boundary_ratio=spec["boundary_ratio"],
+    )
+
+
+@torch.no_grad()
+def _randomize(module: torch.nn.Module, generator: torch.Generator) -> None:
+    for name, param in module.named_parameters():
+        noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+        owner, _, leaf = name.rpartition(".")
+        if leaf == "bias":
+            value = 0.02 * noise
+        elif leaf == "gamma" or "norm" in owner.rpartition(".")[2]:
+            value = 1.0 + 0.1 * noise  # norm scales near 1, but not equal to each other
+        elif leaf == "scale_shift_table":
+            value = noise / math.sqrt(param.shape[-1])
+        else:
+            fan_in = param.numel() // param.shape[0] if param.ndim > 1 else param.numel()
+            value = noise / math.sqrt(fan_in)
+        param.copy_(value)
+
+
+def build_tokenizer():
+    """A T5-style Unigram tokenizer (pad 0, eos 1, unk 2, '▁' word starts) made in-process.
+
+    Common English words are single pieces; any other ASCII text falls back to characters;
+    anything else (the Chinese default negative prompt) becomes <unk>, as rare characters do
+    for the real UMT5 vocabulary.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [c for c in string.printable if not c.isspace()]
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -6.0)]
+    pieces += [("▁" + w, -4.0) for w in dict.fromkeys(_WORDS)]
+    pieces += [("▁" + c, -9.0) for c in chars] + [(c, -10.0) for c in chars]
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=2, byte_fallback=False))
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=512
+    )
+
+
+# ------------------------------------------------------------------------------ writing
+def write_checkpoint(model: TinyModel, directory: str | Path, layout: str = "diffusers") -> Path:
+    """Write every component as a checkpoint folder in the diffusers or the official layout."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if layout == "diffusers":
+        _write_diffusers(model, directory)
+    elif layout == "official":
+        _write_official(model, directory)
+    else:
+        raise ValueError(f"layout={layout!r} is not a checkpoint layout; use 'diffusers' or 'official'")
+    return directory
+
+
+def _write_diffusers(model: TinyModel, root: Path) -> None:
+    import diffusers
+
+    pipeline = "WanImageToVideoPipeline" if model.kind == "i2v" else "WanPipeline"
+    index = {"_class_name": pipeline, "_diffusers_version": diffusers.__version__}
+    index["vae"] = ["diffusers", "AutoencoderKLWan"]
+    index["text_encoder"] = ["transformers", "UMT5EncoderModel"]
+    index["tokenizer"] = ["transformers", type(model.tokenizer).__name__]
+    if model.kind == "i2v":
+        # Wan 2.2 I2V has no CLIP image branch; diffusers records the absent components as nulls
+        index["image_encoder"] = [None, None]
+        index["image_processor"] = [None, None]
+    index["transformer"] = ["diffusers", "WanTransformer3DModel"]
+    index["scheduler"] = ["diffusers", "UniPCMultistepScheduler"]
+    index["transformer_2"] = ["diffusers", "WanTransformer3DModel"] if model.transformer_2 is not None else [None, None]
+    index["boundary_ratio"] = model.boundary_ratio
+    index["expand_timesteps"] = model.kind == "ti2v"
+    _write_json(root / "model_index.json", index)
+
+    for folder, expert in (("transformer", model.transformer), ("transformer_2", model.transformer_2)):
+        if expert is not None:
+            expert.save_config(root / folder)
+            _write_shards(expert.state_dict(), root / folder)
+    model.vae.save_config(root / "vae")
+    save_file(
+        _plain(model.vae.state_dict()), root / "vae" / "diffusion_pytorch_model.safetensors", metadata={"format": "pt"}
+    )
+    # What transformers' save_pretrained writes (config + one file, tied embedding stored once),
+    # without its progress bar on every default run.
+    model.text_encoder.config.save_pretrained(root / "text_encoder")
+    text_state = {k: v for k, v in model.text_encoder.state_dict().items() if k != "encoder.embed_tokens.weight"}
+    save_file(_plain(text_state), root / "text_encoder" / "model.safetensors", metadata={"format": "pt"})
+    model.tokenizer.save_pretrained(root / "tokenizer")
+    _write_json(
+        root / "scheduler" / "scheduler_config.json",
+        {"_class_name": "UniPCMultistepScheduler", "_diffusers_version": diffusers.__version__, **model.scheduler_config},
+    )
+
+
+def _write_official(model: TinyModel, root: Path) -> None:
+    from parallel_wan.weights import vae_keymap
+
+    experts = (
+        {"": model.transformer}
+        if model.transformer_2 is None
+        else {"high_noise_model": model.transformer, "low_noise_model": model.transformer_2}
+    )
+    for folder, expert in experts.items():
+        config = TransformerConfig.from_diffusers(dict(expert.config)).to_official()
+        _write_json(root / folder / "config.json", config)
+        _write_shards(transformer_keymap.diffusers_to_official(expert.state_dict()), root / folder)
+    vae_file = "Wan2.2_VAE.pth" if model.vae_kind == "wan2.2" else "Wan2.1_VAE.pth"
+    torch.save(_plain(vae_keymap.diffusers_to_official(model.vae.state_dict(), model.vae_kind)), root / vae_file)
+    # Named as the official file; the tiny weights stay fp32 so both layouts hold identical values.
+    t5 = t5_keymap.transformers_to_official(model.text_encoder.state_dict())
+    torch.save(_plain(t5), root / "models_t5_umt5-xxl-enc-bf16.pth")
+    model.tokenizer.save_pretrained(root / "google" / "umt5-xxl")
+
+
+def _write_shards(state_dict: dict, folder: Path, shards: int = 2) -> None:
+    """Safetensors shards plus the index json, split by bytes (at least two shards, always)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state_dict = _plain(state_dict)
+    names = list(state_dict)
+    sizes = [state_dict[n].numel() * state_dict[n].element_size() for n in names]
+    total = sum(sizes)
+    groups: list[list[str]] = [[] for _ in range(shards)]
+    cumulative = 0
+    for name, size in zip(names, sizes):
+        groups[min(cumulative * shards // max(total, 1), shards - 1)].append(name)
+        cumulative += size
+    if any(not group for group in groups):  # a few very unequal tensors: split by count instead
+        step = math.ceil(len(names) / shards)
+        groups = [names[i * step : (i + 1) * step] for i in range(shards)]
+    weight_map = {}
+    for i, group in enumerate(groups):
+        file = f"diffusion_pytorch_model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({n: state_dict[n] for n in group}, folder / file, metadata={"format": "pt"})
+        weight_map.update({n: file for n in group})
+    _write_json(
+        folder / "diffusion_pytorch_model.safetensors.index.json",
+        {"metadata": {"total_size": total}, "weight_map": weight_map},
+    )
+
+
+def _plain(state_dict: dict) -> dict:
+    # Own, contiguous storage per tensor: safetensors refuses shared or strided storage.
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
