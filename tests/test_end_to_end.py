@@ -1,0 +1,103 @@
+"""`python -m parallel_wan.run` renders the frames diffusers' Wan pipelines render from the same
+tiny checkpoint, prompt and seed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from parallel_wan.run import CONF_DIR
+from parallel_wan.tiny import build_tiny, write_checkpoint
+
+REPO = os.path.dirname(CONF_DIR)
+PROMPT = "a cat runs on the beach at sunset"
+NEGATIVE = "blurred static ugly"
+SEED = 1234
+# uint8 frames: fp32 end to end, the two pipelines differ by ~1e-6 relative in the latents
+# (reduction order); after 4 steps and the VAE that can flip a rounding, so ±2 levels.
+MAX_ABS = 2
+
+
+def run_cli(out, *overrides):
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def common(ckpt, **extra):
+    args = dict(checkpoint_dir=ckpt, prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, steps=4,
+                num_frames=9, height=64, width=64, dtype="float32", save_frames="true")
+    args.update(extra)
+    return [f"{k}={v}" if " " not in str(v) else f"{k}='{v}'" for k, v in args.items()]
+
+
+def to_uint8(video):
+    return np.round(np.clip(video, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def assert_frames_close(ours, ref):
+    assert ours.shape == ref.shape, (ours.shape, ref.shape)
+    diff = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
+    assert diff.max() <= MAX_ABS, f"max abs diff {diff.max()}, mean {diff.mean():.4f}"
+
+
+@pytest.fixture(scope="module")
+def tiny_t2v(tmp_path_factory):
+    model = build_tiny("t2v", seed=0)
+    root = tmp_path_factory.mktemp("ckpt")
+    return model, str(write_checkpoint(model, root / "diffusers", "diffusers")), str(
+        write_checkpoint(model, root / "official", "official"))
+
+
+def test_t2v_matches_diffusers_wan_pipeline(tiny_t2v, tmp_path):
+    from diffusers import UniPCMultistepScheduler, WanPipeline
+
+    model, ckpt, _ = tiny_t2v
+    out = tmp_path / "ours"
+    proc = run_cli(out, *common(ckpt))
+    assert "TIMING SUMMARY" in proc.stderr
+    ours = np.load(out / "frames.npy")
+
+    pipe = WanPipeline(
+        tokenizer=model.tokenizer, text_encoder=model.text_encoder, vae=model.vae,
+        scheduler=UniPCMultistepScheduler.from_config(model.scheduler_config),
+        transformer=model.transformer, transformer_2=model.transformer_2, boundary_ratio=model.boundary_ratio,
+    )
+    with torch.no_grad():
+        ref = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=64, num_frames=9,
+                   num_inference_steps=4, guidance_scale=4.0, guidance_scale_2=3.0, max_sequence_length=512,
+                   generator=torch.Generator("cpu").manual_seed(SEED), output_type="np").frames[0]
+    assert_frames_close(ours, to_uint8(ref))
+
+    sidecar = json.loads((out / "video.json").read_text())
+    assert sidecar["seed"] == SEED and sidecar["schedule"] == "diffusers"
+    assert set(sidecar["timings_s"]) >= {"load", "text", "denoise", "vae_decode", "total"}
+    assert sidecar["frames_shape"] == [9, 64, 64, 3]
+    assert os.path.getsize(out / "video.mp4") > 0
+    assert not [f for f in os.listdir(out) if "partial" in f]
+
+
+def test_official_layout_renders_the_same_frames(tiny_t2v, tmp_path):
+    _, diffusers_ckpt, official_ckpt = tiny_t2v
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_cli(a, *common(diffusers_ckpt, schedule="official"))
+    run_cli(b, *common(official_ckpt))  # auto → official schedule for the official layout
+    sa, sb = (json.loads((d / "video.json").read_text()) for d in (a, b))
+    assert sb["schedule"] == "official" and sb["checkpoint"]["layout"] == "official"
+    assert sa["frames_sha256"] == sb["frames_sha256"]
+
+
+def test_same_seed_same_video_and_another_seed_differs(tiny_t2v, tmp_path):
+    _, ckpt, _ = tiny_t2v
+    runs = {}
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        run_cli(tmp_path / name, *common(ckpt, seed=seed, save_frames="false", steps=2))
+        runs[name] = json.loads((tmp_path / name / "video.json").read_text())["frames_sha256"]
+    assert runs["a"] == runs["b"] != runs["c"]
