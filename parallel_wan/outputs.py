@@ -25,10 +25,17 @@ def _atomic_path(final: str) -> str:
     return tmp
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(final: str, write) -> None:
     tmp = _atomic_path(final)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
         os.replace(tmp, final)
     except BaseException:
         if os.path.exists(tmp):
