@@ -18,7 +18,8 @@ from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights import t5_keymap, transformer_keymap, tree
 from parallel_wan.weights.layout import CheckpointError, describe_checkpoint, validate_checkpoint
-from parallel_wan.weights.loader import load_transformer, load_vae, transformer_keep_fp32
+from parallel_wan.models.transformer import keeps_fp32 as transformer_keep_fp32
+from parallel_wan.weights.loader import load_transformer, load_vae
 from parallel_wan.weights.safetensors_io import read_pth, read_safetensors, tensor_index
 
 OFFICIAL_WAN = Path("/tmp/wan22dl/x/wan/modules")

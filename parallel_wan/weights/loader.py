@@ -14,24 +14,16 @@ from parallel_wan.weights import transformer_keymap, tree, vae_keymap
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
 from parallel_wan.weights.safetensors_io import KeepFp32, cast, load_pth_mapped, read_safetensors, torch_dtype
 
-# diffusers' WanTransformer3DModel._keep_in_fp32_modules: the modulation tables, the timestep
-# MLP and the norms stay fp32 in a bf16 model (diffusers matches whole name segments).
-TRANSFORMER_FP32_MODULES = ("time_embedder", "scale_shift_table", "norm1", "norm2", "norm3")
-
-
-def transformer_keep_fp32(name: str) -> bool:
-    return any(part in TRANSFORMER_FP32_MODULES for part in name.split("."))
-
-
 def load_transformer(
     checkpoint: Checkpoint | str | Path,
     expert: str,
     dtype: str = "bfloat16",
-    keep_fp32: KeepFp32 | None = transformer_keep_fp32,
+    keep_fp32: KeepFp32 | None = None,
 ) -> dict:
     """One expert's params tree: "high_noise" / "low_noise" (A14B) or "single" (TI2V-5B).
 
-    keep_fp32(diffusers_name) → True keeps that tensor in float32 whatever `dtype` is.
+    keep_fp32(diffusers_name) → True keeps that tensor in float32 whatever `dtype` is (the model
+    layer owns that policy: `parallel_wan.models.transformer.keeps_fp32`).
     """
     checkpoint = _as_checkpoint(checkpoint)
     if expert not in checkpoint.experts:
