@@ -96,3 +96,53 @@ def test_cli_config_error_is_one_line(tmp_path):
     assert proc.returncode == 2
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert lines == [lines[0]] and lines[0].startswith("parallel_wan: error: height=99")
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    from parallel_wan.tiny import build_tiny, write_checkpoint
+
+    return write_checkpoint(build_tiny("t2v", seed=0), tmp_path_factory.mktemp("ckpt") / "tiny", "diffusers")
+
+
+def _broken_copy(src, dst, edit):
+    import shutil
+
+    shutil.copytree(src, dst)
+    edit(dst)
+    return dst
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing_low_noise_expert", ["transformer_2"]),
+    ("missing_shard", ["safetensors"]),
+    ("config_disagrees_with_weights", ["ffn"]),
+    ("i2v_preset_on_t2v_weights", ["36", "model=tiny_i2v"]),
+])
+def test_cli_rejects_a_broken_checkpoint_before_loading(tmp_path, tiny_folder, case, words):
+    import json
+    import shutil
+
+    def edit(d):
+        if case == "missing_low_noise_expert":
+            shutil.rmtree(d / "transformer_2")
+        elif case == "missing_shard":
+            next((d / "transformer").glob("*-00002-of-*.safetensors")).unlink()
+        elif case == "config_disagrees_with_weights":
+            cfg = json.loads((d / "transformer" / "config.json").read_text())
+            cfg["ffn_dim"] = 999
+            (d / "transformer" / "config.json").write_text(json.dumps(cfg))
+
+    ckpt = _broken_copy(tiny_folder, tmp_path / "ckpt", edit)
+    extra = ["model=tiny_i2v", f"image={tmp_path / 'x.png'}"] if case == "i2v_preset_on_t2v_weights" else []
+    if extra:
+        from PIL import Image
+
+        Image.new("RGB", (64, 64)).save(tmp_path / "x.png")
+    proc, out = run_cli(tmp_path, f"checkpoint_dir={ckpt}", *extra)
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("parallel_wan: error:"), proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert not out.exists()
