@@ -45,6 +45,10 @@ class ModelPreset:
 
 @dataclass(frozen=True)
 class MeshSpec:
+    """world = dp × cp, cp = ring × ulysses. Rank order: dp outermost, then ring, ulysses
+    innermost, so an all-to-all stays within consecutive ranks (one node's NVLink, one chip's
+    ICI) and only the ring crosses nodes."""
+
     name: str = "single"
     dp: int = 1
     cp: int = 1
@@ -54,6 +58,24 @@ class MeshSpec:
     @property
     def world_size(self) -> int:
         return self.dp * self.cp
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """This rank's index along each axis (and its index within cp)."""
+        return {
+            "dp": rank // self.cp,
+            "cp": rank % self.cp,
+            "ring": (rank % self.cp) // self.ulysses,
+            "ulysses": rank % self.ulysses,
+        }
+
+    def groups(self, axis: str) -> list[list[int]]:
+        """Every group of ranks that varies only along `axis` ("dp", "cp", "ring", "ulysses")."""
+        others = {"dp": ("ring", "ulysses"), "cp": ("dp",), "ring": ("dp", "ulysses"), "ulysses": ("dp", "ring")}[axis]
+        out: dict[tuple, list[int]] = {}
+        for rank in range(self.world_size):
+            c = self.coords(rank)
+            out.setdefault(tuple(c[k] for k in others), []).append(rank)
+        return list(out.values())
 
 
 @dataclass(frozen=True)
@@ -136,19 +158,44 @@ def model_preset(cfg: Mapping) -> ModelPreset:
     return preset
 
 
-def mesh_spec(cfg: Mapping) -> MeshSpec:
-    mesh = MeshSpec(**{k: cfg[k] for k in ("name", "dp", "cp", "ulysses", "ring") if k in cfg})
-    if mesh.world_size != 1:
+def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None) -> MeshSpec:
+    """Validate the mesh degrees against each other, the world size and (when known) the
+    attention head count."""
+    known = ("name", "dp", "cp", "ulysses", "ring")
+    unknown = set(cfg) - set(known)
+    if unknown:
+        raise ConfigError(f"mesh has unknown keys {sorted(unknown)}; a mesh sets {', '.join(known)}")
+    mesh = MeshSpec(**{k: cfg[k] for k in known if k in cfg})
+    name = f"mesh={mesh.name}"
+    for axis in ("dp", "cp", "ulysses", "ring"):
+        value = getattr(mesh, axis)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name}: mesh.{axis}={value!r} must be a whole number ≥ 1")
+    if mesh.cp != mesh.ulysses * mesh.ring:
         raise ConfigError(
-            f"mesh={mesh.name} asks for dp×cp={mesh.world_size} devices; this build runs one device — use mesh=single"
+            f"{name}: cp={mesh.cp} must equal ulysses×ring={mesh.ulysses}×{mesh.ring}={mesh.ulysses * mesh.ring}; "
+            f"set mesh.ulysses and mesh.ring so their product is {mesh.cp}"
+        )
+    if mesh.world_size != world_size:
+        launch = f"torchrun --nproc-per-node {mesh.world_size} -m parallel_wan.run mesh={mesh.name}"
+        raise ConfigError(
+            f"{name} needs dp×cp={mesh.dp}×{mesh.cp}={mesh.world_size} processes but {world_size} were started; "
+            + (f"launch with `{launch}`" if mesh.world_size > 1 else "run without torchrun or pick a mesh for this world size")
+        )
+    if heads is not None and heads % mesh.ulysses:
+        fits = [u for u in range(1, mesh.cp + 1) if mesh.cp % u == 0 and heads % u == 0]
+        u = max(fits)
+        raise ConfigError(
+            f"{name}: ulysses={mesh.ulysses} does not divide the model's {heads} attention heads; "
+            f"use mesh.ulysses={u} mesh.ring={mesh.cp // u} (ring has no head limit)"
         )
     return mesh
 
 
-def resolve(cfg: Mapping) -> RunSpec:
+def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
     """Validate the composed config and fill model defaults. Raises ConfigError."""
     model = model_preset(cfg["model"])
-    mesh = mesh_spec(cfg.get("mesh") or {})
+    mesh = mesh_spec(cfg.get("mesh") or {}, world_size)
     backend = _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS)
 
     num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
