@@ -1,0 +1,67 @@
+"""The self-attention callable for a mesh: local, Ulysses, ring, or Ulysses inside a ring.
+
+Sequence layout (the pipeline shards tokens this way): the valid tokens, N of them, are padded
+at the end to cp·Lc; cp rank c = ring_index·ulysses + ulysses_index holds global positions
+[c·Lc, (c+1)·Lc). After the Ulysses all-to-all a ring member therefore holds the U·Lc
+contiguous positions starting at ring_index·U·Lc, which is the block layout the ring expects.
+Padded keys are left out exactly; padded queries get finite values that the pipeline drops.
+
+Only self-attention lives here: cross-attention attends to the replicated text and stays local.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from . import ops
+from .attention import attention_with_lse
+from .ring import RingPeers, ring_attention
+from .ulysses import heads_to_sequence, sequence_to_heads
+
+SelfAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def make_self_attention(mesh, valid_tokens: int, local_tokens: int) -> SelfAttention:
+    """The callable `attention(q, k, v) -> out`, all (B, local_tokens, H, D), for this rank of
+    `mesh` (a `TorchMesh`). valid_tokens: N, the unpadded global token count;
+    local_tokens: Lc, this rank's share (cp·Lc ≥ N)."""
+    cp, ulysses, ring = mesh.size("cp"), mesh.size("ulysses"), mesh.size("ring")
+    if local_tokens < 1:
+        raise ValueError(f"local_tokens={local_tokens}: every rank holds at least one (possibly padded) token")
+    if not 1 <= valid_tokens <= cp * local_tokens:
+        raise ValueError(
+            f"valid_tokens={valid_tokens} does not fit cp×local_tokens={cp}×{local_tokens}={cp * local_tokens}; "
+            f"pad the sequence to cp·local_tokens ≥ valid_tokens ≥ 1 (local_tokens = ceil(valid_tokens / cp))"
+        )
+
+    def check(q: torch.Tensor) -> None:
+        if q.shape[1] != local_tokens:
+            raise ValueError(
+                f"self-attention got {q.shape[1]} tokens on this rank but was made for local_tokens={local_tokens}; "
+                "shard the sequence with the layout the attention was made with"
+            )
+
+    if cp == 1:
+        if valid_tokens == local_tokens:
+            return ops.attention  # exactly the one-device path
+
+        def padded_local(q, k, v):
+            check(q)
+            return attention_with_lse(q, k, v, valid_keys=valid_tokens)[0]
+
+        return padded_local
+
+    peers = RingPeers.from_ranks(mesh.ranks("ring"), mesh.index("ring"), mesh.group("ring"))
+    u_group = mesh.group("ulysses")
+
+    def sequence_parallel(q, k, v):
+        check(q)
+        if ulysses > 1:
+            q, k, v = sequence_to_heads((q, k, v), u_group, ulysses)
+        out = ring_attention(q, k, v, peers, valid_keys=valid_tokens)
+        return heads_to_sequence(out, u_group, ulysses) if ulysses > 1 else out
+
+    sequence_parallel.__name__ = f"ulysses{ulysses}_ring{ring}_attention"
+    return sequence_parallel
