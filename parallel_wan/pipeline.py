@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -115,17 +116,34 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
 
 # ---------------------------------------------------------------- conditioning
-def load_image(path: str, height: int, width: int) -> np.ndarray:
-    """RGB image → (1, 3, H, W) float32 in [-1, 1], resized (Lanczos) to the output size, as
-    diffusers' VideoProcessor.preprocess does."""
+def load_image(path: str, height: int, width: int) -> tuple[np.ndarray, dict]:
+    """RGB image → ((1, 3, H, W) float32 in [-1, 1], a record for the sidecar).
+
+    As diffusers' VideoProcessor.preprocess: the uint8 image is resized by PIL (Lanczos) to
+    exactly height×width — stretched if the aspect ratio differs — then x/255·2 − 1 in float32.
+    The official code keeps the aspect instead: I2V-A14B picks the output size from the image's
+    aspect and `max_area` and resizes the [-1, 1] tensor bicubically; TI2V-5B scales (Lanczos)
+    to cover `best_output_size` and centre-crops. We follow diffusers so a given height×width is
+    honoured and a seed gives diffusers' video.
+    """
+    import hashlib
+
     from PIL import Image
 
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
     with Image.open(path) as im:
-        im = im.convert("RGB")
-        if im.size != (width, height):
+        im = im.convert("RGB")  # as the official generate.py; drops alpha, expands grey/palette
+        size = im.size
+        if size != (width, height):
+            if abs(size[0] * height - size[1] * width) > 0.01 * size[1] * width:
+                log.warning("image=%s is %dx%d; it is stretched to width=%d height=%d (aspect %.3f → %.3f), as "
+                            "diffusers does; crop it first to keep its aspect", path, size[0], size[1], width, height,
+                            size[0] / size[1], width / height)
             im = im.resize((width, height), resample=Image.LANCZOS)
         arr = np.asarray(im, dtype=np.float32) / 255.0
-    return (arr * 2.0 - 1.0).transpose(2, 0, 1)[None]
+    record = {"path": os.path.abspath(path), "sha256": digest, "size": list(size), "resized_to": [width, height]}
+    return (arr * 2.0 - 1.0).transpose(2, 0, 1)[None], record
 
 
 def i2v_condition(image, num_frames: int, latent_frames: int, vae_cfg, vae_params, ops, backend):
@@ -143,7 +161,13 @@ def i2v_condition(image, num_frames: int, latent_frames: int, vae_cfg, vae_param
 
 def ti2v_first_frame(image, latent_frames, grid, vae_cfg, tcfg, vae_params, ops, backend):
     """TI2V-5B: the image's latent is the first latent frame, re-imposed every step (its tokens
-    see t = 0). Returns the tokens to hold and a (tokens, 1) mask, 0 where held."""
+    see t = 0). Returns the tokens to hold and a (tokens, 1) mask, 0 where held.
+
+    The official code writes the latent back into the sampler's state after each step;
+    diffusers only into the model's input (and once after the loop). Both give the same video:
+    the sampler update is elementwise, so the held tokens' sampler state never reaches another
+    token. The image is encoded alone (one frame), not as [image, black frames] as for I2V.
+    """
     z = vae.encode(vae_params, backend.to_device(image[:, :, None]), ops, vae_cfg)
     z = vae.normalize_latents(z, vae_cfg, ops)
     rest = ops.zeros((1, z.shape[1], latent_frames - 1) + tuple(z.shape[-2:]), "float32", like=z)
@@ -180,7 +204,8 @@ def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progre
     sampler = make_sampler(spec.sampler, schedule)
     batch = 2 if spec.uses_guidance else 1
     ctx = context if batch == 2 else context[:1]
-    per_token = tcfg.in_channels == TASK_IN_CHANNELS["ti2v"]
+    # TI2V-5B takes one timestep per token (diffusers' expand_timesteps), with or without an image.
+    per_token = spec.model.task == "ti2v"
     n_tokens = noise_tokens.shape[1]
     keep = None if fixed_mask is None else backend.to_device(fixed_mask.astype(np.float32))  # 1 = denoised
 
@@ -241,10 +266,10 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
         latent_shape = (1, noise_channels, latent_frames, lh, lw)
         grid = dit.patch_grid(tcfg, latent_shape)
 
-        cond_tokens = fixed_tokens = fixed_mask = None
+        cond_tokens = fixed_tokens = fixed_mask = image_record = None
         if spec.image is not None:
             with timer.phase("vae_encode"):
-                image = load_image(spec.image, spec.height, spec.width)
+                image, image_record = load_image(spec.image, spec.height, spec.width)
                 if spec.model.task == "i2v":
                     cond = i2v_condition(image, spec.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
                     cond_tokens = dit.patchify(cond, tcfg.patch_size, ops)
@@ -279,4 +304,6 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
         "latent_shape": list(latent_shape),
         "device": str(backend.device),
     }
+    if image_record is not None:
+        info["image"] = image_record
     return Generation(frames=frames, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)

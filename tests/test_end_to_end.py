@@ -3,49 +3,13 @@ tiny checkpoint, prompt and seed."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from parallel_wan.run import CONF_DIR
+from cli_harness import NEGATIVE, PROMPT, SEED, assert_frames_close, common, run_cli, to_uint8
 from parallel_wan.tiny import build_tiny, write_checkpoint
-
-REPO = os.path.dirname(CONF_DIR)
-PROMPT = "a cat runs on the beach at sunset"
-NEGATIVE = "blurred static ugly"
-SEED = 1234
-# uint8 frames: fp32 end to end, the two pipelines differ by ~1e-6 relative in the latents
-# (reduction order); after 4 steps and the VAE that can flip a rounding, so ±2 levels.
-MAX_ABS = 2
-
-
-def run_cli(out, *overrides):
-    proc = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO},
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
-
-
-def common(ckpt, **extra):
-    args = dict(checkpoint_dir=ckpt, prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, steps=4,
-                num_frames=9, height=64, width=64, dtype="float32", save_frames="true")
-    args.update(extra)
-    return [f"{k}={v}" if " " not in str(v) else f"{k}='{v}'" for k, v in args.items()]
-
-
-def to_uint8(video):
-    return np.round(np.clip(video, 0.0, 1.0) * 255.0).astype(np.uint8)
-
-
-def assert_frames_close(ours, ref):
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    diff = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
-    assert diff.max() <= MAX_ABS, f"max abs diff {diff.max()}, mean {diff.mean():.4f}"
 
 
 @pytest.fixture(scope="module")
