@@ -17,6 +17,7 @@ SAMPLERS = ("unipc", "euler")
 SCHEDULES = ("auto", "official", "diffusers")
 DTYPES = ("bfloat16", "float32")
 BACKENDS = ("torch",)
+ATTENTION_IMPLS = ("ours", "xfuser")
 # Latent channels the transformer sees per task: noise, plus mask + image latent for I2V.
 TASK_IN_CHANNELS = {"t2v": 16, "i2v": 36, "ti2v": 48}
 
@@ -101,6 +102,9 @@ class RunSpec:
     checkpoint_dir: str | None
     output_dir: str
     save_frames: bool
+    attention_impl: str = "ours"
+    dist_timeout_s: float = 600.0
+    log_all_ranks: bool = False
 
     @property
     def uses_guidance(self) -> bool:
@@ -246,6 +250,12 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         )
 
     dtype = _choice("dtype", str(_pick(cfg, "dtype", "bfloat16")), DTYPES)
+    uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
+    if mesh.dp > 1 and not (mesh.dp == 2 and uses_guidance):
+        raise ConfigError(
+            f"mesh={mesh.name} has dp={mesh.dp}: dp carries the two CFG halves (cond, uncond), so it needs dp=2 "
+            "with guidance on (guidance_high or guidance_low ≠ 1); use a mesh with dp=1"
+        )
     return RunSpec(
         model=model,
         mesh=mesh,
@@ -268,7 +278,16 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         checkpoint_dir=checkpoint_dir or None,
         output_dir=os.path.abspath(_as(str, "output_dir", _pick(cfg, "output_dir", "outputs"))),
         save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
+        attention_impl=_choice("attention_impl", str(_pick(cfg, "attention_impl", "ours")), ATTENTION_IMPLS),
+        dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
+        log_all_ranks=_as(bool, "log_all_ranks", _pick(cfg, "log_all_ranks", False)),
     )
+
+
+def _positive(key: str, value: float) -> float:
+    if value <= 0:
+        raise ConfigError(f"{key}={value} must be positive")
+    return value
 
 
 def _check_image_readable(path: str) -> None:

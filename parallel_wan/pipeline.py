@@ -20,6 +20,7 @@ from .config import TASK_IN_CHANNELS, ConfigError, RunSpec
 from .models import transformer as dit
 from .models import vae
 from .models.rope import rope_tables
+from .sharding import SequenceShards
 from .sampling import make_sampler, make_schedule, schedule_from_scheduler_config
 from .timing import PhaseTimer
 
@@ -30,7 +31,7 @@ HIGH, LOW, SINGLE = "high_noise", "low_noise", "single"
 
 @dataclass
 class Generation:
-    frames: np.ndarray  # (T, H, W, 3) uint8
+    frames: np.ndarray | None  # (T, H, W, 3) uint8 on the main rank; None elsewhere
     latents: np.ndarray  # (1, C, T, h, w) float32, the final denoised latent
     timings: dict
     info: dict = field(default_factory=dict)
@@ -41,6 +42,9 @@ def preflight(spec: RunSpec):
     """Cheap checks of the checkpoint against the run (json and safetensors headers only).
     Returns the checkpoint description, or None for the built-in tiny model."""
     if spec.checkpoint_dir is None:
+        from .tiny import transformer_config
+
+        check_heads(spec, transformer_config(spec.model.task))
         return None
     from .weights.layout import CheckpointError, describe_checkpoint
 
@@ -67,11 +71,21 @@ def check_compatible(spec: RunSpec, ckpt) -> None:
                 f"checkpoint_dir={ckpt.root}: the {name} transformer takes {tcfg.in_channels} input channels but "
                 f"model={spec.model.name} ({spec.model.task}) needs {need}; pick the matching model preset"
             )
+    check_heads(spec, ckpt.transformers[experts[0]])
     stride = ckpt.vae_config.scale_factor_spatial * ckpt.transformers[experts[0]].patch_size[1]
     if spec.height % stride or spec.width % stride:
         raise ConfigError(
             f"height={spec.height} width={spec.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
         )
+
+
+def check_heads(spec: RunSpec, tcfg) -> None:
+    """Ulysses splits attention heads: they must divide by the ulysses degree."""
+    from .config import mesh_spec
+
+    m = spec.mesh
+    mesh_spec({"name": m.name, "dp": m.dp, "cp": m.cp, "ulysses": m.ulysses, "ring": m.ring}, m.world_size,
+              heads=tcfg.num_attention_heads)
 
 
 def _materialize_tiny(spec: RunSpec, folder: str):
@@ -93,7 +107,8 @@ class Loaded:
 
 def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
     """Text encoder, VAE and the experts load concurrently; each expert lands on the device in
-    the run's dtype with the reference's float32 exceptions."""
+    the run's dtype with the reference's float32 exceptions. Only the main rank loads the text
+    encoder: it encodes once and broadcasts the embeddings."""
     from .text.umt5 import TextEncoder
     from .weights.loader import load_transformer, load_vae
 
@@ -106,12 +121,12 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         return cfg, backend.place(params, "float32")
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        text_future = pool.submit(TextEncoder.load, ckpt, spec.dtype, backend.device)
+        text_future = pool.submit(TextEncoder.load, ckpt, spec.dtype, backend.device) if backend.is_main else None
         vae_future = pool.submit(vae_part)
         expert_futures = [pool.submit(expert, name) for name in ckpt.experts]
         experts = dict(f.result() for f in expert_futures)
         vae_cfg, vae_params = vae_future.result()
-        text_encoder = text_future.result()
+        text_encoder = text_future.result() if text_future is not None else None
     return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder)
 
 
@@ -193,17 +208,48 @@ def expert_for(t: float, spec: RunSpec) -> str:
     return HIGH if t >= spec.model.boundary * 1000 else LOW
 
 
-def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progress, cond_tokens=None,
-            fixed_tokens=None, fixed_mask=None):
-    """Run every step on these tokens. `cond_tokens`: I2V channels joined to the input;
-    `fixed_tokens`/`fixed_mask` (TI2V first frame): tokens held at the image latent, with t = 0."""
+@dataclass(frozen=True)
+class RankWork:
+    """What this rank computes: a slice of the token sequence and one or both CFG halves."""
+
+    shards: SequenceShards
+    cp_index: int
+    cfg_branch: int | None  # 0 = cond, 1 = uncond (CFG parallel over dp); None = both here
+
+    def local(self, full_tokens, backend):
+        """This rank's tokens of a (B, N, F) device array, zero-padded past N."""
+        ops = backend.ops
+        pad = self.shards.padding
+        if pad:
+            full_tokens = ops.pad(full_tokens, [(0, 0), (0, pad), (0, 0)])
+        start, stop = self.shards.bounds(self.cp_index)
+        return full_tokens[:, start:stop]
+
+
+def plan_work(spec: RunSpec, tokens: int, backend) -> RankWork:
+    mesh = spec.mesh  # validated in config.resolve: dp is 1, or 2 with guidance on
+    branch = backend.index("dp") if mesh.dp == 2 else None
+    return RankWork(SequenceShards(tokens, mesh.cp), backend.index("cp"), branch)
+
+
+def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progress, work: RankWork,
+            cond_tokens=None, fixed_tokens=None, fixed_mask=None):
+    """Run every step on this rank's tokens (all arrays here are already this rank's slice).
+    `cond_tokens`: I2V channels joined to the input; `fixed_tokens`/`fixed_mask` (TI2V first
+    frame, (Lc, 1) host array, 0 where held): tokens held at the image latent, with t = 0."""
     ops = backend.ops
     tcfg = next(iter(loaded.experts.values()))[0]
-    cos, sin = rope_tables(tcfg.attention_head_dim, grid)
+    cos, sin = rope_tables(tcfg.attention_head_dim, grid, token_index=work.shards.token_index(work.cp_index))
     rope = (backend.to_device(cos), backend.to_device(sin))
+    attention = backend.self_attention_for(work.shards)
     sampler = make_sampler(spec.sampler, schedule)
-    batch = 2 if spec.uses_guidance else 1
-    ctx = context if batch == 2 else context[:1]
+    # CFG: both halves batched in one forward here, or one half per dp rank (CFG parallel).
+    if not spec.uses_guidance:
+        halves, ctx = 1, context[:1]
+    elif work.cfg_branch is None:
+        halves, ctx = 2, context
+    else:
+        halves, ctx = 1, context[work.cfg_branch : work.cfg_branch + 1]
     # TI2V-5B takes one timestep per token (diffusers' expand_timesteps), with or without an image.
     per_token = spec.model.task == "ti2v"
     n_tokens = noise_tokens.shape[1]
@@ -218,14 +264,15 @@ def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progre
         if keep is not None:
             x = ops.where(keep > 0, x, fixed_tokens)
         x_in = x if cond_tokens is None else dit.join_channels([x, cond_tokens], tcfg.patch_size, ops)
-        x_in = ops.concat([x_in] * batch, axis=0) if batch == 2 else x_in
+        x_in = ops.concat([x_in] * halves, axis=0) if halves == 2 else x_in
         if per_token:
-            ts = np.full((batch, n_tokens), t, np.float32) * (1.0 if fixed_mask is None else fixed_mask[None, :, 0])
+            ts = np.full((halves, n_tokens), t, np.float32) * (1.0 if fixed_mask is None else fixed_mask[None, :, 0])
         else:
-            ts = np.full((batch,), t, np.float32)
-        out = dit.forward(params, x_in, backend.to_device(ts), ctx, rope, tcfg, ops, backend.self_attention)
-        out = ops.cast(out, "float32")
-        pred = out[1:2] + guidance * (out[0:1] - out[1:2]) if batch == 2 else out
+            ts = np.full((halves,), t, np.float32)
+        out = ops.cast(dit.forward(params, x_in, backend.to_device(ts), ctx, rope, tcfg, ops, attention), "float32")
+        if work.cfg_branch is not None and spec.uses_guidance:
+            out = ops.concat(backend.exchange_dp(out), axis=0)  # the two halves meet once per step
+        pred = out[1:2] + guidance * (out[0:1] - out[1:2]) if spec.uses_guidance else out
         x = sampler.step(pred, x, i, ops)
     if keep is not None:
         x = ops.where(keep > 0, x, fixed_tokens)
@@ -251,12 +298,14 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
                  timer.seconds["load"])
 
         with timer.phase("text"):
-            from .text.umt5 import DEFAULT_NEGATIVE_PROMPT
+            context = None
+            if backend.is_main:
+                from .text.umt5 import DEFAULT_NEGATIVE_PROMPT
 
-            negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
-            context = loaded.text_encoder.encode([spec.prompt, negative])
-            loaded.text_encoder.release()
-            context = ops.cast(backend.to_device(context), spec.dtype)
+                negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
+                context = loaded.text_encoder.encode([spec.prompt, negative])
+                loaded.text_encoder.release()
+            context = ops.cast(backend.broadcast_from_main(context), spec.dtype)
 
         vcfg = loaded.vae_config
         latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
@@ -280,17 +329,28 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
         schedule_kind, schedule = pick_schedule(spec, ckpt)
         import torch  # the reference noise: the official code's CPU generator, float32
 
+        # Every rank draws the same full noise from the seed (cheap, on the host) and keeps its
+        # slice: the video is the same whatever the mesh.
         noise = torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.seed), dtype=torch.float32)
         tokens = dit.patchify(backend.to_device(noise.numpy()), tcfg.patch_size, ops)
+        work = plan_work(spec, tokens.shape[1], backend)
+        if cond_tokens is not None:
+            cond_tokens = work.local(cond_tokens, backend)
+        if fixed_tokens is not None:
+            fixed_tokens = work.local(fixed_tokens, backend)
+            fixed_mask = work.shards.shard(fixed_mask, work.cp_index, axis=0)
 
         with timer.phase("denoise"):
-            tokens = denoise(spec, loaded, context, schedule, tokens, grid, backend, progress,
-                             cond_tokens, fixed_tokens, fixed_mask)
+            local = denoise(spec, loaded, context, schedule, work.local(tokens, backend), grid, backend, progress,
+                            work, cond_tokens, fixed_tokens, fixed_mask)
+            tokens = backend.gather_tokens(local)[:, : work.shards.tokens]  # the one gather, for the VAE
+        latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
 
-        with timer.phase("vae_decode"):
-            latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
-            video = vae.decode(loaded.vae_params, vae.denormalize_latents(latents, vcfg, ops), ops, vcfg)
-            frames = backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8)
+        frames = None
+        if backend.is_main:
+            with timer.phase("vae_decode"):
+                video = vae.decode(loaded.vae_params, vae.denormalize_latents(latents, vcfg, ops), ops, vcfg)
+                frames = backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8)
 
     steps_per_expert = {}
     for t in schedule.timesteps:
@@ -303,6 +363,9 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
         "steps_per_expert": steps_per_expert,
         "latent_shape": list(latent_shape),
         "device": str(backend.device),
+        "mesh": {"name": spec.mesh.name, "dp": spec.mesh.dp, "cp": spec.mesh.cp, "ulysses": spec.mesh.ulysses,
+                 "ring": spec.mesh.ring, "tokens": work.shards.tokens, "tokens_per_rank": work.shards.local,
+                 "padding": work.shards.padding},
     }
     if image_record is not None:
         info["image"] = image_record

@@ -37,17 +37,21 @@ def progress_bar(total: int, enabled: bool):
     return wrap
 
 
-def run(spec: RunSpec, ckpt=None) -> dict:
-    """Generate and write outputs; returns the paths written."""
+def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
+    """Generate and, on the main rank, write outputs; returns the paths written (None on
+    other ranks)."""
     from . import __version__
     from .backends.torch.backend import TorchBackend
     from .outputs import save_generation
     from .pipeline import generate
 
-    backend = TorchBackend(spec.device)
-    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, device=%s", spec.model.name, spec.model.task,
-             spec.width, spec.height, spec.num_frames, spec.steps, spec.dtype, backend.device)
-    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=True))
+    backend = TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl)
+    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, device=%s, mesh=%s (%d process%s)",
+             spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps, spec.dtype,
+             backend.device, spec.mesh.name, spec.mesh.world_size, "" if spec.mesh.world_size == 1 else "es")
+    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=backend.is_main))
+    if not backend.is_main:
+        return None
     sidecar = {
         "parallel_wan": __version__,
         "config": spec.to_dict(),
@@ -70,16 +74,34 @@ def gen_summary(gen, paths) -> str:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    setup_logging()
+    from .backends.torch.distributed import launch_from_env, shutdown
+
+    launch = launch_from_env()
+    setup_logging(launch.rank, bool(cfg.get("log_all_ranks")))
     try:
-        spec = resolve(OmegaConf.to_container(cfg, resolve=True))
+        spec = resolve(OmegaConf.to_container(cfg, resolve=True), launch.world_size)
         from .pipeline import preflight
 
         ckpt = preflight(spec)
     except ConfigError as exc:
-        print(f"parallel_wan: error: {exc}", file=sys.stderr)
+        # Every rank validates the same settings and stops here, before any process group
+        # exists, so nobody waits on anybody; one rank says why.
+        if launch.rank == 0:
+            print(f"parallel_wan: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    run(spec, ckpt)
+    try:
+        run(spec, ckpt, launch)
+    except Exception as exc:
+        if launch.world_size == 1:
+            raise
+        # A failing rank must end the job, not leave its peers blocked in a collective: say
+        # which rank failed and why, then exit without waiting on a clean group teardown. Its
+        # peers' collectives then fail (peer gone) or time out after dist_timeout_s, and they
+        # exit through this same path.
+        print(f"parallel_wan: rank {launch.rank}/{launch.world_size} failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+    shutdown()
 
 
 if __name__ == "__main__":

@@ -75,6 +75,12 @@ class TinyModel:
     boundary_ratio: float | None
 
 
+def transformer_config(kind: str) -> TransformerConfig:
+    """The tiny transformer's dimensions, without building anything (for early validation)."""
+    spec = _KIND[kind]
+    return TransformerConfig(**_TRANSFORMER, in_channels=spec["in_channels"], out_channels=spec["out_channels"])
+
+
 def build_tiny(kind: str = "t2v", seed: int = 0) -> TinyModel:
     """All components of a tiny Wan 2.2 model of this kind, deterministic in `seed`."""
     if kind not in _KIND:

@@ -1,5 +1,5 @@
-"""The PyTorch backend as the orchestrator sees it: device choice, parameter placement with
-the dtype policy, the attention callable and host↔device moves."""
+"""The PyTorch backend as the orchestrator sees it: device choice, the mesh and its collectives,
+parameter placement with the dtype policy, the attention callable and host↔device moves."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ...config import MeshSpec
+from ...sharding import SequenceShards
 from ...weights.tree import map_leaves
 from . import ops
+from .distributed import Collectives, Launch, init_distributed
+from .mesh import TorchMesh
 
 
-def pick_device(setting: str) -> torch.device:
+def pick_device(setting: str, local_rank: int = 0) -> torch.device:
     if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cpu")
     device = torch.device(setting)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={setting} but this machine has no CUDA device; use device=cpu or device=auto")
@@ -24,13 +30,52 @@ def pick_device(setting: str) -> torch.device:
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, device: str = "auto"):
-        self.device = pick_device(device)
+    def __init__(self, device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
+                 dist_timeout_s: float = 600.0, attention_impl: str = "ours"):
+        launch = launch or Launch(0, 1, 0, "single process")
+        self.device = pick_device(device, launch.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         self.ops = ops
         ops.set_default_device(self.device)
-        # The one-device path: plain attention. Sequence-parallel meshes swap in their own.
-        self.self_attention: Callable = ops.attention
+        init_distributed(launch, self.device, dist_timeout_s)
+        self.mesh = TorchMesh.build(mesh or MeshSpec())
+        self.collectives = Collectives(self.mesh)
+        self.attention_impl = attention_impl
 
+    # ------------------------------------------------------------ mesh
+    @property
+    def rank(self) -> int:
+        return self.mesh.rank
+
+    @property
+    def is_main(self) -> bool:
+        return self.mesh.rank == 0
+
+    def index(self, axis: str) -> int:
+        return self.mesh.index(axis)
+
+    def self_attention_for(self, shards: SequenceShards) -> Callable:
+        """Self-attention over this rank's `shards.local` tokens of `shards.tokens` valid ones."""
+        if self.attention_impl == "xfuser":
+            from .xfuser_attention import make_xfuser_attention
+
+            return make_xfuser_attention(self.mesh, shards.tokens, shards.local)
+        from .sequence_parallel import make_self_attention
+
+        return make_self_attention(self.mesh, shards.tokens, shards.local)
+
+    def broadcast_from_main(self, tensor):
+        return self.collectives.broadcast_from_rank0(
+            None if tensor is None else torch.as_tensor(tensor), self.device)
+
+    def gather_tokens(self, local):
+        return self.collectives.gather_tokens(local)
+
+    def exchange_dp(self, local):
+        return self.collectives.exchange_dp(local)
+
+    # ------------------------------------------------------------ arrays
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
