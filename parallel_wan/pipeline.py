@@ -41,6 +41,11 @@ class Generation:
 def preflight(spec: RunSpec):
     """Cheap checks of the checkpoint against the run (json and safetensors headers only).
     Returns the checkpoint description, or None for the built-in tiny model."""
+    if spec.attention_impl == "xfuser":
+        from .backends.torch.xfuser_attention import xfuser_unavailable_reason
+
+        if xfuser_unavailable_reason():
+            raise ConfigError(xfuser_unavailable_reason())
     if spec.checkpoint_dir is None:
         from .tiny import transformer_config
 

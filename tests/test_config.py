@@ -146,3 +146,52 @@ def test_cli_rejects_a_broken_checkpoint_before_loading(tmp_path, tiny_folder, c
     for w in words:
         assert w in lines[0], lines[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("overrides, world, words", [
+    (["mesh=usp2x2"], 2, ["dp×cp=1×4=4 processes but 2 were started", "torchrun --nproc-per-node 4"]),
+    (["mesh=single"], 4, ["1 processes but 4 were started"]),
+    (["mesh=cp4", "mesh.ulysses=4"], 4, ["cp=4 must equal ulysses×ring=4×2"]),
+    (["mesh=dp2", "guidance_high=1", "guidance_low=1"], 2, ["dp=2", "guidance"]),
+    (["mesh=cp2", "mesh.dp=0"], 0, ["mesh.dp=0"]),
+])
+def test_bad_meshes(overrides, world, words):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=overrides)
+    with pytest.raises(ConfigError) as err:
+        resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+
+
+def test_heads_not_divisible_by_ulysses_names_a_ring_factor_that_works():
+    from parallel_wan.config import mesh_spec
+
+    with pytest.raises(ConfigError) as err:
+        mesh_spec({"name": "ulysses8", "dp": 1, "cp": 8, "ulysses": 8, "ring": 1}, 8, heads=12)
+    assert "ulysses=8 does not divide the model's 12 attention heads" in str(err.value)
+    assert "mesh.ulysses=4 mesh.ring=2" in str(err.value)
+    # A14B: 40 heads split 8 ways is fine; TI2V-5B: 24 heads too.
+    mesh_spec({"name": "ulysses8", "dp": 1, "cp": 8, "ulysses": 8, "ring": 1}, 8, heads=40)
+    mesh_spec({"name": "ulysses8", "dp": 1, "cp": 8, "ulysses": 8, "ring": 1}, 8, heads=24)
+
+
+def test_cli_heads_check_runs_before_loading(tmp_path):
+    # The tiny model has 8 heads; ulysses 16 (with 16 "processes" claimed) must be refused at once.
+    env_world = {"RANK": "0", "WORLD_SIZE": "16", "LOCAL_RANK": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={tmp_path / 'out'}", "mesh=cp8", "mesh.cp=16",
+         "mesh.ulysses=16", "mesh.ring=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO, **env_world},
+    )
+    assert proc.returncode == 2
+    assert "ulysses=16 does not divide the model's 8 attention heads" in proc.stderr
+    assert "mesh.ulysses=8 mesh.ring=2" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_xfuser_without_cuda_is_refused_before_loading(tmp_path):
+    proc, out = run_cli(tmp_path, "attention_impl=xfuser")
+    assert proc.returncode == 2
+    assert "attention_impl=xfuser needs CUDA" in proc.stderr and "attention_impl=ours" in proc.stderr
+    assert not out.exists()
