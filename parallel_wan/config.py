@@ -84,7 +84,7 @@ class RunSpec:
     model: ModelPreset
     mesh: MeshSpec
     backend: str
-    prompt: str
+    prompts: tuple[str, ...]  # one video per prompt; dp splits several prompts
     negative_prompt: str | None  # None → the official default negative prompt
     image: str | None
     seed: int
@@ -109,6 +109,15 @@ class RunSpec:
     @property
     def uses_guidance(self) -> bool:
         return self.guidance_high != 1.0 or (self.model.experts == 2 and self.guidance_low != 1.0)
+
+    @property
+    def prompt(self) -> str:
+        return self.prompts[0]
+
+    def seed_of(self, prompt_index: int) -> int:
+        """Video i of a prompt batch is seeded seed + i, so it is the same video whatever the
+        batch is split into."""
+        return self.seed + prompt_index
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -251,16 +260,23 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
 
     dtype = _choice("dtype", str(_pick(cfg, "dtype", "bfloat16")), DTYPES)
     uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
-    if mesh.dp > 1 and not (mesh.dp == 2 and uses_guidance):
-        raise ConfigError(
-            f"mesh={mesh.name} has dp={mesh.dp}: dp carries the two CFG halves (cond, uncond), so it needs dp=2 "
-            "with guidance on (guidance_high or guidance_low ≠ 1); use a mesh with dp=1"
-        )
+    prompts = _prompts(cfg.get("prompt"))
+    if mesh.dp > 1:
+        if len(prompts) == 1 and not (mesh.dp == 2 and uses_guidance):
+            raise ConfigError(
+                f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
+                f"dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=[\"…\",\"…\"]) or use a mesh with dp=1"
+            )
+        if len(prompts) > 1 and len(prompts) % mesh.dp:
+            raise ConfigError(
+                f"mesh={mesh.name} splits prompts over dp={mesh.dp} but {len(prompts)} prompts were given; "
+                f"give a multiple of {mesh.dp} prompts"
+            )
     return RunSpec(
         model=model,
         mesh=mesh,
         backend=backend,
-        prompt=_as(str, "prompt", _pick(cfg, "prompt", "")),
+        prompts=prompts,
         negative_prompt=None if cfg.get("negative_prompt") is None else _as(str, "negative_prompt", cfg["negative_prompt"]),
         image=image or None,
         seed=seed,
@@ -282,6 +298,17 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
         log_all_ranks=_as(bool, "log_all_ranks", _pick(cfg, "log_all_ranks", False)),
     )
+
+
+def _prompts(value) -> tuple[str, ...]:
+    """`prompt` is one string, or a list of strings (one video each)."""
+    if value is None:
+        return ("",)
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(p, str) for p in value):
+        return tuple(value)
+    raise ConfigError(f"prompt={value!r} must be a string or a non-empty list of strings, e.g. prompt='[\"a cat\",\"a dog\"]'")
 
 
 def _positive(key: str, value: float) -> float:

@@ -71,13 +71,26 @@ def write_npy(path: str, array: np.ndarray) -> None:
     write_atomic(path, write)
 
 
-def save_generation(output_dir: str, frames: np.ndarray, fps: int, sidecar: dict, save_frames: bool) -> dict:
-    """Write video.mp4, video.json (+ frames.npy); returns the paths written."""
+def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool) -> dict:
+    """Write the videos (video.mp4, or video_000.mp4 … for a prompt batch), optional raw frames
+    and, last, the JSON sidecar — so a sidecar on disk means the job finished. Returns the
+    paths written."""
     os.makedirs(output_dir, exist_ok=True)
-    paths = {"video": os.path.join(output_dir, "video.mp4"), "sidecar": os.path.join(output_dir, "video.json")}
-    if save_frames:
-        paths["frames"] = os.path.join(output_dir, "frames.npy")
-        write_npy(paths["frames"], frames)
-    write_mp4(paths["video"], frames, fps)
-    write_json(paths["sidecar"], {**sidecar, "frames_sha256": frames_sha256(frames), "files": paths})
+    many = len(videos) > 1
+    entries = []
+    for i, frames in enumerate(videos):
+        suffix = f"_{i:03d}" if many else ""
+        entry = {"video": os.path.join(output_dir, f"video{suffix}.mp4"), "frames_sha256": frames_sha256(frames)}
+        if save_frames:
+            entry["frames"] = os.path.join(output_dir, f"frames{suffix}.npy")
+            write_npy(entry["frames"], frames)
+        write_mp4(entry["video"], frames, fps)
+        entries.append(entry)
+    if many:
+        sidecar = {**sidecar, "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)]}
+    else:
+        sidecar = {**sidecar, "frames_sha256": entries[0]["frames_sha256"], "files": entries[0]}
+    paths = {"sidecar": os.path.join(output_dir, "video.json"), "video": entries[0]["video"],
+             "videos": [e["video"] for e in entries]}
+    write_json(paths["sidecar"], sidecar)
     return paths

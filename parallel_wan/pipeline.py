@@ -31,10 +31,15 @@ HIGH, LOW, SINGLE = "high_noise", "low_noise", "single"
 
 @dataclass
 class Generation:
-    frames: np.ndarray | None  # (T, H, W, 3) uint8 on the main rank; None elsewhere
-    latents: np.ndarray  # (1, C, T, h, w) float32, the final denoised latent
+    videos: list  # per prompt: (T, H, W, 3) uint8 frames — on the main rank; empty elsewhere
+    latents: np.ndarray  # (prompts, C, T, h, w) float32, the final denoised latents
     timings: dict
     info: dict = field(default_factory=dict)
+
+    @property
+    def frames(self) -> np.ndarray | None:
+        """The first (for one prompt: the only) video's frames; None off the main rank."""
+        return self.videos[0] if self.videos else None
 
 
 # ---------------------------------------------------------------- checkpoint
@@ -215,10 +220,12 @@ def expert_for(t: float, spec: RunSpec) -> str:
 
 @dataclass(frozen=True)
 class RankWork:
-    """What this rank computes: a slice of the token sequence and one or both CFG halves."""
+    """What this rank computes: a slice of the token sequence, for a set of prompts, with one
+    or both CFG halves."""
 
     shards: SequenceShards
     cp_index: int
+    rows: tuple[int, ...]  # indices of the prompts this rank's dp group denoises (one batch)
     cfg_branch: int | None  # 0 = cond, 1 = uncond (CFG parallel over dp); None = both here
 
     def local(self, full_tokens, backend):
@@ -232,32 +239,47 @@ class RankWork:
 
 
 def plan_work(spec: RunSpec, tokens: int, backend) -> RankWork:
-    mesh = spec.mesh  # validated in config.resolve: dp is 1, or 2 with guidance on
-    branch = backend.index("dp") if mesh.dp == 2 else None
-    return RankWork(SequenceShards(tokens, mesh.cp), backend.index("cp"), branch)
+    """dp carries the CFG halves of one prompt (dp = 2), or splits several prompts into equal
+    batches; cp splits the tokens. config.resolve has checked the counts fit."""
+    dp, n = spec.mesh.dp, len(spec.prompts)
+    shards = SequenceShards(tokens, spec.mesh.cp)
+    if n == 1 and dp == 2:
+        return RankWork(shards, backend.index("cp"), (0,), backend.index("dp"))
+    per = n // dp
+    first = backend.index("dp") * per
+    return RankWork(shards, backend.index("cp"), tuple(range(first, first + per)), None)
+
+
+def guidance_context(context, work: RankWork, n_prompts: int, uses_guidance: bool, ops):
+    """Rows of the text context for this rank's forward: [cond rows] or [cond rows ‖ negative ×
+    B], or one half under CFG parallel. `context` holds every prompt, then the negative."""
+    cond = ops.take(context, list(work.rows), axis=0)
+    negative = ops.concat([context[n_prompts : n_prompts + 1]] * len(work.rows), axis=0)
+    if not uses_guidance:
+        return cond, 1
+    if work.cfg_branch is None:
+        return ops.concat([cond, negative], axis=0), 2
+    return (cond if work.cfg_branch == 0 else negative), 1
 
 
 def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progress, work: RankWork,
             cond_tokens=None, fixed_tokens=None, fixed_mask=None):
-    """Run every step on this rank's tokens (all arrays here are already this rank's slice).
-    `cond_tokens`: I2V channels joined to the input; `fixed_tokens`/`fixed_mask` (TI2V first
-    frame, (Lc, 1) host array, 0 where held): tokens held at the image latent, with t = 0."""
+    """Run every step on this rank's tokens (B prompts × Lc tokens; all arrays here are already
+    this rank's slice). `cond_tokens`: I2V channels joined to the input; `fixed_tokens` /
+    `fixed_mask` (TI2V first frame, (Lc, 1) host array, 0 where held): tokens held at the image
+    latent, with t = 0."""
     ops = backend.ops
     tcfg = next(iter(loaded.experts.values()))[0]
     cos, sin = rope_tables(tcfg.attention_head_dim, grid, token_index=work.shards.token_index(work.cp_index))
     rope = (backend.to_device(cos), backend.to_device(sin))
     attention = backend.self_attention_for(work.shards)
     sampler = make_sampler(spec.sampler, schedule)
-    # CFG: both halves batched in one forward here, or one half per dp rank (CFG parallel).
-    if not spec.uses_guidance:
-        halves, ctx = 1, context[:1]
-    elif work.cfg_branch is None:
-        halves, ctx = 2, context
-    else:
-        halves, ctx = 1, context[work.cfg_branch : work.cfg_branch + 1]
+    ctx, halves = guidance_context(context, work, len(spec.prompts), spec.uses_guidance, ops)
+    batch, n_tokens = noise_tokens.shape[0], noise_tokens.shape[1]
+    if cond_tokens is not None:
+        cond_tokens = ops.concat([cond_tokens] * batch, axis=0)
     # TI2V-5B takes one timestep per token (diffusers' expand_timesteps), with or without an image.
     per_token = spec.model.task == "ti2v"
-    n_tokens = noise_tokens.shape[1]
     keep = None if fixed_mask is None else backend.to_device(fixed_mask.astype(np.float32))  # 1 = denoised
 
     x = noise_tokens
@@ -270,18 +292,31 @@ def denoise(spec, loaded, context, schedule, noise_tokens, grid, backend, progre
             x = ops.where(keep > 0, x, fixed_tokens)
         x_in = x if cond_tokens is None else dit.join_channels([x, cond_tokens], tcfg.patch_size, ops)
         x_in = ops.concat([x_in] * halves, axis=0) if halves == 2 else x_in
+        rows = halves * batch
         if per_token:
-            ts = np.full((halves, n_tokens), t, np.float32) * (1.0 if fixed_mask is None else fixed_mask[None, :, 0])
+            ts = np.full((rows, n_tokens), t, np.float32) * (1.0 if fixed_mask is None else fixed_mask[None, :, 0])
         else:
-            ts = np.full((halves,), t, np.float32)
+            ts = np.full((rows,), t, np.float32)
         out = ops.cast(dit.forward(params, x_in, backend.to_device(ts), ctx, rope, tcfg, ops, attention), "float32")
-        if work.cfg_branch is not None and spec.uses_guidance:
+        if work.cfg_branch is not None:
             out = ops.concat(backend.exchange_dp(out), axis=0)  # the two halves meet once per step
-        pred = out[1:2] + guidance * (out[0:1] - out[1:2]) if spec.uses_guidance else out
+        pred = out[batch:] + guidance * (out[:batch] - out[batch:]) if spec.uses_guidance else out
         x = sampler.step(pred, x, i, ops)
     if keep is not None:
         x = ops.where(keep > 0, x, fixed_tokens)
     return x
+
+
+def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size):
+    """Patch tokens of each prompt's noise, drawn as the official code draws it: a CPU
+    generator seeded with the prompt's seed, float32. Every rank draws the same full noise
+    (cheap, on the host) and keeps its slice, so the video does not depend on the mesh."""
+    import torch
+
+    ops = backend.ops
+    noise = [torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.seed_of(r)),
+                         dtype=torch.float32) for r in rows]
+    return dit.patchify(backend.to_device(torch.cat(noise).numpy()), patch_size, ops)
 
 
 def to_uint8_frames(video, ops):
@@ -308,7 +343,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
                 from .text.umt5 import DEFAULT_NEGATIVE_PROMPT
 
                 negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
-                context = loaded.text_encoder.encode([spec.prompt, negative])
+                context = loaded.text_encoder.encode([*spec.prompts, negative])  # one batched call
                 loaded.text_encoder.release()
             context = ops.cast(backend.broadcast_from_main(context), spec.dtype)
 
@@ -332,13 +367,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
                                                                 loaded.vae_params, ops, backend)
 
         schedule_kind, schedule = pick_schedule(spec, ckpt)
-        import torch  # the reference noise: the official code's CPU generator, float32
-
-        # Every rank draws the same full noise from the seed (cheap, on the host) and keeps its
-        # slice: the video is the same whatever the mesh.
-        noise = torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.seed), dtype=torch.float32)
-        tokens = dit.patchify(backend.to_device(noise.numpy()), tcfg.patch_size, ops)
-        work = plan_work(spec, tokens.shape[1], backend)
+        work = plan_work(spec, math.prod(grid), backend)
+        tokens = draw_noise(spec, work.rows, latent_shape, backend, tcfg.patch_size)
         if cond_tokens is not None:
             cond_tokens = work.local(cond_tokens, backend)
         if fixed_tokens is not None:
@@ -348,14 +378,19 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
         with timer.phase("denoise"):
             local = denoise(spec, loaded, context, schedule, work.local(tokens, backend), grid, backend, progress,
                             work, cond_tokens, fixed_tokens, fixed_mask)
-            tokens = backend.gather_tokens(local)[:, : work.shards.tokens]  # the one gather, for the VAE
+            # The one gather, for the VAE: tokens over cp, then each dp group's prompts.
+            tokens = backend.gather_tokens(local)[:, : work.shards.tokens]
+            if work.cfg_branch is None and spec.mesh.dp > 1:
+                tokens = ops.concat(backend.exchange_dp(tokens), axis=0)
         latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
 
-        frames = None
+        videos = []
         if backend.is_main:
             with timer.phase("vae_decode"):
-                video = vae.decode(loaded.vae_params, vae.denormalize_latents(latents, vcfg, ops), ops, vcfg)
-                frames = backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8)
+                for row in range(latents.shape[0]):
+                    z = vae.denormalize_latents(latents[row : row + 1], vcfg, ops)
+                    video = vae.decode(loaded.vae_params, z, ops, vcfg)
+                    videos.append(backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8))
 
     steps_per_expert = {}
     for t in schedule.timesteps:
@@ -374,4 +409,5 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
     }
     if image_record is not None:
         info["image"] = image_record
-    return Generation(frames=frames, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
+    info["videos"] = [{"prompt": p, "seed": spec.seed_of(i)} for i, p in enumerate(spec.prompts)]
+    return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)

@@ -60,7 +60,7 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
         **gen.info,
         "frames_shape": list(gen.frames.shape),
     }
-    paths = save_generation(spec.output_dir, gen.frames, spec.model.fps, sidecar, spec.save_frames)
+    paths = save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames)
     print(gen_summary(gen, paths), file=sys.stderr)
     return paths
 
@@ -69,7 +69,8 @@ def gen_summary(gen, paths) -> str:
     from .timing import timing_summary
 
     phases = {k: v for k, v in gen.timings.items() if k != "total"}
-    return timing_summary(phases, gen.timings["total"], {"video": paths["video"]})
+    where = paths["video"] if len(paths["videos"]) == 1 else f"{len(paths['videos'])} videos in {os.path.dirname(paths['video'])}"
+    return timing_summary(phases, gen.timings["total"], {"video": where})
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)

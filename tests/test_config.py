@@ -195,3 +195,12 @@ def test_xfuser_without_cuda_is_refused_before_loading(tmp_path):
     assert proc.returncode == 2
     assert "attention_impl=xfuser needs CUDA" in proc.stderr and "attention_impl=ours" in proc.stderr
     assert not out.exists()
+
+
+def test_prompt_batches_must_split_evenly_over_dp():
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=["mesh=dp2", "prompt=[a,b,c]"])
+    with pytest.raises(ConfigError, match="3 prompts were given; give a multiple of 2"):
+        resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, 2)
+    spec = spec_for("prompt=[a,b]")
+    assert spec.prompts == ("a", "b") and spec.seed_of(1) == spec.seed + 1
