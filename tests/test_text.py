@@ -97,8 +97,8 @@ def test_clean_prompt_matches_diffusers():
 
 
 def test_default_negative_prompt_is_the_official_one():
-    path = Path("/tmp/wan22dl/x/wan/configs/shared_config.py")
-    if not path.is_file():
-        pytest.skip("official Wan 2.2 sources not unpacked")
+    from official_wan import official_wan_dir
+
+    path = official_wan_dir() / "configs" / "shared_config.py"
     official = re.search(r"sample_neg_prompt = '([^']*)'", path.read_text()).group(1)
     assert DEFAULT_NEGATIVE_PROMPT == official

@@ -56,7 +56,6 @@ def _official_path(filename: str) -> str:
     candidates = []
     if spec is not None and spec.origin is not None:
         candidates.append(os.path.join(os.path.dirname(spec.origin), "modules", filename))
-    candidates.append(os.path.join("/tmp/wan22dl/x/wan/modules", filename))
     for path in candidates:
         if os.path.exists(path):
             return path
