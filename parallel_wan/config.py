@@ -16,7 +16,7 @@ TASKS = ("t2v", "i2v", "ti2v")
 SAMPLERS = ("unipc", "euler")
 SCHEDULES = ("auto", "official", "diffusers")
 DTYPES = ("bfloat16", "float32")
-BACKENDS = ("torch",)
+BACKENDS = ("torch", "jax")
 ATTENTION_IMPLS = ("ours", "xfuser")
 # Latent channels the transformer sees per task: noise, plus mask + image latent for I2V.
 TASK_IN_CHANNELS = {"t2v": 16, "i2v": 36, "ti2v": 48}
@@ -105,6 +105,8 @@ class RunSpec:
     attention_impl: str = "ours"
     dist_timeout_s: float = 600.0
     log_all_ranks: bool = False
+    scan_loop: bool = False  # JAX: every step in one lax.scan (lax.cond picks the expert)
+    jax_fsdp: bool = False  # JAX: weights sharded over every mesh axis, gathered one layer at a time
 
     @property
     def uses_guidance(self) -> bool:
@@ -171,9 +173,11 @@ def model_preset(cfg: Mapping) -> ModelPreset:
     return preset
 
 
-def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None) -> MeshSpec:
+def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None, backend: str = "torch") -> MeshSpec:
     """Validate the mesh degrees against each other, the world size and (when known) the
-    attention head count."""
+    attention head count. For torch the world size is the number of processes and must equal
+    dp×cp; for JAX (one process drives every local device) it is the number of devices, and a
+    mesh may use the first dp×cp of them."""
     known = ("name", "dp", "cp", "ulysses", "ring")
     unknown = set(cfg) - set(known)
     if unknown:
@@ -189,7 +193,9 @@ def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None) -> Me
             f"{name}: cp={mesh.cp} must equal ulysses×ring={mesh.ulysses}×{mesh.ring}={mesh.ulysses * mesh.ring}; "
             f"set mesh.ulysses and mesh.ring so their product is {mesh.cp}"
         )
-    if mesh.world_size != world_size:
+    if backend == "jax":
+        _check_jax_devices(mesh, world_size)
+    elif mesh.world_size != world_size:
         launch = f"torchrun --nproc-per-node {mesh.world_size} -m parallel_wan.run mesh={mesh.name}"
         raise ConfigError(
             f"{name} needs dp×cp={mesh.dp}×{mesh.cp}={mesh.world_size} processes but {world_size} were started; "
@@ -205,11 +211,27 @@ def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None) -> Me
     return mesh
 
 
+def _check_jax_devices(mesh: MeshSpec, devices: int) -> None:
+    if mesh.world_size > devices:
+        raise ConfigError(
+            f"mesh={mesh.name} needs dp×cp={mesh.dp}×{mesh.cp}={mesh.world_size} JAX devices but {devices} "
+            f"{'is' if devices == 1 else 'are'} visible; pick a smaller mesh, or on CPU set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={mesh.world_size} before starting"
+        )
+
+
+def backend_name(cfg: Mapping) -> str:
+    """The `backend` choice of a composed config, validated (cheap: run.py needs it before
+    it knows how to count the world)."""
+    return _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS)
+
+
 def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
-    """Validate the composed config and fill model defaults. Raises ConfigError."""
+    """Validate the composed config and fill model defaults. Raises ConfigError.
+    `world_size`: processes started (torch), or JAX devices visible (backend=jax)."""
     model = model_preset(cfg["model"])
-    mesh = mesh_spec(cfg.get("mesh") or {}, world_size)
-    backend = _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS)
+    backend = backend_name(cfg)
+    mesh = mesh_spec(cfg.get("mesh") or {}, world_size, backend=backend)
 
     num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
     height = _as(int, "height", _pick(cfg, "height", model.height))
@@ -259,6 +281,9 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         )
 
     dtype = _choice("dtype", str(_pick(cfg, "dtype", "bfloat16")), DTYPES)
+    attention_impl = _choice("attention_impl", str(_pick(cfg, "attention_impl", "ours")), ATTENTION_IMPLS)
+    if attention_impl == "xfuser" and backend != "torch":
+        raise ConfigError(f"attention_impl=xfuser is a PyTorch (CUDA) kernel but backend={backend}; use attention_impl=ours")
     uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
     prompts = _prompts(cfg.get("prompt"))
     if mesh.dp > 1:
@@ -294,10 +319,19 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         checkpoint_dir=checkpoint_dir or None,
         output_dir=os.path.abspath(_as(str, "output_dir", _pick(cfg, "output_dir", "outputs"))),
         save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
-        attention_impl=_choice("attention_impl", str(_pick(cfg, "attention_impl", "ours")), ATTENTION_IMPLS),
+        attention_impl=attention_impl,
         dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
         log_all_ranks=_as(bool, "log_all_ranks", _pick(cfg, "log_all_ranks", False)),
+        scan_loop=_jax_only(cfg, backend, "scan_loop"),
+        jax_fsdp=_jax_only(cfg, backend, "jax_fsdp"),
     )
+
+
+def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
+    value = _as(bool, key, _pick(cfg, key, False))
+    if value and backend != "jax":
+        raise ConfigError(f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}")
+    return value
 
 
 def _prompts(value) -> tuple[str, ...]:

@@ -1,8 +1,12 @@
 """Entry point: `python -m parallel_wan.run [key=value ...]` (Hydra overrides, see conf/config.yaml).
 
 Order matters for users: validate every setting and the checkpoint's json/headers first (one
-line and exit code 2 on a bad value, nothing written), then load, generate, and write the mp4
-and its JSON sidecar atomically, then print the TIMING SUMMARY.
+line and exit code 2 on a bad value, nothing written, nothing compiled), then load, generate,
+and write the mp4 and its JSON sidecar atomically, then print the TIMING SUMMARY.
+
+backend=torch: one process per device (torchrun); rank 0 logs and writes.
+backend=jax: one process per host drives every local device; several hosts join through
+`jax.distributed` (backends/jax/multihost.py); process 0 logs and writes.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError, RunSpec, resolve
+from .config import ConfigError, RunSpec, backend_name, resolve
 
 log = logging.getLogger("parallel_wan")
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -37,20 +41,32 @@ def progress_bar(total: int, enabled: bool):
     return wrap
 
 
-def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
-    """Generate and, on the main rank, write outputs; returns the paths written (None on
-    other ranks)."""
-    from . import __version__
+def make_backend(spec: RunSpec, launch=None):
+    if spec.backend == "jax":
+        from .backends.jax.backend import JaxBackend
+
+        return JaxBackend(spec.mesh, spec.device, fsdp=spec.jax_fsdp)
     from .backends.torch.backend import TorchBackend
+
+    return TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl)
+
+
+def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
+    """Generate and, on the process that writes, write outputs; returns the paths written
+    (None elsewhere)."""
+    from . import __version__
     from .outputs import save_generation
     from .pipeline import generate
 
-    backend = TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl)
-    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, device=%s, mesh=%s (%d process%s)",
+    backend = make_backend(spec, launch)
+    count = spec.mesh.world_size
+    unit = ("device" if count == 1 else "devices") if spec.backend == "jax" else ("process" if count == 1 else "processes")
+    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s)",
              spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps, spec.dtype,
-             backend.device, spec.mesh.name, spec.mesh.world_size, "" if spec.mesh.world_size == 1 else "es")
-    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=backend.is_main))
-    if not backend.is_main:
+             spec.backend, backend.device, spec.mesh.name, count, unit)
+    show = backend.writes_outputs and not spec.scan_loop  # a scanned loop has no steps to show
+    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=show))
+    if not backend.writes_outputs:
         return None
     sidecar = {
         "parallel_wan": __version__,
@@ -73,23 +89,52 @@ def gen_summary(gen, paths) -> str:
     return timing_summary(phases, gen.timings["total"], {"video": where})
 
 
-@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
+def validate(raw: dict, world_size: int):
+    """Settings and checkpoint headers → (spec, checkpoint description). Raises ConfigError;
+    loads nothing, compiles nothing."""
+    from .pipeline import preflight
+
+    spec = resolve(raw, world_size)
+    return spec, preflight(spec)
+
+
+def _refuse(exc: ConfigError, speaks: bool) -> None:
+    # Every process validates the same settings and stops here, before any process group
+    # exists or anything compiles, so nobody waits on anybody; one process says why.
+    if speaks:
+        print(f"parallel_wan: error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main_jax(raw: dict) -> None:
+    import warnings
+
+    from .backends.jax import multihost
+
+    # JAX warns on any fork; the only fork here is imageio's ffmpeg subprocess, which execs at once.
+    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+    launch = multihost.start()
+    setup_logging(launch.process_index, bool(raw.get("log_all_ranks")))
+    try:
+        from .backends.jax.backend import visible_devices
+
+        spec, ckpt = validate(raw, len(visible_devices(str(raw.get("device") or "auto"))))
+    except ConfigError as exc:
+        _refuse(exc, launch.process_index == 0)
+    if launch.process_count > 1:
+        log.info("JAX multi-host: process %d of %d (%s)", launch.process_index, launch.process_count, launch.how)
+    run(spec, ckpt)
+
+
+def main_torch(raw: dict) -> None:
     from .backends.torch.distributed import launch_from_env, shutdown
 
     launch = launch_from_env()
-    setup_logging(launch.rank, bool(cfg.get("log_all_ranks")))
+    setup_logging(launch.rank, bool(raw.get("log_all_ranks")))
     try:
-        spec = resolve(OmegaConf.to_container(cfg, resolve=True), launch.world_size)
-        from .pipeline import preflight
-
-        ckpt = preflight(spec)
+        spec, ckpt = validate(raw, launch.world_size)
     except ConfigError as exc:
-        # Every rank validates the same settings and stops here, before any process group
-        # exists, so nobody waits on anybody; one rank says why.
-        if launch.rank == 0:
-            print(f"parallel_wan: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _refuse(exc, launch.rank == 0)
     try:
         run(spec, ckpt, launch)
     except Exception as exc:
@@ -103,6 +148,16 @@ def main(cfg: DictConfig) -> None:
               file=sys.stderr, flush=True)
         os._exit(1)
     shutdown()
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        name = backend_name(raw)
+    except ConfigError as exc:
+        _refuse(exc, True)
+    (main_jax if name == "jax" else main_torch)(raw)
 
 
 if __name__ == "__main__":

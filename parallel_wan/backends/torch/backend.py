@@ -29,6 +29,8 @@ def pick_device(setting: str, local_rank: int = 0) -> torch.device:
 
 class TorchBackend:
     name = "torch"
+    single_controller = False  # one process per device; each rank computes its own shard
+    compiles_ahead = False  # eager: no warm-up phase
 
     def __init__(self, device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
                  dist_timeout_s: float = 600.0, attention_impl: str = "ours"):
@@ -51,6 +53,14 @@ class TorchBackend:
     @property
     def is_main(self) -> bool:
         return self.mesh.rank == 0
+
+    @property
+    def writes_outputs(self) -> bool:
+        return self.is_main
+
+    @property
+    def text_device(self) -> torch.device:
+        return self.device
 
     def index(self, axis: str) -> int:
         return self.mesh.index(axis)
@@ -101,3 +111,40 @@ class TorchBackend:
 
     def inference_mode(self):
         return torch.inference_mode()
+
+    # ------------------------------------------------------------ generation parts
+    def noise_predictor(self, task):
+        """`predict(expert, x, t, guidance)` on this rank's shard (pipeline.DenoiseTask)."""
+        from .predictor import EagerNoisePredictor
+
+        return EagerNoisePredictor(task, self)
+
+    def video_decoder(self, vae_params, vae_config):
+        """`decode(latents)` → uint8 frames per video, on the main rank ([] elsewhere)."""
+        return EagerVideoDecoder(self, vae_params, vae_config)
+
+    def vae_encode(self, params, video: np.ndarray, cfg):
+        from ...models import vae
+
+        return vae.encode(params, self.to_device(video), ops, cfg)
+
+
+class EagerVideoDecoder:
+    def __init__(self, backend: TorchBackend, params, cfg):
+        self.backend, self.params, self.cfg = backend, params, cfg
+
+    def compile(self, latent_shape) -> dict:
+        return {}
+
+    def __call__(self, latents) -> list[np.ndarray]:
+        from ...frames import to_uint8_frames
+        from ...models import vae  # looked up per call: benchmarks stub vae.decode
+
+        if not self.backend.is_main:
+            return []
+        videos = []
+        for row in range(latents.shape[0]):
+            z = vae.denormalize_latents(latents[row : row + 1], self.cfg, ops)
+            video = vae.decode(self.params, z, ops, self.cfg)
+            videos.append(self.backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8))
+        return videos

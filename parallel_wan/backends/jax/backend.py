@@ -1,0 +1,111 @@
+"""The JAX backend as the orchestrator sees it: one process drives every device of the mesh
+(single controller), so its work is the whole padded sequence and every prompt, held as global
+arrays with NamedShardings. The noise predictor is a compiled program per expert, the VAE
+decode a compiled scan split by height; the text encoder stays a PyTorch module on the host
+CPU and hands its embeddings over."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from ...config import ConfigError, MeshSpec
+from . import ops, placement
+from .predictor import JaxNoisePredictor, put
+from .sequence_parallel import AXES, build_mesh
+from .vae_codec import JaxVideoDecoder, video_encoder
+
+_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
+
+
+def visible_devices(setting: str = "auto") -> list:
+    """The devices `device=` selects: auto = JAX's default platform, or cpu / gpu (cuda) / tpu."""
+    if setting == "auto":
+        return jax.devices()
+    if setting not in _PLATFORMS:
+        raise ConfigError(f"device={setting} is not a JAX platform; with backend=jax use device=auto, cpu, gpu or tpu")
+    try:
+        return jax.devices(_PLATFORMS[setting])
+    except RuntimeError:
+        raise ConfigError(f"device={setting} but JAX sees no {_PLATFORMS[setting]} devices "
+                          f"(it has {jax.default_backend()}); use device=auto") from None
+
+
+class JaxBackend:
+    name = "jax"
+    single_controller = True  # work = the whole padded sequence and every prompt, as global arrays
+    compiles_ahead = True  # a warm-up phase compiles every program before the timed run
+    text_device = "cpu"  # UMT5 stays a PyTorch module on the host
+    # Host-side work (text encoding, handing arrays over, reading frames back) happens in every
+    # controller process: each runs the same program on the global arrays.
+    is_main = True
+
+    def __init__(self, mesh: MeshSpec | None = None, device: str = "auto", fsdp: bool = False, kernel: str = "auto"):
+        mesh = mesh or MeshSpec()
+        devices = visible_devices(device)
+        if mesh.world_size > len(devices):
+            raise ConfigError(f"mesh={mesh.name} needs {mesh.world_size} JAX devices but {len(devices)} are visible; "
+                              f"on CPU set XLA_FLAGS=--xla_force_host_platform_device_count={mesh.world_size}")
+        if jax.process_count() > 1 and mesh.world_size != len(devices):
+            raise ConfigError(f"mesh={mesh.name} uses {mesh.world_size} of the {len(devices)} devices of this "
+                              f"{jax.process_count()}-host job; on several hosts the mesh must span every device")
+        self.mesh = build_mesh(mesh.dp, mesh.ring, mesh.ulysses, devices=devices[: mesh.world_size])
+        self.ops = ops
+        self.fsdp, self.kernel = fsdp, kernel
+        self.device = f"{devices[0].platform} ×{mesh.world_size}" + (
+            f" (of {len(devices)})" if len(devices) > mesh.world_size else "")
+        self._replicated = NamedSharding(self.mesh, P())
+        self._encoders: dict = {}
+
+    @property
+    def writes_outputs(self) -> bool:
+        return jax.process_index() == 0
+
+    # ------------------------------------------------------------ arrays
+    def place(self, tree, dtype: str, keep_fp32=None):
+        """Stack the layer runs, cast, and put on the mesh: replicated, or FSDP-sharded over
+        every mesh axis with jax_fsdp=true."""
+        return placement.place(tree, self.mesh, dtype, keep_fp32, fsdp_axes=AXES if self.fsdp else None,
+                               fsdp_min_size=placement.FSDP_MIN_SIZE)
+
+    def to_device(self, array, dtype: str | None = None):
+        """A host array, replicated over the mesh."""
+        host = placement.host_array(array)
+        if dtype is not None:
+            host = host.astype(np.dtype(ops.dtype(dtype)))
+        return put(host, self._replicated)
+
+    def broadcast_from_main(self, tensor):
+        # Every controller encoded the same prompts itself; nothing to send.
+        return self.to_device(tensor)
+
+    def to_host(self, x) -> np.ndarray:
+        if not x.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            x = multihost_utils.process_allgather(x, tiled=True)
+        return ops.to_numpy(x)
+
+    def synchronize(self) -> None:
+        """Wait for the work queued so far (dispatch is asynchronous), so phases are timed
+        by what they ran."""
+        jax.block_until_ready(jax.live_arrays())
+
+    def inference_mode(self):
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------ generation parts
+    def noise_predictor(self, task):
+        return JaxNoisePredictor(task, self.mesh, fsdp=self.fsdp, kernel=self.kernel)
+
+    def video_decoder(self, vae_params, vae_config):
+        return JaxVideoDecoder(vae_params, vae_config, self.mesh, self.to_host)
+
+    def vae_encode(self, params, video: np.ndarray, cfg):
+        key = np.shape(video)
+        if key not in self._encoders:
+            self._encoders[key] = video_encoder(cfg, self._replicated)
+        return self._encoders[key](params, self.to_device(np.asarray(video, np.float32)))

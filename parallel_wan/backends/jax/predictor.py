@@ -1,0 +1,211 @@
+"""The JAX backend's noise prediction: one jitted program per expert, compiled once, on the
+global token array.
+
+A single controller holds the whole problem: tokens (B, cp·Lc, F) padded at the end and
+sharded ("dp", ring × ulysses); the forward batch is every prompt's [cond, uncond] pair, in
+that order, sharded over "dp" — so with one prompt and dp = 2 the two CFG halves run on the two
+dp groups, and with B prompts each dp group holds whole prompts. The CFG combine runs inside
+the program; the host only passes the step's timestep and guidance scale (traced scalars, so
+one compiled program serves every step, and both experts when their shapes agree).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from ...models import transformer as dit
+from ...models.rope import rope_tables
+from . import ops, placement
+from .sequence_parallel import CP, shard_forward
+
+STEP_NAME = "noise_prediction_step"  # the compiled program's name, as compile logs show it
+
+# Jitted programs by everything their trace depends on besides argument shapes, so a process
+# that runs several generations (a server, a test session) compiles each program once.
+_PROGRAMS: dict = {}
+
+
+def cached_program(key, build):
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = build()
+    return _PROGRAMS[key]
+
+
+def mesh_key(mesh) -> tuple:
+    return tuple(d.id for d in mesh.devices.flat), tuple(mesh.shape.items())
+
+
+def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halves: int, per_token: bool,
+              kernel: str):
+    """The pure step: (params, x, t, guidance, context, cos, sin, cond, t_mask) → guided
+    prediction, on global arrays: `shard_forward` maps the forward onto the mesh and XLA places
+    the CFG combine. It closes over plain values only (no arrays), so a cached program keeps
+    no weights alive."""
+    forward = shard_forward(
+        lambda p, x, t, c, rope, attn: dit.forward(p, x, t, c, rope, tcfg, ops, attn),
+        mesh, valid, per_token_timestep=per_token, param_specs=param_specs, kernel=kernel,
+    )
+
+    def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask):
+        x_in = x
+        if cond is not None:
+            x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])],
+                                     tcfg.patch_size, ops)
+        if halves == 2:
+            x_in = jnp.repeat(x_in, 2, axis=0)  # [x0, x0, x1, x1, …] against [c0, neg, c1, neg, …]
+        rows = x_in.shape[0]
+        if per_token:
+            ts = jnp.full((rows, padded), t, jnp.float32) * t_mask[None]
+        else:
+            ts = jnp.full((rows,), t, jnp.float32)
+        out = ops.cast(forward(params, x_in, ts, context, cos, sin), "float32")
+        if halves == 1:
+            return out
+        out = jnp.reshape(out, (batch, 2) + out.shape[1:])
+        cond_out, uncond = out[:, 0], out[:, 1]
+        return uncond + guidance * (cond_out - uncond)
+
+    noise_prediction_step.__name__ = STEP_NAME
+    return noise_prediction_step
+
+
+def host_copy(array) -> np.ndarray:
+    """A host copy of a host array, or of a device array this process can see whole (a
+    replicated global array is read from one local shard, which also works across hosts)."""
+    if not isinstance(array, jax.Array):
+        return np.asarray(array)
+    if array.is_fully_addressable:
+        return np.asarray(jax.device_get(array))
+    if array.sharding.is_fully_replicated:
+        return np.asarray(array.addressable_data(0))
+    raise ValueError("a sharded global array cannot be copied to one host here; gather it first")
+
+
+def put(array, sharding: NamedSharding):
+    """A host (or device) array as a global array with `sharding`; built shard by shard from
+    the host copy every process holds, so it works across hosts too."""
+    host = host_copy(array)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+class JaxNoisePredictor:
+    """`predict(expert, x, t, guidance)` → the guided prediction, float32, sharded like x."""
+
+    def __init__(self, task, mesh, fsdp: bool = False, kernel: str = "auto"):
+        self.task, self.mesh, self.kernel = task, mesh, kernel
+        work = task.work
+        self.valid, self.padded = work.shards.tokens, work.shards.padded
+        self.batch = len(work.rows)
+        self.halves = 2 if task.uses_guidance else 1
+        self.x_sharding = self.token_sharding(self.batch)
+        tcfg = next(iter(task.experts.values()))[0]
+        cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
+        self.cos, self.sin = put(cos, NamedSharding(mesh, P(CP, None))), put(sin, NamedSharding(mesh, P(CP, None)))
+        self.context = put(self._forward_rows(task), NamedSharding(mesh, P("dp", None, None)))
+        self.cond = None if task.cond_tokens is None else put(task.cond_tokens, NamedSharding(mesh, P(None, CP, None)))
+        mask = np.ones((self.padded,), np.float32) if task.fixed_mask is None else task.fixed_mask[:, 0]
+        self.t_mask = put(mask, NamedSharding(mesh, P(CP))) if task.per_token_timestep else None
+        self.specs = {name: placement.param_specs(p) if fsdp else None for name, (_, p) in task.experts.items()}
+        self.programs: dict[str, object] = {}  # expert → jitted step (experts with equal shapes share one)
+        self.compiled: dict[str, object] = {}  # expert → its compiled executable
+        self.scanned = None  # scan_loop=true: the whole loop as one program (scan_loop.py)
+        self._build_programs()
+
+    # ------------------------------------------------------------ set-up
+    def _forward_rows(self, task) -> np.ndarray:
+        """Context rows of the forward batch: [prompt i, negative] per prompt (or [prompt i])."""
+        context = host_copy(task.context)
+        rows = []
+        for i in task.work.rows:
+            rows += [i, task.prompts] if task.uses_guidance else [i]
+        return context[rows]
+
+    def program_key(self, expert: str) -> tuple:
+        """Everything the step's trace depends on besides the arguments' shapes."""
+        tcfg = self.task.experts[expert][0]
+        return (tcfg, repr(self.specs[expert]), mesh_key(self.mesh), self.valid, self.padded, self.batch,
+                self.halves, self.task.per_token_timestep, self.kernel)
+
+    def step_function(self, expert: str):
+        tcfg = self.task.experts[expert][0]
+        return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves,
+                         self.task.per_token_timestep, self.kernel)
+
+    def _build_programs(self) -> None:
+        for name in self.task.experts:
+            self.programs[name] = cached_program(
+                ("step",) + self.program_key(name),
+                lambda: jax.jit(self.step_function(name), out_shardings=self.x_sharding))
+
+    def _inputs(self, expert: str, x, t, guidance):
+        _, params = self.task.experts[expert]
+        return (params, x, np.float32(t), np.float32(guidance), self.context, self.cos, self.sin, self.cond,
+                self.t_mask)
+
+    def token_sharding(self, rows: int) -> NamedSharding:
+        """(rows, tokens, F): rows over dp when they split evenly — else replicated over dp (one
+        prompt under CFG parallel: both dp groups hold x and run one half each) — tokens over cp."""
+        return NamedSharding(self.mesh, P("dp" if rows % self.mesh.shape["dp"] == 0 else None, CP, None))
+
+    # ------------------------------------------------------------ use
+    def shard(self, x):
+        return jax.device_put(x, self.x_sharding if x.shape[0] == self.batch else self.token_sharding(x.shape[0]))
+
+    def compile(self, x, plan=None, sampler: str = "unipc", schedule=None, held=None) -> dict:
+        """Compile ahead of time with the real shapes: each distinct step program once (both
+        experts share one when their shapes agree), or with `plan` the whole scanned loop.
+        Also runs the sampler's elementwise update once over every step on throwaway zeros,
+        so the timed loop compiles nothing. Returns {program: seconds}."""
+        seconds = {}
+        if plan is not None:
+            from .scan_loop import ScannedLoop
+
+            t0 = time.perf_counter()
+            self.scanned = ScannedLoop(self, plan, sampler, schedule, held)
+            self.scanned.compile(x)
+            seconds["denoise_scan"] = time.perf_counter() - t0
+            return seconds
+        by_program: dict = {}
+        for name in self.task.experts:
+            by_program.setdefault(id(self.programs[name]), []).append(name)
+        for names in by_program.values():
+            t0 = time.perf_counter()
+            compiled = self.programs[names[0]].lower(*self._inputs(names[0], x, 0.0, 1.0)).compile()
+            for name in names:
+                self.compiled[name] = compiled
+            seconds[f"step[{'+'.join(names)}]"] = time.perf_counter() - t0
+        if schedule is not None:
+            t0 = time.perf_counter()
+            self._dry_run_sampler(x, sampler, schedule, held)
+            seconds["sampler_ops"] = time.perf_counter() - t0
+        return seconds
+
+    def _dry_run_sampler(self, x, sampler: str, schedule, held) -> None:
+        from ...sampling import make_sampler
+
+        run = make_sampler(sampler, schedule)
+        zero = jnp.zeros_like(x)
+        y = zero
+        for i in range(schedule.steps):
+            if held is not None:
+                y = ops.where(held[1] > 0, y, held[0])
+            y = run.step(self.shard(zero), y, i, ops)
+        jax.block_until_ready(y)
+
+    def __call__(self, expert: str, x, t: float, guidance: float):
+        x = self.shard(x)
+        program = self.compiled.get(expert) or self.programs[expert]
+        return program(*self._inputs(expert, x, t, guidance))
+
+    def run_steps(self, x, plan, sampler: str, schedule, held=None):
+        """Every step in one compiled program (scan_loop=true)."""
+        from .scan_loop import ScannedLoop
+
+        if self.scanned is None:
+            self.scanned = ScannedLoop(self, plan, sampler, schedule, held)
+        return self.scanned(self.shard(x))

@@ -1,0 +1,65 @@
+"""The PyTorch backend's noise prediction: eager, per rank, on this rank's token shard.
+
+Each rank runs the forward on its Lc tokens for its rows: [cond rows ‖ negative × B] (both CFG
+halves here), or one half under CFG parallel over dp, whose two predictions meet once per step
+(`exchange_dp`). Self-attention is the backend's sequence-parallel callable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...models import transformer as dit
+from ...models.rope import rope_tables
+
+
+def guidance_context(context, work, n_prompts: int, uses_guidance: bool, ops):
+    """Rows of the text context for this rank's forward: [cond rows] or [cond rows ‖ negative ×
+    B], or one half under CFG parallel. `context` holds every prompt, then the negative."""
+    cond = ops.take(context, list(work.rows), axis=0)
+    negative = ops.concat([context[n_prompts : n_prompts + 1]] * len(work.rows), axis=0)
+    if not uses_guidance:
+        return cond, 1
+    if work.cfg_branch is None:
+        return ops.concat([cond, negative], axis=0), 2
+    return (cond if work.cfg_branch == 0 else negative), 1
+
+
+class EagerNoisePredictor:
+    """`predict(expert, x, t, guidance)` → the guided prediction (B, Lc, F) in float32."""
+
+    def __init__(self, task, backend):
+        ops = self.ops = backend.ops
+        self.task, self.backend = task, backend
+        work = task.work
+        tcfg = next(iter(task.experts.values()))[0]
+        cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
+        self.rope = (backend.to_device(cos), backend.to_device(sin))
+        self.attention = backend.self_attention_for(work.shards)
+        self.context, self.halves = guidance_context(task.context, work, task.prompts, task.uses_guidance, ops)
+        self.batch = len(work.rows)
+        self.cond_tokens = None
+        if task.cond_tokens is not None:
+            self.cond_tokens = ops.concat([task.cond_tokens] * self.batch, axis=0)
+
+    def shard(self, x):
+        """The rank already holds its own shard."""
+        return x
+
+    def __call__(self, expert: str, x, t: float, guidance: float):
+        ops, task = self.ops, self.task
+        tcfg, params = task.experts[expert]
+        batch, n_tokens = x.shape[0], x.shape[1]
+        x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
+        x_in = ops.concat([x_in] * self.halves, axis=0) if self.halves == 2 else x_in
+        rows = self.halves * batch
+        if task.per_token_timestep:
+            mask = 1.0 if task.fixed_mask is None else task.fixed_mask[None, :, 0]
+            ts = np.full((rows, n_tokens), t, np.float32) * mask
+        else:
+            ts = np.full((rows,), t, np.float32)
+        ts = self.backend.to_device(ts)
+        out = ops.cast(dit.forward(params, x_in, ts, self.context, self.rope, tcfg, ops, self.attention), "float32")
+        if task.work.cfg_branch is not None:
+            out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
+        return out[batch:] + guidance * (out[:batch] - out[batch:]) if task.uses_guidance else out

@@ -1,0 +1,136 @@
+"""One generation end to end (DESIGN.md steps 2–7), on any backend."""
+
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import RunSpec
+from ..models import transformer as dit
+from ..timing import PhaseTimer
+from .checkpoint import load_components, materialize_tiny, preflight
+from .conditioning import i2v_condition, load_image, ti2v_first_frame
+from .denoise import DenoiseTask, denoise, draw_noise, pick_schedule, step_plan
+from .work import gather_latent_tokens, plan_work
+
+log = logging.getLogger("parallel_wan")
+
+
+@dataclass
+class Generation:
+    videos: list  # per prompt: (T, H, W, 3) uint8 frames — on the main rank; empty elsewhere
+    latents: np.ndarray  # (prompts, C, T, h, w) float32, the final denoised latents
+    timings: dict
+    info: dict = field(default_factory=dict)
+
+    @property
+    def frames(self) -> np.ndarray | None:
+        """The first (for one prompt: the only) video's frames; None off the main rank."""
+        return self.videos[0] if self.videos else None
+
+
+def encode_text(spec: RunSpec, loaded, backend):
+    """Prompts and the negative prompt through UMT5 in one batched call on the main rank,
+    then broadcast; the encoder is released."""
+    context = None
+    if backend.is_main:
+        from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
+
+        negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
+        context = loaded.text_encoder.encode([*spec.prompts, negative])
+        loaded.text_encoder.release()
+    return backend.ops.cast(backend.broadcast_from_main(context), spec.dtype)
+
+
+def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
+    ops = backend.ops
+    timer = PhaseTimer(backend.synchronize)
+    progress = progress or (lambda it: it)
+    with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
+        with timer.phase("load"):
+            if ckpt is None:
+                ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
+            loaded = load_components(spec, ckpt, backend)
+        log.info("loaded %s checkpoint (%s) in %.1f s", ckpt.layout, ", ".join(sorted(loaded.experts)),
+                 timer.seconds["load"])
+
+        with timer.phase("text"):
+            context = encode_text(spec, loaded, backend)
+
+        vcfg = loaded.vae_config
+        latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
+        lh, lw = spec.height // vcfg.scale_factor_spatial, spec.width // vcfg.scale_factor_spatial
+        tcfg = next(iter(loaded.experts.values()))[0]
+        latent_shape = (1, tcfg.out_channels, latent_frames, lh, lw)
+        grid = dit.patch_grid(tcfg, latent_shape)
+        work = plan_work(spec, math.prod(grid), backend)
+
+        cond_tokens = fixed_tokens = fixed_mask = image_record = None
+        if spec.image is not None:
+            with timer.phase("vae_encode"):
+                image, image_record = load_image(spec.image, spec.height, spec.width)
+                if spec.model.task == "i2v":
+                    cond = i2v_condition(image, spec.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
+                    cond_tokens = work.local(dit.patchify(cond, tcfg.patch_size, ops), backend)
+                else:
+                    fixed_tokens, fixed_mask = ti2v_first_frame(image, latent_frames, grid, vcfg, tcfg,
+                                                                loaded.vae_params, ops, backend)
+                    fixed_tokens, fixed_mask = work.local(fixed_tokens, backend), work.local_host(fixed_mask)
+
+        schedule_kind, schedule = pick_schedule(spec, ckpt)
+        task = DenoiseTask(loaded.experts, context, len(spec.prompts), work, grid, spec.uses_guidance,
+                           per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond_tokens,
+                           fixed_mask=fixed_mask)
+        predict = backend.noise_predictor(task)
+        decoder = backend.video_decoder(loaded.vae_params, vcfg)
+        x = predict.shard(work.local(draw_noise(spec, work.rows, latent_shape, backend, tcfg.patch_size), backend))
+        held = None
+        if fixed_mask is not None:
+            held = (predict.shard(fixed_tokens), backend.to_device(fixed_mask.astype(np.float32)))
+
+        compiled = {}
+        if backend.compiles_ahead:
+            # Both experts' steps (or the whole scanned loop) and the VAE decode, with the real
+            # shapes, before the timed phases: compile time is reported apart from run time.
+            with timer.phase("compile"):
+                compiled.update(predict.compile(x, step_plan(spec, schedule) if spec.scan_loop else None,
+                                                spec.sampler, schedule, held))
+                compiled.update(decoder.compile(latent_shape))
+
+        with timer.phase("denoise"):
+            if spec.scan_loop:
+                local = predict.run_steps(x, step_plan(spec, schedule), spec.sampler, schedule, held)
+            else:
+                local = denoise(spec, schedule, x, predict, progress, ops, held)
+            tokens = gather_latent_tokens(local, work, spec, backend)
+        latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
+
+        videos = []
+        if backend.is_main:
+            with timer.phase("vae_decode"):
+                videos = decoder(latents)
+
+    steps_per_expert = {}
+    for step in step_plan(spec, schedule):
+        steps_per_expert[step.expert] = steps_per_expert.get(step.expert, 0) + 1
+    info = {
+        "checkpoint": {"layout": ckpt.layout, "path": spec.checkpoint_dir or "built-in tiny model"},
+        "schedule": schedule_kind,
+        "timesteps": [float(t) for t in schedule.timesteps],
+        "steps_per_expert": steps_per_expert,
+        "latent_shape": list(latent_shape),
+        "device": str(backend.device),
+        "mesh": {"name": spec.mesh.name, "dp": spec.mesh.dp, "cp": spec.mesh.cp, "ulysses": spec.mesh.ulysses,
+                 "ring": spec.mesh.ring, "tokens": work.shards.tokens, "tokens_per_rank": work.shards.local,
+                 "padding": work.shards.padding},
+    }
+    if compiled:
+        info["compile"] = compiled
+    if image_record is not None:
+        info["image"] = image_record
+    info["videos"] = [{"prompt": p, "seed": spec.seed_of(i)} for i, p in enumerate(spec.prompts)]
+    return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
