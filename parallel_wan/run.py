@@ -113,7 +113,10 @@ def main_jax(raw: dict) -> None:
 
     # JAX warns on any fork; the only fork here is imageio's ffmpeg subprocess, which execs at once.
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-    launch = multihost.start()
+    try:
+        launch = multihost.start()
+    except ConfigError as exc:  # launcher variables that cannot be read
+        _refuse(exc, True)
     setup_logging(launch.process_index, bool(raw.get("log_all_ranks")))
     try:
         from .backends.jax.backend import visible_devices
@@ -129,7 +132,10 @@ def main_jax(raw: dict) -> None:
 def main_torch(raw: dict) -> None:
     from .backends.torch.distributed import launch_from_env, shutdown
 
-    launch = launch_from_env()
+    try:
+        launch = launch_from_env()
+    except ConfigError as exc:  # launcher variables that cannot be read
+        _refuse(exc, True)
     setup_logging(launch.rank, bool(raw.get("log_all_ranks")))
     try:
         spec, ckpt = validate(raw, launch.world_size)

@@ -256,6 +256,7 @@ def test_several_hosts_are_detected_from_the_environment_only():
     assert several_hosts({}) is None
     assert several_hosts({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}) is None  # one task: one host
     assert several_hosts({"TPU_WORKER_HOSTNAMES": "localhost"}) is None  # a single-host TPU VM
-    assert "JAX_COORDINATOR_ADDRESS" in several_hosts({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+    assert "JAX_COORDINATOR_ADDRESS" in several_hosts({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234",
+                                                       "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"})
     assert "4 tasks" in several_hosts({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"})
     assert "2 hosts" in several_hosts({"TPU_WORKER_HOSTNAMES": "t1v-0,t1v-1"})

@@ -1,14 +1,14 @@
 """Starting JAX on one host or on several.
 
 One process per host drives every local device; several hosts join one runtime through
-`jax.distributed.initialize()`, which must run before anything touches a device. It is
-called only when the environment says this process is one of several:
+`jax.distributed.initialize()`, which must run before anything touches a device. Whether this
+process is one of several is read in one place, `parallel_wan/launch.py`:
 
 - `JAX_COORDINATOR_ADDRESS=host:port` with `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` (any
   cluster, set by hand or by a launcher);
-- SLURM with more than one task (`SLURM_NTASKS` > 1; `srun`, one task per host);
-- a multi-host Cloud TPU slice (`TPU_WORKER_HOSTNAMES` lists more than one host; every host
-  runs the same command).
+- a multi-host Cloud TPU job on GKE, e.g. XPK (`TPU_WORKER_HOSTNAMES` lists more than one
+  host, or `MEGASCALE_NUM_SLICES` > 1; every host runs the same command);
+- SLURM with more than one task (`srun`).
 
 Anything else is one host, and nothing is initialized. Every process then runs the same
 program on global arrays; only process 0 logs and writes outputs.
@@ -16,9 +16,15 @@ program on global arrays; only process 0 logs and writes outputs.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Mapping
+
+from ...config import ConfigError
+from ...launch import TORCHRUN, TPU, Launch, detect, require_coordinator
+
+log = logging.getLogger("parallel_wan")
 
 
 @dataclass(frozen=True)
@@ -30,30 +36,38 @@ class JaxLaunch:
 
 def several_hosts(env: Mapping[str, str] = os.environ) -> str | None:
     """Why this process is one of several hosts, or None for a single-host run."""
-    if env.get("JAX_COORDINATOR_ADDRESS"):
-        return f"JAX_COORDINATOR_ADDRESS={env['JAX_COORDINATOR_ADDRESS']}"
-    if env.get("SLURM_JOB_ID") and int(env.get("SLURM_NTASKS", "1") or 1) > 1:
-        return f"SLURM job {env['SLURM_JOB_ID']} with {env['SLURM_NTASKS']} tasks"
-    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
-    if len(hosts) > 1:
-        return f"TPU slice with {len(hosts)} hosts"
-    return None
+    launch = detect(env)
+    return launch.source if launch.world_size > 1 else None
+
+
+def initialize_kwargs(launch: Launch) -> dict | None:
+    """The arguments for `jax.distributed.initialize`, or None when there is one process."""
+    if launch.world_size == 1:
+        return None
+    if launch.kind == TORCHRUN:
+        raise ConfigError(f"backend=jax was started by torchrun ({launch.world_size} processes); JAX runs one "
+                          "process per host, which drives all of the host's devices: start it with "
+                          "`python -m parallel_wan.run backend=jax` once per host (srun, XPK or JAX_* variables)")
+    if launch.kind == TPU:
+        # JAX reads the TPU variables itself and also waits for the coordinator's DNS name,
+        # which on GKE appears only once every pod of the job exists.
+        return {}
+    require_coordinator(launch)
+    return {"coordinator_address": launch.coordinator, "num_processes": launch.world_size,
+            "process_id": launch.rank}
 
 
 def start(env: Mapping[str, str] = os.environ) -> JaxLaunch:
     """Join the multi-host runtime when launched on several hosts; otherwise do nothing."""
     import jax
 
-    reason = several_hosts(env)
-    if reason is None:
-        return JaxLaunch(0, 1, "single host")
+    launch = detect(env)
+    kwargs = initialize_kwargs(launch)
+    if kwargs is None:
+        return JaxLaunch(0, 1, launch.source)
     if not jax.distributed.is_initialized():
-        kwargs = {}
-        if env.get("JAX_COORDINATOR_ADDRESS"):
-            kwargs["coordinator_address"] = env["JAX_COORDINATOR_ADDRESS"]
-            if env.get("JAX_NUM_PROCESSES"):
-                kwargs["num_processes"] = int(env["JAX_NUM_PROCESSES"])
-            if env.get("JAX_PROCESS_ID"):
-                kwargs["process_id"] = int(env["JAX_PROCESS_ID"])
-        jax.distributed.initialize(**kwargs)  # the rest is detected (SLURM, TPU metadata)
-    return JaxLaunch(jax.process_index(), jax.process_count(), reason)
+        jax.distributed.initialize(**kwargs)
+    if (jax.process_index(), jax.process_count()) != (launch.rank, launch.world_size):
+        log.warning("JAX numbers this process %d of %d but %s said %d of %d; going with JAX's numbering",
+                    jax.process_index(), jax.process_count(), launch.source, launch.rank, launch.world_size)
+    return JaxLaunch(jax.process_index(), jax.process_count(), launch.source)

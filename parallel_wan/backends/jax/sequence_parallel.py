@@ -50,7 +50,26 @@ def build_mesh(dp: int = 1, ring: int = 1, ulysses: int = 1, devices=None) -> Me
             "XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax)"
         )
     auto = (jax.sharding.AxisType.Auto,) * 3
+    if len({getattr(d, "slice_index", 0) for d in devices}) > 1:
+        return Mesh(multislice_grid(dp, ring, ulysses, devices), AXES, axis_types=auto)
     return jax.make_mesh((dp, ring, ulysses), AXES, axis_types=auto, devices=devices)
+
+
+def multislice_grid(dp: int, ring: int, ulysses: int, devices):
+    """The (dp, ring, ulysses) device grid when the devices span several slices (their
+    `slice_index`, e.g. the slices of a multi-slice TPU job): dp is split across the slices,
+    which talk over the data-centre network (DCN), so only the once-per-step CFG exchange and
+    the final gather cross it; ring and ulysses stay inside a slice (ICI)."""
+    from jax.experimental import mesh_utils
+
+    slices = len({d.slice_index for d in devices})
+    if dp % slices:
+        raise ValueError(
+            f"the devices span {slices} slices, so dp={dp} must be a multiple of {slices}: only dp "
+            f"may cross the slow links between slices; use e.g. mesh.dp={slices} and put the rest of "
+            "each slice's devices in cp (mesh.ring × mesh.ulysses)"
+        )
+    return mesh_utils.create_hybrid_device_mesh((dp // slices, ring, ulysses), (slices, 1, 1), devices)
 
 
 def cp_size(mesh: Mesh) -> int:

@@ -8,37 +8,39 @@ over cp, for the VAE). Attention's own traffic lives in ulysses.py / ring.py.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from ...launch import SINGLE, TORCHRUN, Launch, detect, require_coordinator
 from .mesh import TorchMesh
 
-
-@dataclass(frozen=True)
-class Launch:
-    rank: int
-    world_size: int
-    local_rank: int
-    source: str  # which launcher's variables were found
+__all__ = ["Launch", "launch_from_env", "init_distributed", "shutdown", "Collectives"]
+log = logging.getLogger("parallel_wan")
 
 
 def launch_from_env(env=os.environ) -> Launch:
-    """Rank and world size from torchrun's variables; one process when there are none."""
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return Launch(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", env["RANK"])), "torchrun")
-    return Launch(0, 1, 0, "single process")
+    """Rank, world size and coordinator from torchrun, srun (SLURM), JAX or TPU variables
+    (parallel_wan/launch.py); one process when there are none."""
+    return require_coordinator(detect(env))
 
 
 def init_distributed(launch: Launch, device: torch.device, timeout_s: float) -> None:
     """Join the process group (NCCL on CUDA, gloo on CPU). The timeout bounds how long a rank
-    waits on a peer that died, so a failure ends the job instead of hanging it."""
+    waits on a peer that died, so a failure ends the job instead of hanging it.
+
+    Under torchrun the group starts from its variables (env://; torchrun's agent may host the
+    store). Every other launcher only says where rank 0 is, so the group starts from an
+    explicit tcp://host:port with this process's rank: rank 0 listens there, the rest connect."""
     if launch.world_size == 1 or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     kwargs = {"device_id": device} if backend == "nccl" else {}
+    if launch.kind not in (TORCHRUN, SINGLE):
+        kwargs.update(init_method=f"tcp://{launch.coordinator}", rank=launch.rank, world_size=launch.world_size)
+    log.info("distributed: %s; %s process group", launch.describe(), backend)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
 
 
