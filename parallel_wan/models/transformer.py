@@ -121,10 +121,19 @@ def _merge_heads(x, ops):
     return ops.reshape(x, (b, l, h * d))
 
 
+def _self_qkv(p, x, ops):
+    """q, k, v projections of x. A backend may fuse the three weights into one `to_qkv`
+    (out = 3·dim, rows q ‖ k ‖ v; backends/torch/fast_block.fuse_qkv): one GEMM reads x once
+    and runs at a larger, more efficient size; the split is exact."""
+    if "to_qkv" in p:
+        return ops.split(ops.linear(x, p["to_qkv"]["weight"], p["to_qkv"]["bias"]), 3, axis=-1)
+    return [ops.linear(x, p[n]["weight"], p[n]["bias"]) for n in ("to_q", "to_k", "to_v")]
+
+
 def self_attention_block(p, x, rope, cfg: TransformerConfig, ops, attention):
-    q = ops.rms_norm(ops.linear(x, p["to_q"]["weight"], p["to_q"]["bias"]), p["norm_q"]["weight"], cfg.eps)
-    k = ops.rms_norm(ops.linear(x, p["to_k"]["weight"], p["to_k"]["bias"]), p["norm_k"]["weight"], cfg.eps)
-    v = ops.linear(x, p["to_v"]["weight"], p["to_v"]["bias"])
+    q, k, v = _self_qkv(p, x, ops)
+    q = ops.rms_norm(q, p["norm_q"]["weight"], cfg.eps)
+    k = ops.rms_norm(k, p["norm_k"]["weight"], cfg.eps)
     heads = cfg.num_attention_heads
     cos, sin = rope
     q = apply_rope(_heads(q, heads, ops), cos, sin, ops)

@@ -3,8 +3,9 @@
 Sequence parallelism computes a query block's attention against key blocks held apart (ring
 steps) and merges the partial results exactly; that merge needs each partial's log-sum-exp,
 which `F.scaled_dot_product_attention` does not return. So this calls the SDPA kernels that do:
-the CPU flash kernel on CPU; flash-attn, or PyTorch's flash / cuDNN / memory-efficient kernels
-on CUDA; a plain fp32 formula when none of them takes the inputs.
+the CPU flash kernel on CPU; flash-attn 3 (Hopper), cuDNN (first on Hopper and Blackwell),
+flash-attn 2 or PyTorch's flash / memory-efficient kernels on CUDA; a plain fp32 formula when
+none of them takes the inputs.
 
 Layout is the model's: q (B, S, H, D), k and v (B, L, H, D). The log-sum-exp comes back as
 (B, S, H) in float32 (float64 for float64 inputs), the dtype merges are done in.
@@ -103,6 +104,17 @@ def flash_attn_package(q, k, v, scale):
     return out, _lse_bsh(lse, q.shape[0], q.shape[2], q.shape[1], q.dtype)
 
 
+def flash_attn3_package(q, k, v, scale):
+    from flash_attn_interface import flash_attn_func  # flash-attn 3 (Hopper build); checked in `_candidates`
+
+    try:
+        result = flash_attn_func(q, k, v, softmax_scale=scale, return_attn_probs=True)
+    except TypeError:  # FA3 betas before `return_attn_probs` always return (out, lse)
+        result = flash_attn_func(q, k, v, softmax_scale=scale)
+    out, lse = result[0], result[1]
+    return out, _lse_bsh(lse, q.shape[0], q.shape[2], q.shape[1], q.dtype)
+
+
 def math_kernel(q, k, v, scale):
     """The formula, in at least float32: runs anywhere, on any dtype, slowly."""
     dt = lse_dtype(q.dtype)
@@ -114,6 +126,7 @@ def math_kernel(q, k, v, scale):
 
 KERNELS: dict[str, Kernel] = {
     "cpu_flash": cpu_flash,
+    "flash_attn3": flash_attn3_package,
     "flash_attn": flash_attn_package,
     "cuda_flash": cuda_flash,
     "cuda_cudnn": cuda_cudnn,
@@ -134,22 +147,65 @@ def _has_flash_attn() -> bool:
     return True
 
 
+def _has_flash_attn3() -> bool:
+    try:
+        import flash_attn_interface  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def _candidates(q: torch.Tensor) -> list[str]:
     """Kernels worth trying for these inputs, fastest first. Each kernel's own checks are the
-    final word (sm version, head size, alignment); the first that runs is remembered."""
+    final word (sm version, head size, alignment); the first that runs is remembered.
+    `preferred` (see `prefer_kernel`) goes first when set."""
     d = q.shape[-1]
     if q.device.type == "cpu":
-        return ["cpu_flash", "math"] if q.dtype in (torch.float32, torch.float64, *_HALF) else ["math"]
+        names = ["cpu_flash", "math"] if q.dtype in (torch.float32, torch.float64, *_HALF) else ["math"]
+        return _with_preferred(names)
     if q.device.type != "cuda":
         return ["math"]
     names = []
     if q.dtype in _HALF and d % 8 == 0 and d <= 256:
+        major = torch.cuda.get_device_capability(q.device)[0]
+        if major == 9 and _has_flash_attn3():
+            names.append("flash_attn3")  # Hopper only: FA3 uses sm_90 wgmma/TMA
+        if major >= 9:
+            # Hopper and Blackwell (sm_100, where neither flash-attn build runs): cuDNN's fused
+            # attention uses the new tensor-core instructions; PyTorch's flash kernel is FA2.
+            names.append("cuda_cudnn")
         if _has_flash_attn():
             names.append("flash_attn")
-        names += ["cuda_flash", "cuda_cudnn"]
+        names.append("cuda_flash")
+        if major < 9:
+            names.append("cuda_cudnn")
     if q.dtype in (torch.float32, *_HALF):
         names.append("cuda_efficient")
-    return names + ["math"]
+    return _with_preferred(names + ["math"])
+
+
+preferred: str | None = None
+
+
+def prefer_kernel(name: str | None) -> None:
+    """Try kernel `name` first from now on (benchmarks compare kernels; None restores the
+    default order). Forgets earlier choices so the next call chooses again."""
+    global preferred
+    if name is not None and name not in KERNELS:
+        raise ValueError(f"attention kernel {name!r} is unknown; choose from {', '.join(KERNELS)}")
+    preferred = name
+    _chosen.clear()
+
+
+def chosen_kernels() -> dict[tuple, str]:
+    """The kernel each (device type, dtype, head_dim) ended up with: for reports."""
+    return dict(_chosen)
+
+
+def _with_preferred(names: list[str]) -> list[str]:
+    if preferred is None:
+        return names
+    return [preferred] + [n for n in names if n != preferred]
 
 
 _chosen: dict[tuple, str] = {}
