@@ -70,7 +70,7 @@ def compile_seconds(layers: int, mesh_shape, unrolled: bool, tokens_grid=(3, 8, 
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from parallel_wan.backends.jax import ops, placement
+    from parallel_wan.backends.jax import placement
     from parallel_wan.backends.jax import predictor as pred
     from parallel_wan.backends.jax.sequence_parallel import CP, build_mesh
     from parallel_wan.models import transformer as dit

@@ -18,6 +18,11 @@ SCHEDULES = ("auto", "official", "diffusers")
 DTYPES = ("bfloat16", "float32")
 BACKENDS = ("torch", "jax")
 ATTENTION_IMPLS = ("ours", "xfuser")
+# Where the transformer weights live during denoising (README "Memory"): resident = both experts
+# whole on every device; sharded = each device keeps 1/world of every block and gathers one block
+# at a time (FSDP); swap = the low-noise expert waits in host memory, is copied in during the
+# last high-noise steps, and the high-noise expert is freed after its last step.
+MEMORY_MODES = ("resident", "sharded", "swap")
 # Latent channels the transformer sees per task: noise, plus mask + image latent for I2V.
 TASK_IN_CHANNELS = {"t2v": 16, "i2v": 36, "ti2v": 48}
 
@@ -107,6 +112,9 @@ class RunSpec:
     log_all_ranks: bool = False
     scan_loop: bool = False  # JAX: every step in one lax.scan (lax.cond picks the expert)
     jax_fsdp: bool = False  # JAX: weights sharded over every mesh axis, gathered one layer at a time
+    weights_cache_dir: str | None = None  # converted-weights cache (weights/cache.py); None: off
+    memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
+    swap_prefetch_steps: int = 2  # memory=swap: the low-noise copy starts this many steps before the switch
 
     @property
     def uses_guidance(self) -> bool:
@@ -286,6 +294,7 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         raise ConfigError(f"attention_impl=xfuser is a PyTorch (CUDA) kernel but backend={backend}; use attention_impl=ours")
     uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
     prompts = _prompts(cfg.get("prompt"))
+    memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
     if mesh.dp > 1:
         if len(prompts) == 1 and not (mesh.dp == 2 and uses_guidance):
             raise ConfigError(
@@ -323,7 +332,10 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
         log_all_ranks=_as(bool, "log_all_ranks", _pick(cfg, "log_all_ranks", False)),
         scan_loop=_jax_only(cfg, backend, "scan_loop"),
-        jax_fsdp=_jax_only(cfg, backend, "jax_fsdp"),
+        jax_fsdp=jax_fsdp,
+        weights_cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
+        memory=memory,
+        swap_prefetch_steps=swap_prefetch_steps,
     )
 
 
@@ -332,6 +344,51 @@ def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
     if value and backend != "jax":
         raise ConfigError(f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}")
     return value
+
+
+def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, int]:
+    """(memory, jax_fsdp, swap_prefetch_steps). On JAX, memory=sharded IS jax_fsdp (weights
+    sharded by NamedSharding, gathered one layer at a time inside the scan); the older
+    jax_fsdp=true still works and means memory=sharded."""
+    memory = _choice("memory", str(_pick(cfg, "memory", "resident")), MEMORY_MODES)
+    jax_fsdp = _jax_only(cfg, backend, "jax_fsdp")
+    prefetch = _as(int, "swap_prefetch_steps", _pick(cfg, "swap_prefetch_steps", 2))
+    if prefetch < 1:
+        raise ConfigError(f"swap_prefetch_steps={prefetch} must be ≥ 1: the low-noise expert must be on the device "
+                          "by its first step; set swap_prefetch_steps=1 or more")
+    if jax_fsdp:
+        if memory == "swap":
+            raise ConfigError("jax_fsdp=true shards the weights but memory=swap was asked; pick one: "
+                              "memory=sharded (same as jax_fsdp=true) or memory=swap without jax_fsdp")
+        memory = "sharded"
+    if memory == "sharded" and backend == "jax":
+        jax_fsdp = True
+    if memory == "swap":
+        if model.experts != 2:
+            raise ConfigError(f"memory=swap swaps the high-noise expert for the low-noise one, but model={model.name} "
+                              "has one expert; use memory=resident or memory=sharded")
+        if backend == "jax":
+            raise ConfigError("memory=swap is implemented for backend=torch only; on JAX use memory=sharded "
+                              "(weights sharded over the mesh) or memory=resident")
+    return memory, jax_fsdp, prefetch
+
+
+def _cache_dir(value) -> str | None:
+    """weights_cache_dir: a folder that exists or can be made, and is writable (checked now, not
+    after minutes of loading)."""
+    if value is None or value == "":
+        return None
+    path = os.path.abspath(os.path.expanduser(_as(str, "weights_cache_dir", value)))
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"weights_cache_dir={path}: {existing} is a file, not a folder; point it at a folder "
+                          "for the converted-weights cache, or set weights_cache_dir=null")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"weights_cache_dir={path}: {existing} is not writable; pick a writable folder "
+                          "or set weights_cache_dir=null")
+    return path
 
 
 def _prompts(value) -> tuple[str, ...]:

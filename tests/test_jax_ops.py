@@ -36,7 +36,7 @@ from parallel_wan.models import transformer as dit
 from parallel_wan.models import vae
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.models.vae_config import WAN2_2_LATENTS_MEAN, WAN2_2_LATENTS_STD, VaeConfig
+from tiny_vae import TINY_VAE
 from parallel_wan.weights.tree import unflatten
 
 RTOL = 1e-5  # see the module docstring
@@ -197,14 +197,6 @@ def test_layer_scan_compiles_once(one_device):
 
 
 # ---------------------------------------------------------------- the VAEs
-TINY_VAE = {
-    "wan2.1": VaeConfig(base_dim=8, z_dim=16, num_res_blocks=1),
-    "wan2.2": VaeConfig(
-        base_dim=8, decoder_base_dim=12, z_dim=48, num_res_blocks=1, is_residual=True,
-        in_channels=12, out_channels=12, patch_size=2, scale_factor_spatial=16,
-        latents_mean=WAN2_2_LATENTS_MEAN, latents_std=WAN2_2_LATENTS_STD,
-    ),
-}
 
 # XLA:CPU's LLVM optimisation level changes the machine code's speed, not the fp32
 # operations; level 0 halves the tiny VAEs' compile time (≈5 s → ≈2.4 s each).
@@ -268,6 +260,26 @@ def test_placement_dtypes_and_stacking_rule(one_device):
     np.testing.assert_array_equal(np.asarray(placed["proj_out"]["weight"]).view(np.int16), src.view(torch.int16).numpy())
     with pytest.raises(ValueError, match=r"params\['blocks'\]\[1\] differs from layer 0"):
         placement.to_host({"blocks": [{"w": torch.zeros(2)}, {"w": torch.zeros(3)}]})
+
+
+@pytest.mark.parametrize("layout", ["diffusers", "official"])
+def test_loader_stacks_reach_the_host_tree_without_a_copy(tmp_path, layout):
+    """The loader writes each block tensor's layers into one (L, ...) buffer in the run's dtype
+    (weights/stacked.py); placement hands those buffers over as they are — the host tree shares
+    their memory — and copies (with the cast) only where a dtype changes."""
+    from parallel_wan.tiny import build_tiny, write_checkpoint
+    from parallel_wan.weights.loader import load_transformer
+
+    write_checkpoint(build_tiny(kind="t2v", seed=0), str(tmp_path), layout=layout)
+    params = load_transformer(str(tmp_path), "high_noise", "bfloat16", dit.keeps_fp32)
+    host = placement.to_host(params, "bfloat16", dit.keeps_fp32)
+    for name in ("attn1.to_q.weight", "ffn.net.0.proj.weight", "norm2.weight"):  # bf16, bf16, fp32-kept
+        layers = [placement._get(layer, name) for layer in params["blocks"]]
+        stacked = placement._get(host["blocks"], name)
+        assert stacked.ctypes.data == layers[0].data_ptr(), name  # the loader's buffer itself
+        np.testing.assert_array_equal(stacked[1].view(np.uint8), placement.host_array(layers[1]).view(np.uint8))
+    widened = placement.to_host(params, "float32", dit.keeps_fp32)["blocks"]["attn1"]["to_q"]["weight"]
+    assert widened.dtype == np.float32 and widened.ctypes.data != params["blocks"][0]["attn1"]["to_q"]["weight"].data_ptr()
 
 
 def test_fsdp_spec_rule():

@@ -4,7 +4,6 @@ either checkpoint layout, with prompt and negative prompt in one batched call.""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch

@@ -27,22 +27,14 @@ from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
 from parallel_wan.backends.torch import ops
 from parallel_wan.models import vae
-from parallel_wan.models.vae_config import WAN2_2_LATENTS_MEAN, WAN2_2_LATENTS_STD, VaeConfig
+from parallel_wan.models.vae_config import VaeConfig
+from tiny_vae import TINY_VAE
 from parallel_wan.weights import tree
 from parallel_wan.weights.vae_keymap import detect_variant, diffusers_to_official, official_to_diffusers
 
 TOLERANCE = 1e-5  # fp32 relative error; see the module docstring
 
-# Tiny configs keeping every structural feature of the real ones (4 levels, temporal
-# down/upsampling at two of them, attention middle blocks).
-TINY = {
-    "wan2.1": VaeConfig(base_dim=8, z_dim=16, num_res_blocks=1),
-    "wan2.2": VaeConfig(
-        base_dim=8, decoder_base_dim=12, z_dim=48, num_res_blocks=1, is_residual=True,
-        in_channels=12, out_channels=12, patch_size=2, scale_factor_spatial=16,
-        latents_mean=WAN2_2_LATENTS_MEAN, latents_std=WAN2_2_LATENTS_STD,
-    ),
-}
+TINY = TINY_VAE  # tests/tiny_vae.py
 VARIANTS = list(TINY)
 
 

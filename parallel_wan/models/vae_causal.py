@@ -62,5 +62,6 @@ def causal_conv3d(p, x, ops, cache: TimeCache, name: str) -> Array:
     if kt > 1:
         history = kt - 1
         x = ops.concat([cache.past(name, x, history, ops), x], axis=2)
-        cache.keep(name, x[:, :, x.shape[2] - history :])
+        # a copy of the last frames, not a view: a view would keep the whole padded input alive
+        cache.keep(name, ops.detach_copy(x[:, :, x.shape[2] - history :]))
     return ops.conv3d(x, w, p.get("bias"), padding=(0, kh // 2, kw // 2))

@@ -73,6 +73,20 @@ def materialize_tiny(spec: RunSpec, folder: str):
     return describe_checkpoint(folder)
 
 
+def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
+    """`backend.place` arguments for an expert under spec.memory (README "Memory"): swap keeps
+    the low-noise expert in host memory until the plan moves it; sharded hands the backend this
+    rank's chunks and each tensor's whole dim 0 (from the headers)."""
+    if spec.memory == "swap" and name == LOW:
+        return {"where": "host"}
+    if shard is not None:
+        from ..weights.loader import expert_sources
+
+        return {"where": "sharded",
+                "full_rows": {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}}
+    return {}
+
+
 @dataclass
 class Loaded:
     ckpt: object
@@ -83,26 +97,35 @@ class Loaded:
 
 
 def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
-    """Text encoder, VAE and the experts load concurrently; each expert lands on the device in
-    the run's dtype with the reference's float32 exceptions. Only the main rank loads the text
-    encoder (a PyTorch module on `backend.text_device`): it encodes once and broadcasts the
-    embeddings."""
+    """The experts load side by side while the text encoder and the VAE load on a background
+    thread; each expert lands on the device in the run's dtype with the reference's float32
+    exceptions. Only the main rank loads the text encoder (a PyTorch module on
+    `backend.text_device`): it encodes once and broadcasts the embeddings.
+
+    These threads only orchestrate: the tensor copies of every component run on the one shared
+    pool of `weights.copy_pool` (about one worker per core), so loading concurrently does not
+    oversubscribe the cores. The scheduler needs no loading: its config came with `ckpt`."""
     from ..text.umt5 import TextEncoder
-    from ..weights.loader import load_transformer, load_vae
+    from ..weights.loader import load_transformer, load_transformer_cached, load_vae
+
+    shard = backend.weight_shard(spec.memory)  # memory=sharded on torch: (rank, world), each rank reads its rows
 
     def expert(name):
-        params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32)
-        return name, (ckpt.transformers[name], backend.place(params, spec.dtype, dit.keeps_fp32))
+        if spec.weights_cache_dir is not None:
+            params = load_transformer_cached(ckpt, name, spec.dtype, dit.keeps_fp32, shard,
+                                             cache_dir=spec.weights_cache_dir)
+        else:
+            params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard)
+        return name, (ckpt.transformers[name], backend.place(params, spec.dtype, dit.keeps_fp32,
+                                                             **expert_placement(spec, ckpt, name, shard)))
 
-    def vae_part():
-        cfg, params = load_vae(ckpt, "float32")
-        return cfg, backend.place(params, "float32")
+    def text_and_vae():
+        text_encoder = TextEncoder.load(ckpt, spec.dtype, backend.text_device) if backend.is_main else None
+        vae_cfg, vae_params = load_vae(ckpt, "float32")
+        return text_encoder, vae_cfg, backend.place(vae_params, "float32")
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        text_future = pool.submit(TextEncoder.load, ckpt, spec.dtype, backend.text_device) if backend.is_main else None
-        vae_future = pool.submit(vae_part)
-        expert_futures = [pool.submit(expert, name) for name in ckpt.experts]
-        experts = dict(f.result() for f in expert_futures)
-        vae_cfg, vae_params = vae_future.result()
-        text_encoder = text_future.result() if text_future is not None else None
+    with ThreadPoolExecutor(max_workers=1 + len(ckpt.experts), thread_name_prefix="load") as pool:
+        background = pool.submit(text_and_vae)
+        experts = dict(pool.map(expert, ckpt.experts))
+        text_encoder, vae_cfg, vae_params = background.result()
     return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder)

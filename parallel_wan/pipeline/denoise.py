@@ -5,6 +5,7 @@ sharded array)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,8 @@ class Step:
     t: float
     expert: str
     guidance: float
+    prefetch: str | None = None  # memory=swap: start moving this expert to the device before this step
+    release: str | None = None  # memory=swap: this expert's last step was the previous one; free it
 
 
 def pick_schedule(spec: RunSpec, ckpt):
@@ -62,6 +65,22 @@ def step_plan(spec: RunSpec, schedule) -> list[Step]:
         name = expert_for(float(t), spec)
         guidance = spec.guidance_low if name == LOW else spec.guidance_high
         plan.append(Step(i, float(t), name, guidance))
+    if getattr(spec, "memory", "resident") == "swap":
+        plan = _swap_marks(plan, spec.swap_prefetch_steps)
+    return plan
+
+
+def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
+    """memory=swap: the low-noise copy starts `prefetch_steps` steps before the switch (so it
+    overlaps the last high-noise steps), and the high-noise expert goes at the switch."""
+    switch = next((s.index for s in plan if s.expert == LOW), None)
+    if switch is None:
+        return plan
+    plan = list(plan)
+    start = max(0, switch - prefetch_steps)
+    plan[start] = dataclasses.replace(plan[start], prefetch=LOW)
+    if switch > 0:
+        plan[switch] = dataclasses.replace(plan[switch], release=HIGH)
     return plan
 
 
@@ -71,8 +90,12 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None):
     are re-imposed before each step and once after the last."""
     sampler = make_sampler(spec.sampler, schedule)
     plan = step_plan(spec, schedule)
+    # A predictor that moves weights between steps (memory=swap) says so with `before_step`.
+    before_step = getattr(predict, "before_step", None)
     for i, _ in enumerate(progress(schedule.timesteps)):
         step = plan[i]
+        if before_step is not None:
+            before_step(step)
         if held is not None:
             x = ops.where(held[1] > 0, x, held[0])
         pred = predict(step.expert, x, step.t, step.guidance)

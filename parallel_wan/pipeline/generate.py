@@ -109,10 +109,10 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
             tokens = gather_latent_tokens(local, work, spec, backend)
         latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
 
-        videos = []
-        if backend.is_main:
-            with timer.phase("vae_decode"):
-                videos = decoder(latents)
+        # Every rank decodes a band of rows (the torch decoder) or its devices' share (JAX);
+        # the videos come back on the main rank.
+        with timer.phase("vae_decode"):
+            videos = decoder(latents)
 
     steps_per_expert = {}
     for step in step_plan(spec, schedule):

@@ -1,39 +1,147 @@
 """Transformer experts and the VAE as param trees under diffusers names, from either layout.
 
-The official layout's names are mapped while reading (one pass, one copy per tensor), so the
-rest of the program never sees them. The text encoder is a transformers module and loads in
-`parallel_wan/text/umt5.py`.
+An expert loads in one pass over its shards: the headers give every tensor's name, shape and
+byte range; the official layout's names are mapped to diffusers names; each destination is
+allocated once (the 40 blocks' copies of a tensor share one stacked buffer, `stacked.py`);
+then the shared pool copies every tensor out of the mapped files with the cast to the run's
+dtype fused in (`copy_pool.py`). The reference's float32 exceptions (norms, embeddings,
+modulation tables: `keep_fp32`) are decided per name before allocation.
+
+`shard=(index, count)` keeps dim-0 chunk `index` of `count` of every tensor, cut as
+`torch.chunk` cuts (FSDP2's Shard(0)); only those rows' bytes are read. Sharded tensors are
+independent buffers, not stacked views, so a sharding wrapper may own or free each one.
+
+`load_transformer_cached` is the same load through the converted-weights cache (`cache.py`).
+The text encoder is a transformers module and loads in `parallel_wan/text/umt5.py`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from parallel_wan.models.vae_config import VaeConfig
-from parallel_wan.weights import transformer_keymap, tree, vae_keymap
+from parallel_wan.weights import cache, transformer_keymap, tree, vae_keymap
+from parallel_wan.weights.copy_pool import copy_all
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
-from parallel_wan.weights.safetensors_io import KeepFp32, cast, load_pth_mapped, read_safetensors, torch_dtype
+from parallel_wan.weights.safetensors_io import (
+    KeepFp32,
+    TensorInfo,
+    cast,
+    chunk_rows,
+    copy_from,
+    load_pth_mapped,
+    map_files,
+    read_safetensors,
+    shard_files,
+    target_dtype,
+    tensor_index,
+    torch_dtype,
+)
+from parallel_wan.weights.stacked import Buffers, allocate
+
+Shard = tuple[int, int]
+Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
 
 def load_transformer(
     checkpoint: Checkpoint | str | Path,
     expert: str,
     dtype: str = "bfloat16",
     keep_fp32: KeepFp32 | None = None,
+    shard: Shard | None = None,
 ) -> dict:
     """One expert's params tree: "high_noise" / "low_noise" (A14B) or "single" (TI2V-5B).
 
     keep_fp32(diffusers_name) → True keeps that tensor in float32 whatever `dtype` is (the model
-    layer owns that policy: `parallel_wan.models.transformer.keeps_fp32`).
+    layer owns that policy: `parallel_wan.models.transformer.keeps_fp32`). shard=(index, count)
+    keeps only dim-0 chunk `index` of `count` of each tensor (see the module docstring).
     """
     checkpoint = _as_checkpoint(checkpoint)
+    sources = expert_sources(checkpoint, expert)
+    targets = _targets(sources, torch_dtype(dtype), keep_fp32, shard)
+    return tree.unflatten(_read(sources, targets, shard).flat)
+
+
+def load_transformer_cached(
+    checkpoint: Checkpoint | str | Path,
+    expert: str,
+    dtype: str = "bfloat16",
+    keep_fp32: KeepFp32 | None = None,
+    shard: Shard | None = None,
+    *,
+    cache_dir: str | Path,
+) -> dict:
+    """`load_transformer` through the converted-weights cache in `cache_dir`.
+
+    A hit maps the cached file and returns views of it (no rename, no cast, no copy; sharded:
+    a copy of this rank's rows only). A miss converts the checkpoint and, for a full load,
+    writes the cache for the next start; a sharded load never writes (it holds a piece).
+    """
+    checkpoint = _as_checkpoint(checkpoint)
+    sources = expert_sources(checkpoint, expert)
+    target = torch_dtype(dtype)
+    full = _targets(sources, target, keep_fp32, None)
+    key = cache.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout)
+    path = cache.entry_path(cache_dir, expert, target, key)
+    hit = cache.open_entry(path, key, full)
+    if hit is not None:
+        return tree.unflatten(cache.read_entry(hit, full, shard))
+    buffers = _read(sources, _targets(sources, target, keep_fp32, shard), shard)
+    if shard is None:
+        cache.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
+                                              "layout": checkpoint.layout, "dtype": str(target)})
+    return tree.unflatten(buffers.flat)
+
+
+def expert_sources(checkpoint: Checkpoint, expert: str) -> dict[str, TensorInfo]:
+    """Diffusers name → where that tensor lies in the expert's files (headers only)."""
     if expert not in checkpoint.experts:
         raise ValueError(
             f"expert={expert!r} is not in the checkpoint at {checkpoint.root}; it has "
             f"{', '.join(checkpoint.experts)}"
         )
     rename = transformer_keymap.official_to_diffusers_name if checkpoint.layout == "official" else None
-    flat = read_safetensors(checkpoint.experts[expert], dtype=dtype, keep_fp32=keep_fp32, rename=rename)
-    return tree.unflatten(flat)
+    folder = checkpoint.experts[expert]
+    infos = tensor_index(folder)
+    # The index's order (the state dict's), not file by file: a layer split across two shards
+    # must list its tensors in the same order as every other layer (the JAX stacking checks it).
+    return {(rename(name) if rename else name): infos[name] for name in shard_files(folder)}
+
+
+def _weight_files(checkpoint: Checkpoint, expert: str) -> list[Path]:
+    folder = checkpoint.experts[expert]
+    files = sorted(set(shard_files(folder).values()))
+    return files + sorted(folder.glob("*.safetensors.index.json")) if folder.is_dir() else files
+
+
+def _targets(sources: dict[str, TensorInfo], dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
+             shard: Shard | None) -> Targets:
+    """Name → (shape this process keeps, dtype it gets)."""
+    if shard is not None:
+        chunk_rows(0, *shard)  # a bad shard fails here, once, before anything is read
+    targets = {}
+    for name, info in sources.items():
+        shape = info.shape
+        if shard is not None and shape:
+            begin, end = chunk_rows(shape[0], *shard)
+            shape = (end - begin, *shape[1:])
+        targets[name] = (shape, target_dtype(name, info.torch_dtype, dtype, keep_fp32))
+    return targets
+
+
+def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None) -> Buffers:
+    buffers = allocate(targets, stack=shard is None)
+    mapped = map_files(info.file for info in sources.values())
+    order = sorted(sources, key=lambda n: (sources[n].file, sources[n].start))  # file order: streams a cold disk
+    copies = []
+    for name in order:
+        info = sources[name]
+        rows = chunk_rows(info.shape[0], *shard) if shard is not None and info.shape else None
+        copies.append((buffers.flat[name], copy_from(mapped[info.file], info, rows)))
+    copy_all(copies)
+    return buffers
 
 
 def load_vae(checkpoint: Checkpoint | str | Path, dtype: str = "float32") -> tuple[VaeConfig, dict]:

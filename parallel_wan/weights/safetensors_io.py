@@ -1,9 +1,12 @@
 """Reading weight files: safetensors (one file or shards with an index) and `.pth` pickles.
 
-Every tensor is made exactly once in host memory: `safe_open(framework="pt")` hands out a
-view of the memory-mapped file, and the one `.to(dtype)` (or `.clone()` when the dtype already
-matches) is the copy. So a bf16 file read as bf16 is never widened to fp32 on the way, and an
-fp32 file read as bf16 is never held in memory at full width.
+Every tensor is made exactly once in host memory. `MappedFile` maps a safetensors file and
+hands out zero-copy views of its bytes (a bf16 tensor is viewed as bf16, never converted on
+the way), and the one copy into the destination buffer does the dtype cast
+(`copy_pool.copy_all`, many tensors at once). So a bf16 file read as bf16 is never widened to
+fp32, and an fp32 file read as bf16 is never held in memory at full width. A view can cover
+a run of dim-0 rows only: those rows are one contiguous byte range of the file, so a rank
+that keeps a shard reads only the pages holding its shard.
 
 Headers are readable on their own (`read_header`, `tensor_index`): names, dtypes and shapes
 come from the JSON at the front of each file, so shape checks cost no tensor data.
@@ -12,13 +15,17 @@ come from the JSON at the front of each file, so shape checks cost no tensor dat
 from __future__ import annotations
 
 import json
+import math
+import mmap
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 import torch
-from safetensors import safe_open
+
+from parallel_wan.weights.copy_pool import Copy, copy_all, host_empty
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -26,11 +33,47 @@ KeepFp32 = Callable[[str], bool]
 Rename = Callable[[str], str]
 
 
+# safetensors dtype codes; the format is little-endian, as is every host this runs on.
+STORED_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+STORED_CODES = {dtype: code for code, dtype in STORED_DTYPES.items()}
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     file: Path
     dtype: str  # the safetensors code: "F32", "BF16", …
     shape: tuple[int, ...]
+    start: int = 0  # absolute byte range of the data in the file
+    end: int = 0
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype not in STORED_DTYPES:
+            raise ValueError(f"{self.file}: dtype {self.dtype} is not a weight dtype this loader reads "
+                             f"({', '.join(STORED_DTYPES)})")
+        return STORED_DTYPES[self.dtype]
+
+
+def target_dtype(name: str, stored: torch.dtype, dtype: torch.dtype | None, keep_fp32: KeepFp32 | None) -> torch.dtype:
+    """The dtype tensor `name` gets: `dtype`, float32 where keep_fp32(name), non-floats as stored."""
+    if not stored.is_floating_point:
+        return stored
+    if keep_fp32 is not None and keep_fp32(name):
+        return torch.float32
+    return stored if dtype is None else dtype
+
+
+def chunk_rows(rows: int, index: int, count: int) -> tuple[int, int]:
+    """Rows [begin, end) of chunk `index` of `count` along dim 0, as `torch.chunk` cuts them
+    (chunks of ceil(rows / count), the last ones short or empty) — what FSDP2's Shard(0) keeps."""
+    if not (isinstance(index, int) and isinstance(count, int) and count >= 1 and 0 <= index < count):
+        raise ValueError(f"shard=({index!r}, {count!r}) must be (index, count) with 0 ≤ index < count")
+    size = -(-rows // count)
+    return min(index * size, rows), min((index + 1) * size, rows)
 
 
 def torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
@@ -43,11 +86,7 @@ def torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
 def cast(tensor: torch.Tensor, name: str, dtype: torch.dtype | None, keep_fp32: KeepFp32 | None) -> torch.Tensor:
     """The single copy of a (possibly memory-mapped) tensor, in the dtype this name should have."""
-    target = tensor.dtype if dtype is None else dtype
-    if keep_fp32 is not None and tensor.is_floating_point() and keep_fp32(name):
-        target = torch.float32
-    if not tensor.is_floating_point():
-        target = tensor.dtype
+    target = target_dtype(name, tensor.dtype, dtype, keep_fp32)
     if target == tensor.dtype:
         # clone, not the mapped view: the result must not pin (or die with) the file
         return tensor.clone(memory_format=torch.contiguous_format)
@@ -56,16 +95,41 @@ def cast(tensor: torch.Tensor, name: str, dtype: torch.dtype | None, keep_fp32: 
 
 # ------------------------------------------------------------------------------ headers
 def read_header(path: str | Path) -> dict[str, TensorInfo]:
-    """Names, dtypes and shapes of one safetensors file, from its JSON header only."""
+    """Names, dtypes, shapes and byte ranges of one safetensors file, from its JSON header only."""
+    return parse_header(path, read_header_bytes(path))[0]
+
+
+def read_header_bytes(path: str | Path) -> bytes:
+    """The 8-byte length and the JSON header of a safetensors file, as stored."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
+            prefix = f.read(8)
+            (length,) = struct.unpack("<Q", prefix)
+            if length > 100_000_000:  # the format's own limit; a bigger value is a corrupt file
+                raise ValueError(f"header length {length} is implausible")
+            header = f.read(length)
     except (OSError, struct.error, ValueError) as e:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
-    header.pop("__metadata__", None)
-    return {name: TensorInfo(path, entry["dtype"], tuple(entry["shape"])) for name, entry in header.items()}
+    if len(header) != length:
+        raise ValueError(f"{path}: not a readable safetensors file (header cut short at {len(header)} of {length} bytes)")
+    return prefix + header
+
+
+def parse_header(path: str | Path, raw: bytes) -> tuple[dict[str, TensorInfo], dict]:
+    """(tensors, metadata) of a safetensors header; raises ValueError when it is malformed."""
+    path = Path(path)
+    base = len(raw)
+    try:
+        header = json.loads(raw[8:])
+        metadata = header.pop("__metadata__", None) or {}
+        infos = {}
+        for name, entry in header.items():
+            begin, end = entry["data_offsets"]
+            infos[name] = TensorInfo(path, entry["dtype"], tuple(entry["shape"]), base + begin, base + end)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e!r})") from e
+    return infos, metadata
 
 
 def shard_files(source: str | Path) -> dict[str, Path]:
@@ -115,6 +179,71 @@ def tensor_index(source: str | Path) -> dict[str, TensorInfo]:
     return infos
 
 
+# ------------------------------------------------------------------------------ mapping
+class MappedFile:
+    """A safetensors file mapped into memory; `view` gives tensors over its pages, no copy.
+
+    The mapping is private (copy-on-write), so views are writable tensors without warnings and
+    no write could ever reach the file. It stays mapped while any view of it is alive.
+    """
+
+    def __init__(self, path: str | Path):
+        if sys.byteorder != "little":
+            raise RuntimeError("safetensors files are little-endian; this loader runs on little-endian hosts only")
+        self.path = Path(path)
+        self.infos = read_header(self.path)
+        with open(self.path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+
+    @property
+    def size(self) -> int:
+        return len(self._map)
+
+    def view(self, info: TensorInfo, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Tensor `info` (or its dim-0 rows [begin, end)) over the mapped bytes, in the stored dtype."""
+        dtype = info.torch_dtype
+        shape = list(info.shape)
+        start = info.start
+        if rows is not None and shape:
+            row_bytes = math.prod(shape[1:]) * _itemsize(dtype)
+            start += rows[0] * row_bytes
+            shape[0] = rows[1] - rows[0]
+        count = math.prod(shape)
+        if start + count * _itemsize(dtype) > min(info.end, len(self._map)):
+            raise ValueError(f"{self.path}: tensor data of {info.shape} {info.dtype} runs past its byte range; "
+                             "the file is truncated or corrupt")
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).view(shape)
+
+    def prefetch(self, info: TensorInfo) -> None:
+        """Ask the kernel to read a tensor's pages ahead (one large request instead of a page
+        fault per 64 KiB), so a cold file streams at disk speed."""
+        if hasattr(mmap, "MADV_WILLNEED") and info.end > info.start:
+            page = mmap.PAGESIZE
+            begin = info.start // page * page
+            self._map.madvise(mmap.MADV_WILLNEED, begin, min(info.end, len(self._map)) - begin)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def map_files(paths) -> dict[Path, MappedFile]:
+    return {Path(p): MappedFile(p) for p in sorted(set(paths))}
+
+
+def copy_from(mapped: MappedFile, info: TensorInfo, rows: tuple[int, int] | None = None):
+    """A source for `copy_pool.copy_all`: the view is made in the worker, just before its copy."""
+
+    def source() -> torch.Tensor:
+        if rows is None:
+            mapped.prefetch(info)
+        return mapped.view(info, rows)
+
+    return source
+
+
 # ------------------------------------------------------------------------------ reading
 def read_safetensors(
     source: str | Path,
@@ -135,16 +264,18 @@ def read_safetensors(
     unknown = wanted - set(files)
     if unknown:
         raise KeyError(f"{source}: no tensors named {sorted(unknown)[:5]}")
-    by_file: dict[Path, list[str]] = {}
-    for name in files:
-        if name in wanted:
-            by_file.setdefault(files[name], []).append(name)
+    mapped = map_files(files[name] for name in wanted)
     out: dict[str, torch.Tensor] = {}
-    for path, file_names in by_file.items():
-        with safe_open(str(path), framework="pt") as f:
-            for name in file_names:
-                new_name = rename(name) if rename else name
-                out[new_name] = cast(f.get_tensor(name), new_name, target, keep_fp32)
+    copies: list[Copy] = []
+    for name in (n for n in files if n in wanted):  # the index's order, as before
+        info = mapped[files[name]].infos.get(name)
+        if info is None:
+            raise ValueError(f"{source}: the index lists {name} in {files[name].name} but that file does not hold it")
+        new_name = rename(name) if rename else name
+        out[new_name] = host_empty(info.shape, target_dtype(new_name, info.torch_dtype, target, keep_fp32))
+        copies.append((info.file, info.start, out[new_name], copy_from(mapped[files[name]], info)))
+    copies.sort(key=lambda c: (c[0], c[1]))  # in file order: a cold disk streams
+    copy_all((destination, source) for _, _, destination, source in copies)
     return out
 
 

@@ -65,9 +65,14 @@ class JaxBackend:
         return jax.process_index() == 0
 
     # ------------------------------------------------------------ arrays
+    def weight_shard(self, memory: str) -> None:
+        """One controller reads whole tensors: memory=sharded (= jax_fsdp) shards them as it
+        places them (`place`), not while reading."""
+        return None
+
     def place(self, tree, dtype: str, keep_fp32=None):
         """Stack the layer runs, cast, and put on the mesh: replicated, or FSDP-sharded over
-        every mesh axis with jax_fsdp=true."""
+        every mesh axis with memory=sharded (jax_fsdp=true)."""
         return placement.place(tree, self.mesh, dtype, keep_fp32, fsdp_axes=AXES if self.fsdp else None,
                                fsdp_min_size=placement.FSDP_MIN_SIZE)
 

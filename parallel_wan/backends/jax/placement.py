@@ -100,6 +100,18 @@ def _check_uniform(key: str, layers: list) -> None:
             )
 
 
+def _shared_stack(leaves: list):
+    """The torch (L, ...) buffer these per-layer tensors are the consecutive slices of (what the
+    stacked loader hands out), or None when they are separate tensors."""
+    base = getattr(leaves[0], "_base", None)
+    if base is None or not base.is_contiguous() or tuple(base.shape) != (len(leaves), *leaves[0].shape):
+        return None
+    for i, leaf in enumerate(leaves):
+        if getattr(leaf, "_base", None) is not base or leaf.data_ptr() != base[i].data_ptr():
+            return None
+    return base
+
+
 def _get(tree, dotted: str):
     for part in dotted.split("."):
         tree = tree[int(part)] if isinstance(tree, (list, tuple)) else tree[part]
@@ -126,7 +138,13 @@ def _convert(tree, dtype: str | None, keep_fp32, scanned: Sequence[str], sink: C
 
         def stacked(name: str, first, key=key, layers=layers):
             first = host_array(first)
-            buf = np.empty((len(layers),) + first.shape, _target(f"{key}.0.{name}", first, dtype, keep_fp32))
+            target = _target(f"{key}.0.{name}", first, dtype, keep_fp32)
+            base = _shared_stack([_get(layer, name) for layer in layers])
+            if base is not None and host_array(base).dtype == target:
+                # The loader already wrote the layers into one (L, ...) buffer in this dtype
+                # (weights/stacked.py): hand that buffer over as it is, no host copy at all.
+                return sink(f"{key}.{name}", host_array(base), True)
+            buf = np.empty((len(layers),) + first.shape, target)
             for i, layer in enumerate(layers):
                 buf[i] = host_array(_get(layer, name))  # the cast happens in this one copy
             return sink(f"{key}.{name}", buf, True)

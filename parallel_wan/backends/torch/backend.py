@@ -90,9 +90,32 @@ class TorchBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def place(self, tree, dtype: str, keep_fp32: Callable[[str], bool] | None = None):
-        """Move a param tree to the device, casting to `dtype` except where `keep_fp32(name)`."""
+    def weight_shard(self, memory: str) -> tuple[int, int] | None:
+        """(rank, world) when memory=sharded: each rank then loads only its dim-0 chunk of every
+        transformer tensor (`load_transformer(shard=…)`) and `place(where="sharded")` hands the
+        chunks to FSDP (fsdp.py). None otherwise — and on one process, where there is nothing to
+        shard over (memory=sharded then behaves as resident)."""
+        if memory != "sharded" or self.mesh.world_size == 1:
+            return None
+        return self.rank, self.mesh.world_size
+
+    def place(self, tree, dtype: str, keep_fp32: Callable[[str], bool] | None = None, where: str = "device",
+              full_rows: dict[str, int] | None = None):
+        """Move a param tree to the device, casting to `dtype` except where `keep_fp32(name)`.
+        where="host": keep it in host memory (pinned on CUDA) as a swap.HostExpert, for
+        memory=swap's low-noise expert. where="sharded": `tree` holds this rank's chunks (from
+        `weight_shard`) and `full_rows` each tensor's whole dim 0 → an fsdp.ShardedExpert."""
         target = ops.dtype(dtype)
+        if where == "host":
+            from .swap import to_host
+
+            return to_host(tree, target, keep_fp32)
+        if where == "sharded":
+            from .fsdp import shard_expert
+
+            return shard_expert(tree, full_rows, self.device)
+        if where != "device":
+            raise ValueError(f"where={where!r} is not a placement; use device, host or sharded")
 
         def move(name, t):
             if not t.is_floating_point():
@@ -120,31 +143,13 @@ class TorchBackend:
         return EagerNoisePredictor(task, self)
 
     def video_decoder(self, vae_params, vae_config):
-        """`decode(latents)` → uint8 frames per video, on the main rank ([] elsewhere)."""
+        """`decode(latents)` → uint8 frames per video, on the main rank ([] elsewhere); every
+        rank calls it and decodes a band of rows (vae_decode.py)."""
+        from .vae_decode import EagerVideoDecoder
+
         return EagerVideoDecoder(self, vae_params, vae_config)
 
     def vae_encode(self, params, video: np.ndarray, cfg):
         from ...models import vae
 
         return vae.encode(params, self.to_device(video), ops, cfg)
-
-
-class EagerVideoDecoder:
-    def __init__(self, backend: TorchBackend, params, cfg):
-        self.backend, self.params, self.cfg = backend, params, cfg
-
-    def compile(self, latent_shape) -> dict:
-        return {}
-
-    def __call__(self, latents) -> list[np.ndarray]:
-        from ...frames import to_uint8_frames
-        from ...models import vae  # looked up per call: benchmarks stub vae.decode
-
-        if not self.backend.is_main:
-            return []
-        videos = []
-        for row in range(latents.shape[0]):
-            z = vae.denormalize_latents(latents[row : row + 1], self.cfg, ops)
-            video = vae.decode(self.params, z, ops, self.cfg)
-            videos.append(self.backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8))
-        return videos

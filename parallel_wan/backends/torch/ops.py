@@ -251,3 +251,9 @@ def scan_layers(block_fn: Callable, carry, layers):
 
 def num_layers(layers) -> int:
     return len(layers)
+
+
+def detach_copy(x: torch.Tensor) -> torch.Tensor:
+    """A tensor that owns its memory: a slice kept past the op that made it (the VAE's causal
+    frame cache) must not hold the whole larger tensor it was cut from alive."""
+    return x.clone(memory_format=torch.contiguous_format)

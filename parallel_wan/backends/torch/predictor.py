@@ -11,6 +11,8 @@ import numpy as np
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
+from .fsdp import ShardedExpert
+from .swap import ExpertSwap
 
 
 def guidance_context(context, work, n_prompts: int, uses_guidance: bool, ops):
@@ -26,7 +28,11 @@ def guidance_context(context, work, n_prompts: int, uses_guidance: bool, ops):
 
 
 class EagerNoisePredictor:
-    """`predict(expert, x, t, guidance)` → the guided prediction (B, Lc, F) in float32."""
+    """`predict(expert, x, t, guidance)` → the guided prediction (B, Lc, F) in float32.
+
+    An expert's params may be a whole tree (memory=resident), an fsdp.ShardedExpert whose blocks
+    gather one at a time (memory=sharded), or wait in host memory until `before_step` swaps them
+    in (memory=swap, swap.ExpertSwap acting on the step plan)."""
 
     def __init__(self, task, backend):
         ops = self.ops = backend.ops
@@ -41,6 +47,11 @@ class EagerNoisePredictor:
         self.cond_tokens = None
         if task.cond_tokens is not None:
             self.cond_tokens = ops.concat([task.cond_tokens] * self.batch, axis=0)
+        self.swap = ExpertSwap(task.experts, backend.device)
+
+    def before_step(self, step) -> None:
+        """Called by the denoise loop before each step: weight moves the plan asks for."""
+        self.swap.before_step(step)
 
     def shard(self, x):
         """The rank already holds its own shard."""
@@ -49,6 +60,11 @@ class EagerNoisePredictor:
     def __call__(self, expert: str, x, t: float, guidance: float):
         ops, task = self.ops, self.task
         tcfg, params = task.experts[expert]
+        if isinstance(params, ShardedExpert):
+            params = params.params()
+        elif not isinstance(params, dict):
+            raise RuntimeError(f"the {expert} expert is not on the device at this step (it is {type(params).__name__}); "
+                               "the step plan's prefetch/release marks are out of order")
         batch, n_tokens = x.shape[0], x.shape[1]
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
         x_in = ops.concat([x_in] * self.halves, axis=0) if self.halves == 2 else x_in

@@ -1,0 +1,297 @@
+"""Weight-loading throughput against the page-cache read of the same bytes and against diffusers.
+
+Writes a synthetic Wan-shaped expert in the diffusers layout (the real A14B block: dim 5120,
+FFN 13824, 40 heads; a few layers instead of 40; bf16 like the real files; ~1 GB shards with an
+index), warms the page cache, then times in one run:
+
+- read(): the files' bytes into a reused, already-touched buffer with readinto, by one
+  thread and by as many threads as our loader copies with — what the page cache delivers,
+  the ceiling for any loader of warm files (the hardware peer);
+- read() into fresh memory: the same, into a new buffer each time (4 KiB-page faults included,
+  the cost every loader that allocates pays);
+- ours, bf16 → bf16 and bf16 → fp32 (`load_transformer`, norms/embeddings/modulation kept
+  fp32), with the default copy threads and with one more (each copy also runs on torch's
+  intra-op threads: see weights/copy_pool.py); and without huge-page destinations;
+- the converted-weights cache: a miss (convert + write) and a hit (map, no copy), and a hit
+  followed by one read of every byte (what the first forward or a device upload then pays);
+- diffusers' `WanTransformer3DModel.from_pretrained(folder, torch_dtype=torch.bfloat16)` (it
+  needs `accelerate` for this model; the row is skipped without it). With the file's dtype it
+  keeps every parameter as a view of the mapped file (checked in /proc/self/maps), so its
+  load is a map, like our cache hit; the "+ one read of every byte" rows add the page faults
+  and reads a first forward or a device upload then pays, for both.
+
+Throughput is checkpoint bytes / wall seconds; each row is the best of --repeats runs.
+
+    python -m benchmarks.load                      # 4 layers ≈ 2.9 GB on disk
+    python -m benchmarks.load --layers 2 --repeats 2 --dir /data/tmp --keep
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from parallel_wan.models.transformer import keeps_fp32
+from parallel_wan.models.transformer_config import TransformerConfig
+from parallel_wan.weights import copy_pool
+from parallel_wan.weights.layout import Checkpoint, expected_transformer_shapes
+from parallel_wan.weights.loader import load_transformer, load_transformer_cached
+
+SHARD_BYTES = 1 << 30
+A14B_BLOCK = dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, text_dim=4096, freq_dim=256,
+                  in_channels=16, out_channels=16, patch_size=[1, 2, 2], cross_attn_norm=True,
+                  qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+
+
+# ------------------------------------------------------------------------------ the checkpoint
+def write_synthetic_expert(folder: Path, layers: int) -> Path:
+    """A diffusers-layout `transformer/` folder of random bf16 weights with the A14B shapes."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"_class_name": "WanTransformer3DModel", **A14B_BLOCK, "num_layers": layers}
+    shapes = expected_transformer_shapes(TransformerConfig.from_diffusers(config))
+    generator = torch.Generator().manual_seed(0)
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, shape in shapes.items():
+        nbytes = math.prod(shape) * 2
+        if groups[-1] and size + nbytes > SHARD_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    weight_map = {}
+    for i, group in enumerate(groups):
+        file = f"diffusion_pytorch_model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file({n: torch.randn(shapes[n], generator=generator, dtype=torch.bfloat16) for n in group},
+                  folder / file, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(group, file))
+    total = sum(math.prod(s) * 2 for s in shapes.values())
+    (folder / "diffusion_pytorch_model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def as_checkpoint(folder: Path) -> Checkpoint:
+    """Only what the transformer loader reads; the other components are not part of this benchmark."""
+    config = TransformerConfig.from_diffusers(json.loads((folder / "config.json").read_text()))
+    return Checkpoint(root=folder, layout="diffusers", experts={"single": folder}, transformers={"single": config},
+                      vae_path=None, vae_kind=None, vae_config=None, text_encoder_path=None,
+                      text_encoder_format=None, tokenizer_path=None, scheduler_config=None)
+
+
+def weight_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+# ------------------------------------------------------------------------------ measurements
+def timed(fn, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+        del result
+    gc.collect()
+    return times
+
+
+def read_into(files: list[Path], buffer: torch.Tensor | None):
+    """Every byte of `files` through read() into `buffer` (or a fresh one per file)."""
+    chunk = 64 << 20
+    for path in files:
+        size = path.stat().st_size
+        target = buffer[:size] if buffer is not None else torch.empty(size, dtype=torch.uint8)
+        view = memoryview(target.numpy())
+        with open(path, "rb", buffering=0) as f:
+            done = 0
+            while done < size:
+                got = f.readinto(view[done : done + chunk])
+                if not got:
+                    raise OSError(f"{path}: short read")
+                done += got
+    return None
+
+
+def read_parallel(files: list[Path], buffer: torch.Tensor, threads: int):
+    """read() of every byte by `threads` threads (64 MiB pieces, pread), into a reused buffer:
+    the page cache's bandwidth with as many readers as our loader has copy threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    piece = 64 << 20
+    view = memoryview(buffer.numpy())
+
+    def read(job):
+        path, offset, size = job
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            done = 0
+            while done < size:
+                got = os.preadv(fd, [view[offset + done : offset + size]], offset + done)
+                if not got:
+                    raise OSError(f"{path}: short read")
+                done += got
+        finally:
+            os.close(fd)
+
+    jobs = [(p, o, min(piece, p.stat().st_size - o)) for p in files for o in range(0, p.stat().st_size, piece)]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(read, jobs))
+
+
+def touch_every_byte(tensors, sink: torch.Tensor):
+    """One read of every byte (a copy into `sink`, a reused, already-touched byte buffer), as a
+    first forward or a device upload would read mapped weights."""
+    for t in tensors:
+        flat = t.reshape(-1).view(torch.uint8)
+        sink[: flat.numel()].copy_(flat)
+    return None
+
+
+def leaves(params):
+    from parallel_wan.weights import tree
+
+    return [t for _, t in tree.iter_leaves(params)]
+
+
+def with_threads(threads: int | None, fn):
+    """Run fn with a copy pool of `threads` workers (None: the default), then restore it."""
+    saved = os.environ.get("PARALLEL_WAN_LOAD_THREADS")
+    copy_pool.shutdown()
+    if threads is not None:
+        os.environ["PARALLEL_WAN_LOAD_THREADS"] = str(threads)
+    try:
+        return fn()
+    finally:
+        copy_pool.shutdown()
+        if saved is None:
+            os.environ.pop("PARALLEL_WAN_LOAD_THREADS", None)
+        else:
+            os.environ["PARALLEL_WAN_LOAD_THREADS"] = saved
+
+
+def without_huge_pages(fn):
+    saved = copy_pool.HUGE_PAGE
+    copy_pool.HUGE_PAGE = 1 << 62
+    try:
+        return fn()
+    finally:
+        copy_pool.HUGE_PAGE = saved
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--layers", type=int, default=4, help="A14B-shaped blocks (0.70 GB each in bf16)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoint and cache afterwards")
+    parser.add_argument("--skip-diffusers", action="store_true")
+    args = parser.parse_args()
+
+    root = Path(args.dir or tempfile.mkdtemp(prefix="parallel_wan_load_"))
+    folder = root / "transformer"
+    cache_dir = root / "weights_cache"
+    try:
+        if not (folder / "config.json").is_file():
+            start = time.perf_counter()
+            write_synthetic_expert(folder, args.layers)
+            print(f"wrote {folder} in {time.perf_counter() - start:.0f} s")
+        files = weight_files(folder)
+        nbytes = sum(p.stat().st_size for p in files)
+        ckpt = as_checkpoint(folder)
+        cores = copy_pool.load_threads()
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+        print(f"checkpoint: {len(files)} shards, {nbytes / 1e9:.2f} GB, {ckpt.transformers['single'].num_layers} "
+              f"A14B-shaped layers | cores: {os.cpu_count()} (copy threads {cores}, torch intra-op threads "
+              f"{torch.get_num_threads()}) | THP: {thp.read_text().strip() if thp.exists() else 'n/a'} | "
+              f"load average before: {os.getloadavg()[0]:.1f}")
+
+        os.sync()  # the freshly written shards' writeback must not run during the timings
+        for _ in range(2):
+            read_into(files, None)  # warm the page cache: every row below reads cached pages
+        buffer = torch.zeros(max(p.stat().st_size for p in files), dtype=torch.uint8)
+        sink = torch.zeros_like(buffer)
+
+        def ours(dtype):
+            return lambda: load_transformer(ckpt, "single", dtype, keeps_fp32)
+
+        def cached():
+            return load_transformer_cached(ckpt, "single", "bfloat16", keeps_fp32, cache_dir=cache_dir)
+
+        def cache_miss():
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            result = cached()
+            os.sync()  # the entry's writeback belongs to this row, not the next
+            return result
+
+        methods = [
+            ("read() into a reused buffer (page cache)", lambda: read_into(files, buffer)),
+            (f"read(), {cores} threads, reused buffer", lambda: read_parallel(files, buffer, cores)),
+            ("read() into fresh memory", lambda: read_into(files, None)),
+            ("ours bf16 → bf16", ours("bfloat16")),
+            ("ours bf16 → fp32", ours("float32")),
+            (f"ours bf16 → bf16, {cores + 1} copy threads", lambda: with_threads(cores + 1, ours("bfloat16"))),
+            ("ours bf16 → bf16, 4 KiB pages", lambda: without_huge_pages(ours("bfloat16"))),
+            ("cache miss: convert + write the entry", cache_miss),
+            ("cache hit: map the entry", cached),
+            ("cache hit + one read of every byte", lambda: touch_every_byte(leaves(cached()), sink)),
+        ]
+        from diffusers.utils import is_accelerate_available
+
+        if args.skip_diffusers:
+            pass
+        elif not is_accelerate_available():
+            # Without accelerate, diffusers refuses Wan's fp32-kept modules outright.
+            print("diffusers rows skipped: from_pretrained needs accelerate for this model (pip install accelerate)")
+        else:
+            from diffusers import WanTransformer3DModel
+            from diffusers.utils import logging as diffusers_logging
+
+            diffusers_logging.disable_progress_bar()
+
+            def diffusers_load():
+                return WanTransformer3DModel.from_pretrained(str(folder), torch_dtype=torch.bfloat16)
+
+            methods += [
+                ("diffusers from_pretrained(torch_dtype=bf16)", diffusers_load),
+                ("diffusers + one read of every byte",
+                 lambda: touch_every_byte(list(diffusers_load().state_dict().values()), sink)),
+            ]
+        # Each row: one untimed run, then its timed runs back to back — the steady state of that
+        # method. Untimed runs matter on this VM: memory the guest has not touched yet is slow to
+        # fault in (0.4–0.8 GB/s), and huge pages are fast only when freed ones are at hand, so a
+        # row's first run mostly measures what the row before it left behind.
+        rows = {}
+        for label, fn in methods:
+            timed(fn, 1)
+            rows[label] = timed(fn, args.repeats)
+        rows = list(rows.items())
+
+        peer = min(min(times) for label, times in rows if label.startswith("read()") and "reused" in label)
+        print(f"\n{'':46s} {'best s':>8s} {'median s':>9s} {'GB/s':>7s} {'vs best read()':>15s}")
+        for label, times in rows:
+            best = min(times)
+            print(f"{label:46s} {best:8.3f} {statistics.median(times):9.3f} {nbytes / best / 1e9:7.2f} "
+                  f"{peer / best:15.2f}")
+        print(f"\nload average after: {os.getloadavg()[0]:.1f}; "
+              f"command: python -m benchmarks.load --layers {args.layers} --repeats {args.repeats}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
