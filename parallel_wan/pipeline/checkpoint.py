@@ -3,12 +3,14 @@ built-in tiny model, and loading every component concurrently onto the backend."
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..config import TASK_IN_CHANNELS, ConfigError, RunSpec, mesh_spec
 from ..models import transformer as dit
 
+log = logging.getLogger("parallel_wan")
 HIGH, LOW, SINGLE = "high_noise", "low_noise", "single"
 
 
@@ -109,11 +111,15 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
     from ..weights.loader import load_transformer, load_transformer_cached, load_vae
 
     shard = backend.weight_shard(spec.memory)  # memory=sharded on torch: (rank, world), each rank reads its rows
+    cache_dir = spec.weights_cache_dir
+    if cache_dir is not None and spec.checkpoint_dir is None:
+        # The built-in tiny model is written afresh for every run: nothing a cache could reuse.
+        log.info("weights_cache_dir=%s ignored: the built-in tiny model has no checkpoint to cache", cache_dir)
+        cache_dir = None
 
     def expert(name):
-        if spec.weights_cache_dir is not None:
-            params = load_transformer_cached(ckpt, name, spec.dtype, dit.keeps_fp32, shard,
-                                             cache_dir=spec.weights_cache_dir)
+        if cache_dir is not None:
+            params = load_transformer_cached(ckpt, name, spec.dtype, dit.keeps_fp32, shard, cache_dir=cache_dir)
         else:
             params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard)
         return name, (ckpt.transformers[name], backend.place(params, spec.dtype, dit.keeps_fp32,

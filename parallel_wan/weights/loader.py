@@ -17,6 +17,7 @@ The text encoder is a transformers module and loads in `parallel_wan/text/umt5.p
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ from parallel_wan.weights.safetensors_io import (
 )
 from parallel_wan.weights.stacked import Buffers, allocate
 
+log = logging.getLogger("parallel_wan")
 Shard = tuple[int, int]
 Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
@@ -92,6 +94,9 @@ def load_transformer_cached(
     if shard is None:
         cache.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
                                               "layout": checkpoint.layout, "dtype": str(target)})
+    elif shard[0] == 0:
+        log.info("weights cache: no entry for %s in %s; a sharded load holds only its rows and writes none "
+                 "(one run with memory=resident or memory=swap writes it)", expert, cache_dir)
     return tree.unflatten(buffers.flat)
 
 
