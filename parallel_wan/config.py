@@ -115,6 +115,7 @@ class RunSpec:
     weights_cache_dir: str | None = None  # converted-weights cache (weights/cache.py); None: off
     memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
     swap_prefetch_steps: int = 2  # memory=swap: the low-noise copy starts this many steps before the switch
+    compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/fast_block.py)
 
     @property
     def uses_guidance(self) -> bool:
@@ -336,6 +337,7 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         weights_cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
         memory=memory,
         swap_prefetch_steps=swap_prefetch_steps,
+        compile=_torch_compile(cfg, backend),
     )
 
 
@@ -343,6 +345,14 @@ def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
     value = _as(bool, key, _pick(cfg, key, False))
     if value and backend != "jax":
         raise ConfigError(f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}")
+    return value
+
+
+def _torch_compile(cfg: Mapping, backend: str) -> bool:
+    value = _as(bool, "compile", _pick(cfg, "compile", False))
+    if value and backend != "torch":
+        raise ConfigError(f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
+                          "every step already (XLA); drop compile=true")
     return value
 
 

@@ -48,7 +48,7 @@ def make_backend(spec: RunSpec, launch=None):
         return JaxBackend(spec.mesh, spec.device, fsdp=spec.jax_fsdp)
     from .backends.torch.backend import TorchBackend
 
-    return TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl)
+    return TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl, spec.compile)
 
 
 def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:

@@ -86,7 +86,8 @@ def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
 
         return {"where": "sharded",
                 "full_rows": {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}}
-    return {}
+    # compile=true (torch): the backend may lay a transformer out for its compiled hot path
+    return {"transformer": True} if spec.compile else {}
 
 
 @dataclass

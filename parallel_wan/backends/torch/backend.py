@@ -33,7 +33,7 @@ class TorchBackend:
     compiles_ahead = False  # eager: no warm-up phase
 
     def __init__(self, device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
-                 dist_timeout_s: float = 600.0, attention_impl: str = "ours"):
+                 dist_timeout_s: float = 600.0, attention_impl: str = "ours", compile: bool = False):
         launch = launch or Launch(0, 1, 0, "single process")
         self.device = pick_device(device, launch.local_rank)
         if self.device.type == "cuda":
@@ -44,6 +44,11 @@ class TorchBackend:
         self.mesh = TorchMesh.build(mesh or MeshSpec())
         self.collectives = Collectives(self.mesh)
         self.attention_impl = attention_impl
+        # compile=true: the hot path of fast_block.py — q/k/v fused at placement, each block
+        # compiled once by torch.compile (self-attention stays eager). Compile backend:
+        # inductor; tests swap in "aot_eager" (graph capture only) to stay fast on CPU.
+        self.compile = compile
+        self.compile_backend = "inductor"
 
     # ------------------------------------------------------------ mesh
     @property
@@ -100,7 +105,7 @@ class TorchBackend:
         return self.rank, self.mesh.world_size
 
     def place(self, tree, dtype: str, keep_fp32: Callable[[str], bool] | None = None, where: str = "device",
-              full_rows: dict[str, int] | None = None):
+              full_rows: dict[str, int] | None = None, transformer: bool = False):
         """Move a param tree to the device, casting to `dtype` except where `keep_fp32(name)`.
         where="host": keep it in host memory (pinned on CUDA) as a swap.HostExpert, for
         memory=swap's low-noise expert. where="sharded": `tree` holds this rank's chunks (from
@@ -123,7 +128,33 @@ class TorchBackend:
             want = torch.float32 if keep_fp32 is not None and keep_fp32(name) else target
             return t.to(device=self.device, dtype=want)
 
+        if transformer and self.compile and isinstance(tree.get("blocks"), list):
+            from .fast_block import fuse_block_qkv
+
+            # Block by block: only one block's unfused q/k/v ever sit beside the fused weights.
+            blocks = [fuse_block_qkv(map_leaves(move, block, f"blocks.{i}")) for i, block in enumerate(tree["blocks"])]
+            rest = map_leaves(move, {k: v for k, v in tree.items() if k != "blocks"})
+            return {**rest, "blocks": blocks}
         return map_leaves(move, tree)
+
+    def forward_fn(self):
+        """The transformer forward the predictor calls: the model's own, or with compile=true
+        the same computation with each block compiled (fast_block.BlockForward)."""
+        from ...models import transformer as dit
+
+        if not self.compile:
+            return lambda params, tokens, t, context, rope, cfg, attention: dit.forward(
+                params, tokens, t, context, rope, cfg, ops, attention)
+        from .fast_block import BlockForward
+
+        compiled = {}
+
+        def forward(params, tokens, t, context, rope, cfg, attention):
+            if id(attention) not in compiled:  # one compiled block per attention callable
+                compiled[id(attention)] = BlockForward(attention, compile=True, backend=self.compile_backend)
+            return compiled[id(attention)](params, tokens, t, context, rope, cfg)
+
+        return forward
 
     def to_device(self, array: np.ndarray | torch.Tensor, dtype: str | None = None) -> torch.Tensor:
         t = torch.as_tensor(array).to(self.device)

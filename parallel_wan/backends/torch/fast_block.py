@@ -31,16 +31,20 @@ from . import ops as torch_ops
 def fuse_qkv(params: dict) -> dict:
     """A new param tree whose blocks hold `attn1.to_qkv` instead of `to_q`, `to_k`, `to_v`.
     The input tree is not changed; leaves other than the fused ones are shared, not copied."""
-    blocks = []
-    for block in params["blocks"]:
-        attn = dict(block["attn1"])
-        parts = [attn.pop(name) for name in ("to_q", "to_k", "to_v")]
-        attn["to_qkv"] = {
-            "weight": torch.cat([p["weight"] for p in parts], dim=0),
-            "bias": torch.cat([p["bias"] for p in parts], dim=0),
-        }
-        blocks.append({**block, "attn1": attn})
-    return {**params, "blocks": blocks}
+    return {**params, "blocks": [fuse_block_qkv(block) for block in params["blocks"]]}
+
+
+def fuse_block_qkv(block: dict) -> dict:
+    """One block with its self-attention's q, k, v weights fused into `attn1.to_qkv`. The
+    placement fuses block by block as it moves them, so the unfused copies of only one block
+    ever exist beside the fused ones on the device."""
+    attn = dict(block["attn1"])
+    parts = [attn.pop(name) for name in ("to_q", "to_k", "to_v")]
+    attn["to_qkv"] = {
+        "weight": torch.cat([p["weight"] for p in parts], dim=0),
+        "bias": torch.cat([p["bias"] for p in parts], dim=0),
+    }
+    return {**block, "attn1": attn}
 
 
 class BlockForward:

@@ -48,6 +48,7 @@ class EagerNoisePredictor:
         if task.cond_tokens is not None:
             self.cond_tokens = ops.concat([task.cond_tokens] * self.batch, axis=0)
         self.swap = ExpertSwap(task.experts, backend.device)
+        self.forward = backend.forward_fn()
 
     def before_step(self, step) -> None:
         """Called by the denoise loop before each step: weight moves the plan asks for."""
@@ -75,7 +76,7 @@ class EagerNoisePredictor:
         else:
             ts = np.full((rows,), t, np.float32)
         ts = self.backend.to_device(ts)
-        out = ops.cast(dit.forward(params, x_in, ts, self.context, self.rope, tcfg, ops, self.attention), "float32")
+        out = ops.cast(self.forward(params, x_in, ts, self.context, self.rope, tcfg, self.attention), "float32")
         if task.work.cfg_branch is not None:
             out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
         return out[batch:] + guidance * (out[:batch] - out[batch:]) if task.uses_guidance else out
