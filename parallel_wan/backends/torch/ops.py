@@ -59,10 +59,25 @@ def set_default_device(device) -> None:
     _default_device = torch.device(device)
 
 
+# Small host constants the model makes on every forward (the timestep frequencies, the VAE's
+# latent mean/std) are copied to an accelerator once and reused: a copy from pageable host
+# memory waits for the device's queue, which would put a host synchronisation into every step.
+# The model code never writes into them.
+_CONSTANTS: dict = {}
+_CONSTANT_MAX_ELEMENTS = 1 << 16
+
+
 def asarray(x, dtype_name: str | None = None, like: torch.Tensor | None = None) -> torch.Tensor:
     """Host data (numpy, python numbers) to a device array; float64 numpy stays float64 unless
-    a dtype is given."""
+    a dtype is given. Small numpy constants bound for a non-CPU device are cached (read-only)."""
     device = like.device if like is not None else _default_device
+    torch_device = torch.device(device)
+    if isinstance(x, np.ndarray) and torch_device.type != "cpu" and x.size <= _CONSTANT_MAX_ELEMENTS:
+        key = (str(torch_device), x.dtype.str, x.shape, x.tobytes(), dtype_name)
+        if key not in _CONSTANTS:
+            t = torch.as_tensor(x, device=torch_device)
+            _CONSTANTS[key] = t.to(_DTYPES[dtype_name]) if dtype_name else t
+        return _CONSTANTS[key]
     t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x, device=device)
     return t.to(_DTYPES[dtype_name]) if dtype_name else t
 

@@ -49,6 +49,9 @@ class EagerNoisePredictor:
             self.cond_tokens = ops.concat([task.cond_tokens] * self.batch, axis=0)
         self.swap = ExpertSwap(task.experts, backend.device)
         self.forward = backend.forward_fn()
+        self.timestep_mask = None  # TI2V: 0 on the held first frame's tokens, 1 elsewhere
+        if task.per_token_timestep and task.fixed_mask is not None:
+            self.timestep_mask = backend.to_device(np.ascontiguousarray(task.fixed_mask[None, :, 0], np.float32))
 
     def before_step(self, step) -> None:
         """Called by the denoise loop before each step: weight moves the plan asks for."""
@@ -70,12 +73,14 @@ class EagerNoisePredictor:
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
         x_in = ops.concat([x_in] * self.halves, axis=0) if self.halves == 2 else x_in
         rows = self.halves * batch
+        # The timesteps are made on the device (a fill, and the TI2V mask uploaded once in
+        # __init__): uploading a host array every step would wait for the device's queue.
         if task.per_token_timestep:
-            mask = 1.0 if task.fixed_mask is None else task.fixed_mask[None, :, 0]
-            ts = np.full((rows, n_tokens), t, np.float32) * mask
+            ts = ops.zeros((rows, n_tokens), "float32", like=x) + t
+            if self.timestep_mask is not None:
+                ts = ts * self.timestep_mask
         else:
-            ts = np.full((rows,), t, np.float32)
-        ts = self.backend.to_device(ts)
+            ts = ops.zeros((rows,), "float32", like=x) + t
         out = ops.cast(self.forward(params, x_in, ts, self.context, self.rope, tcfg, self.attention), "float32")
         if task.work.cfg_branch is not None:
             out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step

@@ -1,5 +1,6 @@
-"""compile=true (PyTorch): q/k/v fused at placement and each transformer block run through
-torch.compile render the eager run's latents. The CPU test compiles with the "aot_eager"
+"""The PyTorch hot path. compile=true: q/k/v fused at placement and each transformer block run
+through torch.compile render the eager run's latents. No uploads in the loop: small model
+constants reach an accelerator once. The CPU test compiles with the "aot_eager"
 backend — the same graph capture and guards, without inductor's C++ build (≈50 s per graph on
 2 cores); the inductor-generated kernels themselves are checked on GPUs by benchmarks/step.py."""
 
@@ -68,3 +69,20 @@ def test_compiled_blocks_with_fused_qkv_render_the_eager_latents():
 def test_compile_is_refused_on_jax():
     with pytest.raises(ConfigError, match=r"compile=true .* backend=jax compiles every step already"):
         spec_of(BASE + ["compile=true", "backend=jax"])
+
+
+def test_small_constants_reach_an_accelerator_once():
+    """A host → accelerator copy from pageable memory waits for the device's queue; the model
+    makes its timestep frequencies and VAE statistics from numpy on every call, so the torch ops
+    upload each such constant once per device (the meta device stands in for a GPU here)."""
+    import torch
+
+    from parallel_wan.backends.torch import ops
+
+    like = torch.empty(1, device="meta")
+    freqs = np.arange(8, dtype=np.float32) / 8
+    first, again = ops.asarray(freqs, "float32", like=like), ops.asarray(freqs.copy(), "float32", like=like)
+    assert first is again and first.device.type == "meta"
+    assert ops.asarray(freqs + 1, "float32", like=like) is not first  # other values, other constant
+    cpu = torch.empty(1)
+    assert ops.asarray(freqs, "float32", like=cpu) is not ops.asarray(freqs, "float32", like=cpu)  # CPU: no cache
