@@ -1,28 +1,32 @@
 """Weight-loading throughput against the page-cache read of the same bytes and against diffusers.
 
 Writes a synthetic Wan-shaped expert in the diffusers layout (the real A14B block: dim 5120,
-FFN 13824, 40 heads; a few layers instead of 40; bf16 like the real files; ~1 GB shards with an
-index), warms the page cache, then times in one run:
+FFN 13824, 40 heads; a few layers instead of 40; ~1 GB shards with an index) in float32 — the
+dtype of the diffusers-format A14B transformer files — or bf16 (--source-dtype bfloat16), warms
+the page cache, then times in one run, every load producing bf16 weights (norms, embeddings and
+modulation kept fp32):
 
 - read(): the files' bytes into a reused, already-touched buffer with readinto, by one
   thread and by as many threads as our loader copies with — what the page cache delivers,
-  the ceiling for any loader of warm files (the hardware peer);
+  the ceiling for any loader of warm files (the hardware peer, "raw read");
 - read() into fresh memory: the same, into a new buffer each time (4 KiB-page faults included,
   the cost every loader that allocates pays);
-- ours, bf16 → bf16 and bf16 → fp32 (`load_transformer`, norms/embeddings/modulation kept
-  fp32), with the default copy threads and with one more (each copy also runs on torch's
-  intra-op threads: see weights/copy_pool.py); and without huge-page destinations;
-- the converted-weights cache: a miss (convert + write) and a hit (map, no copy), and a hit
-  followed by one read of every byte (what the first forward or a device upload then pays);
+- ours (`load_transformer(..., "bfloat16")`): one copy out of the mapped files with the cast
+  fused in (weights/copy_pool.py);
 - diffusers' `WanTransformer3DModel.from_pretrained(folder, torch_dtype=torch.bfloat16)` (it
-  needs `accelerate` for this model; the row is skipped without it). With the file's dtype it
-  keeps every parameter as a view of the mapped file (checked in /proc/self/maps), so its
-  load is a map, like our cache hit; the "+ one read of every byte" rows add the page faults
-  and reads a first forward or a device upload then pays, for both.
+  needs `accelerate` for this model: `pip install 'parallel_wan[bench]'`; the row is skipped
+  without it). From fp32 files it casts each mapped tensor into new memory, one copy like
+  ours. From bf16 files it keeps every parameter as a view of the mapped file, so its load is
+  a map; --all-rows adds "+ one read of every byte" (what a first forward or a device upload
+  then pays) and, for ours, → fp32, one more copy thread, 4 KiB-page destinations and the
+  converted-weights cache (miss, hit, hit + a read).
 
-Throughput is checkpoint bytes / wall seconds; each row is the best of --repeats runs.
+Throughput is checkpoint bytes on disk / wall seconds; each row is the best of --repeats runs
+after one untimed run. Memory: the page cache holds the checkpoint, plus one result at a time
+(bf16, half the fp32 checkpoint) and two 1 GiB read buffers; 4 fp32 layers = 6.55 GB on disk.
 
-    python -m benchmarks.load                      # 4 layers ≈ 2.9 GB on disk
+    python -m benchmarks.load                                  # 4 fp32 layers ≈ 6.6 GB on disk
+    python -m benchmarks.load --source-dtype bfloat16 --all-rows
     python -m benchmarks.load --layers 2 --repeats 2 --dir /data/tmp --keep
 """
 
@@ -46,6 +50,7 @@ from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights import copy_pool
 from parallel_wan.weights.layout import Checkpoint, expected_transformer_shapes
 from parallel_wan.weights.loader import load_transformer, load_transformer_cached
+from parallel_wan.weights.safetensors_io import read_header
 
 SHARD_BYTES = 1 << 30
 A14B_BLOCK = dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, text_dim=4096, freq_dim=256,
@@ -54,8 +59,8 @@ A14B_BLOCK = dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824,
 
 
 # ------------------------------------------------------------------------------ the checkpoint
-def write_synthetic_expert(folder: Path, layers: int) -> Path:
-    """A diffusers-layout `transformer/` folder of random bf16 weights with the A14B shapes."""
+def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch.float32) -> Path:
+    """A diffusers-layout `transformer/` folder of random `dtype` weights with the A14B shapes."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,8 +69,9 @@ def write_synthetic_expert(folder: Path, layers: int) -> Path:
     generator = torch.Generator().manual_seed(0)
     groups: list[list[str]] = [[]]
     size = 0
+    itemsize = torch.empty((), dtype=dtype).element_size()
     for name, shape in shapes.items():
-        nbytes = math.prod(shape) * 2
+        nbytes = math.prod(shape) * itemsize
         if groups[-1] and size + nbytes > SHARD_BYTES:
             groups.append([])
             size = 0
@@ -74,10 +80,10 @@ def write_synthetic_expert(folder: Path, layers: int) -> Path:
     weight_map = {}
     for i, group in enumerate(groups):
         file = f"diffusion_pytorch_model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
-        save_file({n: torch.randn(shapes[n], generator=generator, dtype=torch.bfloat16) for n in group},
+        save_file({n: torch.randn(shapes[n], generator=generator, dtype=dtype) for n in group},
                   folder / file, metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(group, file))
-    total = sum(math.prod(s) * 2 for s in shapes.values())
+    total = sum(math.prod(s) * itemsize for s in shapes.values())
     (folder / "diffusion_pytorch_model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
     (folder / "config.json").write_text(json.dumps(config, indent=2))
@@ -194,36 +200,47 @@ def without_huge_pages(fn):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--layers", type=int, default=4, help="A14B-shaped blocks (0.70 GB each in bf16)")
+    parser.add_argument("--layers", type=int, default=4, help="A14B-shaped blocks (1.4 GB each in fp32, 0.70 in bf16)")
+    parser.add_argument("--source-dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="dtype of the synthetic files; every load produces bf16 (norms etc. fp32)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint and cache afterwards")
     parser.add_argument("--skip-diffusers", action="store_true")
+    parser.add_argument("--all-rows", action="store_true",
+                        help="also: ours → fp32, one more copy thread, 4 KiB pages, the cache, diffusers + a read")
     args = parser.parse_args()
+    source = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.source_dtype]
+    short = {"float32": "fp32", "bfloat16": "bf16"}[args.source_dtype]
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="parallel_wan_load_"))
     folder = root / "transformer"
     cache_dir = root / "weights_cache"
     try:
-        if not (folder / "config.json").is_file():
+        if (folder / "config.json").is_file():
+            stored = read_header(weight_files(folder)[0])
+            if any(info.torch_dtype != source for info in stored.values()):
+                raise SystemExit(f"{folder} holds another dtype than --source-dtype {args.source_dtype}; "
+                                 "delete it or pass another --dir")
+        else:
             start = time.perf_counter()
-            write_synthetic_expert(folder, args.layers)
+            write_synthetic_expert(folder, args.layers, source)
             print(f"wrote {folder} in {time.perf_counter() - start:.0f} s")
         files = weight_files(folder)
         nbytes = sum(p.stat().st_size for p in files)
         ckpt = as_checkpoint(folder)
         cores = copy_pool.load_threads()
         thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-        print(f"checkpoint: {len(files)} shards, {nbytes / 1e9:.2f} GB, {ckpt.transformers['single'].num_layers} "
-              f"A14B-shaped layers | cores: {os.cpu_count()} (copy threads {cores}, torch intra-op threads "
-              f"{torch.get_num_threads()}) | THP: {thp.read_text().strip() if thp.exists() else 'n/a'} | "
-              f"load average before: {os.getloadavg()[0]:.1f}")
+        print(f"checkpoint: {len(files)} shards, {nbytes / 1e9:.2f} GB {args.source_dtype}, "
+              f"{ckpt.transformers['single'].num_layers} A14B-shaped layers | cores: {os.cpu_count()} (copy threads "
+              f"{cores}, torch intra-op threads {torch.get_num_threads()}) | THP: "
+              f"{thp.read_text().strip() if thp.exists() else 'n/a'} | load average before: {os.getloadavg()[0]:.1f}")
 
         os.sync()  # the freshly written shards' writeback must not run during the timings
         for _ in range(2):
             read_into(files, None)  # warm the page cache: every row below reads cached pages
         buffer = torch.zeros(max(p.stat().st_size for p in files), dtype=torch.uint8)
-        sink = torch.zeros_like(buffer)
+        sink = torch.zeros(buffer.numel(), dtype=torch.uint8)
 
         def ours(dtype):
             return lambda: load_transformer(ckpt, "single", dtype, keeps_fp32)
@@ -237,25 +254,32 @@ def main() -> None:
             os.sync()  # the entry's writeback belongs to this row, not the next
             return result
 
+        ours_label = f"ours {short} → bf16 (load_transformer)"
         methods = [
-            ("read() into a reused buffer (page cache)", lambda: read_into(files, buffer)),
+            (READ_REUSED, lambda: read_into(files, buffer)),
             (f"read(), {cores} threads, reused buffer", lambda: read_parallel(files, buffer, cores)),
-            ("read() into fresh memory", lambda: read_into(files, None)),
-            ("ours bf16 → bf16", ours("bfloat16")),
-            ("ours bf16 → fp32", ours("float32")),
-            (f"ours bf16 → bf16, {cores + 1} copy threads", lambda: with_threads(cores + 1, ours("bfloat16"))),
-            ("ours bf16 → bf16, 4 KiB pages", lambda: without_huge_pages(ours("bfloat16"))),
-            ("cache miss: convert + write the entry", cache_miss),
-            ("cache hit: map the entry", cached),
-            ("cache hit + one read of every byte", lambda: touch_every_byte(leaves(cached()), sink)),
+            (READ_FRESH, lambda: read_into(files, None)),
+            (ours_label, ours("bfloat16")),
         ]
+        if args.all_rows:
+            methods += [
+                (f"ours {short} → fp32", ours("float32")),
+                (f"ours {short} → bf16, {cores + 1} copy threads",
+                 lambda: with_threads(cores + 1, ours("bfloat16"))),
+                (f"ours {short} → bf16, 4 KiB pages", lambda: without_huge_pages(ours("bfloat16"))),
+                ("cache miss: convert + write the entry", cache_miss),
+                ("cache hit: map the entry", cached),
+                ("cache hit + one read of every byte", lambda: touch_every_byte(leaves(cached()), sink)),
+            ]
         from diffusers.utils import is_accelerate_available
 
+        diffusers_label = "diffusers from_pretrained(torch_dtype=bf16)"
         if args.skip_diffusers:
             pass
         elif not is_accelerate_available():
             # Without accelerate, diffusers refuses Wan's fp32-kept modules outright.
-            print("diffusers rows skipped: from_pretrained needs accelerate for this model (pip install accelerate)")
+            print("diffusers rows skipped: from_pretrained needs accelerate for this model "
+                  "(pip install 'parallel_wan[bench]')")
         else:
             from diffusers import WanTransformer3DModel
             from diffusers.utils import logging as diffusers_logging
@@ -265,11 +289,10 @@ def main() -> None:
             def diffusers_load():
                 return WanTransformer3DModel.from_pretrained(str(folder), torch_dtype=torch.bfloat16)
 
-            methods += [
-                ("diffusers from_pretrained(torch_dtype=bf16)", diffusers_load),
-                ("diffusers + one read of every byte",
-                 lambda: touch_every_byte(list(diffusers_load().state_dict().values()), sink)),
-            ]
+            methods.append((diffusers_label, diffusers_load))
+            if args.all_rows:
+                methods.append(("diffusers + one read of every byte",
+                                lambda: touch_every_byte(list(diffusers_load().state_dict().values()), sink)))
         # Each row: one untimed run, then its timed runs back to back — the steady state of that
         # method. Untimed runs matter on this VM: memory the guest has not touched yet is slow to
         # fault in (0.4–0.8 GB/s), and huge pages are fast only when freed ones are at hand, so a
@@ -278,19 +301,31 @@ def main() -> None:
         for label, fn in methods:
             timed(fn, 1)
             rows[label] = timed(fn, args.repeats)
-        rows = list(rows.items())
+            print(f"  {label}: {', '.join(f'{t:.2f}' for t in rows[label])} s", flush=True)
 
-        peer = min(min(times) for label, times in rows if label.startswith("read()") and "reused" in label)
-        print(f"\n{'':46s} {'best s':>8s} {'median s':>9s} {'GB/s':>7s} {'vs best read()':>15s}")
-        for label, times in rows:
-            best = min(times)
-            print(f"{label:46s} {best:8.3f} {statistics.median(times):9.3f} {nbytes / best / 1e9:7.2f} "
-                  f"{peer / best:15.2f}")
-        print(f"\nload average after: {os.getloadavg()[0]:.1f}; "
-              f"command: python -m benchmarks.load --layers {args.layers} --repeats {args.repeats}")
+        best = {label: min(times) for label, times in rows.items()}
+        peer = min(t for label, t in best.items() if label.startswith("read()") and "reused" in label)
+        print(f"\n| {'':46s} | {'best s':>8s} | {'median s':>9s} | {'GB/s':>7s} | {'vs best read()':>15s} |")
+        print("|---|---|---|---|---|")
+        for label, times in rows.items():
+            print(f"| {label:46s} | {best[label]:8.3f} | {statistics.median(times):9.3f} | "
+                  f"{nbytes / best[label] / 1e9:7.2f} | {peer / best[label]:15.2f} |")
+        print(f"\nours vs the best read() of the same files: {peer / best[ours_label]:.2f} (target ≥ 0.5); "
+              f"vs read() into fresh memory: {best[READ_FRESH] / best[ours_label]:.2f}")
+        if diffusers_label in best:
+            print(f"ours vs diffusers: {best[diffusers_label] / best[ours_label]:.2f}× (target ≥ 5×)"
+                  + (" — diffusers maps bf16 files and reads no byte, so this compares a copy with a map"
+                     if source == torch.bfloat16 else ""))
+        print(f"load average after: {os.getloadavg()[0]:.1f}; command: python -m benchmarks.load --layers "
+              f"{args.layers} --source-dtype {args.source_dtype} --repeats {args.repeats}"
+              f"{' --all-rows' if args.all_rows else ''}")
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+READ_REUSED = "read() into a reused buffer (page cache)"
+READ_FRESH = "read() into fresh memory"
 
 
 if __name__ == "__main__":

@@ -24,6 +24,18 @@ are not a speed-up claim, only a check that the halo exchanges cost little.
 
     python -m benchmarks.vae_decode                                   # 1280×720, 5 frames, base 8
     python -m benchmarks.vae_decode --height 480 --width 832 --base-dim 96 --latent-frames 1
+
+`--meta`: the real dims, which no 2-core CPU decodes in useful time — the Wan 2.1 VAE (base 96,
+z 16) at 832×480×81 frames and the Wan 2.2 VAE (z 48, decoder 256) at 1280×704×81 — on the
+meta device: the unchanged decode (models/vae.py through HeightBandOps) on shape-only tensors
+under parallel_wan.live_bytes.LiveBytes, for one rank and for one band of a 2-, 4- and 8-way
+split with the communication dropped (the receive buffers are still made). Per rank: the peak
+of op outputs (activations, time cache, halo rows, gathered keys/values, the float video, its
+uint8 frames and, on rank 0, the received bands and the joined video); weights listed apart.
+`--validate` first checks the meta peak against real decodes where those are cheap (base 8,
+3 latent frames): the same band on real tensors and a real split over gloo processes.
+
+    python -m benchmarks.vae_decode --meta --validate                 # ≈ 2.5 min
 """
 
 from __future__ import annotations
@@ -95,7 +107,22 @@ def main(argv=None) -> None:
     p.add_argument("--base-dim", type=int, default=8, help="decoder base channels (the real Wan 2.1 VAE: 96)")
     p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
     p.add_argument("--threads", type=int, default=2, help="CPU threads shared by all ranks of a run")
+    p.add_argument("--meta", action="store_true",
+                   help="real dims on the meta device: Wan 2.1 VAE at 832×480×81, Wan 2.2 VAE at 1280×704×81, "
+                        "ranks 1 2 4 8 (the size options are ignored)")
+    p.add_argument("--validate", action="store_true", help="with --meta: first the meta peak against a real decode")
+    p.add_argument("--skip-wan22", action="store_true", help="with --meta: only the Wan 2.1 VAE")
     args = p.parse_args(argv)
+    if args.meta:
+        from parallel_wan.models.vae_config import VaeConfig
+
+        if args.validate:
+            validate_meta()
+        meta_table(VaeConfig.wan2_1(), "Wan 2.1 VAE (z 16, base 96; the A14B models' VAE)", 480, 832, 21, [1, 2, 4, 8])
+        if not args.skip_wan22:
+            meta_table(VaeConfig.wan2_2(), "Wan 2.2 VAE (z 48, base 160 / decoder 256; TI2V-5B's VAE)",
+                       704, 1280, 21, [1, 2, 4, 8])
+        return
     import torch
     from diffusers import AutoencoderKLWan
 
@@ -127,6 +154,142 @@ def main(argv=None) -> None:
         print(f"| {n} | {rows} | {allocated / 1e6:.0f} | {allocated / one[0]:.3f} | {tensors / 1e6:.0f} | "
               f"{tensors / one[1]:.3f} | {ranks[0]['seconds']:.1f} | max diff {int(diff.max())} on "
               f"{int((diff > 0).sum())} of {diff.size} values |", flush=True)
+
+
+
+# ------------------------------------------------------------------------------ --meta
+# The real dims (base 96) at 480p × 81 frames take hours on this CPU, so `--meta` runs the
+# unchanged decode on meta tensors (shapes only, no arithmetic) under LiveBytes: the same ops
+# return the same shapes, so the live bytes of their outputs are what a real decode holds.
+# A band runs as one rank of a split whose neighbours are not there: HeightBandOps still makes
+# its halo rows, receive buffers and gathered keys/values (that code allocates them before it
+# communicates), and `NoCommunication` only drops the sends and receives. `--validate`
+# checks the method where a real decode is cheap.
+
+
+class NoCommunication:
+    """Stands in for torch.distributed inside vae_decode.py: every send, receive and gather
+    returns at once, leaving the receive buffers HeightBandOps allocated as they were."""
+
+    class P2POp:
+        def __init__(self, *args, **kwargs):
+            pass
+
+    isend = irecv = None  # only named in P2POp(...) calls
+
+    @staticmethod
+    def batch_isend_irecv(ops):
+        return []
+
+    @staticmethod
+    def all_gather(parts, tensor, group=None):
+        return None
+
+
+def band_decode_peak(params, cfg, latents, ranks: int, index: int) -> dict:
+    """What rank `index` of a `ranks`-way height split holds during EagerVideoDecoder's decode
+    of `latents` (meta or real): the LiveBytes peak over slicing its band, denormalising,
+    decoding, making uint8 frames and — on rank 0 — receiving the other bands and joining them
+    (as _gather_rows_to_rank0 does: the received bands, then their concatenation). `frames`:
+    the uint8 bytes the rank holds at the end."""
+    from unittest import mock
+
+    import torch
+
+    from parallel_wan.backends.torch import ops, vae_decode
+    from parallel_wan.frames import to_uint8_frames
+    from parallel_wan.live_bytes import LiveBytes
+    from parallel_wan.models import vae
+
+    bands = vae_decode.height_bands(latents.shape[3], ranks)
+    start, stop = bands[index]
+    band_ops = vae_decode.HeightBandOps([b - a for a, b in bands], index) if ranks > 1 else ops
+    scale = cfg.scale_factor_spatial
+    with torch.inference_mode(), mock.patch.object(vae_decode, "dist", NoCommunication), LiveBytes() as live:
+        z = vae.denormalize_latents(latents[:, :, :, start:stop], cfg, ops)
+        frames = to_uint8_frames(vae.decode(params, z, band_ops, cfg), ops).contiguous()
+        del z
+        if ranks > 1 and index == 0:
+            t, _, w, c = frames.shape
+            received = [torch.empty((t, (b - a) * scale, w, c), dtype=frames.dtype, device=frames.device)
+                        for a, b in bands[1:]]
+            frames = torch.cat([frames, *received], dim=1)
+            del received
+        held = frames.untyped_storage().nbytes()
+    return {"peak": live.peak, "frames": held}
+
+
+def meta_params(cfg, device: str):
+    """The decoder's params tree (diffusers names), random on `device` ("meta": shapes only)."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    from parallel_wan.weights import tree
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoencoderKLWan(**cfg.to_diffusers())
+    state = {k: v.detach() for k, v in model.state_dict().items() if not k.startswith(("encoder.", "quant_conv."))}
+    return tree.unflatten(state), sum(v.numel() * v.element_size() for v in state.values())
+
+
+def meta_table(cfg, label: str, height: int, width: int, latent_frames: int, ranks: list[int]) -> None:
+    import torch
+
+    from parallel_wan.backends.torch.vae_decode import height_bands
+
+    params, weight_bytes = meta_params(cfg, "meta")
+    h, w = height // cfg.scale_factor_spatial, width // cfg.scale_factor_spatial
+    latents = torch.empty((1, cfg.z_dim, latent_frames, h, w), device="meta")
+    frames = 1 + cfg.scale_factor_temporal * (latent_frames - 1)
+    print(f"\n{label}: {width}×{height}×{frames} frames (latents {tuple(latents.shape)}), float32, "
+          f"weights {weight_bytes / 1e9:.3f} GB (decoder + post_quant_conv, on every rank), measured on meta.\n")
+    print("| ranks | latent rows per rank | rank 0 peak GB (uint8 video incl.) | vs 1 rank | "
+          "other ranks' largest peak GB | vs 1 rank | uint8 frames held GB (rank 0 / others) | "
+          "weights + peak GB, worst rank |")
+    print("|---|---|---|---|---|---|---|---|")
+    one = None
+    for n in ranks:
+        bands = [b - a for a, b in height_bands(h, n)]
+        # Bands differ by at most one row and come larger first: index 1 is the largest of the
+        # ranks other than 0.
+        results = [band_decode_peak(params, cfg, latents, n, i) for i in ([0, 1] if n > 1 else [0])]
+        first, other = results[0], (results[1] if n > 1 else None)
+        one = one or first["peak"]
+        worst = max(r["peak"] for r in results)
+        print(f"| {n} | {'/'.join(map(str, sorted(set(bands), reverse=True)))} | {first['peak'] / 1e9:.3f} | "
+              f"{first['peak'] / one:.3f} | {(other['peak'] / 1e9) if other else float('nan'):.3f} | "
+              f"{(other['peak'] / one) if other else float('nan'):.3f} | {first['frames'] / 1e9:.3f} / "
+              f"{(other['frames'] / 1e9) if other else 0:.3f} | {(weight_bytes + worst) / 1e9:.3f} |", flush=True)
+
+
+def validate_meta(base_dim: int = 8, latent_frames: int = 3, h: int = 24, w: int = 32) -> None:
+    """The meta peak against real ones, same code, small enough to decode for real: the band on
+    real CPU tensors with the exchanges dropped, and a real split over gloo processes
+    (decode_on_rank's own counter, real halo exchanges and gathers)."""
+    import numpy as np
+    import torch
+
+    from parallel_wan.models.vae_config import VaeConfig
+    from parallel_wan.weights import tree
+
+    from .gloo_ranks import spawn_ranks
+
+    cfg = dataclasses.replace(VaeConfig.wan2_1(), base_dim=base_dim)
+    real_params, _ = meta_params(cfg, "cpu")
+    meta_p, _ = meta_params(cfg, "meta")
+    z = np.random.default_rng(0).standard_normal((1, cfg.z_dim, latent_frames, h, w)).astype(np.float32)
+    state = {k: v.numpy() for k, v in tree.flatten(real_params).items()}
+    print(f"validation: Wan 2.1 VAE base {base_dim}, latents {z.shape}: LiveBytes peak bytes per rank")
+    print("| ranks | meta (this method) | real tensors, exchanges dropped | real split over gloo processes |")
+    print("|---|---|---|---|")
+    for n in (1, 2, 4):
+        on_meta = [band_decode_peak(meta_p, cfg, torch.from_numpy(z).to("meta"), n, i)["peak"] for i in range(n)]
+        real = [band_decode_peak(real_params, cfg, torch.from_numpy(z), n, i)["peak"] for i in range(n)]
+        gloo = [r["tensor_bytes"] for r in spawn_ranks(decode_on_rank, n, cfg, state, z, threads_per_rank=1,
+                                                       timeout_s=600)]
+        print(f"| {n} | {on_meta} | {real} | {gloo} |", flush=True)
+
 
 if __name__ == "__main__":
     main()
