@@ -5,13 +5,24 @@
 The same Hydra config and validation as `parallel_wan.run` (world size = the mesh's), the
 model's architecture from its preset (or from checkpoint_dir's configs when given; no weights
 are read), and the shapes the run uses: the SequenceShards token split, the CFG rows per rank,
-the dtype policy of the loader. Weights are counted from the parameter list of the model
-built on the meta device; the denoise forward's and the VAE decode's activations by running the
-model code itself on meta tensors of one rank's shapes (`live_bytes.LiveBytes` counts what its
-tensors would hold), with the sequence-parallel attention's buffers added as the kernels hold
-them. Prints per device: weights, activations, text encoder, VAE decode, the peak of each
-phase, and FITS / DOES NOT FIT with what to try. Exit status: 0 fits, 1 does not fit, 2 a bad
-setting (one line, as the run reports it).
+the dtype policy of the loader. Prints per device: weights, the denoise loop's tensors, text
+encoder, VAE decode, the peak of each phase, and FITS / DOES NOT FIT with what to try. Exit
+status: 0 fits, 1 does not fit, 2 a bad setting (one line, as the run reports it).
+
+What is counted is what `live_bytes` measures: tensor storages, at op boundaries.
+- Weights: the parameter list of the model built on the meta device, in the loader's dtypes
+  (equal to the loaded trees' bytes), per memory mode (`weight_bytes`).
+- Denoise: the run's own code on meta tensors of rank 0's shapes — `pipeline.denoise.denoise`
+  (the sampler and its state) calling `EagerNoisePredictor.__call__` (CFG concat, timesteps,
+  the forward, the guidance combine) for PLAN_STEPS steps, the sequence-parallel attention's
+  code with its messages left out — plus what exists before the loop (context, RoPE, noise).
+- VAE decode: `models.vae.decode` and the uint8 frames on meta tensors of the whole video,
+  for rank 0's band when the decode is split.
+Not counted, here or by the measurement: a kernel's private scratch (CPU flash attention's
+per-thread buffers, convolution workspaces, cuDNN/flash workspaces), the CUDA caching
+allocator's rounding and fragmentation, the CUDA context (~0.5 GB per device), NCCL's
+buffers. On CPU the figures equal the measured peaks (tests/test_plan.py: within 0.05 %);
+on a GPU add those. The text encoder's activations are a rough bound (widest FFN layer).
 """
 
 from __future__ import annotations
@@ -29,7 +40,6 @@ GB = 1e9
 UMT5_XXL = dict(vocab_size=256384, d_model=4096, d_kv=64, num_heads=64, d_ff=10240, num_layers=24,
                 feed_forward_proj="gated-gelu", tie_word_embeddings=False)
 TEXT_LEN = 512
-SAMPLER_STATE = 4  # UniPC (order 2) keeps the last model outputs and the corrector's inputs: ≤ 4 token-sized fp32 arrays
 
 
 # ---------------------------------------------------------------- architecture
@@ -139,12 +149,18 @@ def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
 
 
 # ---------------------------------------------------------------- activations
+PLAN_STEPS = 3  # the sampler's state is full from the third step on (UniPC: last sample and two x0)
+
+
 @dataclass(frozen=True)
 class RankShapes:
     tokens: int  # N: valid tokens of one video
     local: int  # Lc: tokens per rank, padding included
     rows: int  # forward rows per rank (CFG halves × prompts here)
     latent_shape: tuple
+    batch: int = 1  # prompts denoised on this rank (len(work.rows))
+    halves: int = 1  # CFG halves in this rank's forward (2: both here; 1: none, or CFG parallel)
+    cfg_branch: int | None = None  # CFG parallel over dp: this rank's half
 
 
 def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
@@ -157,32 +173,51 @@ def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     shards = SequenceShards(tokens, spec.mesh.cp)
     dp, n = spec.mesh.dp, len(spec.prompts)
     halves = 2 if spec.uses_guidance else 1
-    if n == 1 and dp == 2:
-        rows = 1  # CFG parallel: one half per dp rank
-    else:
-        rows = (n // dp) * halves
-    return RankShapes(tokens, shards.local, rows, latent_shape)
+    if n == 1 and dp == 2:  # CFG parallel (work.plan_work): one half per dp rank
+        return RankShapes(tokens, shards.local, 1, latent_shape, 1, 1, 0)
+    batch = max(1, n // dp)
+    return RankShapes(tokens, shards.local, batch * halves, latent_shape, batch, halves, None)
 
 
-def _sequence_parallel_attention(mesh, local: int):
-    """A stand-in for the run's self-attention on meta tensors that holds what the kernels
-    hold at their peak: Ulysses' all-to-all outputs (q, k, v with cp·Lc/ring tokens and
-    H/ulysses heads, the same bytes as the inputs) and the output before its way back; ring's
-    two K/V blocks in flight and the fp32 running output and log-sum-exp."""
+def _kernel_with_lse(q, k, v, valid_keys=None, scale=None):
+    """`attention.attention_with_lse` on meta tensors: what the fused kernels return, the
+    output and the log-sum-exp (B, S, H) in at least fp32 (the padded keys sliced off, as
+    there). On meta, SDPA would take its math path and count a score matrix no kernel makes."""
     import torch
 
-    def attention(q, k, v):
-        held = []
-        if mesh.ulysses > 1:
-            held += [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)]
-        if mesh.ring > 1:
-            held += [torch.empty_like(k), torch.empty_like(v), torch.empty_like(k), torch.empty_like(v)]
-            held += [torch.empty(q.shape, dtype=torch.float32, device=q.device),
-                     torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)]
-        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)  # the kernel's own log-sum-exp
-        out = torch.empty_like(q)
-        del held, lse
+    from .backends.torch.attention import lse_dtype
+
+    lse = torch.empty(q.shape[:3], dtype=lse_dtype(q.dtype), device=q.device)
+    return torch.empty_like(q), lse
+
+
+def _sequence_parallel_attention(mesh, valid: int, local: int):
+    """The run's self-attention for rank 0 of `mesh` (`sequence_parallel.make_self_attention`:
+    Ulysses' all-to-alls, then `ring.ring_attention`) run on meta tensors: the same code, so
+    the same buffers (the stacked and permuted sends, the receive buffers, the ring's K‖V
+    blocks and its fp32 running output), with the messages left out and the kernel standing
+    for its outputs (`_kernel_with_lse`)."""
+    from unittest import mock
+
+    def one_device(q, k, v):
+        out, lse = _kernel_with_lse(q, k, v, valid_keys=valid if valid < local else None)
+        del lse
         return out
+
+    if mesh.cp == 1:
+        return one_device
+    from .backends.torch import ring, ulysses
+
+    peers = ring.RingPeers(mesh.ring, 0, 0, 0, None)
+
+    def attention(q, k, v):
+        with mock.patch.object(ulysses.dist, "all_to_all_single", lambda *args, **kwargs: None), \
+                mock.patch.object(ring, "start_pass", lambda send, recv, peers: []), \
+                mock.patch.object(ring, "attention_with_lse", _kernel_with_lse):
+            if mesh.ulysses > 1:
+                q, k, v = ulysses.sequence_to_heads((q, k, v), None, mesh.ulysses)
+            out = ring.ring_attention(q, k, v, peers, valid_keys=valid)
+            return ulysses.heads_to_sequence(out, None, mesh.ulysses) if mesh.ulysses > 1 else out
 
     return attention
 
@@ -207,43 +242,98 @@ class _FusedAttentionOps:
         return out
 
 
-def denoise_activation_bytes(tcfg, rows: int, local: int, dtype: str, mesh=None, per_token: bool = False,
-                             in_channels: int | None = None) -> int:
-    """Peak activation bytes of one rank's forward: `models.transformer.forward` run on meta
-    tensors of the rank's shapes (two blocks, so the carry between blocks is seen), plus the
-    predictor's input and fp32 output and the sampler's state."""
+def _meta_expert(tcfg, dtype: str):
+    """The expert's param tree on the meta device with two blocks (the carry between blocks
+    is seen; later blocks repeat the second's peak)."""
     import torch
 
     from .backends.torch import ops as torch_ops
-    from .live_bytes import LiveBytes
     from .models import transformer as dit
-    from .config import MeshSpec
-
-    mesh = mesh or MeshSpec()
-    shapes = transformer_shapes(tcfg)
-    tdtype = torch_ops.dtype(dtype)
-
-    def meta(name, shape):
-        return torch.empty(shape, dtype=torch.float32 if dit.keeps_fp32(name) else tdtype, device="meta")
-
     from .weights.tree import unflatten
 
-    flat = {n: meta(n, s) for n, s in shapes.items() if not n.startswith("blocks.") or n.startswith("blocks.0.")}
+    tdtype = torch_ops.dtype(dtype)
+    flat = {n: torch.empty(s, dtype=torch.float32 if dit.keeps_fp32(n) else tdtype, device="meta")
+            for n, s in transformer_shapes(tcfg).items() if not n.startswith("blocks.") or n.startswith("blocks.0.")}
     params = unflatten(flat)
     params["blocks"] = [params["blocks"][0]] * 2
+    return params
+
+
+@dataclass(frozen=True)
+class DenoiseBytes:
+    held: int  # made before the loop and kept through it: the text context (every prompt and the
+    #            negative) and the rank's guidance rows, the RoPE tables, I2V condition tokens,
+    #            the initial noise (generate keeps it)
+    loop: int  # peak of what the loop's ops hold: the sample, the sampler's state, the previous
+    #            prediction, the predictor's CFG concat and timesteps, the forward's activations
+    #            and its fp32 output, the guidance combine
+
+    @property
+    def total(self) -> int:
+        return self.held + self.loop
+
+
+def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
+    """The denoise phase's tensors beside the weights on one rank: `pipeline.denoise.denoise`
+    (the sampler) and `EagerNoisePredictor.__call__` (CFG rows, timesteps, the forward, the
+    guidance combine) run for PLAN_STEPS steps on meta tensors of the rank's shapes, the
+    self-attention standing in for the sequence-parallel kernels' buffers."""
+    import functools
+    from types import SimpleNamespace
+
+    import torch
+
+    from .backends.torch import ops as torch_ops
+    from .backends.torch.predictor import EagerNoisePredictor, guidance_context
+    from .live_bytes import LiveBytes, held_bytes
+    from .models import transformer as dit
+    from .pipeline.checkpoint import HIGH, LOW, SINGLE
+    from .pipeline.denoise import denoise
+    from .sampling import make_schedule
+
+    tdtype = torch_ops.dtype(spec.dtype)
+    params = _meta_expert(tcfg, spec.dtype)
     patch = math.prod(tcfg.patch_size)
-    features_in = patch * (in_channels or tcfg.in_channels)
-    x = torch.empty((rows, local, features_in), dtype=torch.float32, device="meta")
-    ts = torch.empty((rows, local) if per_token else (rows,), dtype=torch.float32, device="meta")
-    ctx = torch.empty((rows, tcfg.text_len, tcfg.text_dim), dtype=tdtype, device="meta")
+    n = len(spec.prompts)
+
+    def meta(shape, dtype=torch.float32):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    work = SimpleNamespace(rows=tuple(range(shapes.batch)), cfg_branch=shapes.cfg_branch)
+    context = meta((n + 1, tcfg.text_len, tcfg.text_dim), tdtype)  # generate casts it to the run's dtype
+    rows_context, _ = guidance_context(context, work, n, spec.uses_guidance, torch_ops)
     half = tcfg.attention_head_dim // 2
-    rope = (torch.empty((local, half), dtype=torch.float32, device="meta"),) * 2
-    with LiveBytes() as live:
-        out = dit.forward(params, x, ts, ctx, rope, tcfg, _FusedAttentionOps(), _sequence_parallel_attention(mesh, local))
-        out = torch_ops.cast(out, "float32")
+    rope = (meta((shapes.local, half)), meta((shapes.local, half)))
+    cond_tokens = timestep_mask = None
+    extra_channels = tcfg.in_channels - tcfg.out_channels
+    if extra_channels:  # I2V: the condition's channels, joined to the noise tokens
+        task_cond = meta((1, shapes.local, patch * extra_channels))
+        cond_tokens = torch_ops.concat([task_cond] * shapes.batch, axis=0)
+    if spec.model.task == "ti2v" and spec.image is not None:
+        timestep_mask = meta((1, shapes.local))
+    predictor = SimpleNamespace(
+        ops=torch_ops, context=rows_context, halves=shapes.halves, rope=rope, cond_tokens=cond_tokens,
+        timestep_mask=timestep_mask,
+        attention=_sequence_parallel_attention(spec.mesh, shapes.tokens, shapes.local),
+        backend=SimpleNamespace(exchange_dp=lambda out: [out, torch.empty_like(out)]),  # the other half arrives
+        forward=lambda p, x, t, ctx, rope, cfg, attention: dit.forward(p, x, t, ctx, rope, cfg, _FusedAttentionOps(),
+                                                                      attention),
+        task=SimpleNamespace(experts={name: (tcfg, params) for name in (HIGH, LOW, SINGLE)}, work=work,
+                             per_token_timestep=spec.model.task == "ti2v", uses_guidance=spec.uses_guidance))
+    predict = functools.partial(EagerNoisePredictor.__call__, predictor)
+    x = meta((shapes.batch, shapes.local, patch * tcfg.out_channels))
+    held = held_bytes(context, rows_context, rope, cond_tokens, timestep_mask, x)
+    if cond_tokens is not None:
+        held += held_bytes(task_cond)
+    loop_spec = dataclasses.replace(spec, memory="resident")  # weight moves are counted in weight_bytes
+    # Under inference mode, as the run (backend.inference_mode()): outside it the ops dispatch
+    # differently (linear → t + addmm, the norms decomposed) and the tiny model's loop counted
+    # 30 % more than the run holds.
+    with torch.inference_mode(), LiveBytes() as live:
+        out = denoise(loop_spec, make_schedule("official", PLAN_STEPS, spec.shift), x, predict, lambda it: it,
+                      torch_ops)
         del out
-    token_array = rows * local * patch * tcfg.out_channels * 4
-    return live.peak + token_array * (2 + SAMPLER_STATE)
+    return DenoiseBytes(held, live.peak)
 
 
 # ---------------------------------------------------------------- text encoder and VAE
@@ -259,16 +349,77 @@ def text_encoder_bytes(text_cfg, prompts: int) -> tuple[int, int]:
     return weights, act
 
 
-def vae_decode_bytes(vcfg, latent_shape, ranks: int) -> tuple[int, int, int]:
-    """(weights, activations, bands) of the VAE decode on one rank. The decode is split over
-    every rank of the job by latent rows (backends/torch/vae_decode.py, JAX: vae_codec.py), so
-    one rank decodes ceil(h / ranks) rows (+ one halo row each side for its 3×3 convs).
-    Activations: the model code run on meta tensors for the first and one later latent frame
-    (the causal cache is full from the second on), plus the band's decoded video in fp32."""
+class _MetaBandOps:
+    """`vae_decode.HeightBandOps` for rank 0 of a split decode on meta tensors: the same
+    tensors (halo rows made contiguous, the received rows, the concatenation; attention's
+    padded K‖V and every rank's gathered copy), no messages."""
+
+    def __init__(self, band_rows: list[int]):
+        self.band_rows = band_rows
+
+    def __getattr__(self, name):
+        from .backends.torch import ops as torch_ops
+
+        return getattr(torch_ops, name)
+
+    def _halo(self, x, padding):
+        import torch
+
+        axis, rows = x.ndim - 2, padding[-2]
+        if rows == 0:
+            return x, padding
+        first = x.narrow(axis, 0, rows).contiguous()
+        last = x.narrow(axis, x.shape[axis] - rows, rows).contiguous()
+        from_above, from_below = torch.zeros_like(first), torch.zeros_like(last)
+        del first, last
+        return torch.cat([from_above, x, from_below], dim=axis), (*padding[:-2], 0, padding[-1])
+
+    def conv3d(self, x, w, b=None, stride=(1, 1, 1), padding=(0, 0, 0)):
+        from .backends.torch import ops as torch_ops
+
+        x, padding = self._halo(x, padding)
+        return torch_ops.conv3d(x, w, b, stride=stride, padding=padding)
+
+    def conv2d(self, x, w, b=None, stride=(1, 1), padding=(0, 0)):
+        from .backends.torch import ops as torch_ops
+
+        x, padding = self._halo(x, padding)
+        return torch_ops.conv2d(x, w, b, stride=stride, padding=padding)
+
+    def attention(self, q, k, v, scale=None):
+        import torch
+
+        per_row = q.shape[1] // self.band_rows[0]
+        counts = [rows * per_row for rows in self.band_rows]
+        kv = torch.cat([k, v], dim=-1)
+        padded = torch.nn.functional.pad(kv, (0, 0, 0, 0, 0, max(counts) - kv.shape[1])).contiguous()
+        parts = [torch.empty_like(padded) for _ in counts]
+        del kv, padded
+        kv = torch.cat([part[:, :count] for part, count in zip(parts, counts)], dim=1)
+        del parts
+        k, v = kv.split(k.shape[-1], dim=-1)
+        return _FusedAttentionOps.attention(q, k, v, scale)
+
+
+@dataclass(frozen=True)
+class VaeBytes:
+    weights: int  # the VAE in fp32
+    held: int  # the latents of every prompt (fp32), which the decoder reads
+    peak: int  # what the decode's ops hold at once (rank 0: also the received bands)
+    bands: int  # ranks the decode is split over
+
+
+def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
+    """The VAE decode on rank 0: `models.vae.decode` (one latent frame per call, the causal
+    time cache) and the uint8 frames, run on meta tensors of the whole video; split over every
+    rank of the job by latent rows (backends/torch/vae_decode.py; JAX: vae_codec.py) when the
+    job has several, rank 0 holding the largest band and receiving the others' uint8 bands."""
     import torch
     from diffusers import AutoencoderKLWan
 
     from .backends.torch import ops as torch_ops
+    from .backends.torch.vae_decode import height_bands
+    from .frames import to_uint8_frames
     from .live_bytes import LiveBytes
     from .models import vae
     from .weights.tree import unflatten
@@ -277,14 +428,21 @@ def vae_decode_bytes(vcfg, latent_shape, ranks: int) -> tuple[int, int, int]:
     weights = sum(p.numel() for p in model.parameters()) * 4  # the VAE runs in fp32
     params = unflatten({n: torch.empty(p.shape, device="meta") for n, p in model.named_parameters()})
     _, z, t, h, w = latent_shape
-    bands = min(ranks, h)
-    band = -(-h // bands) + (2 if bands > 1 else 0)
-    latents = torch.empty((1, z, 2, band, w), device="meta")
-    with LiveBytes() as live:
-        frames = vae.decode(params, latents, torch_ops, vcfg)
-        del frames
-    video = 3 * (1 + 4 * (t - 1)) * band * vcfg.scale_factor_spatial * w * vcfg.scale_factor_spatial * 4
-    return weights, live.peak + 2 * video, bands
+    latents = torch.empty((prompts, z, t, h, w), device="meta")
+    bands = height_bands(h, ranks)
+    band_ops = torch_ops if len(bands) == 1 else _MetaBandOps([b - a for a, b in bands])
+    start, stop = bands[0]
+    with torch.inference_mode(), LiveBytes() as live:
+        for row in range(prompts):
+            zrow = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], vcfg, torch_ops)
+            frames = to_uint8_frames(vae.decode(params, zrow, band_ops, vcfg), torch_ops).contiguous()
+            if len(bands) > 1:  # rank 0 receives the other bands, then concatenates
+                others = [torch.empty((frames.shape[0], (b - a) * frames.shape[1] // (stop - start), *frames.shape[2:]),
+                                      dtype=frames.dtype, device="meta") for a, b in bands[1:]]
+                torch.cat([frames, *others], dim=1)  # the whole video, held until it goes to the host
+                del others
+            del zrow, frames
+    return VaeBytes(weights, latents.numel() * 4, live.peak, len(bands))
 
 
 # ---------------------------------------------------------------- the report
@@ -294,20 +452,24 @@ class MemoryPlan:
     shapes: RankShapes
     expert: ExpertBytes
     weights: dict
-    activations: int
+    denoise: DenoiseBytes
     text: tuple[int, int]
-    vae: tuple[int, int, int]
+    vae: VaeBytes
+    kept_for_decode: int  # what generate still holds while it decodes (see `plan`)
+
+    @property
+    def activations(self) -> int:
+        return self.denoise.total
 
     @property
     def phases(self) -> dict:
         """Peak bytes of each phase on the most loaded rank (rank 0: it also holds the text
         encoder while it encodes; the encoder is released before the loop)."""
-        vae_weights, vae_act, _ = self.vae
-        latents = math.prod(self.shapes.latent_shape) * 4 * len(self.spec.prompts)
+        vae = self.vae
         return {
-            "text encode (rank 0)": self.weights["encode"] + vae_weights + sum(self.text),
-            "denoise": self.weights["denoise"] + vae_weights + self.activations,
-            "vae decode": self.weights["decode"] + vae_weights + vae_act + latents,
+            "text encode (rank 0)": self.weights["encode"] + vae.weights + sum(self.text),
+            "denoise": self.weights["denoise"] + vae.weights + self.denoise.total,
+            "vae decode": self.weights["decode"] + vae.weights + vae.held + vae.peak + self.kept_for_decode,
         }
 
     @property
@@ -319,10 +481,17 @@ def plan(spec: RunSpec) -> MemoryPlan:
     tcfg, vcfg, text_cfg = architecture(spec)
     shapes = rank_shapes(spec, tcfg, vcfg)
     eb = expert_bytes(transformer_shapes(tcfg), spec.dtype, spec.mesh.world_size)
-    act = denoise_activation_bytes(tcfg, shapes.rows, shapes.local, spec.dtype, spec.mesh,
-                                   per_token=spec.model.task == "ti2v")
-    return MemoryPlan(spec, shapes, eb, weight_bytes(spec, eb), act, text_encoder_bytes(text_cfg, len(spec.prompts)),
-                      vae_decode_bytes(vcfg, shapes.latent_shape, spec.mesh.world_size))
+    dn = denoise_bytes(spec, tcfg, shapes)
+    prompts = len(spec.prompts)
+    # generate keeps, while the VAE decodes: the predictor (context, RoPE tables, condition)
+    # and the initial noise (dn.held), the loop's final sample, and off a single process the
+    # gathered tokens of every prompt (fp32; one process slices the final sample instead).
+    token_features = math.prod(tcfg.patch_size) * tcfg.out_channels
+    kept = dn.held + shapes.batch * shapes.local * token_features * 4
+    if spec.mesh.world_size > 1:
+        kept += prompts * shapes.tokens * token_features * 4
+    return MemoryPlan(spec, shapes, eb, weight_bytes(spec, eb), dn, text_encoder_bytes(text_cfg, prompts),
+                      vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size), kept)
 
 
 def _gb(n: int) -> str:
@@ -340,10 +509,10 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         "per device:",
         f"  one expert, whole              {_gb(p.expert.whole)}",
         f"  weights during denoise         {_gb(p.weights['denoise'])}   ({p.weights['note']})",
-        f"  activations, denoise forward   {_gb(p.activations)}",
+        f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, noise)",
         f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
-        f"  VAE weights (fp32)             {_gb(p.vae[0])}",
-        f"  VAE decode activations         {_gb(p.vae[1])}   (decode split by height over {p.vae[2]} ranks of the job)",
+        f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
+        f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over {p.vae.bands} ranks of the job)",
         "peak per phase:",
     ]
     for phase, value in p.phases.items():

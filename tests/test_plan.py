@@ -1,11 +1,7 @@
-"""The memory planner: its weight bytes are the loaded model's, its activation estimate bounds a
-measured forward, and its CLI reports, fits or not, with the run's one-line errors."""
+"""The memory planner: its weight bytes are the loaded model's; its denoise-phase and VAE-decode
+figures equal the tensor bytes measured on CPU (tiny and mid-size models, fp32 and bf16); its
+CLI reports, fits or not, with the run's one-line errors."""
 
-import os
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 import torch
 
@@ -13,7 +9,6 @@ from parallel_wan import plan as planner
 from parallel_wan.config import MeshSpec
 from parallel_wan.run import CONF_DIR
 
-REPO = os.path.dirname(CONF_DIR)
 
 
 @pytest.fixture(scope="module")
@@ -76,67 +71,260 @@ def _spec(overrides, world=1):
     return planner._planning(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}, world)
 
 
-# The estimate runs the same model code on meta tensors, so it differs from a measured CPU
-# forward only by what it adds on purpose: the attention kernel's output and log-sum-exp held
-# apart, and the predictor's token arrays and sampler state (≤ 6 token-sized fp32 arrays).
-# Measured: the estimate is 1.46× (CFG rows) and 1.23× (per-token timesteps) the live peak here.
-ACTIVATION_FACTOR = 1.6
+# ---------------------------------------------------------------- planned vs measured
+# "Measured" (live_bytes.py): the distinct storages alive before a phase (weights, context,
+# RoPE tables, the noise, latents) plus the peak of what the phase's ops return, on CPU, in a
+# real run of the code (EagerNoisePredictor in pipeline.denoise.denoise; EagerVideoDecoder).
+# The planner runs the same code on meta tensors, except the attention kernels, which it
+# stands in for with their outputs (output and fp32 log-sum-exp, as CPU flash attention
+# returns). The issue asks for 15 %; the figures agree far closer (see MEASURED below).
+TOLERANCE = 0.15
+MEASURED = {}  # figure → (planned, measured), printed by the last test of the module
 
 
-@pytest.mark.parametrize("rows, per_token", [(2, False), (1, True)])
-def test_activation_estimate_bounds_a_measured_forward(tiny_ckpt, rows, per_token):
-    from parallel_wan.backends.torch import ops as torch_ops
-    from parallel_wan.live_bytes import LiveBytes
+def _check(name, planned, measured):
+    MEASURED[name] = (planned, measured)
+    print(f"{name}: planned {planned:,} B, measured {measured:,} B ({planned / measured - 1:+.2%})")
+    assert abs(planned - measured) <= TOLERANCE * measured, name
+
+
+def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
+    """One process, the run's loop for PLAN_STEPS steps; only the last step (the sampler's
+    state full) runs the forward, the others return a prediction-shaped array, which the real
+    predictor's output is (keeps the mid-size model's test to one forward)."""
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.live_bytes import LiveBytes, held_bytes
     from parallel_wan.models import transformer as dit
-    from parallel_wan.models.rope import rope_tables
-    from parallel_wan.models.transformer import keeps_fp32
-    from parallel_wan.weights.loader import load_transformer
+    from parallel_wan.pipeline.denoise import DenoiseTask, denoise
+    from parallel_wan.pipeline.work import RankWork
+    from parallel_wan.sampling import make_schedule
+    from parallel_wan.sharding import SequenceShards
 
-    tcfg = tiny_ckpt.transformers["high_noise"]
-    params = load_transformer(tiny_ckpt, "high_noise", "float32", keeps_fp32)
-    grid = (5, 16, 16)  # 1,280 tokens: the token arrays dominate the 512-slot text context
-    local = int(np.prod(grid))
+    backend = backend or TorchBackend("cpu")
+    ops = backend.ops
     g = torch.Generator().manual_seed(0)
-    x = torch.randn((rows, local, 4 * tcfg.in_channels), generator=g)
-    ts = torch.full((rows, local) if per_token else (rows,), 500.0)
-    ctx = torch.randn((rows, tcfg.text_len, tcfg.text_dim), generator=g)
-    cos, sin = rope_tables(tcfg.attention_head_dim, grid)
-    rope = (torch.as_tensor(cos), torch.as_tensor(sin))
+    n = len(spec.prompts)
+    context = torch.randn((n + 1, tcfg.text_len, tcfg.text_dim), generator=g).to(ops.dtype(spec.dtype))
+    grid = dit.patch_grid(tcfg, shapes.latent_shape)
+    work = RankWork(SequenceShards(shapes.tokens, spec.mesh.cp), backend.index("cp"), tuple(range(n)), None)
+    cond = None
+    if tcfg.in_channels > tcfg.out_channels:  # I2V: the image condition's channels
+        cond = torch.randn((1, shapes.local, 4 * (tcfg.in_channels - tcfg.out_channels)), generator=g)
+    task = DenoiseTask(experts, context, n, work, grid, spec.uses_guidance,
+                       per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond)
+    with torch.inference_mode():
+        predict = backend.noise_predictor(task)
+        x = torch.randn((n, shapes.local, 4 * tcfg.out_channels), generator=g)
+        held = held_bytes([p for _, p in experts.values()], vae_params, context, predict.context, predict.rope, x,
+                          cond, predict.cond_tokens)
+
+        calls = []
+
+        def step(expert, x, t, guidance):
+            calls.append(t)
+            if len(calls) < planner.PLAN_STEPS:
+                return x * 0.5
+            return predict(expert, x, t, guidance)
+
+        with LiveBytes() as live:
+            out = denoise(spec, make_schedule("official", planner.PLAN_STEPS, spec.shift), x, step, lambda it: it, ops)
+            del out
+    return held + live.peak
+
+
+def _measure_decode(vcfg, vae_params, latent_shape, prompts, backend=None):
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.live_bytes import LiveBytes, held_bytes
+
+    latents = torch.randn((prompts, *latent_shape[1:]), generator=torch.Generator().manual_seed(1))
+    decoder = (backend or TorchBackend("cpu")).video_decoder(vae_params, vcfg)
     with torch.inference_mode(), LiveBytes() as live:
-        out = torch_ops.cast(dit.forward(params, x, ts, ctx, rope, tcfg, torch_ops, torch_ops.attention), "float32")
-        del out
-    measured = live.peak
-    estimate = planner.denoise_activation_bytes(tcfg, rows, local, "float32", MeshSpec(), per_token=per_token)
-    print(f"rows={rows} per_token={per_token}: measured {measured:,} B, estimate {estimate:,} B "
-          f"({estimate / measured:.2f}×)")
-    assert measured <= estimate <= ACTIVATION_FACTOR * measured
+        decoder(latents)
+    return held_bytes(vae_params, latents) + live.peak
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tiny_run_phases_match_measured(tiny_ckpt, dtype):
+    """The built-in run's shapes (model=tiny: 128×128×17, one prompt, CFG): both experts
+    resident, the VAE, the denoise loop and the decode."""
+    from parallel_wan.models.transformer import keeps_fp32
+    from parallel_wan.weights.loader import load_transformer, load_vae
+
+    spec = _spec(["model=tiny", f"dtype={dtype}"])
+    p = planner.plan(spec)
+    experts = {name: (tiny_ckpt.transformers[name], load_transformer(tiny_ckpt, name, dtype, keeps_fp32))
+               for name in ("high_noise", "low_noise")}
+    vcfg, vae_params = load_vae(tiny_ckpt)
+    tcfg = tiny_ckpt.transformers["high_noise"]
+    from parallel_wan.live_bytes import held_bytes
+
+    _check(f"tiny {dtype} weights resident", p.weights["denoise"], held_bytes([t for _, t in experts.values()]))
+    _check(f"tiny {dtype} denoise phase", p.phases["denoise"], _measure_denoise(spec, tcfg, experts, vae_params, p.shapes))
+    if dtype == "float32":  # the VAE runs in fp32 whatever the run's dtype
+        planned = p.vae.weights + p.vae.held + p.vae.peak
+        _check("tiny vae decode", planned, _measure_decode(vcfg, vae_params, p.shapes.latent_shape, 1))
+
+
+def _tiny_on_rank(rank, world, overrides):
+    """One rank of a cp=2 job (Ulysses): the tiny run's denoise phase and its split VAE
+    decode, measured; random weights (the same on every rank)."""
+    from diffusers import AutoencoderKLWan
+
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.live_bytes import held_bytes
+
+    spec = _spec(overrides, world)
+    tcfg, vcfg, _ = planner.architecture(spec)
+    shapes = planner.rank_shapes(spec, tcfg, vcfg)
+    backend = TorchBackend("cpu", spec.mesh, Launch(rank, world, rank, "test"))
+    params = _random_tree(planner.transformer_shapes(tcfg), torch.float32)
+    with torch.device("meta"):
+        vae_shapes = {n: p.shape for n, p in AutoencoderKLWan(**vcfg.to_diffusers()).named_parameters()}
+    vae_params = _random_tree(vae_shapes, torch.float32)
+    experts = {"high_noise": (tcfg, params), "low_noise": (tcfg, params)}
+    denoise = _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend) - held_bytes(params, vae_params)
+    decode = _measure_decode(vcfg, vae_params, shapes.latent_shape, 1, backend) - held_bytes(vae_params)
+    return {"denoise": denoise, "decode": decode}
+
+
+def test_cp2_ranks_match_measured():
+    """mesh=cp2 (Ulysses over 2 ranks), the tiny run in fp32: each rank's denoise phase
+    beside the weights (its 160 tokens, the all-to-all buffers) and the VAE decode split by
+    height (halo rows, rank 0 receiving rank 1's band). The planner's decode figure is rank
+    0's, the most loaded; rank 1 also holds a broadcast copy of the latents (20 KB here)."""
+    from distributed import run_on_ranks
+
+    overrides = ["model=tiny", "dtype=float32", "mesh=cp2"]
+    p = planner.plan(_spec(overrides, 2))
+    ranks = run_on_ranks(_tiny_on_rank, 2, overrides, timeout_s=180)
+    for rank, got in enumerate(ranks):
+        _check(f"tiny cp2 rank {rank} denoise (beside weights)", p.denoise.total, got["denoise"])
+    _check("tiny cp2 rank 0 vae decode (beside weights)", p.vae.held + p.vae.peak, ranks[0]["decode"])
+    MEASURED["tiny cp2 rank 1 vae decode (beside weights), not checked"] = (p.vae.held + p.vae.peak, ranks[1]["decode"])
+
+
+@pytest.mark.parametrize("model", ["tiny_ti2v", "tiny_i2v"])
+def test_other_tasks_denoise_phase_matches_measured(model, tmp_path):
+    """TI2V's per-token timesteps (B, L) and its one expert; I2V's condition tokens joined to
+    the noise's channels. Random weights of the built-in models' shapes, fp32."""
+    from parallel_wan.live_bytes import held_bytes
+
+    import imageio.v3 as iio
+    import numpy as np
+
+    image = tmp_path / "image.png"
+    iio.imwrite(image, np.zeros((16, 16, 3), np.uint8))
+    spec = _spec([f"model={model}", "dtype=float32"] + ([f"image={image}"] if model == "tiny_i2v" else []))
+    tcfg, vcfg, _ = planner.architecture(spec)
+    shapes = planner.rank_shapes(spec, tcfg, vcfg)
+    params = _random_tree(planner.transformer_shapes(tcfg), torch.float32)
+    experts = {name: (tcfg, params) for name in ("high_noise", "low_noise", "single")}
+    measured = _measure_denoise(spec, tcfg, experts, {}, shapes) - held_bytes(params)
+    _check(f"{model} fp32 denoise (beside weights)", planner.denoise_bytes(spec, tcfg, shapes).total, measured)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _table():
+    yield
+    print("\n".join(f"{k:<56} planned {a:>13,} B  measured {b:>13,} B  {a / b - 1:+.3%}"
+                    for k, (a, b) in MEASURED.items()))
+
+
+def _random_tree(shapes, dtype):
+    from parallel_wan.models.transformer import keeps_fp32
+    from parallel_wan.weights.tree import unflatten
+
+    g = torch.Generator().manual_seed(0)
+    return unflatten({n: (torch.randn(s, generator=g) * 0.02).to(torch.float32 if keeps_fp32(n) else dtype)
+                      for n, s in shapes.items()})
+
+
+# fp32: 1,920 tokens × 2 CFG rows, 4 layers. bf16 at 480 tokens and 2 layers (the carry between
+# blocks is still there): CPU bf16 GEMMs here run 8× slower than fp32 ones (no bf16 units).
+@pytest.mark.parametrize("dtype, layers, size", [("float32", 4, (256, 384)), ("bfloat16", 2, (128, 192))])
+def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
+    """dim 1024, 8 heads, ffn 4×: the activations, not the 512-slot text context, dominate; one
+    expert resident, random weights built here."""
+    import dataclasses
+
+    from parallel_wan.backends.torch import ops as torch_ops
+    from parallel_wan.live_bytes import held_bytes
+    from parallel_wan.models.transformer_config import TransformerConfig
+    from parallel_wan.models.vae_config import VaeConfig
+    from parallel_wan.tiny import _VAE_WIDTHS
+
+    tcfg = TransformerConfig(num_attention_heads=8, attention_head_dim=128, ffn_dim=4096, num_layers=layers,
+                             in_channels=16, out_channels=16, text_dim=1024, freq_dim=256)
+    spec = _spec(["model=tiny", f"dtype={dtype}", f"height={size[0]}", f"width={size[1]}", "num_frames=17"])
+    vcfg = dataclasses.replace(VaeConfig.wan2_1(), **_VAE_WIDTHS["wan2.1"])
+    shapes = planner.rank_shapes(spec, tcfg, vcfg)
+    assert shapes.local == 5 * size[0] // 16 * size[1] // 16
+    shapes_flat = planner.transformer_shapes(tcfg)
+    params = _random_tree(shapes_flat, torch_ops.dtype(dtype))
+    eb = planner.expert_bytes(shapes_flat, dtype, 1)
+    _check(f"mid {dtype} {layers} layers {shapes.local} tokens: weights", eb.whole, held_bytes(params))
+    dn = planner.denoise_bytes(spec, tcfg, shapes)
+    experts = {"high_noise": (tcfg, params), "low_noise": (tcfg, params)}
+    _check(f"mid {dtype} {layers} layers {shapes.local} tokens: denoise phase", eb.whole + dn.total,
+           _measure_denoise(spec, tcfg, experts, {}, shapes))
+
+
+def test_mid_size_vae_decode_matches_measured():
+    """Wan 2.1's VAE at its real widths (96…384 channels), 96×96, 5 frames (the second latent
+    frame runs with the causal time cache full)."""
+    from parallel_wan.models.vae_config import VaeConfig
+    from parallel_wan.weights.tree import unflatten
+    from diffusers import AutoencoderKLWan
+
+    vcfg = VaeConfig.wan2_1()
+    with torch.device("meta"):
+        shapes = {n: p.shape for n, p in AutoencoderKLWan(**vcfg.to_diffusers()).named_parameters()}
+    g = torch.Generator().manual_seed(0)
+    params = unflatten({n: torch.randn(s, generator=g) * 0.02 for n, s in shapes.items()})
+    latent_shape = (1, vcfg.z_dim, 2, 12, 12)
+    vb = planner.vae_decode_bytes(vcfg, latent_shape, 1, 1)
+    _check("mid vae decode (Wan 2.1 VAE, 96x96x5)", vb.weights + vb.held + vb.peak,
+           _measure_decode(vcfg, params, latent_shape, 1))
+
 
 
 def test_sequence_parallel_buffers_are_counted():
+    import dataclasses
+
     from parallel_wan.tiny import transformer_config
 
     tcfg = transformer_config("t2v")
-    one = planner.denoise_activation_bytes(tcfg, 2, 640, "float32", MeshSpec())
-    usp = planner.denoise_activation_bytes(tcfg, 2, 640, "float32", MeshSpec("usp2x2", 1, 4, 2, 2))
-    assert usp > one
+    spec = _spec(["model=tiny"])
+    shapes = planner.RankShapes(640, 640, 2, (1, 16, 5, 16, 32), 1, 2, None)
+    one = planner.denoise_bytes(spec, tcfg, shapes)
+    usp = planner.denoise_bytes(dataclasses.replace(spec, mesh=MeshSpec("usp2x2", 1, 4, 2, 2)), tcfg, shapes)
+    assert usp.loop > one.loop
 
 
-def test_cli_a14b_720p_fits_on_eight_80gb_devices():
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.plan", "model=wan2.2_t2v_a14b", "mesh=dp2_cp4",
-                           "device_memory_gb=80"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
+def test_cli_a14b_720p_fits_on_eight_80gb_devices(capsys):
+    # In-process (`python -m parallel_wan.plan` is `sys.exit(main(argv))`): a subprocess would
+    # import torch, diffusers and transformers again, ~10 s on 2 cores.
+    code = planner.main(["model=wan2.2_t2v_a14b", "mesh=dp2_cp4", "device_memory_gb=80"])
+    out = capsys.readouterr().out
     print(out)
+    assert code == 0
     assert "tokens 75,600 → 18,900 per rank" in out and "FITS" in out and "DOES NOT" not in out
     assert "one expert, whole                 28.64 GB" in out  # 14.3e9 params, bf16 with fp32 norms/tables
 
 
-def test_does_not_fit_suggests(capsys):
-    code = planner.main(["model=wan2.2_t2v_a14b", "mesh=dp2_cp4", "device_memory_gb=24"])
-    out = capsys.readouterr().out
-    assert code == 1 and "DOES NOT FIT" in out and "memory=sharded" in out
-    code = planner.main(["model=wan2.2_t2v_a14b", "mesh=dp2_cp4", "memory=sharded", "device_memory_gb=80"])
-    assert code == 0
+def test_does_not_fit_suggests():
+    import dataclasses
+
+    spec = _spec(["model=wan2.2_t2v_a14b", "mesh=dp2_cp4"], world=8)
+    p = planner.plan(spec)
+    text, fits = planner.report(p, 24)
+    assert not fits and "DOES NOT FIT" in text and "memory=sharded" in text
+    # memory=sharded changes the weights only (the loop's tensors are the same), so the plan
+    # for it is this one with the sharded weights.
+    sharded = dataclasses.replace(spec, memory="sharded")
+    p = dataclasses.replace(p, spec=sharded, weights=planner.weight_bytes(sharded, p.expert))
+    assert planner.report(p, 80)[1]
 
 
 @pytest.mark.parametrize("args, needle", [
