@@ -114,7 +114,7 @@ class RunSpec:
     jax_fsdp: bool = False  # JAX: weights sharded over every mesh axis, gathered one layer at a time
     weights_cache_dir: str | None = None  # converted-weights cache (weights/cache.py); None: off
     memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
-    swap_prefetch_steps: int = 2  # memory=swap: the low-noise copy starts this many steps before the switch
+    swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
     compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/fast_block.py)
 
     @property
@@ -362,10 +362,10 @@ def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, 
     jax_fsdp=true still works and means memory=sharded."""
     memory = _choice("memory", str(_pick(cfg, "memory", "resident")), MEMORY_MODES)
     jax_fsdp = _jax_only(cfg, backend, "jax_fsdp")
-    prefetch = _as(int, "swap_prefetch_steps", _pick(cfg, "swap_prefetch_steps", 2))
-    if prefetch < 1:
-        raise ConfigError(f"swap_prefetch_steps={prefetch} must be ≥ 1: the low-noise expert must be on the device "
-                          "by its first step; set swap_prefetch_steps=1 or more")
+    prefetch = _as(int, "swap_prefetch_steps", _pick(cfg, "swap_prefetch_steps", 0))
+    if prefetch < 0:
+        raise ConfigError(f"swap_prefetch_steps={prefetch} must be ≥ 0: 0 exchanges the experts block by block during "
+                          "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch")
     if jax_fsdp:
         if memory == "swap":
             raise ConfigError("jax_fsdp=true shards the weights but memory=swap was asked; pick one: "

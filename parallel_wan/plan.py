@@ -141,6 +141,11 @@ def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)
         return {"encode": kept, "denoise": kept + experts * eb.rest + 2 * eb.block, "decode": kept,
                 "note": f"sharded (jax_fsdp): 1/{world} of each large tensor per device, gathered per layer"}
+    if spec.memory == "swap" and spec.swap_prefetch_steps == 0:
+        # the last high-noise step: block i in use, the block before it not yet released by
+        # the forward's loop variable, and the incoming block's copy — one expert + 2 blocks
+        return {"encode": eb.whole, "denoise": eb.whole + 2 * eb.block, "decode": eb.whole,
+                "note": "swap: one expert; the last high-noise step exchanges them block by block (+2 blocks)"}
     if spec.memory == "swap":
         return {"encode": eb.whole, "denoise": 2 * eb.whole, "decode": eb.whole,
                 "note": f"swap: one expert, both during the {spec.swap_prefetch_steps} prefetch steps before the switch"}
@@ -531,7 +536,7 @@ def suggestions(p: MemoryPlan, budget: float) -> list[str]:
     if spec.memory != "sharded" and spec.mesh.world_size > 1:
         out.append("memory=sharded (weights 1/world per device)")
     if spec.memory == "resident" and spec.model.experts == 2 and spec.backend == "torch":
-        out.append("memory=swap (one expert outside the prefetch window)")
+        out.append("memory=swap (one expert on the device; exchanged block by block at the switch)")
     if p.activations > 0.2 * budget or p.weights["denoise"] > budget:
         out.append(f"a larger cp (more devices share the tokens: now {p.shapes.local:,} per rank)")
     if spec.dtype == "float32":

@@ -136,6 +136,10 @@ def test_swap_plan_marks():
     assert [s.index for s in plan if s.prefetch] == [switch - 2] and plan[switch - 2].prefetch == LOW
     assert [s.index for s in plan if s.release] == [switch] and plan[switch].release == HIGH
     assert not any(s.prefetch or s.release for s in step_plan(_spec(BASE + ["steps=8"]), schedule))
+    # the default, swap_prefetch_steps=0: the last high-noise step exchanges the experts
+    plan = step_plan(_spec(BASE + ["steps=8", "memory=swap"]), schedule)
+    assert [s.index for s in plan if s.exchange] == [switch - 1] and plan[switch - 1].exchange == LOW
+    assert not any(s.prefetch for s in plan) and plan[switch].release == HIGH
 
 
 def test_swap_equals_resident_and_frees_the_high_expert():
@@ -187,6 +191,56 @@ def test_swap_equals_resident_and_frees_the_high_expert():
     print(f"swap: switch at step {switch}, events {events}, {len(probe.high_refs)} high-noise tensors freed")
 
 
+def test_swap_exchanges_block_by_block_in_the_last_high_noise_step(monkeypatch):
+    """swap_prefetch_steps=0: while the last high-noise step runs block i, every earlier
+    high-noise block is already freed and only the low-noise blocks before i have been copied
+    in — never two experts; the result equals the resident run bit for bit."""
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.swap import ExchangeBlocks
+    from parallel_wan.models import transformer as dit
+    from parallel_wan.pipeline import generate
+    from parallel_wan.weights.tree import iter_leaves
+
+    high_blocks, seen = [], []
+
+    class Probe(TorchBackend):
+        def place(self, tree, dtype, keep_fp32=None, where="device", full_rows=None):
+            out = super().place(tree, dtype, keep_fp32, where, full_rows)
+            if where == "device" and isinstance(tree, dict) and "blocks" in tree and not high_blocks:
+                high_blocks.extend([weakref.ref(t) for _, t in iter_leaves(b)] for b in out["blocks"])
+            return out
+
+    exchanges = []
+    real_iter = ExchangeBlocks.__iter__
+
+    def tracking_iter(self):
+        exchanges.append(self)
+        return real_iter(self)
+
+    monkeypatch.setattr(ExchangeBlocks, "__iter__", tracking_iter)
+    real_block = dit.transformer_block
+
+    def block(p, *args, **kwargs):
+        if exchanges and len(seen) < len(high_blocks):  # inside the exchange step's forward
+            gc.collect()
+            alive = [any(r() is not None for r in refs) for refs in high_blocks]
+            seen.append((alive, len(exchanges[0].copied)))
+        return real_block(p, *args, **kwargs)
+
+    monkeypatch.setattr(dit, "transformer_block", block)
+    overrides = BASE + ["steps=8"]
+    ref = generate(_spec(overrides), TorchBackend("cpu"))
+    got = generate(_spec(overrides + ["memory=swap"]), Probe("cpu"))
+    np.testing.assert_array_equal(got.latents, ref.latents)
+    np.testing.assert_array_equal(got.frames, ref.frames)
+    layers = len(high_blocks)
+    assert len(exchanges) == 1 and len(seen) == layers
+    for i, (alive, copied) in enumerate(seen):
+        assert alive == [j >= i for j in range(layers)], (i, alive)  # blocks before i are gone
+        assert copied == i  # the low-noise blocks before i are in
+    print(f"exchange: {layers} blocks, per block (high alive, low copied): {seen}")
+
+
 def test_text_encoder_is_freed_after_encoding():
 
     from parallel_wan.backends.torch.backend import TorchBackend
@@ -220,7 +274,7 @@ def test_memory_settings():
         (["memory=paged"], "memory='paged' is not known; choose one of: resident, sharded, swap"),
         (["model=tiny_ti2v", "height=64", "width=64", "memory=swap"], "has one expert"),
         (["backend=jax", "memory=swap"], "memory=swap is implemented for backend=torch only"),
-        (["memory=swap", "swap_prefetch_steps=0"], "swap_prefetch_steps=0 must be ≥ 1"),
+        (["memory=swap", "swap_prefetch_steps=-1"], "swap_prefetch_steps=-1 must be ≥ 0"),
     ]:
         with pytest.raises(ConfigError, match=re.escape(needle)) as info:
             _spec(BASE + overrides, world=8 if "backend=jax" in overrides else 1)

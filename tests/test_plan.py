@@ -57,7 +57,9 @@ def test_weights_per_mode():
     sharded = planner.weight_bytes(_spec(["mesh=cp4", "memory=sharded"], world=4), eb)
     swap = planner.weight_bytes(_spec(["mesh=cp4", "memory=swap"], world=4), eb)
     assert resident["denoise"] == 2 * eb.whole
-    assert swap["encode"] == swap["decode"] == eb.whole and swap["denoise"] == 2 * eb.whole
+    assert swap["encode"] == swap["decode"] == eb.whole and swap["denoise"] == eb.whole + 2 * eb.block
+    whole_copy = planner.weight_bytes(_spec(["mesh=cp4", "memory=swap", "swap_prefetch_steps=2"], world=4), eb)
+    assert whole_copy["denoise"] == 2 * eb.whole  # the whole low-noise expert beside the high-noise one
     assert sharded["encode"] == 2 * (eb.sharded_blocks + eb.rest_chunk)
     assert sharded["denoise"] == sharded["encode"] + 2 * eb.rest + 2 * eb.block
 

@@ -41,6 +41,8 @@ class Step:
     guidance: float
     prefetch: str | None = None  # memory=swap: start moving this expert to the device before this step
     release: str | None = None  # memory=swap: this expert's last step was the previous one; free it
+    exchange: str | None = None  # memory=swap, swap_prefetch_steps=0: during this step, the last of its
+    # expert, each block is freed once it has run and the same block of `exchange` is copied in
 
 
 def pick_schedule(spec: RunSpec, ckpt):
@@ -72,13 +74,18 @@ def step_plan(spec: RunSpec, schedule) -> list[Step]:
 
 def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
     """memory=swap: the low-noise copy starts `prefetch_steps` steps before the switch (so it
-    overlaps the last high-noise steps), and the high-noise expert goes at the switch."""
+    overlaps the last high-noise steps), and the high-noise expert goes at the switch. With
+    prefetch_steps=0 the last high-noise step exchanges the experts block by block instead: the
+    device never holds more than one expert and a block or two."""
     switch = next((s.index for s in plan if s.expert == LOW), None)
     if switch is None:
         return plan
     plan = list(plan)
-    start = max(0, switch - prefetch_steps)
-    plan[start] = dataclasses.replace(plan[start], prefetch=LOW)
+    if prefetch_steps == 0 and switch > 0:
+        plan[switch - 1] = dataclasses.replace(plan[switch - 1], exchange=LOW)
+    else:
+        start = max(0, switch - prefetch_steps)
+        plan[start] = dataclasses.replace(plan[start], prefetch=LOW)
     if switch > 0:
         plan[switch] = dataclasses.replace(plan[switch], release=HIGH)
     return plan

@@ -1,5 +1,11 @@
 """memory=swap on PyTorch: the low-noise expert waits in host memory and moves to the device
-during the last high-noise steps; the high-noise expert is freed after its last step.
+during the last high-noise step(s); the high-noise expert is freed as it finishes.
+
+Two schedules. swap_prefetch_steps=0 (default): the last high-noise step exchanges the experts
+block by block (`ExchangeBlocks`) — each high-noise block is dropped once it has run and the
+low-noise block of the same index is copied in, so the device never holds two experts.
+swap_prefetch_steps=n ≥ 1: the whole low-noise expert is copied from n steps before the
+switch, beside the high-noise one.
 
 The step plan says when (`pipeline.denoise.step_plan`: `Step.prefetch` on the step where the
 copy starts, `Step.release` on the first step that no longer needs an expert); this file only
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ...weights.tree import map_leaves
+from ...weights.tree import iter_leaves, map_leaves
 
 
 class HostExpert:
@@ -48,6 +54,8 @@ class ExpertSwap:
         self._pending: dict[str, tuple[dict, object]] = {}  # expert → (device tree, copy-done event)
 
     def before_step(self, step) -> None:
+        if getattr(step, "exchange", None):
+            self.exchange(step.index, step.expert, step.exchange)
         if getattr(step, "prefetch", None):
             self.prefetch(step.index, step.prefetch)
         if getattr(step, "release", None):
@@ -68,6 +76,22 @@ class ExpertSwap:
         else:
             tree, done = map_leaves(lambda _, t: t.to(self.device, copy=True), params.tree), None
         self._pending[name] = (tree, done)
+
+    def exchange(self, index: int, current: str, incoming: str) -> None:
+        """This step is `current`'s last: hand the model its blocks through an ExchangeBlocks,
+        which frees each block once it has run and copies `incoming`'s block of the same index
+        into the memory just freed; `incoming`'s other weights follow after the last block."""
+        cfg, params = self.experts[current]
+        _, host = self.experts[incoming]
+        if not isinstance(host, HostExpert) or incoming in self._pending:
+            return
+        self.events.append((index, "exchange", incoming))
+
+        def finished(tree, done):
+            self._pending[incoming] = (tree, done)
+
+        blocks = ExchangeBlocks(list(params["blocks"]), host.tree, self.device, finished)
+        self.experts[current] = (cfg, {**params, "blocks": blocks})
 
     def ready(self, index: int, name: str) -> None:
         """Make sure `name` is on the device before its step (a copy the plan did not start
@@ -94,3 +118,53 @@ class ExpertSwap:
         self.events.append((index, "release", name))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand the freed blocks back, for the VAE decode after the loop
+
+
+class ExchangeBlocks:
+    """The outgoing expert's blocks, iterated once by the forward of its last step. When the
+    forward asks for block i+1, block i has run: this drops the reference to it and starts
+    copying the incoming expert's block i. Nothing else holds the outgoing blocks, so the device
+    holds one expert plus the block in use and the block in flight, never two experts.
+
+    CUDA: each incoming block is allocated on the compute stream (so it can take the memory the
+    finished blocks gave back) and filled on a side stream that first waits for the compute
+    queued so far; the copies overlap the remaining blocks' compute. `finished(tree, event)`
+    gets the incoming tree and the event the first step of the incoming expert waits on."""
+
+    def __init__(self, outgoing: list, incoming: dict, device: torch.device, finished):
+        self.outgoing, self.incoming, self.device, self.finished = outgoing, incoming, device, finished
+        self.copied: list = []
+        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def __len__(self) -> int:
+        return len(self.outgoing)
+
+    def __iter__(self):
+        for i in range(len(self.outgoing)):
+            block = self.outgoing[i]
+            self.outgoing[i] = None
+            yield block
+            del block  # block i has run (the forward asked for the next one): let it go
+            self.copied.append(self._copy(self.incoming["blocks"][i], f"blocks.{i}"))
+        rest = {k: v for k, v in self.incoming.items() if k != "blocks"}
+        tree = {**self._copy(rest, ""), "blocks": self.copied}
+        done = None
+        if self.side is not None:
+            done = torch.cuda.Event()
+            done.record(self.side)
+        self.finished(tree, done)
+
+    def _copy(self, tree, prefix: str):
+        if self.side is None:
+            return map_leaves(lambda _, t: t.to(self.device, copy=True), tree, prefix)
+        main = torch.cuda.current_stream(self.device)
+        queued = torch.cuda.Event()
+        queued.record(main)
+        out = map_leaves(lambda _, t: torch.empty_like(t, device=self.device), tree, prefix)
+        self.side.wait_event(queued)
+        with torch.cuda.stream(self.side):
+            for (_, dst), (_, src) in zip(iter_leaves(out), iter_leaves(tree)):
+                dst.copy_(src, non_blocking=True)
+                dst.record_stream(self.side)
+        return out
+
