@@ -199,6 +199,7 @@ def report(specs, results, tokens: int, scale: int, shape: ModelShape) -> str:
         "| of which Ulysses / ring MB | bytes/rank/layer at measured size |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    cfg_rows = []
     for spec, res in zip(specs, results):
         got, want = res["volume"].scaled(scale), analytic(spec, full, shape)
         lines.append(
@@ -207,6 +208,12 @@ def report(specs, results, tokens: int, scale: int, shape: ModelShape) -> str:
             f"| {ratio(got.attention, want.attention)} | {megabytes(got.ulysses)} / {megabytes(got.ring)} "
             f"| {res['volume'].attention:,} |"
         )
+        cfg_rows.append(
+            f"| {spec.name} | {megabytes(got.cfg_per_step)} | {megabytes(want.cfg_per_step)} "
+            f"| {ratio(got.cfg_per_step, want.cfg_per_step)} | {megabytes(got.cfg_per_step / shape.layers)} "
+            f"| {megabytes(got.gather_once)} | {megabytes(want.gather_once)} "
+            f"| {megabytes(shape.layers * got.attention + got.cfg_per_step)} |"
+        )
     lines += [
         "",
         f"CFG exchange and final gather, per rank ({shape.layers} layers, {shape.steps} steps):",
@@ -214,15 +221,8 @@ def report(specs, results, tokens: int, scale: int, shape: ModelShape) -> str:
         "| preset | CFG measured MB/step | CFG analytic MB/step | ratio | CFG per layer MB (÷ layers) "
         "| gather measured MB (once) | gather minimum MB | per step total MB (layers × attention + CFG) |",
         "|---|---|---|---|---|---|---|---|",
+        *cfg_rows,
     ]
-    for spec, res in zip(specs, results):
-        got, want = res["volume"].scaled(scale), analytic(spec, full, shape)
-        lines.append(
-            f"| {spec.name} | {megabytes(got.cfg_per_step)} | {megabytes(want.cfg_per_step)} "
-            f"| {ratio(got.cfg_per_step, want.cfg_per_step)} | {megabytes(got.cfg_per_step / shape.layers)} "
-            f"| {megabytes(got.gather_once)} | {megabytes(want.gather_once)} "
-            f"| {megabytes(shape.layers * got.attention + got.cfg_per_step)} |"
-        )
     notes = []
     for spec, res in zip(specs, results):
         if not res["uniform"]:

@@ -1,112 +1,15 @@
-"""Run a function on N CPU processes joined by gloo, for tests.
+"""`run_on_ranks(fn, world_size, *args)`: `fn(rank, world_size, *args)` on N spawned CPU
+processes joined by gloo, one thread each, results in rank order; any rank's failure, crash or
+timeout fails the test with every rank's report (benchmarks/gloo_ranks.py, shared with the
+benchmarks)."""
 
-`run_on_ranks(fn, world_size, *args)` calls `fn(rank, world_size, *args)` in each process and
-returns the results in rank order. Any rank's exception, crash (a signal, os._exit) or a run
-past `timeout_s` fails the caller with every rank's report, and the remaining processes are
-killed — a rank stuck in a collective waiting for a dead peer never hangs the test session.
-
-`fn` must be importable by name (a module-level function) because processes are spawned, not
-forked: a fork after torch has started its OpenMP threads can deadlock the child. Return plain
-values (numbers, lists, numpy arrays): tensors would travel through shared memory that dies
-with the child.
-"""
-
-from __future__ import annotations
-
-import datetime
 import os
-import queue as queue_lib
-import shutil
-import tempfile
-import time
-import traceback
+import sys
 
-import torch.multiprocessing as mp
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/ is not installed
+
+from benchmarks.gloo_ranks import spawn_ranks  # noqa: E402
 
 
 def run_on_ranks(fn, world_size: int, *args, timeout_s: float = 120.0) -> list:
-    ctx = mp.get_context("spawn")
-    workdir = tempfile.mkdtemp(prefix="gloo_")
-    reports = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_rank_main,
-            args=(fn, rank, world_size, os.path.join(workdir, "store"), timeout_s, reports, args),
-            daemon=True,
-            name=f"rank{rank}",
-        )
-        for rank in range(world_size)
-    ]
-    results: dict[int, object] = {}
-    errors: dict[int, str] = {}
-    try:
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + timeout_s
-        while len(results) + len(errors) < world_size and not errors:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = [r for r in range(world_size) if r not in results]
-                errors.update({r: f"no result within {timeout_s:.0f} s (hung or too slow)" for r in missing})
-                break
-            try:
-                rank, ok, payload = reports.get(timeout=min(left, 0.2))
-            except queue_lib.Empty:
-                # A rank killed by a signal never reports; its exit code does.
-                for rank, p in enumerate(procs):
-                    if p.exitcode not in (None, 0) and rank not in results:
-                        errors[rank] = f"process died with exit code {p.exitcode}"
-                continue
-            (results if ok else errors)[rank] = payload
-        if errors:
-            _collect_late_failures(procs, reports, results, errors)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        for p in procs:
-            p.join(timeout=5)
-        reports.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-    if errors:
-        text = "\n".join(f"--- rank {r}:\n{errors[r]}" for r in sorted(errors))
-        raise AssertionError(f"{len(errors)} of {world_size} ranks failed running {fn.__name__}:\n{text}")
-    return [results[r] for r in range(world_size)]
-
-
-def _collect_late_failures(procs, reports, results, errors, grace_s: float = 1.0) -> None:
-    """The first failure seen is often a symptom (a peer's "connection reset"); give the other
-    ranks a moment to report the cause, or to show the exit code they died with."""
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            rank, ok, payload = reports.get(timeout=0.1)
-            (results if ok else errors)[rank] = payload
-        except queue_lib.Empty:
-            pass
-    for rank, p in enumerate(procs):
-        if p.exitcode not in (None, 0) and rank not in results and rank not in errors:
-            errors[rank] = f"process died with exit code {p.exitcode}"
-
-
-def _rank_main(fn, rank, world_size, store_path, timeout_s, reports, args):
-    import torch
-    import torch.distributed as dist
-
-    # Many ranks share few cores; one thread each avoids oversubscription stalls.
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"file://{store_path}",
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
-        result = fn(rank, world_size, *args)
-        reports.put((rank, True, result))
-    except BaseException:
-        reports.put((rank, False, traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return spawn_ranks(fn, world_size, *args, threads_per_rank=1, timeout_s=timeout_s)

@@ -26,19 +26,13 @@ from omegaconf import OmegaConf
 from parallel_wan.backends.jax.compile_log import CompileLog
 from parallel_wan.config import ConfigError
 from parallel_wan.run import CONF_DIR, make_backend, validate
+from jax_devices import rel_err, require_eight_devices
 
 REPO = os.path.dirname(CONF_DIR)
 BASE = ["dtype=float32", "steps=3", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48", "width=48"]
 STEP = "jit(noise_prediction_step)"
 
-if jax.device_count() < 8:
-    pytest.skip("needs 8 JAX devices; tests/conftest.py sets XLA_FLAGS=--xla_force_host_platform_device_count=8 "
-                "before jax is imported — something imported jax earlier", allow_module_level=True)
-
-
-def rel_err(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+require_eight_devices()
 
 
 def raw_config(overrides) -> dict:

@@ -25,20 +25,11 @@ from parallel_wan.models import transformer as dit
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights.tree import unflatten
+from jax_devices import rel_err, require_eight_devices
 
 RTOL = 1e-5  # see the module docstring
 
-if jax.device_count() < 8:
-    pytest.skip(
-        "needs 8 JAX devices; tests/conftest.py sets XLA_FLAGS=--xla_force_host_platform_device_count=8 "
-        "before jax is imported — something imported jax earlier",
-        allow_module_level=True,
-    )
-
-
-def rel_err(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+require_eight_devices()
 
 
 def mesh_of(dp, ring, ulysses):
