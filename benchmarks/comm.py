@@ -11,7 +11,7 @@ given link bandwidth; compared with the published figures in REFERENCE.md.
 
 Model of one layer on one rank (per denoising step; both experts have the same shapes):
     compute   the step.py measurement for that mesh, per layer; for a mesh without one, the
-              layer's FLOPs (parallel_wan/flops.py) at the TFLOP/s the measured meshes reached
+              layer's FLOPs (parallel_wan/measure/flops.py) at the TFLOP/s the measured meshes reached
     Ulysses   bytes / all-to-all bandwidth — on the critical path (q/k/v before attention,
               the output after; nothing to overlap with)
     ring      R−1 hops, each posted before the block's attention (ring.py): a hop costs only
@@ -28,7 +28,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from parallel_wan.flops import forward_flops
+from parallel_wan.measure.flops import forward_flops
 from parallel_wan.models.transformer_config import TransformerConfig
 
 from .comm_volume import A14B, ModelShape, analytic, batch_per_rank, load_preset, local_tokens

@@ -29,7 +29,7 @@ def main(argv=None) -> None:
 
     from parallel_wan.backends.jax.backend import JaxBackend
     from parallel_wan.config import MeshSpec
-    from parallel_wan.tiny import build_tiny, write_checkpoint
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
     from parallel_wan.weights.loader import load_vae
 
     with tempfile.TemporaryDirectory() as folder:

@@ -74,7 +74,7 @@ def measure(size: str, repeats: int) -> dict:
     from parallel_wan.backends.torch.backend import TorchBackend
     from parallel_wan.models.transformer_config import TransformerConfig
     from parallel_wan.pipeline.work import RankWork
-    from parallel_wan.sharding import SequenceShards
+    from parallel_wan.parallel.shards import SequenceShards
 
     from .jax_compile import tiny_params
 

@@ -8,7 +8,7 @@ production sequence-parallel code with the collectives replaced by local copies
 initialised on the device (no checkpoint needed), in bf16 with diffusers' fp32 modules; as many
 layers as fit beside the diffusers model that shares them (`--layers auto`), and every figure is
 also given per layer and scaled to the model's depth. MFU is against the best bf16 GEMM measured
-in the same run (benchmarks/matmul_peak.py); FLOPs are analytic (parallel_wan/flops.py).
+in the same run (benchmarks/matmul_peak.py); FLOPs are analytic (parallel_wan/measure/flops.py).
 
     python -m benchmarks.step --model a14b --resolution 720p --mesh ulysses8     # the issue-7 target
     python -m benchmarks.step --model a14b --resolution 720p --mesh cp8
@@ -37,7 +37,7 @@ from parallel_wan.backends.torch import attention as attention_kernels
 from parallel_wan.backends.torch import ops
 from parallel_wan.backends.torch.fast_block import BlockForward, fuse_qkv
 from parallel_wan.backends.torch.ulysses import check_heads
-from parallel_wan.flops import forward_flops
+from parallel_wan.measure.flops import forward_flops
 from parallel_wan.models import transformer as dit
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.models.transformer_config import TransformerConfig

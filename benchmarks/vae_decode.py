@@ -28,7 +28,7 @@ are not a speed-up claim, only a check that the halo exchanges cost little.
 `--meta`: the real dims, which no 2-core CPU decodes in useful time — the Wan 2.1 VAE (base 96,
 z 16) at 832×480×81 frames and the Wan 2.2 VAE (z 48, decoder 256) at 1280×704×81 — on the
 meta device: the unchanged decode (models/vae.py through HeightBandOps) on shape-only tensors
-under parallel_wan.live_bytes.LiveBytes, for one rank and for one band of a 2-, 4- and 8-way
+under parallel_wan.measure.live_bytes.LiveBytes, for one rank and for one band of a 2-, 4- and 8-way
 split with the communication dropped (the receive buffers are still made). Per rank: the peak
 of op outputs (activations, time cache, halo rows, gathered keys/values, the float video, its
 uint8 frames and, on rank 0, the received bands and the joined video); weights listed apart.
@@ -197,8 +197,8 @@ def band_decode_peak(params, cfg, latents, ranks: int, index: int) -> dict:
     import torch
 
     from parallel_wan.backends.torch import ops, vae_decode
-    from parallel_wan.frames import to_uint8_frames
-    from parallel_wan.live_bytes import LiveBytes
+    from parallel_wan.report.frames import to_uint8_frames
+    from parallel_wan.measure.live_bytes import LiveBytes
     from parallel_wan.models import vae
 
     bands = vae_decode.height_bands(latents.shape[3], ranks)

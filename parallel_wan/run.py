@@ -55,7 +55,7 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
     """Generate and, on the process that writes, write outputs; returns the paths written
     (None elsewhere)."""
     from . import __version__
-    from .outputs import save_generation
+    from .report.outputs import save_generation
     from .pipeline import generate
 
     backend = make_backend(spec, launch)
@@ -82,7 +82,7 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
 
 
 def gen_summary(gen, paths) -> str:
-    from .timing import timing_summary
+    from .report.timing import timing_summary
 
     phases = {k: v for k, v in gen.timings.items() if k != "total"}
     where = paths["video"] if len(paths["videos"]) == 1 else f"{len(paths['videos'])} videos in {os.path.dirname(paths['video'])}"

@@ -100,7 +100,7 @@ def test_cli_config_error_is_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    from parallel_wan.tiny import build_tiny, write_checkpoint
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 
     return write_checkpoint(build_tiny("t2v", seed=0), tmp_path_factory.mktemp("ckpt") / "tiny", "diffusers")
 

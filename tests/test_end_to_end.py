@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cli_harness import NEGATIVE, PROMPT, SEED, assert_frames_close, common, run_cli, to_uint8
-from parallel_wan.tiny import build_tiny, write_checkpoint
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 
 
 @pytest.fixture(scope="module")

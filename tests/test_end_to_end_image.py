@@ -15,7 +15,7 @@ from PIL import Image
 from cli_harness import (HEIGHT, NEGATIVE, NUM_FRAMES, PROMPT, SEED, STEPS, WIDTH, assert_frames_close, common,
                          run_cli, to_uint8)
 from parallel_wan.run import CONF_DIR
-from parallel_wan.tiny import build_tiny, write_checkpoint
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 
 # The tiny presets' guidance: I2V 3.5 for both experts (we set the low-noise one to 3.0 so a
 # swapped guidance_scale / guidance_scale_2 shows); TI2V 5.0.

@@ -267,7 +267,7 @@ def test_loader_stacks_reach_the_host_tree_without_a_copy(tmp_path, layout):
     """The loader writes each block tensor's layers into one (L, ...) buffer in the run's dtype
     (weights/stacked.py); placement hands those buffers over as they are — the host tree shares
     their memory — and copies (with the cast) only where a dtype changes."""
-    from parallel_wan.tiny import build_tiny, write_checkpoint
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
     from parallel_wan.weights.loader import load_transformer
 
     write_checkpoint(build_tiny(kind="t2v", seed=0), str(tmp_path), layout=layout)

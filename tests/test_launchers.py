@@ -1,4 +1,4 @@
-"""Launchers: what each launcher's variables mean to parallel_wan/launch.py, the SLURM and XPK
+"""Launchers: what each launcher's variables mean to parallel_wan/launch/, the SLURM and XPK
 scripts' command lines (under stubs that record them), and whole runs started the ways a
 cluster starts them: two torchrun "nodes" on localhost and srun-style tasks without torchrun,
 each rendering the one-process video."""

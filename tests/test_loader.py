@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from parallel_wan.config import ConfigError, resolve
 from parallel_wan.models.transformer import keeps_fp32
-from parallel_wan.tiny import build_tiny, write_checkpoint
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights import copy_pool, transformer_keymap, tree
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer, load_transformer_cached

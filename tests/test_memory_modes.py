@@ -63,7 +63,7 @@ def resident_and_sharded(rank, world, overrides):
 @pytest.mark.parametrize("world, mesh", [(2, "cp2"), (4, "dp2_cp2")])
 def test_sharded_equals_resident(world, mesh):
     from parallel_wan import plan as planner
-    from parallel_wan.tiny import transformer_config
+    from parallel_wan.builtin.tiny import transformer_config
 
     from parallel_wan.backends.torch.backend import TorchBackend
     from parallel_wan.pipeline import generate

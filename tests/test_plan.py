@@ -13,7 +13,7 @@ from parallel_wan.run import CONF_DIR
 
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory):
-    from parallel_wan.tiny import build_tiny, write_checkpoint
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
     from parallel_wan.weights.layout import describe_checkpoint
 
     folder = tmp_path_factory.mktemp("tiny")
@@ -30,7 +30,7 @@ def _bytes(tree):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_weight_bytes_equal_the_loaded_expert(tiny_ckpt, dtype):
     from parallel_wan.models.transformer import keeps_fp32
-    from parallel_wan.tiny import transformer_config
+    from parallel_wan.builtin.tiny import transformer_config
     from parallel_wan.weights.loader import load_transformer
 
     shapes = planner.transformer_shapes(transformer_config("t2v"))
@@ -49,7 +49,7 @@ def test_weight_bytes_equal_the_loaded_expert(tiny_ckpt, dtype):
 
 
 def test_weights_per_mode():
-    from parallel_wan.tiny import transformer_config
+    from parallel_wan.builtin.tiny import transformer_config
 
     eb = planner.expert_bytes(planner.transformer_shapes(transformer_config("t2v")), "float32", 4)
     spec = _spec(["mesh=cp4"], world=4)
@@ -74,7 +74,7 @@ def _spec(overrides, world=1):
 
 
 # ---------------------------------------------------------------- planned vs measured
-# "Measured" (live_bytes.py): the distinct storages alive before a phase (weights, context,
+# "Measured" (measure/live_bytes.py): the distinct storages alive before a phase (weights, context,
 # RoPE tables, the noise, latents) plus the peak of what the phase's ops return, on CPU, in a
 # real run of the code (EagerNoisePredictor in pipeline.denoise.denoise; EagerVideoDecoder).
 # The planner runs the same code on meta tensors, except the attention kernels, which it
@@ -95,12 +95,12 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
     state full) runs the forward, the others return a prediction-shaped array, which the real
     predictor's output is (keeps the mid-size model's test to one forward)."""
     from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.live_bytes import LiveBytes, held_bytes
+    from parallel_wan.measure.live_bytes import LiveBytes, held_bytes
     from parallel_wan.models import transformer as dit
     from parallel_wan.pipeline.denoise import DenoiseTask, denoise
     from parallel_wan.pipeline.work import RankWork
     from parallel_wan.sampling import make_schedule
-    from parallel_wan.sharding import SequenceShards
+    from parallel_wan.parallel.shards import SequenceShards
 
     backend = backend or TorchBackend("cpu")
     ops = backend.ops
@@ -136,7 +136,7 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
 
 def _measure_decode(vcfg, vae_params, latent_shape, prompts, backend=None):
     from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.live_bytes import LiveBytes, held_bytes
+    from parallel_wan.measure.live_bytes import LiveBytes, held_bytes
 
     latents = torch.randn((prompts, *latent_shape[1:]), generator=torch.Generator().manual_seed(1))
     decoder = (backend or TorchBackend("cpu")).video_decoder(vae_params, vcfg)
@@ -158,7 +158,7 @@ def test_tiny_run_phases_match_measured(tiny_ckpt, dtype):
                for name in ("high_noise", "low_noise")}
     vcfg, vae_params = load_vae(tiny_ckpt)
     tcfg = tiny_ckpt.transformers["high_noise"]
-    from parallel_wan.live_bytes import held_bytes
+    from parallel_wan.measure.live_bytes import held_bytes
 
     _check(f"tiny {dtype} weights resident", p.weights["denoise"], held_bytes([t for _, t in experts.values()]))
     _check(f"tiny {dtype} denoise phase", p.phases["denoise"], _measure_denoise(spec, tcfg, experts, vae_params, p.shapes))
@@ -174,7 +174,7 @@ def _tiny_on_rank(rank, world, overrides):
 
     from parallel_wan.backends.torch.backend import TorchBackend
     from parallel_wan.backends.torch.distributed import Launch
-    from parallel_wan.live_bytes import held_bytes
+    from parallel_wan.measure.live_bytes import held_bytes
 
     spec = _spec(overrides, world)
     tcfg, vcfg, _ = planner.architecture(spec)
@@ -210,7 +210,7 @@ def test_cp2_ranks_match_measured():
 def test_other_tasks_denoise_phase_matches_measured(model, tmp_path):
     """TI2V's per-token timesteps (B, L) and its one expert; I2V's condition tokens joined to
     the noise's channels. Random weights of the built-in models' shapes, fp32."""
-    from parallel_wan.live_bytes import held_bytes
+    from parallel_wan.measure.live_bytes import held_bytes
 
     import imageio.v3 as iio
     import numpy as np
@@ -251,10 +251,10 @@ def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
     import dataclasses
 
     from parallel_wan.backends.torch import ops as torch_ops
-    from parallel_wan.live_bytes import held_bytes
+    from parallel_wan.measure.live_bytes import held_bytes
     from parallel_wan.models.transformer_config import TransformerConfig
     from parallel_wan.models.vae_config import VaeConfig
-    from parallel_wan.tiny import _VAE_WIDTHS
+    from parallel_wan.builtin.tiny import _VAE_WIDTHS
 
     tcfg = TransformerConfig(num_attention_heads=8, attention_head_dim=128, ffn_dim=4096, num_layers=layers,
                              in_channels=16, out_channels=16, text_dim=1024, freq_dim=256)
@@ -294,7 +294,7 @@ def test_mid_size_vae_decode_matches_measured():
 def test_sequence_parallel_buffers_are_counted():
     import dataclasses
 
-    from parallel_wan.tiny import transformer_config
+    from parallel_wan.builtin.tiny import transformer_config
 
     tcfg = transformer_config("t2v")
     spec = _spec(["model=tiny"])

@@ -10,7 +10,7 @@ import torch
 
 from parallel_wan.text.clean import clean_prompt
 from parallel_wan.text.umt5 import DEFAULT_NEGATIVE_PROMPT, TEXT_LEN, TextEncoder
-from parallel_wan.tiny import build_tiny, write_checkpoint
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights.layout import describe_checkpoint
 
 PROMPTS = [

@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 import torch
 
-from parallel_wan.tiny import KINDS, build_tiny, write_checkpoint
+from parallel_wan.builtin.tiny import KINDS, build_tiny, write_checkpoint
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer
 from parallel_wan.weights import tree

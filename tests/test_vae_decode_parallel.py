@@ -50,7 +50,7 @@ def _state(variant, seed):
 
 def _one_process(variant, state, z):
     from parallel_wan.backends.torch import ops
-    from parallel_wan.frames import to_uint8_frames
+    from parallel_wan.report.frames import to_uint8_frames
     from parallel_wan.models import vae
     from parallel_wan.weights import tree
 

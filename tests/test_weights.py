@@ -15,7 +15,7 @@ import safetensors.torch
 import torch
 
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.tiny import build_tiny, write_checkpoint
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights import t5_keymap, transformer_keymap, tree
 from parallel_wan.weights.layout import CheckpointError, describe_checkpoint, validate_checkpoint
 from parallel_wan.models.transformer import keeps_fp32 as transformer_keep_fp32

@@ -7,7 +7,7 @@
 #
 # Everything after `--` is a Hydra override for `python -m parallel_wan.run backend=jax`, which
 # every TPU host runs; the hosts find each other from the variables GKE and XPK set
-# (parallel_wan/launch.py). The mesh spans every chip of every slice: with --num-slices N > 1,
+# (parallel_wan/launch/). The mesh spans every chip of every slice: with --num-slices N > 1,
 # dp must be a multiple of N (dp crosses slices over DCN; ring and ulysses stay in a slice).
 # --dry-run prints the command and exits 0 without needing xpk.
 set -euo pipefail

@@ -12,7 +12,7 @@ denoise.py       the step plan and the loop
 generate.py      `generate`: the phases, timed
 """
 
-from ..frames import to_uint8_frames
+from ..report.frames import to_uint8_frames
 from .checkpoint import HIGH, LOW, SINGLE, Loaded, check_compatible, check_heads, load_components, preflight
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, Step, denoise, draw_noise, expert_for, pick_schedule, step_plan

@@ -23,7 +23,7 @@ def preflight(spec: RunSpec):
         if xfuser_unavailable_reason():
             raise ConfigError(xfuser_unavailable_reason())
     if spec.checkpoint_dir is None:
-        from ..tiny import transformer_config
+        from ..builtin.tiny import transformer_config
 
         check_heads(spec, transformer_config(spec.model.task))
         return None
@@ -68,7 +68,7 @@ def check_heads(spec: RunSpec, tcfg) -> None:
 
 
 def materialize_tiny(spec: RunSpec, folder: str):
-    from ..tiny import build_tiny, write_checkpoint
+    from ..builtin.tiny import build_tiny, write_checkpoint
     from ..weights.layout import describe_checkpoint
 
     write_checkpoint(build_tiny(kind=spec.model.task, seed=0), folder, layout="diffusers")

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config import RunSpec
 from ..models import transformer as dit
-from ..timing import PhaseTimer
+from ..report.timing import PhaseTimer
 from .checkpoint import load_components, materialize_tiny, preflight
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, denoise, draw_noise, pick_schedule, step_plan

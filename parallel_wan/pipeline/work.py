@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import RunSpec
-from ..sharding import SequenceShards
+from ..parallel.shards import SequenceShards
 
 
 @dataclass(frozen=True)

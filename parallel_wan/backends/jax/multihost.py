@@ -2,7 +2,7 @@
 
 One process per host drives every local device; several hosts join one runtime through
 `jax.distributed.initialize()`, which must run before anything touches a device. Whether this
-process is one of several is read in one place, `parallel_wan/launch.py`:
+process is one of several is read in one place, `parallel_wan/launch/`:
 
 - `JAX_COORDINATOR_ADDRESS=host:port` with `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` (any
   cluster, set by hand or by a launcher);

@@ -25,7 +25,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ...frames import to_uint8_frames
+from ...report.frames import to_uint8_frames
 from ...models import vae
 from . import ops
 

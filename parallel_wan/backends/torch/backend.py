@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ...config import MeshSpec
-from ...sharding import SequenceShards
+from ...parallel.shards import SequenceShards
 from ...weights.tree import map_leaves
 from . import ops
 from .distributed import Collectives, Launch, init_distributed

@@ -23,7 +23,7 @@ log = logging.getLogger("parallel_wan")
 
 def launch_from_env(env=os.environ) -> Launch:
     """Rank, world size and coordinator from torchrun, srun (SLURM), JAX or TPU variables
-    (parallel_wan/launch.py); one process when there are none."""
+    (parallel_wan/launch/); one process when there are none."""
     return require_coordinator(detect(env))
 
 
@@ -74,7 +74,7 @@ class Collectives:
         return parts
 
     def gather_tokens(self, local: torch.Tensor) -> torch.Tensor:
-        """(B, Lc, F) on every cp rank → (B, cp·Lc, F), in cp order (the layout of sharding.py)."""
+        """(B, Lc, F) on every cp rank → (B, cp·Lc, F), in cp order (the layout of parallel/shards.py)."""
         if self.mesh.size("cp") == 1:
             return local
         return torch.cat(self._all_gather(local, "cp"), dim=1)

@@ -138,7 +138,7 @@ class EagerVideoDecoder:
         return {}
 
     def __call__(self, latents) -> list[np.ndarray]:
-        from ...frames import to_uint8_frames
+        from ...report.frames import to_uint8_frames
         from ...models import vae  # looked up per call: benchmarks stub vae.decode
 
         world, rank = self.backend.mesh.world_size, self.backend.rank

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .models.transformer_config import TransformerConfig
+from ..models.transformer_config import TransformerConfig
 
 ATTENTION_PARTS = ("self_scores", "self_values", "cross_scores", "cross_values")
 

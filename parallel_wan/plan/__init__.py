@@ -32,8 +32,8 @@ import math
 import sys
 from dataclasses import dataclass
 
-from .config import TASK_IN_CHANNELS, ConfigError, RunSpec, resolve
-from .sharding import SequenceShards
+from ..config import TASK_IN_CHANNELS, ConfigError, RunSpec, resolve
+from ..parallel.shards import SequenceShards
 
 GB = 1e9
 # Wan 2.2's text encoder, umt5-xxl (google/umt5-xxl config), run in bf16 on the main rank.
@@ -48,12 +48,12 @@ def architecture(spec: RunSpec):
     configs when given, else the preset's architecture (REFERENCE.md "Models")."""
     from transformers import UMT5Config
 
-    from .models.transformer_config import TransformerConfig
-    from .models.vae_config import VaeConfig
+    from ..models.transformer_config import TransformerConfig
+    from ..models.vae_config import VaeConfig
 
     task = spec.model.task
     if spec.checkpoint_dir is not None:
-        from .weights.layout import describe_checkpoint
+        from ..weights.layout import describe_checkpoint
 
         ckpt = describe_checkpoint(spec.checkpoint_dir)
         text = UMT5Config(**UMT5_XXL)
@@ -61,7 +61,7 @@ def architecture(spec: RunSpec):
             text = UMT5Config.from_pretrained(str(ckpt.text_encoder_path))
         return next(iter(ckpt.transformers.values())), ckpt.vae_config, text
     if spec.model.builtin:
-        from . import tiny
+        from ..builtin import tiny
 
         vae = VaeConfig.wan2_2() if task == "ti2v" else VaeConfig.wan2_1()
         vae = dataclasses.replace(vae, **tiny._VAE_WIDTHS["wan2.2" if task == "ti2v" else "wan2.1"])
@@ -95,7 +95,7 @@ def _element(dtype: str) -> int:
 
 
 def tensor_bytes(name: str, shape, dtype: str) -> int:
-    from .models.transformer import keeps_fp32
+    from ..models.transformer import keeps_fp32
 
     return math.prod(shape) * (4 if keeps_fp32(name) else _element(dtype))
 
@@ -190,7 +190,7 @@ def _kernel_with_lse(q, k, v, valid_keys=None, scale=None):
     there). On meta, SDPA would take its math path and count a score matrix no kernel makes."""
     import torch
 
-    from .backends.torch.attention import lse_dtype
+    from ..backends.torch.attention import lse_dtype
 
     lse = torch.empty(q.shape[:3], dtype=lse_dtype(q.dtype), device=q.device)
     return torch.empty_like(q), lse
@@ -211,7 +211,7 @@ def _sequence_parallel_attention(mesh, valid: int, local: int):
 
     if mesh.cp == 1:
         return one_device
-    from .backends.torch import ring, ulysses
+    from ..backends.torch import ring, ulysses
 
     peers = ring.RingPeers(mesh.ring, 0, 0, 0, None)
 
@@ -233,7 +233,7 @@ class _FusedAttentionOps:
     matrix no GPU or CPU flash kernel makes."""
 
     def __getattr__(self, name):
-        from .backends.torch import ops as torch_ops
+        from ..backends.torch import ops as torch_ops
 
         return getattr(torch_ops, name)
 
@@ -252,9 +252,9 @@ def _meta_expert(tcfg, dtype: str):
     is seen; later blocks repeat the second's peak)."""
     import torch
 
-    from .backends.torch import ops as torch_ops
-    from .models import transformer as dit
-    from .weights.tree import unflatten
+    from ..backends.torch import ops as torch_ops
+    from ..models import transformer as dit
+    from ..weights.tree import unflatten
 
     tdtype = torch_ops.dtype(dtype)
     flat = {n: torch.empty(s, dtype=torch.float32 if dit.keeps_fp32(n) else tdtype, device="meta")
@@ -288,13 +288,13 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
 
     import torch
 
-    from .backends.torch import ops as torch_ops
-    from .backends.torch.predictor import EagerNoisePredictor, guidance_context
-    from .live_bytes import LiveBytes, held_bytes
-    from .models import transformer as dit
-    from .pipeline.checkpoint import HIGH, LOW, SINGLE
-    from .pipeline.denoise import denoise
-    from .sampling import make_schedule
+    from ..backends.torch import ops as torch_ops
+    from ..backends.torch.predictor import EagerNoisePredictor, guidance_context
+    from ..measure.live_bytes import LiveBytes, held_bytes
+    from ..models import transformer as dit
+    from ..pipeline.checkpoint import HIGH, LOW, SINGLE
+    from ..pipeline.denoise import denoise
+    from ..sampling import make_schedule
 
     tdtype = torch_ops.dtype(spec.dtype)
     params = _meta_expert(tcfg, spec.dtype)
@@ -363,7 +363,7 @@ class _MetaBandOps:
         self.band_rows = band_rows
 
     def __getattr__(self, name):
-        from .backends.torch import ops as torch_ops
+        from ..backends.torch import ops as torch_ops
 
         return getattr(torch_ops, name)
 
@@ -380,13 +380,13 @@ class _MetaBandOps:
         return torch.cat([from_above, x, from_below], dim=axis), (*padding[:-2], 0, padding[-1])
 
     def conv3d(self, x, w, b=None, stride=(1, 1, 1), padding=(0, 0, 0)):
-        from .backends.torch import ops as torch_ops
+        from ..backends.torch import ops as torch_ops
 
         x, padding = self._halo(x, padding)
         return torch_ops.conv3d(x, w, b, stride=stride, padding=padding)
 
     def conv2d(self, x, w, b=None, stride=(1, 1), padding=(0, 0)):
-        from .backends.torch import ops as torch_ops
+        from ..backends.torch import ops as torch_ops
 
         x, padding = self._halo(x, padding)
         return torch_ops.conv2d(x, w, b, stride=stride, padding=padding)
@@ -422,12 +422,12 @@ def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
     import torch
     from diffusers import AutoencoderKLWan
 
-    from .backends.torch import ops as torch_ops
-    from .backends.torch.vae_decode import height_bands
-    from .frames import to_uint8_frames
-    from .live_bytes import LiveBytes
-    from .models import vae
-    from .weights.tree import unflatten
+    from ..backends.torch import ops as torch_ops
+    from ..backends.torch.vae_decode import height_bands
+    from ..report.frames import to_uint8_frames
+    from ..measure.live_bytes import LiveBytes
+    from ..models import vae
+    from ..weights.tree import unflatten
 
     model = meta_module(lambda: AutoencoderKLWan(**vcfg.to_diffusers()))
     weights = sum(p.numel() for p in model.parameters()) * 4  # the VAE runs in fp32
@@ -549,7 +549,7 @@ def main(argv: list[str]) -> int:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from .run import CONF_DIR
+    from ..run import CONF_DIR
 
     overrides, budget = [], None
     for arg in argv:
@@ -591,7 +591,3 @@ def _planning(raw: dict, world: int) -> RunSpec:
     builtin = bool(model.get("builtin", False))
     spec = resolve({**raw, "model": {**model, "builtin": True}}, world)
     return dataclasses.replace(spec, model=dataclasses.replace(spec.model, builtin=builtin))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

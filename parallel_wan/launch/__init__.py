@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from .config import ConfigError
+from ..config import ConfigError
 
 # JAX's coordinator port on TPU (jax._src.clusters.cloud_tpu_cluster); JAX_COORDINATOR_PORT overrides.
 TPU_COORDINATOR_PORT = 8482
@@ -227,11 +227,3 @@ def main(argv: list[str]) -> int:
         return 2
     print(detect().describe())
     return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except ConfigError as exc:
-        print(f"parallel_wan.launch: error: {exc}", file=sys.stderr)
-        sys.exit(2)

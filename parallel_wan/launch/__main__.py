@@ -1,0 +1,12 @@
+"""`python -m parallel_wan.launch [first-host HOSTLIST]`: what a process started here would see."""
+
+import sys
+
+from ..config import ConfigError
+from . import main
+
+try:
+    sys.exit(main(sys.argv[1:]))
+except ConfigError as exc:
+    print(f"parallel_wan.launch: error: {exc}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,7 @@
+"""`python -m parallel_wan.plan model=… mesh=… device_memory_gb=80`: the memory plan of a run."""
+
+import sys
+
+from . import main
+
+sys.exit(main(sys.argv[1:]))
