@@ -14,7 +14,6 @@ norm scales are not all 1 (a swapped norm name must change the output).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import string
@@ -24,27 +23,15 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from parallel_wan.models import registry
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import t5_keymap, transformer_keymap
 
 KINDS = ("t2v", "i2v", "ti2v")
 
-# Per kind: transformer input channels, VAE, boundary ratio and flow shift of the real model.
-_KIND = {
-    "t2v": dict(in_channels=16, out_channels=16, vae="wan2.1", boundary_ratio=0.875, shift=12.0),
-    "i2v": dict(in_channels=36, out_channels=16, vae="wan2.1", boundary_ratio=0.900, shift=5.0),
-    "ti2v": dict(in_channels=48, out_channels=48, vae="wan2.2", boundary_ratio=None, shift=5.0),
-}
-
-TEXT_DIM = 32  # the tiny UMT5's d_model, which is the transformer's text_dim
-
-# 8 heads so Ulysses can split up to 8 ways; head_dim 16 still splits into t/h/w RoPE parts 8/4/4.
-_TRANSFORMER = dict(num_attention_heads=8, attention_head_dim=16, ffn_dim=256, num_layers=2,
-                    text_dim=TEXT_DIM, freq_dim=32)
-_UMT5 = dict(d_model=TEXT_DIM, d_kv=8, num_heads=4, d_ff=64, num_layers=2,
-             relative_attention_num_buckets=32, relative_attention_max_distance=128)
-_VAE_WIDTHS = {"wan2.1": dict(base_dim=8, decoder_base_dim=None), "wan2.2": dict(base_dim=8, decoder_base_dim=16)}
+# The tiny architectures live in the model registry beside the real ones; a kind names one.
+ARCHITECTURE_OF_KIND = {"t2v": "tiny", "i2v": "tiny_i2v", "ti2v": "tiny_ti2v"}
+TEXT_DIM = registry.TINY_TEXT_DIM  # the tiny UMT5's d_model, which is the transformer's text_dim
 
 _WORDS = """a an the and or of in on at to from with by for as is are was be it its this that
 these those his her their our your my he she they we you who what where when while
@@ -75,16 +62,24 @@ class TinyModel:
     boundary_ratio: float | None
 
 
+def architecture(kind: str) -> registry.Architecture:
+    if kind not in ARCHITECTURE_OF_KIND:
+        raise ValueError(f"tiny model kind={kind!r} is not one of {list(KINDS)}")
+    return registry.architecture(ARCHITECTURE_OF_KIND[kind])
+
+
 def transformer_config(kind: str) -> TransformerConfig:
     """The tiny transformer's dimensions, without building anything (for early validation)."""
-    spec = _KIND[kind]
-    return TransformerConfig(**_TRANSFORMER, in_channels=spec["in_channels"], out_channels=spec["out_channels"])
+    return architecture(kind).transformer
+
+
+def vae_kind(arch: registry.Architecture) -> str:
+    return "wan2.2" if arch.vae.z_dim == 48 else "wan2.1"
 
 
 def build_tiny(kind: str = "t2v", seed: int = 0) -> TinyModel:
     """All components of a tiny Wan 2.2 model of this kind, deterministic in `seed`."""
-    if kind not in _KIND:
-        raise ValueError(f"tiny model kind={kind!r} is not one of {list(KINDS)}")
+    architecture(kind)  # refuses an unknown kind before anything is built
     # The libraries' constructors draw their own (discarded) init from the global RNG; fork it
     # so building a tiny model never shifts the caller's random stream.
     with torch.random.fork_rng(devices=[]):
@@ -95,18 +90,15 @@ def _build(kind: str, seed: int) -> TinyModel:
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    spec = _KIND[kind]
-    transformer_cfg = dict(_TRANSFORMER, in_channels=spec["in_channels"], out_channels=spec["out_channels"])
-    experts = [WanTransformer3DModel(**transformer_cfg) for _ in range(1 if kind == "ti2v" else 2)]
-
-    preset = VaeConfig.wan2_2() if spec["vae"] == "wan2.2" else VaeConfig.wan2_1()
-    vae = AutoencoderKLWan(**dataclasses.replace(preset, **_VAE_WIDTHS[spec["vae"]]).to_diffusers())
+    arch = architecture(kind)
+    experts = [WanTransformer3DModel(**arch.transformer.to_diffusers()) for _ in range(arch.experts)]
+    vae = AutoencoderKLWan(**arch.vae.to_diffusers())
 
     tokenizer = build_tokenizer()
     vocab = 8 * math.ceil(len(tokenizer) / 8)
     text_encoder = UMT5EncoderModel(
-        UMT5Config(vocab_size=vocab, feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
-                   tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, **_UMT5)
+        UMT5Config(vocab_size=vocab, dropout_rate=0.0, layer_norm_epsilon=1e-6,
+                   pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, **arch.text_encoder)
     )
 
     # One generator stream per component, so one component's size never shifts another's weights.
@@ -115,18 +107,18 @@ def _build(kind: str, seed: int) -> TinyModel:
         _randomize(module, torch.Generator().manual_seed(seed * 16 + index))
         module.eval().requires_grad_(False)
 
-    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=spec["shift"])
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=arch.shift)
     scheduler_config = {k: v for k, v in dict(scheduler.config).items() if not k.startswith("_")}
     return TinyModel(
         kind=kind,
         transformer=experts[0],
         transformer_2=experts[1] if len(experts) > 1 else None,
         vae=vae,
-        vae_kind=spec["vae"],
+        vae_kind=vae_kind(arch),
         text_encoder=text_encoder,
         tokenizer=tokenizer,
         scheduler_config=scheduler_config,
-        boundary_ratio=spec["boundary_ratio"],
+        boundary_ratio=arch.boundary,
     )
 
 
