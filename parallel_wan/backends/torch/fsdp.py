@@ -20,6 +20,7 @@ The blocks reach the model as the list of their holders; the block runner
 from __future__ import annotations
 
 import threading
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
