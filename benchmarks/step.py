@@ -35,7 +35,8 @@ import torch
 
 from parallel_wan.backends.torch import attention as attention_kernels
 from parallel_wan.backends.torch import ops
-from parallel_wan.backends.torch.fast_block import BlockForward, fuse_qkv
+from parallel_wan.backends.torch.qkv_fusion import fuse_qkv
+from parallel_wan.backends.torch.runners import Compiler, CompiledRunner, ResidentRunner
 from parallel_wan.backends.torch.ulysses import check_heads
 from parallel_wan.measure.flops import forward_flops
 from parallel_wan.models import transformer as dit
@@ -287,17 +288,19 @@ def run(args) -> dict:
     results: dict = {"variants": {}, "errors": {}}
     with torch.inference_mode(), loopback_collectives(), diffusers_loopback(model, spec.ulysses, spec.ring, n) as dl:
         attention = rank_attention(spec.ulysses, spec.ring, n, lc)
-        eager = BlockForward(attention)
-        variants = {
-            "ours eager, q/k/v separate": lambda: eager(params, tokens, timestep, context, rope, cfg),
-            "ours eager, fused q/k/v": lambda: eager(fused, tokens, timestep, context, rope, cfg),
-        }
-        if args.compile:
-            compiled = BlockForward(attention, compile=True, backend=args.compile_backend)
-            variants["ours compiled, fused q/k/v"] = lambda: compiled(fused, tokens, timestep, context, rope, cfg)
+
+        def ours(tree, runner=None, attend=attention):
+            return lambda: dit.forward(tree, tokens, timestep, context, rope, cfg, ops, attend, runner)
+
+        variants = {"ours eager, q/k/v separate": ours(params), "ours eager, fused q/k/v": ours(fused)}
+        if args.compile:  # the run's compile=true: runners/compiled.py over the resident runner
+            compiler = Compiler(args.compile_backend)
+            variants["ours compiled, fused q/k/v"] = ours(fused, CompiledRunner(ResidentRunner(), compiler),
+                                                          compiler.attention(attention))
         if args.cuda_graphs:
-            graphed = BlockForward(attention, compile=True, cuda_graphs=True)
-            variants["ours compiled + CUDA graphs"] = lambda: graphed(fused, tokens, timestep, context, rope, cfg)
+            compiler = Compiler(cuda_graphs=True)
+            variants["ours compiled + CUDA graphs"] = ours(fused, CompiledRunner(ResidentRunner(), compiler),
+                                                           compiler.attention(attention))
 
         def diffusers_forward():
             return model(latent, timestep, context, return_dict=False)[0]

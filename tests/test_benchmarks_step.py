@@ -17,7 +17,7 @@ from benchmarks import comm, step  # noqa: E402
 from benchmarks.comm_volume import A14B, analytic, load_preset  # noqa: E402
 from parallel_wan.backends.torch import ops  # noqa: E402
 from parallel_wan.backends.torch.attention import math_kernel  # noqa: E402
-from parallel_wan.backends.torch.fast_block import fuse_qkv  # noqa: E402
+from parallel_wan.backends.torch.qkv_fusion import fuse_qkv  # noqa: E402
 from parallel_wan.measure.flops import forward_flops  # noqa: E402
 from parallel_wan.models import transformer as dit  # noqa: E402
 from parallel_wan.models.rope import rope_tables  # noqa: E402

@@ -1,5 +1,5 @@
-"""The PyTorch hot path. compile=true: q/k/v fused at placement and each transformer block run
-through torch.compile render the eager run's latents. No uploads in the loop: small model
+"""The PyTorch hot path. compile=true: q/k/v fused at placement and the model's block function
+compiled by torch.compile (the compiled block runner) render the eager run's latents. No uploads in the loop: small model
 constants reach an accelerator once. The CPU test compiles with the "aot_eager"
 backend — the same graph capture and guards, without inductor's C++ build (≈50 s per graph on
 2 cores); the inductor-generated kernels themselves are checked on GPUs by benchmarks/step.py."""
@@ -40,18 +40,52 @@ def run(overrides, compiled=None):
     return gen, placed
 
 
-def test_compiled_blocks_with_fused_qkv_render_the_eager_latents():
+def _block_code():
+    """The code object of the block function `models.transformer.forward` hands its runner."""
+    import types
+
+    from parallel_wan.models import transformer as dit
+
+    (code,) = [c for c in dit.forward.__code__.co_consts if isinstance(c, types.CodeType) and c.co_name == "block"]
+    return code
+
+
+def test_compiled_blocks_with_fused_qkv_render_the_eager_latents(monkeypatch):
+    import torch
     import torch._dynamo
 
     from torch._dynamo.utils import counters
 
+    from parallel_wan.backends.torch.runners import BlockPass, compiled as compiled_runner
+
+    # What the eager runner runs, and what the compiled runner hands torch.compile: the same
+    # block function of the model's forward (a new closure per forward, one code object).
+    eager_blocks, compiled_fns = [], []
+    real_run, real_compile = BlockPass.run, torch.compile
+
+    def recording_run(self, block, h, stop=None):
+        eager_blocks.append(block)
+        return real_run(self, block, h, stop)
+
+    def recording_compile(fn, **kwargs):
+        compiled_fns.append(fn)
+        return real_compile(fn, **kwargs)
+
+    monkeypatch.setattr(BlockPass, "run", recording_run)
+    monkeypatch.setattr(compiled_runner.torch, "compile", recording_compile)
     torch._dynamo.reset()
     counters.clear()
     eager, _ = run([])
-    assert counters["stats"]["unique_graphs"] == 0  # compile=false: nothing captured
+    assert counters["stats"]["unique_graphs"] == 0 and not compiled_fns  # compile=false: nothing captured
+    assert {b.__code__ for b in eager_blocks} == {_block_code()}
+    eager_runs = len(eager_blocks)
     compiled, placed = run(["compile=true"])
-    # the block is captured, once per attention callable and expert layout, not per layer or step
+    assert compiled_fns and {f.__code__ for f in compiled_fns} == {_block_code()}
+    assert len(compiled_fns) == eager_runs  # one compile wrapper per forward, around that forward's block
+    # the block is captured once per expert layout (the graph breaks at the eager attention),
+    # not per layer or step
     assert 1 <= counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+    assert not counters["recompiles"], dict(counters["recompiles"])
     experts = [tree for tree in placed if isinstance(tree, dict) and "blocks" in tree]
     assert len(experts) == 2
     for tree in experts:
@@ -60,7 +94,7 @@ def test_compiled_blocks_with_fused_qkv_render_the_eager_latents():
     # GEMMs, and the captured graph runs the same ATen ops: measured ~1e-7 after 3 steps.
     a, b = compiled.latents.astype(np.float64), eager.latents.astype(np.float64)
     err = np.linalg.norm(a - b) / np.linalg.norm(b)
-    print(f"compile=true vs eager latents rel err {err:.2e}")
+    print(f"compile=true vs eager latents rel err {err:.2e}; graphs {dict(counters['stats'])}")
     assert err <= 1e-5
     diff = np.abs(compiled.frames.astype(np.int16) - eager.frames.astype(np.int16))
     assert diff.max() <= 1

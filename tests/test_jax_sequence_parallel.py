@@ -109,7 +109,7 @@ def tiny_dit():
 
 
 def forward_fn(cfg):
-    return lambda p, x, t, c, rope, attn: dit.forward(p, x, t, c, rope, cfg, jops, attn)
+    return lambda p, x, t, c, rope, attn, run_blocks: dit.forward(p, x, t, c, rope, cfg, jops, attn, run_blocks)
 
 
 @pytest.mark.parametrize(

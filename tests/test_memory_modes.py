@@ -53,7 +53,7 @@ def resident_and_sharded(rank, world, overrides):
         experts = load_components(sharded, ckpt, backend).experts
         before = sum(e.local_bytes() for _, e in experts.values())
         for _, e in experts.values():
-            list(e.params()["blocks"])  # one pass: gathers the non-block weights for good
+            e.params()  # gathers the non-block weights for good
         after = sum(e.local_bytes() for _, e in experts.values())
         whole = sum(_tree_bytes(p) for _, p in load_components(resident, ckpt, backend).experts.values())
     _block_schedule_on_rank(rank, world)
@@ -90,9 +90,8 @@ def test_sharded_equals_resident(world, mesh):
         assert before < whole / world * 1.1  # the tiny blocks' norms/tables pad a little
 
 
-def _block_schedule_on_rank(rank, world):
-    """The block schedule itself (run inside test_sharded_equals_resident's ranks): one block
-    whole at a time, in order, each back to its shard after use; weights equal the originals."""
+def _small_sharded_expert(rank, world):
+    """A 3-block expert sharded over the ranks, and its whole tree (every rank draws the same)."""
     import torch
 
     from parallel_wan.backends.torch.fsdp import chunk_tree, shard_expert
@@ -103,23 +102,87 @@ def _block_schedule_on_rank(rank, world):
                        for _ in range(3)]}
     rows = {"proj_out.weight": 3, **{f"blocks.{i}.{n}": r for i in range(3) for n, r in
                                      (("attn1.to_q.weight", 5), ("norm2.bias", 4))}}
-    expert = shard_expert(chunk_tree(full, rank, world), rows, torch.device("cpu"))
+    return shard_expert(chunk_tree(full, rank, world), rows, torch.device("cpu")), full
+
+
+def _whole_blocks(holders):
+    """Indices of the blocks whose parameters are whole (not FSDP's sharded DTensors)."""
+    return [j for j, h in enumerate(holders) if type(getattr(h, h.names["attn1.to_q.weight"])).__name__ != "DTensor"]
+
+
+def _gather_pending(holder) -> bool:
+    """FSDP2's own record of an all-gather issued (unshard) and not yet waited for."""
+    return holder._get_fsdp_state()._fsdp_param_group._all_gather_result is not None
+
+
+def _block_schedule_on_rank(rank, world):
+    """The block schedule itself (run inside test_sharded_equals_resident's ranks): one block
+    whole at a time, in order, each back to its shard after use; weights equal the originals."""
+    import torch
+
+    from parallel_wan.backends.torch.runners import ShardedRunner
+
+    expert, full = _small_sharded_expert(rank, world)
     with torch.inference_mode():
         params = expert.params()
         assert torch.equal(params["proj_out"]["weight"], full["proj_out"]["weight"])
-        holders = expert.blocks.holders
+        holders = params["blocks"]
+        ran = []
 
-        def whole():
-            return [j for j, h in enumerate(holders)
-                    if type(getattr(h, h.names["attn1.to_q.weight"])).__name__ != "DTensor"]
-
-        for i, block in enumerate(params["blocks"]):
-            assert torch.equal(block["attn1"]["to_q"]["weight"], full["blocks"][i]["attn1"]["to_q"]["weight"])
-            assert torch.equal(block["norm2"]["bias"], full["blocks"][i]["norm2"]["bias"])
+        def block(h, p):
+            i = len(ran)
+            assert torch.equal(p["attn1"]["to_q"]["weight"], full["blocks"][i]["attn1"]["to_q"]["weight"])
+            assert torch.equal(p["norm2"]["bias"], full["blocks"][i]["norm2"]["bias"])
             # only block i is whole (block i+1's gather is in flight, installed at its wait);
             # every earlier block is back to its shard
-            assert whole() == [i]
-        assert whole() == []
+            assert _whole_blocks(holders) == [i]
+            ran.append(i)
+            return h + p["norm2"]["bias"]
+
+        out = ShardedRunner()(block, torch.zeros(4), holders)
+        assert ran == [0, 1, 2] and _whole_blocks(holders) == []
+        assert torch.equal(out, sum(b["norm2"]["bias"] for b in full["blocks"]))
+
+
+def stop_sharded_pass_early(rank, world):
+    """A step cache's use of the sharded runner: run blocks [0, stop), then either stop (close
+    the pass) or go on. Returns what each case left behind, per stop."""
+    import torch
+
+    from parallel_wan.backends.torch.distributed import Launch, init_distributed
+    from parallel_wan.backends.torch.runners import ShardedRunner
+
+    init_distributed(Launch(rank, world, rank, "test"), torch.device("cpu"), 60.0)
+    expert, full = _small_sharded_expert(rank, world)
+    biases = [b["norm2"]["bias"] for b in full["blocks"]]
+    report = []
+    with torch.inference_mode():
+        holders = expert.params()["blocks"]
+        for stop in range(4):
+            with ShardedRunner().open(holders) as blocks:
+                h = blocks.run(lambda h, p: h + p["norm2"]["bias"], torch.zeros(4), stop=stop)
+                # the next block's gather was started while block stop-1 ran (none before a first block)
+                pending_before = [_gather_pending(x) for x in holders]
+            after = ([_gather_pending(x) for x in holders], _whole_blocks(holders))
+            # a pass that stops and then goes on gives the whole stack's result
+            with ShardedRunner().open(holders) as blocks:
+                h2 = blocks.run(lambda h, p: h + p["norm2"]["bias"], torch.zeros(4), stop=stop)
+                h2 = blocks.run(lambda h, p: h + p["norm2"]["bias"], h2)
+            report.append((stop, pending_before, after, torch.equal(h, sum(biases[:stop], torch.zeros(4))),
+                           torch.equal(h2, sum(biases, torch.zeros(4)))))
+    return report
+
+
+def test_sharded_runner_stopped_early_leaves_no_gather_pending():
+    """Stopping after block i (First-Block Cache) or before any (MagCache) must not leave block
+    i's prefetched all-gather in flight or its weights whole: closing the pass waits for it and
+    reshards. Continuing instead runs the rest of the stack."""
+    for rank, report in enumerate(run_on_ranks(stop_sharded_pass_early, 2, timeout_s=120)):
+        for stop, pending_before, (pending_after, whole_after), prefix_ok, continued_ok in report:
+            # while open, exactly the prefetched block i = stop has its gather pending
+            assert pending_before == [j == stop and stop > 0 for j in range(3)], (rank, stop, pending_before)
+            assert pending_after == [False] * 3 and whole_after == [], (rank, stop, pending_after, whole_after)
+            assert prefix_ok and continued_ok, (rank, stop)
 
 
 # ---------------------------------------------------------------- swap
@@ -196,7 +259,7 @@ def test_swap_exchanges_block_by_block_in_the_last_high_noise_step(monkeypatch):
     high-noise block is already freed and only the low-noise blocks before i have been copied
     in — never two experts; the result equals the resident run bit for bit."""
     from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.swap import ExchangeBlocks
+    from parallel_wan.backends.torch.runners import ExchangeRunner
     from parallel_wan.models import transformer as dit
     from parallel_wan.pipeline import generate
     from parallel_wan.weights.tree import iter_leaves
@@ -211,13 +274,13 @@ def test_swap_exchanges_block_by_block_in_the_last_high_noise_step(monkeypatch):
             return out
 
     exchanges = []
-    real_iter = ExchangeBlocks.__iter__
+    real_open = ExchangeRunner.open
 
-    def tracking_iter(self):
-        exchanges.append(self)
-        return real_iter(self)
+    def tracking_open(self, exchange):
+        exchanges.append(exchange)
+        return real_open(self, exchange)
 
-    monkeypatch.setattr(ExchangeBlocks, "__iter__", tracking_iter)
+    monkeypatch.setattr(ExchangeRunner, "open", tracking_open)
     real_block = dit.transformer_block
 
     def block(p, *args, **kwargs):
@@ -239,6 +302,117 @@ def test_swap_exchanges_block_by_block_in_the_last_high_noise_step(monkeypatch):
         assert alive == [j >= i for j in range(layers)], (i, alive)  # blocks before i are gone
         assert copied == i  # the low-noise blocks before i are in
     print(f"exchange: {layers} blocks, per block (high alive, low copied): {seen}")
+
+
+class PrefixRunner:
+    """A step cache's use of a runner, at its most drastic: every forward runs blocks [0, stop)
+    and stops there (First-Block Cache skipping after block 0; stop=0: MagCache skipping all)."""
+
+    def __init__(self, inner, stop):
+        self.inner, self.stop = inner, stop
+
+    def __call__(self, block, x, blocks):
+        with self.inner.open(blocks) as blocks_pass:
+            return blocks_pass.run(block, x, stop=self.stop)
+
+
+@pytest.mark.parametrize("stop", [0, 1])
+def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
+    """memory=swap, exchange step stopped after `stop` blocks: the pass's close still drops
+    every high-noise block and copies every low-noise one, so from the next step on the
+    low-noise expert is whole on the device and no high-noise tensor is alive; the latents
+    equal the resident run's under the same stopping, bit for bit."""
+    from parallel_wan.backends.torch import predictor as predictor_module
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.swap import HostExpert
+    from parallel_wan.pipeline import generate
+    from parallel_wan.pipeline.checkpoint import HIGH, LOW
+    from parallel_wan.weights.tree import iter_leaves
+
+    real_choice = predictor_module.expert_runner
+
+    def stopping_choice(name, placed, compiler=None):
+        params, runner = real_choice(name, placed, compiler)
+        return params, PrefixRunner(runner, stop)
+
+    monkeypatch.setattr(predictor_module, "expert_runner", stopping_choice)
+    high_refs, host_low, seen = [], [], []
+
+    class Probe(TorchBackend):
+        def place(self, tree, dtype, keep_fp32=None, where="device", full_rows=None):
+            out = super().place(tree, dtype, keep_fp32, where, full_rows)
+            if where == "device" and isinstance(tree, dict) and "blocks" in tree and not high_refs:
+                high_refs.extend(weakref.ref(t) for _, t in iter_leaves(out))
+            if where == "host":
+                host_low.append(out.tree)
+            return out
+
+        def noise_predictor(self, task):
+            predict = super().noise_predictor(task)
+            inner = predict.before_step
+
+            def before_step(step):
+                inner(step)
+                gc.collect()
+                low = task.experts[LOW][1]
+                seen.append((step.index, step.expert, sum(r() is not None for r in high_refs),
+                             None if isinstance(low, HostExpert) else low))
+            predict.before_step = before_step
+            return predict
+
+    overrides = BASE + ["steps=8"]
+    ref = generate(_spec(overrides), TorchBackend("cpu"))
+    got = generate(_spec(overrides + ["memory=swap"]), Probe("cpu"))
+    np.testing.assert_array_equal(got.latents, ref.latents)
+    switch = next(i for i, expert, _, _ in seen if expert != HIGH)
+    assert all(alive == len(high_refs) for i, _, alive, _ in seen if i < switch)
+    for i, _, alive, low in seen:
+        if i >= switch:
+            assert alive == 0, (i, alive)  # every high-noise tensor freed
+            # the low-noise expert whole on the device, every block equal to its host copy
+            assert same_tree(low, host_low[0])
+    print(f"swap stopped after {stop} block(s): switch at step {switch}, {len(high_refs)} high-noise tensors freed")
+
+
+def same_tree(a, b) -> bool:
+    """Same leaf names, each leaf equal in shape, dtype and every value."""
+    import torch
+
+    from parallel_wan.weights.tree import iter_leaves
+
+    a, b = dict(iter_leaves(a)), dict(iter_leaves(b))
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+
+
+def test_swap_exchange_completes_when_the_step_skips_its_forward():
+    """A step cache may skip the exchange step's forward altogether: the next step's
+    before_step completes the exchange the forward never ran."""
+    import torch
+
+    from parallel_wan.backends.torch.swap import ExpertSwap, HostExpert
+    from parallel_wan.pipeline.checkpoint import HIGH, LOW
+    from parallel_wan.pipeline.denoise import Step
+    from parallel_wan.weights.tree import iter_leaves
+
+    g = torch.Generator().manual_seed(1)
+
+    def tree():
+        return {"proj_out": {"weight": torch.randn(3, 4, generator=g)},
+                "blocks": [{"w": torch.randn(4, 4, generator=g)} for _ in range(3)]}
+
+    high, low = tree(), tree()
+    high_refs = [weakref.ref(t) for _, t in iter_leaves(high)]
+    experts = {HIGH: ("cfg", high), LOW: ("cfg", HostExpert(low))}
+    del high
+    swap = ExpertSwap(experts, torch.device("cpu"))
+    swap.before_step(Step(index=4, t=900.0, expert=HIGH, guidance=4.0, exchange=LOW))
+    assert all(r() is not None for r in high_refs)  # the exchange step has not run yet
+    swap.before_step(Step(index=5, t=800.0, expert=LOW, guidance=3.0, release=HIGH))
+    gc.collect()
+    assert [r() is not None for r in high_refs] == [False] * len(high_refs)
+    placed = experts[LOW][1]
+    assert isinstance(placed, dict) and len(placed["blocks"]) == 3 and same_tree(placed, low)
+    assert swap.events == [(4, "exchange", LOW), (5, "release", HIGH), (5, "ready", LOW)]
 
 
 def test_text_encoder_is_freed_after_encoding():

@@ -115,7 +115,7 @@ class RunSpec:
     weights_cache_dir: str | None = None  # converted-weights cache (weights/cache.py); None: off
     memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
     swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
-    compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/fast_block.py)
+    compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/qkv_fusion.py, runners/compiled.py)
 
     @property
     def uses_guidance(self) -> bool:

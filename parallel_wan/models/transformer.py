@@ -123,7 +123,7 @@ def _merge_heads(x, ops):
 
 def _self_qkv(p, x, ops):
     """q, k, v projections of x. A backend may fuse the three weights into one `to_qkv`
-    (out = 3·dim, rows q ‖ k ‖ v; backends/torch/fast_block.fuse_qkv): one GEMM reads x once
+    (out = 3·dim, rows q ‖ k ‖ v; backends/torch/qkv_fusion.fuse_qkv): one GEMM reads x once
     and runs at a larger, more efficient size; the split is exact."""
     if "to_qkv" in p:
         return ops.split(ops.linear(x, p["to_qkv"]["weight"], p["to_qkv"]["bias"]), 3, axis=-1)
@@ -186,7 +186,7 @@ def output_head(params, x, temb, cfg: TransformerConfig, ops):
     return ops.linear(h, params["proj_out"]["weight"], params["proj_out"]["bias"])
 
 
-def forward(params, tokens, timestep, context, rope, cfg: TransformerConfig, ops, attention):
+def forward(params, tokens, timestep, context, rope, cfg: TransformerConfig, ops, attention, run_blocks=None):
     """Noise prediction for patch tokens.
 
     tokens: (B, L, pt·ph·pw·in_channels) — this rank's tokens, any contiguous or padded slice.
@@ -194,6 +194,11 @@ def forward(params, tokens, timestep, context, rope, cfg: TransformerConfig, ops
     rope: (cos, sin) tables (L, head_dim/2) for exactly these tokens' global positions.
     attention: self-attention callable (B, L, H, D)³ → (B, L, H, D); sequence-parallel backends
     pass one that exchanges keys and values across ranks.
+    run_blocks: the block runner, `run_blocks(block, x, params["blocks"]) → x`, which applies
+    `block(h, layer_params)` to the layers in order. How the layers' weights reach the block
+    (resident, gathered from shards, exchanged between experts, compiled, skipped by a step
+    cache) is the runner's business, so `params["blocks"]` is whatever the runner reads; the
+    default, `ops.scan_layers`, walks resident per-layer params.
     Returns (B, L, pt·ph·pw·out_channels).
     """
     x = embed_patches(params, tokens, cfg, ops)
@@ -202,5 +207,5 @@ def forward(params, tokens, timestep, context, rope, cfg: TransformerConfig, ops
     def block(h, p):
         return transformer_block(p, h, ctx, proj, rope, cfg, ops, attention)
 
-    x = ops.scan_layers(block, x, params["blocks"])
+    x = (run_blocks or ops.scan_layers)(block, x, params["blocks"])
     return output_head(params, x, temb, cfg, ops)

@@ -291,7 +291,6 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     from ..backends.torch import ops as torch_ops
     from ..backends.torch.predictor import EagerNoisePredictor, guidance_context
     from ..measure.live_bytes import LiveBytes, held_bytes
-    from ..models import transformer as dit
     from ..pipeline.checkpoint import HIGH, LOW, SINGLE
     from ..pipeline.denoise import denoise
     from ..sampling import make_schedule
@@ -317,12 +316,10 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     if spec.model.task == "ti2v" and spec.image is not None:
         timestep_mask = meta((1, shapes.local))
     predictor = SimpleNamespace(
-        ops=torch_ops, context=rows_context, halves=shapes.halves, rope=rope, cond_tokens=cond_tokens,
-        timestep_mask=timestep_mask,
+        ops=_FusedAttentionOps(), context=rows_context, halves=shapes.halves, rope=rope, cond_tokens=cond_tokens,
+        timestep_mask=timestep_mask, compiler=None,  # the resident block runner
         attention=_sequence_parallel_attention(spec.mesh, shapes.tokens, shapes.local),
         backend=SimpleNamespace(exchange_dp=lambda out: [out, torch.empty_like(out)]),  # the other half arrives
-        forward=lambda p, x, t, ctx, rope, cfg, attention: dit.forward(p, x, t, ctx, rope, cfg, _FusedAttentionOps(),
-                                                                      attention),
         task=SimpleNamespace(experts={name: (tcfg, params) for name in (HIGH, LOW, SINGLE)}, work=work,
                              per_token_timestep=spec.model.task == "ti2v", uses_guidance=spec.uses_guidance))
     predict = functools.partial(EagerNoisePredictor.__call__, predictor)

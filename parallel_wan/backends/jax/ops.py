@@ -23,7 +23,6 @@ JAX specifics:
 from __future__ import annotations
 
 import builtins
-import contextlib
 from typing import Callable, Sequence
 
 import jax
@@ -289,35 +288,22 @@ def attention(q, k, v, scale: float | None = None):
 
 
 # ---------------------------------------------------------------- control flow
-_layer_transform: Callable | None = None
-
-
-@contextlib.contextmanager
-def layer_transform(fn: Callable):
-    """While tracing inside this context, `scan_layers` hands each layer's params through
-    `fn` before the block sees them (FSDP: all-gather one layer's shards inside the scan, so
-    only one layer is ever whole on a device). Trace-time only: use it inside the function
-    being jitted / shard_mapped."""
-    global _layer_transform
-    previous, _layer_transform = _layer_transform, fn
-    try:
-        yield
-    finally:
-        _layer_transform = previous
-
-
-def scan_layers(block_fn: Callable, carry, layers):
+def scan_layers(block_fn: Callable, carry, layers, gather: Callable | None = None):
     """Apply `block_fn(carry, layer_params)` for each layer in order, as ONE `lax.scan` over
     params stacked along a leading layer axis. A Python list of per-layer trees (the torch
     layout) is stacked here first, which copies every weight on each call: place params with
-    `placement.stack_layers` to have them stacked once."""
+    `placement.stack_layers` to have them stacked once.
+
+    gather: applied to each layer's params inside the scan body, before the block sees them —
+    memory=sharded passes `placement.all_gather_params`'s `gather_layer`, which all-gathers one
+    layer's shards there, so only one layer is ever whole on a device. With it bound
+    (`functools.partial(scan_layers, gather=…)`) this is the model's block runner under FSDP."""
     if isinstance(layers, (list, tuple)):
         layers = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
-    transform = _layer_transform
 
     def step(c, layer):
-        if transform is not None:
-            layer = transform(layer)
+        if gather is not None:
+            layer = gather(layer)
         return block_fn(c, layer), None
 
     carry, _ = lax.scan(step, carry, layers)

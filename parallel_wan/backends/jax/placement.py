@@ -1,7 +1,7 @@
 """Param trees (torch tensors or numpy arrays, as the weight loaders give them) onto a JAX mesh.
 
 Three things happen, each leaf in one host copy at most:
-1. Layer stacking. The transformer runs its blocks as `ops.scan_layers(block, x,
+1. Layer stacking. The transformer's block runner on JAX is `ops.scan_layers(block, x,
    params["blocks"])`, one `lax.scan`, so `params["blocks"]` — a list of per-layer trees in the
    torch layout — becomes ONE tree whose leaves carry a leading layer axis. The rule is
    explicit: only the top-level keys in `SCANNED` are stacked, because those are the runs the
@@ -13,7 +13,8 @@ Three things happen, each leaf in one host copy at most:
 3. Placement with a `NamedSharding`: replicated by default; with `fsdp_axes`, every leaf of at
    least `fsdp_min_size` elements is sharded along its largest axis divisible by the size of
    those mesh axes (never the stacked layer axis, which the scan walks). `all_gather_params`
-   undoes it inside `shard_map`: the non-layer params on entry, each layer inside the scan.
+   undoes it inside `shard_map`: the non-layer params on entry, and each layer inside the scan
+   through the `gather` argument of `ops.scan_layers` (the FSDP block runner).
 """
 
 from __future__ import annotations
@@ -223,8 +224,8 @@ def _gather(x, spec: P, skip: int = 0):
 def all_gather_params(params, specs, scanned: Sequence[str] = SCANNED):
     """Inside `shard_map`: (params with every non-scanned leaf whole, gather_layer), where
     `gather_layer(layer)` makes one layer's slice of a scanned run whole (its specs lose the
-    leading layer axis). Pass gather_layer to `ops.layer_transform` so the scan gathers one
-    layer at a time."""
+    leading layer axis). Pass gather_layer as `ops.scan_layers(…, gather=gather_layer)` so the
+    scan gathers one layer at a time."""
     whole = {}
     for key, value in params.items():
         if key in scanned:

@@ -47,7 +47,7 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
     the CFG combine. It closes over plain values only (no arrays), so a cached program keeps
     no weights alive."""
     forward = shard_forward(
-        lambda p, x, t, c, rope, attn: dit.forward(p, x, t, c, rope, tcfg, ops, attn),
+        lambda p, x, t, c, rope, attn, run_blocks: dit.forward(p, x, t, c, rope, tcfg, ops, attn, run_blocks),
         mesh, valid, per_token_timestep=per_token, param_specs=param_specs, kernel=kernel,
     )
 

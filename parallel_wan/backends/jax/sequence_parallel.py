@@ -23,6 +23,7 @@ values the caller discards.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -171,9 +172,9 @@ def shard_forward(
     param_specs=None,
     kernel: str = "auto",
 ) -> Callable:
-    """Wrap `forward(params, tokens, timestep, context, rope, attention) → tokens` (e.g.
-    `lambda p, x, t, c, rope, attn: transformer.forward(p, x, t, c, rope, cfg, ops, attn)`)
-    to run on token shards. The result `f(params, tokens, timestep, context, cos, sin)` is
+    """Wrap `forward(params, tokens, timestep, context, rope, attention, run_blocks) → tokens`
+    (e.g. `lambda p, x, t, c, rope, attn, run: transformer.forward(p, x, t, c, rope, cfg, ops,
+    attn, run)`) to run on token shards. The result `f(params, tokens, timestep, context, cos, sin)` is
     jitted and takes global arrays:
 
       tokens (B, cp·Lc, C) padded at the end; timestep (B,) or per-token (B, cp·Lc);
@@ -181,7 +182,9 @@ def shard_forward(
 
     It returns (B, cp·Lc, C_out) sharded like the tokens. Params are replicated, or, with
     `param_specs` (placement.param_specs of FSDP-placed params), sharded at rest: the
-    non-layer params are gathered on entry and each layer's inside the layer scan.
+    non-layer params are gathered on entry and each layer's inside the layer scan: the block
+    runner handed to `forward` is then `ops.scan_layers` with the layer gather bound (None,
+    the forward's default, otherwise).
     """
     seq = P("dp", CP)
     in_specs = (
@@ -195,11 +198,11 @@ def shard_forward(
     attend = sequence_parallel_attention(mesh, valid_tokens, kernel=kernel)
 
     def on_shard(params, tokens, timestep, context, cos, sin):
-        if param_specs is None:
-            return forward(params, tokens, timestep, context, (cos, sin), attend)
-        params, gather_layer = all_gather_params(params, param_specs)
-        with ops.layer_transform(gather_layer):
-            return forward(params, tokens, timestep, context, (cos, sin), attend)
+        run_blocks = None  # the forward's default: its ops' scan over resident layers
+        if param_specs is not None:
+            params, gather_layer = all_gather_params(params, param_specs)
+            run_blocks = functools.partial(ops.scan_layers, gather=gather_layer)
+        return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks)
 
     mapped = jax.jit(jax.shard_map(
         on_shard, mesh=mesh, in_specs=in_specs, out_specs=P("dp", CP, None), check_vma=check_vma(kernel)

@@ -44,9 +44,10 @@ class TorchBackend:
         self.mesh = TorchMesh.build(mesh or MeshSpec())
         self.collectives = Collectives(self.mesh)
         self.attention_impl = attention_impl
-        # compile=true: the hot path of fast_block.py — q/k/v fused at placement, each block
-        # compiled once by torch.compile (self-attention stays eager). Compile backend:
-        # inductor; tests swap in "aot_eager" (graph capture only) to stay fast on CPU.
+        # compile=true: the hot path — q/k/v fused at placement (qkv_fusion.py), the block
+        # function compiled by torch.compile (runners/compiled.py; self-attention stays eager).
+        # Compile backend: inductor; tests swap in "aot_eager" (graph capture only) to stay
+        # fast on CPU.
         self.compile = compile
         self.compile_backend = "inductor"
 
@@ -129,32 +130,13 @@ class TorchBackend:
             return t.to(device=self.device, dtype=want)
 
         if transformer and self.compile and isinstance(tree.get("blocks"), list):
-            from .fast_block import fuse_block_qkv
+            from .qkv_fusion import fuse_block_qkv
 
             # Block by block: only one block's unfused q/k/v ever sit beside the fused weights.
             blocks = [fuse_block_qkv(map_leaves(move, block, f"blocks.{i}")) for i, block in enumerate(tree["blocks"])]
             rest = map_leaves(move, {k: v for k, v in tree.items() if k != "blocks"})
             return {**rest, "blocks": blocks}
         return map_leaves(move, tree)
-
-    def forward_fn(self):
-        """The transformer forward the predictor calls: the model's own, or with compile=true
-        the same computation with each block compiled (fast_block.BlockForward)."""
-        from ...models import transformer as dit
-
-        if not self.compile:
-            return lambda params, tokens, t, context, rope, cfg, attention: dit.forward(
-                params, tokens, t, context, rope, cfg, ops, attention)
-        from .fast_block import BlockForward
-
-        compiled = {}
-
-        def forward(params, tokens, t, context, rope, cfg, attention):
-            if id(attention) not in compiled:  # one compiled block per attention callable
-                compiled[id(attention)] = BlockForward(attention, compile=True, backend=self.compile_backend)
-            return compiled[id(attention)](params, tokens, t, context, rope, cfg)
-
-        return forward
 
     def to_device(self, array: np.ndarray | torch.Tensor, dtype: str | None = None) -> torch.Tensor:
         t = torch.as_tensor(array).to(self.device)

@@ -13,14 +13,13 @@ modulation, bf16 matrices) gather as bytes — so no hand-written all-gather fal
 Non-block weights (patch and condition embeddings, head, its table: ~2 % of an expert) are
 gathered once, on the first forward, and stay whole.
 
-The blocks reach the model as `BlockSequence`: `ops.scan_layers` iterates it like the list of
-per-layer dicts it normally gets, and the iteration does the gather/prefetch/free schedule.
+The blocks reach the model as the list of their holders; the block runner
+(runners/sharded.py) runs the gather/prefetch/free schedule in its own loop.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -82,35 +81,13 @@ def shard_holder(chunks: dict[str, torch.Tensor], full_rows: dict[str, int], dev
     return holder
 
 
-class BlockSequence:
-    """The expert's blocks as `ops.scan_layers` sees them. Iterating gathers block 0, then per
-    block: wait for its gather, start the next one's, hand the whole block to the model, and
-    free it when the model asks for the next. At most two blocks are whole at a time."""
-
-    def __init__(self, holders: list[ParamHolder]):
-        self.holders = holders
-
-    def __len__(self) -> int:
-        return len(self.holders)
-
-    def __iter__(self) -> Iterator[dict]:
-        holders = self.holders
-        pending = holders[0].unshard(async_op=True) if holders else None
-        for i, holder in enumerate(holders):
-            pending.wait()
-            pending = holders[i + 1].unshard(async_op=True) if i + 1 < len(holders) else None
-            try:
-                yield holder.params()
-            finally:
-                holder.reshard()  # also when the forward stops early: no block stays whole
-
-
 class ShardedExpert:
     """One expert under memory=sharded: `params()` → the tree `models.transformer.forward`
-    takes, with the non-block weights whole and `blocks` a BlockSequence."""
+    takes, with the non-block weights whole and `blocks` the blocks' holders, for
+    runners.sharded.ShardedRunner to gather one at a time."""
 
     def __init__(self, rest: ParamHolder, blocks: list[ParamHolder]):
-        self.rest, self.blocks = rest, BlockSequence(blocks)
+        self.rest, self.blocks = rest, blocks
         self._rest_whole = None
         # FSDP keeps each shard's storage while its params are whole; count it now, while the
         # holders expose their shards.

@@ -2,7 +2,8 @@
 
 Each rank runs the forward on its Lc tokens for its rows: [cond rows ‖ negative × B] (both CFG
 halves here), or one half under CFG parallel over dp, whose two predictions meet once per step
-(`exchange_dp`). Self-attention is the backend's sequence-parallel callable.
+(`exchange_dp`). Self-attention is the backend's sequence-parallel callable; the blocks run
+through the block runner `runners.expert_runner` picks for the expert as placed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
-from .fsdp import ShardedExpert
+from .runners import Compiler, expert_runner
 from .swap import ExpertSwap
 
 
@@ -32,7 +33,10 @@ class EagerNoisePredictor:
 
     An expert's params may be a whole tree (memory=resident), an fsdp.ShardedExpert whose blocks
     gather one at a time (memory=sharded), or wait in host memory until `before_step` swaps them
-    in (memory=swap, swap.ExpertSwap acting on the step plan)."""
+    in (memory=swap, swap.ExpertSwap acting on the step plan); `runners.expert_runner` turns
+    each into the forward's params and block runner. compile=true compiles the block function
+    (runners.compiled), with self-attention wrapped once here so the compiled block's guard on
+    it holds from step to step."""
 
     def __init__(self, task, backend):
         ops = self.ops = backend.ops
@@ -41,14 +45,16 @@ class EagerNoisePredictor:
         tcfg = next(iter(task.experts.values()))[0]
         cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
         self.rope = (backend.to_device(cos), backend.to_device(sin))
+        self.compiler = Compiler(backend.compile_backend) if backend.compile else None
         self.attention = backend.self_attention_for(work.shards)
+        if self.compiler is not None:
+            self.attention = self.compiler.attention(self.attention)
         self.context, self.halves = guidance_context(task.context, work, task.prompts, task.uses_guidance, ops)
         self.batch = len(work.rows)
         self.cond_tokens = None
         if task.cond_tokens is not None:
             self.cond_tokens = ops.concat([task.cond_tokens] * self.batch, axis=0)
         self.swap = ExpertSwap(task.experts, backend.device)
-        self.forward = backend.forward_fn()
         self.timestep_mask = None  # TI2V: 0 on the held first frame's tokens, 1 elsewhere
         if task.per_token_timestep and task.fixed_mask is not None:
             self.timestep_mask = backend.to_device(np.ascontiguousarray(task.fixed_mask[None, :, 0], np.float32))
@@ -63,12 +69,8 @@ class EagerNoisePredictor:
 
     def __call__(self, expert: str, x, t: float, guidance: float):
         ops, task = self.ops, self.task
-        tcfg, params = task.experts[expert]
-        if isinstance(params, ShardedExpert):
-            params = params.params()
-        elif not isinstance(params, dict):
-            raise RuntimeError(f"the {expert} expert is not on the device at this step (it is {type(params).__name__}); "
-                               "the step plan's prefetch/release marks are out of order")
+        tcfg, placed = task.experts[expert]
+        params, run_blocks = expert_runner(expert, placed, self.compiler)
         batch, n_tokens = x.shape[0], x.shape[1]
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
         x_in = ops.concat([x_in] * self.halves, axis=0) if self.halves == 2 else x_in
@@ -81,7 +83,8 @@ class EagerNoisePredictor:
                 ts = ts * self.timestep_mask
         else:
             ts = ops.zeros((rows,), "float32", like=x) + t
-        out = ops.cast(self.forward(params, x_in, ts, self.context, self.rope, tcfg, self.attention), "float32")
+        out = dit.forward(params, x_in, ts, self.context, self.rope, tcfg, ops, self.attention, run_blocks)
+        out = ops.cast(out, "float32")
         if task.work.cfg_branch is not None:
             out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
         return out[batch:] + guidance * (out[:batch] - out[batch:]) if task.uses_guidance else out

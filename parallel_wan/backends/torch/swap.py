@@ -2,8 +2,9 @@
 during the last high-noise step(s); the high-noise expert is freed as it finishes.
 
 Two schedules. swap_prefetch_steps=0 (default): the last high-noise step exchanges the experts
-block by block (`ExchangeBlocks`) — each high-noise block is dropped once it has run and the
-low-noise block of the same index is copied in, so the device never holds two experts.
+block by block (runners/exchange.BlockExchange, that step's block runner) — each high-noise
+block is dropped once it has run and the low-noise block of the same index is copied in, so the
+device never holds two experts.
 swap_prefetch_steps=n ≥ 1: the whole low-noise expert is copied from n steps before the
 switch, beside the high-noise one.
 
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from ...weights.tree import iter_leaves, map_leaves
+from ...weights.tree import map_leaves
+from .runners.exchange import BlockExchange
 
 
 class HostExpert:
@@ -52,8 +54,14 @@ class ExpertSwap:
         self.experts, self.device = experts, device
         self.events: list[tuple[int, str, str]] = []
         self._pending: dict[str, tuple[dict, object]] = {}  # expert → (device tree, copy-done event)
+        self._exchange: BlockExchange | None = None
 
     def before_step(self, step) -> None:
+        if self._exchange is not None:
+            # The exchange step's forward closes its pass; a step that skipped the forward
+            # altogether (a step cache) did not, so the exchange completes here.
+            self._exchange.close()
+            self._exchange = None
         if getattr(step, "exchange", None):
             self.exchange(step.index, step.expert, step.exchange)
         if getattr(step, "prefetch", None):
@@ -78,9 +86,9 @@ class ExpertSwap:
         self._pending[name] = (tree, done)
 
     def exchange(self, index: int, current: str, incoming: str) -> None:
-        """This step is `current`'s last: hand the model its blocks through an ExchangeBlocks,
-        which frees each block once it has run and copies `incoming`'s block of the same index
-        into the memory just freed; `incoming`'s other weights follow after the last block."""
+        """This step is `current`'s last: its blocks become a BlockExchange, which the step's
+        runner (runners.choice) runs: each block freed once it has run, `incoming`'s block of the
+        same index copied into the memory just freed, `incoming`'s other weights last."""
         cfg, params = self.experts[current]
         _, host = self.experts[incoming]
         if not isinstance(host, HostExpert) or incoming in self._pending:
@@ -90,8 +98,8 @@ class ExpertSwap:
         def finished(tree, done):
             self._pending[incoming] = (tree, done)
 
-        blocks = ExchangeBlocks(list(params["blocks"]), host.tree, self.device, finished)
-        self.experts[current] = (cfg, {**params, "blocks": blocks})
+        self._exchange = BlockExchange(list(params["blocks"]), host.tree, self.device, finished)
+        self.experts[current] = (cfg, {**params, "blocks": self._exchange})  # the only holder of its blocks
 
     def ready(self, index: int, name: str) -> None:
         """Make sure `name` is on the device before its step (a copy the plan did not start
@@ -118,53 +126,3 @@ class ExpertSwap:
         self.events.append((index, "release", name))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand the freed blocks back, for the VAE decode after the loop
-
-
-class ExchangeBlocks:
-    """The outgoing expert's blocks, iterated once by the forward of its last step. When the
-    forward asks for block i+1, block i has run: this drops the reference to it and starts
-    copying the incoming expert's block i. Nothing else holds the outgoing blocks, so the device
-    holds one expert plus the block in use and the block in flight, never two experts.
-
-    CUDA: each incoming block is allocated on the compute stream (so it can take the memory the
-    finished blocks gave back) and filled on a side stream that first waits for the compute
-    queued so far; the copies overlap the remaining blocks' compute. `finished(tree, event)`
-    gets the incoming tree and the event the first step of the incoming expert waits on."""
-
-    def __init__(self, outgoing: list, incoming: dict, device: torch.device, finished):
-        self.outgoing, self.incoming, self.device, self.finished = outgoing, incoming, device, finished
-        self.copied: list = []
-        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
-
-    def __len__(self) -> int:
-        return len(self.outgoing)
-
-    def __iter__(self):
-        for i in range(len(self.outgoing)):
-            block = self.outgoing[i]
-            self.outgoing[i] = None
-            yield block
-            del block  # block i has run (the forward asked for the next one): let it go
-            self.copied.append(self._copy(self.incoming["blocks"][i], f"blocks.{i}"))
-        rest = {k: v for k, v in self.incoming.items() if k != "blocks"}
-        tree = {**self._copy(rest, ""), "blocks": self.copied}
-        done = None
-        if self.side is not None:
-            done = torch.cuda.Event()
-            done.record(self.side)
-        self.finished(tree, done)
-
-    def _copy(self, tree, prefix: str):
-        if self.side is None:
-            return map_leaves(lambda _, t: t.to(self.device, copy=True), tree, prefix)
-        main = torch.cuda.current_stream(self.device)
-        queued = torch.cuda.Event()
-        queued.record(main)
-        out = map_leaves(lambda _, t: torch.empty_like(t, device=self.device), tree, prefix)
-        self.side.wait_event(queued)
-        with torch.cuda.stream(self.side):
-            for (_, dst), (_, src) in zip(iter_leaves(out), iter_leaves(tree)):
-                dst.copy_(src, non_blocking=True)
-                dst.record_stream(self.side)
-        return out
-
