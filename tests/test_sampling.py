@@ -112,7 +112,7 @@ def test_expert_split_official(shift, boundary, high, low, official_module):
 
 # ---------------------------------------------------------------- UniPC trajectories
 def run_both(kind, shift, steps, dtype, official_module):
-    """Free-running trajectories of the reference and of FlowUniPC; per-step relative errors."""
+    """Free-running trajectories of the reference and of our UniPC; per-step relative errors."""
     ref = reference_scheduler(kind, steps, shift, official_module)
     if dtype == torch.float64:
         ref.sigmas = ref.sigmas.double()  # makes every reference scalar float64 too
