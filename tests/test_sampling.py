@@ -112,16 +112,17 @@ def test_expert_split_official(shift, boundary, high, low, official_module):
 
 # ---------------------------------------------------------------- UniPC trajectories
 def run_both(kind, shift, steps, dtype, official_module):
-    """Free-running trajectories of the reference and of FlowUniPC; per-step relative errors."""
+    """Free-running trajectories of the reference and of our UniPC; per-step relative errors."""
     ref = reference_scheduler(kind, steps, shift, official_module)
     if dtype == torch.float64:
         ref.sigmas = ref.sigmas.double()  # makes every reference scalar float64 too
     sampler = make_sampler("unipc", make_schedule(kind, steps, shift))
+    state = sampler.initial_state()
     x, w = initial_latents(dtype)
     x_ref, errors = x.clone(), []
     for i, t in enumerate(ref.timesteps):
         x_ref = ref.step(fake_velocity(x_ref, t, w), t, x_ref, return_dict=False)[0]
-        x = sampler.step(fake_velocity(x, t, w), x, i, ops)
+        x, state = sampler.step(state, fake_velocity(x, t, w), x, i, ops)
         assert x.dtype == dtype
         errors.append(rel_err(x, x_ref))
     return errors
@@ -152,10 +153,12 @@ def test_unipc_orders_and_final_step():
     assert [step_order(i, 1) for i in range(1)] == [1]
     schedule = make_schedule("official", 4, 12.0)
     sampler = make_sampler("unipc", schedule)
+    state = sampler.initial_state()
     x, w = initial_latents(torch.float32)
     for i, t in enumerate(schedule.timesteps):
         v = fake_velocity(x, t, w)
-        x_in, x = x, sampler.step(v, x, i, ops)
+        x_in = x
+        x, state = sampler.step(state, v, x, i, ops)
     # The last step returns the x0 prediction from the (uncorrected) sample, exactly.
     assert torch.equal(x, x_in - v * float(schedule.sigmas[-2]))
 
@@ -173,11 +176,12 @@ def test_euler_matches_diffusers_flow_match_euler(kind, shift, steps):
     np.testing.assert_array_equal(ref.sigmas.numpy().astype(np.float64), schedule.sigmas)
     ref.set_begin_index(0)
     sampler = make_sampler("euler", schedule)
+    state = sampler.initial_state()
     x, w = initial_latents(torch.float32)
     x_ref = x.clone()
     for i, t in enumerate(ref.timesteps):
         x_ref = ref.step(fake_velocity(x_ref, t, w), t, x_ref, return_dict=False)[0]
-        x = sampler.step(fake_velocity(x, t, w), x, i, ops)
+        x, state = sampler.step(state, fake_velocity(x, t, w), x, i, ops)
         assert torch.equal(x, x_ref), i
 
 
@@ -188,50 +192,72 @@ def test_euler_hand_computation():
     v = torch.tensor([0.25, 1.0, -3.0], dtype=torch.float64)
     s = schedule.sigmas
     expected = x.numpy() + (s[1] - s[0]) * v.numpy()
-    np.testing.assert_array_equal(sampler.step(v, x, 0, ops).numpy(), expected)
+    out, state = sampler.step(sampler.initial_state(), v, x, 0, ops)
+    np.testing.assert_array_equal(out.numpy(), expected)
+    assert state == {}  # Euler keeps nothing between steps
 
 
-# ---------------------------------------------------------------- sharding and protocol
+# ---------------------------------------------------------------- sharding and explicit state
 @pytest.mark.parametrize("name", ["unipc", "euler"])
 def test_update_on_token_shards_equals_whole(name):
-    # The orchestrator runs one sampler per rank on its token shard; the update must be
-    # elementwise, so the concatenated shards equal the whole array bit for bit.
+    # The orchestrator runs the update on each rank's token shard with a state of its own; the
+    # update must be elementwise, so the concatenated shards equal the whole array bit for bit.
     schedule = make_schedule("official", 12, 12.0)
-    whole = make_sampler(name, schedule)
-    halves = [make_sampler(name, schedule), make_sampler(name, schedule)]
+    sampler = make_sampler(name, schedule)
+    state, states = sampler.initial_state(), [sampler.initial_state(), sampler.initial_state()]
     x, w = initial_latents(torch.float32, shape=(1, 64, 16))  # (batch, tokens, channels)
     sizes = [27, 37]  # uneven on purpose
     parts, w_parts = list(torch.split(x, sizes, dim=1)), torch.split(w, sizes, dim=1)
     for i, t in enumerate(schedule.timesteps):
-        x = whole.step(fake_velocity(x, t, w), x, i, ops)
-        parts = [s.step(fake_velocity(p, t, wp), p, i, ops) for s, p, wp in zip(halves, parts, w_parts)]
+        x, state = sampler.step(state, fake_velocity(x, t, w), x, i, ops)
+        stepped = [sampler.step(s, fake_velocity(p, t, wp), p, i, ops) for s, p, wp in zip(states, parts, w_parts)]
+        parts, states = [p for p, _ in stepped], [s for _, s in stepped]
         assert torch.equal(torch.cat(parts, dim=1), x), i
 
 
 @pytest.mark.parametrize("name", ["unipc", "euler"])
-def test_step_order_is_enforced_and_reset_restarts(name):
+@pytest.mark.parametrize("stop", [1, 2, 5])
+def test_state_copied_after_any_step_resumes_the_same_trajectory(name, stop):
+    # The state is everything a step needs from earlier steps: a deep copy of it taken after
+    # `stop` steps continues exactly as the uninterrupted run.
     schedule = make_schedule("diffusers", 6, 5.0)
     sampler = make_sampler(name, schedule)
-    x0, w = initial_latents(torch.float32)
-    with pytest.raises(ValueError, match="expected step_index 0 but got 1"):
-        sampler.step(w, x0, 1, ops)
-    runs = []
-    for _ in range(2):
-        sampler.reset()
-        x = x0
-        for i, t in enumerate(schedule.timesteps):
-            x = sampler.step(fake_velocity(x, t, w), x, i, ops)
-        runs.append(x)
-    assert torch.equal(runs[0], runs[1])
+    x, w = initial_latents(torch.float32)
+    state, saved = sampler.initial_state(), None
+    for i, t in enumerate(schedule.timesteps):
+        if i == stop:
+            saved = (x.clone(), {k: None if v is None else v.clone() for k, v in state.items()})
+        x, state = sampler.step(state, fake_velocity(x, t, w), x, i, ops)
+    y, state = saved
+    for i in range(stop, schedule.steps):
+        y, state = sampler.step(state, fake_velocity(y, schedule.timesteps[i], w), y, i, ops)
+    assert torch.equal(x, y)
+
+
+def test_the_unipc_table_holds_every_step():
+    # Rows are the references' step structure: no corrector at step 0, UniC-2 only after an
+    # order-2 step, the last step returns x0.
+    schedule = make_schedule("official", 5, 12.0)
+    table = make_sampler("unipc", schedule).table
+    assert all(v.dtype == np.float64 and v.shape == (5,) for v in table.values())
+    assert table["corrects"].tolist() == [0, 1, 1, 1, 1]
+    assert table["p_order2"].tolist() == [0, 1, 1, 1, 0]
+    assert table["c_order2"].tolist() == [0, 0, 1, 1, 1]
+    assert table["p_final"].tolist() == [0, 0, 0, 0, 1]
+    np.testing.assert_array_equal(table["sigma"], schedule.sigmas[:-1])
+    with pytest.raises(IndexError, match="step 5 is outside the schedule's 5 steps"):
+        make_sampler("unipc", schedule).coefs(5)
 
 
 def test_bf16_inputs_update_in_fp32_and_keep_sample_dtype():
     schedule = make_schedule("official", 4, 12.0)
+    sampler = make_sampler("unipc", schedule)
     x, w = initial_latents(torch.float32)
     v = fake_velocity(x, schedule.timesteps[0], w)
-    out = make_sampler("unipc", schedule).step(v.bfloat16(), x.bfloat16(), 0, ops)
-    want = make_sampler("unipc", schedule).step(v.bfloat16().float(), x.bfloat16().float(), 0, ops)
+    out, state = sampler.step(sampler.initial_state(), v.bfloat16(), x.bfloat16(), 0, ops)
+    want, _ = sampler.step(sampler.initial_state(), v.bfloat16().float(), x.bfloat16().float(), 0, ops)
     assert out.dtype == torch.bfloat16 and torch.equal(out, want.bfloat16())
+    assert state["last"].dtype == state["x0_prev"].dtype == torch.float32  # the state keeps fp32
 
 
 def test_unknown_sampler_is_refused():

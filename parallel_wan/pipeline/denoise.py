@@ -1,20 +1,28 @@
-"""The denoising loop, backend-agnostic: the host decides each step's expert and guidance; the
-backend's noise predictor runs the forward (and the CFG combine); the sampler's elementwise
-update runs on whatever layout the backend keeps the tokens in (a rank's shard, or a global
-sharded array)."""
+"""The denoising loop, once, backend-agnostic: the host decides each step's expert and guidance
+(steps.py); the backend's noise predictor runs the forward (and the CFG combine); the sampler's
+elementwise update runs on whatever layout the backend keeps the tokens in (a rank's shard, or
+a global sharded array). The loop runs over an explicit `LoopState` (loop_state.py), so it can
+start at any step and stop after any step."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..config import RunSpec
 from ..models import transformer as dit
-from ..sampling import make_sampler, make_schedule, schedule_from_scheduler_config
-from .checkpoint import HIGH, LOW, SINGLE
+from ..sampling import make_sampler
+from .loop_state import LoopState
+from .steps import Step, expert_for, pick_schedule, step_plan
 from .work import RankWork
+
+# Step, expert_for, pick_schedule and step_plan live in steps.py; the memory runners import them
+# from here too.
+__all__ = ["DenoiseTask", "LoopState", "Step", "compile_loop", "denoise", "draw_noise", "expert_for",
+           "pick_schedule", "rehearse_loop", "step_plan"]
 
 
 @dataclass
@@ -33,83 +41,63 @@ class DenoiseTask:
     fixed_mask: np.ndarray | None = None  # TI2V image: (L, 1) host array, 0 where a token is held (t = 0)
 
 
-@dataclass(frozen=True)
-class Step:
-    index: int
-    t: float
-    expert: str
-    guidance: float
-    prefetch: str | None = None  # memory=swap: start moving this expert to the device before this step
-    release: str | None = None  # memory=swap: this expert's last step was the previous one; free it
-    exchange: str | None = None  # memory=swap, swap_prefetch_steps=0: during this step, the last of its
-    # expert, each block is freed once it has run and the same block of `exchange` is copied in
+def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, start: LoopState | None = None,
+            stop_after: int | None = None) -> LoopState:
+    """Run the steps of `schedule` on this controller's tokens (B prompts × L tokens) from the
+    noise `x` — or, with `start`, from that state (x is then unused) — until `stop_after` steps
+    are done (default: all). Returns the state after the last step run.
 
-
-def pick_schedule(spec: RunSpec, ckpt):
-    kind = spec.schedule
-    if kind == "auto":
-        kind = "diffusers" if ckpt.scheduler_config is not None else "official"
-    if kind == "diffusers" and ckpt.scheduler_config is not None:
-        return kind, schedule_from_scheduler_config(ckpt.scheduler_config, spec.steps, spec.shift)
-    return kind, make_schedule(kind, spec.steps, spec.shift)
-
-
-def expert_for(t: float, spec: RunSpec) -> str:
-    if spec.model.experts == 1:
-        return SINGLE
-    return HIGH if t >= spec.model.boundary * 1000 else LOW
-
-
-def step_plan(spec: RunSpec, schedule) -> list[Step]:
-    """The host's decisions for every step: timestep, expert and its guidance scale."""
-    plan = []
-    for i, t in enumerate(schedule.timesteps):
-        name = expert_for(float(t), spec)
-        guidance = spec.guidance_low if name == LOW else spec.guidance_high
-        plan.append(Step(i, float(t), name, guidance))
-    if getattr(spec, "memory", "resident") == "swap":
-        plan = _swap_marks(plan, spec.swap_prefetch_steps)
-    return plan
-
-
-def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
-    """memory=swap: the low-noise copy starts `prefetch_steps` steps before the switch (so it
-    overlaps the last high-noise steps), and the high-noise expert goes at the switch. With
-    prefetch_steps=0 the last high-noise step exchanges the experts block by block instead: the
-    device never holds more than one expert and a block or two."""
-    switch = next((s.index for s in plan if s.expert == LOW), None)
-    if switch is None:
-        return plan
-    plan = list(plan)
-    if prefetch_steps == 0 and switch > 0:
-        plan[switch - 1] = dataclasses.replace(plan[switch - 1], exchange=LOW)
-    else:
-        start = max(0, switch - prefetch_steps)
-        plan[start] = dataclasses.replace(plan[start], prefetch=LOW)
-    if switch > 0:
-        plan[switch] = dataclasses.replace(plan[switch], release=HIGH)
-    return plan
-
-
-def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None):
-    """Every step on this controller's tokens x (B prompts × L tokens). `held` = (tokens,
-    keep): TI2V's first-frame tokens and a (L, 1) device mask, 1 where denoised — held tokens
-    are re-imposed before each step and once after the last."""
+    `held` = (tokens, keep): TI2V's first-frame tokens and a (L, 1) device mask, 1 where
+    denoised — held tokens are re-imposed before each step and once after the last.
+    spec.scan_loop (JAX) hands the whole range to the backend's one `lax.scan` program; it runs
+    the same sampler update.
+    """
     sampler = make_sampler(spec.sampler, schedule)
+    state = LoopState.begin(x, sampler) if start is None else start
+    stop = schedule.steps if stop_after is None else stop_after
+    if not 0 <= state.step <= stop <= schedule.steps:
+        raise ValueError(f"cannot run steps {state.step}..{stop} of a {schedule.steps}-step schedule")
     plan = step_plan(spec, schedule)
+    if spec.scan_loop:
+        latents, sampler_state = predict.run_steps(state.latents, state.sampler, plan, sampler, held, state.step, stop)
+        return LoopState(stop, latents, sampler_state, state.cache)
+    x, sampler_state = state.latents, state.sampler
     # A predictor that moves weights between steps (memory=swap) says so with `before_step`.
     before_step = getattr(predict, "before_step", None)
-    for i, _ in enumerate(progress(schedule.timesteps)):
+    for i in progress(range(state.step, stop)):
         step = plan[i]
         if before_step is not None:
             before_step(step)
         if held is not None:
             x = ops.where(held[1] > 0, x, held[0])
         pred = predict(step.expert, x, step.t, step.guidance)
-        x = sampler.step(pred, x, i, ops)
-    if held is not None:
+        x, sampler_state = sampler.update(sampler.coefs(i), sampler_state, pred, x, ops)
+    if held is not None and stop == schedule.steps:
         x = ops.where(held[1] > 0, x, held[0])
-    return x
+    return LoopState(stop, x, sampler_state, state.cache)
+
+
+def compile_loop(spec: RunSpec, schedule, x, predict, ops, held=None) -> dict:
+    """For a backend that compiles ahead (JAX): the predictor's programs with the real shapes —
+    each expert's step, or with scan_loop the whole scanned loop — and the host loop's own
+    array ops, so the timed loop compiles nothing. Returns {program: seconds}."""
+    if spec.scan_loop:
+        return predict.compile(x, step_plan(spec, schedule), make_sampler(spec.sampler, schedule), held)
+    seconds = predict.compile(x)
+    t0 = time.perf_counter()
+    rehearse_loop(spec, schedule, x, ops, held, predict.shard)
+    seconds["sampler_ops"] = time.perf_counter() - t0
+    return seconds
+
+
+def rehearse_loop(spec: RunSpec, schedule, x, ops, held=None, place=lambda a: a) -> None:
+    """The host loop itself over every step on zeros, a zero prediction placed by `place` as
+    the predictor places its output: the held tokens' `where` and the sampler update run once
+    per step, so a backend that compiles each op on first use (JAX) compiles them here."""
+    zero = ops.zeros_like(x)
+    prediction = place(zero)
+    denoise(dataclasses.replace(spec, scan_loop=False), schedule, zero, lambda expert, y, t, guidance: prediction,
+            lambda steps: steps, ops, held)
 
 
 def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size):

@@ -14,7 +14,8 @@ from ..models import transformer as dit
 from ..report.timing import PhaseTimer
 from .checkpoint import load_components, materialize_tiny, preflight
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
-from .denoise import DenoiseTask, denoise, draw_noise, pick_schedule, step_plan
+from .denoise import DenoiseTask, compile_loop, denoise, draw_noise, pick_schedule, step_plan
+from .loop_state import LoopState
 from .work import gather_latent_tokens, plan_work
 
 log = logging.getLogger("parallel_wan")
@@ -26,6 +27,7 @@ class Generation:
     latents: np.ndarray  # (prompts, C, T, h, w) float32, the final denoised latents
     timings: dict
     info: dict = field(default_factory=dict)
+    state: LoopState | None = None  # generate(stop_after=k) with k < steps: the loop's state after step k
 
     @property
     def frames(self) -> np.ndarray | None:
@@ -46,7 +48,11 @@ def encode_text(spec: RunSpec, loaded, backend):
     return backend.ops.cast(backend.broadcast_from_main(context), spec.dtype)
 
 
-def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
+def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState | None = None,
+             stop_after: int | None = None) -> Generation:
+    """One generation; with `start` (host or device arrays, `load_loop_state`) the loop resumes
+    from that state, and with `stop_after` it stops once that many steps are done: a stop
+    before the last step returns the loop's state (in `Generation.state`) and decodes nothing."""
     ops = backend.ops
     timer = PhaseTimer(backend.synchronize)
     progress = progress or (lambda it: it)
@@ -91,22 +97,22 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None) -> Generation:
         held = None
         if fixed_mask is not None:
             held = (predict.shard(fixed_tokens), backend.to_device(fixed_mask.astype(np.float32)))
+        if start is not None:
+            start = start.map(lambda a: predict.shard(backend.to_device(a)))
 
         compiled = {}
         if backend.compiles_ahead:
             # Both experts' steps (or the whole scanned loop) and the VAE decode, with the real
             # shapes, before the timed phases: compile time is reported apart from run time.
             with timer.phase("compile"):
-                compiled.update(predict.compile(x, step_plan(spec, schedule) if spec.scan_loop else None,
-                                                spec.sampler, schedule, held))
+                compiled.update(compile_loop(spec, schedule, x, predict, ops, held))
                 compiled.update(decoder.compile(latent_shape))
 
         with timer.phase("denoise"):
-            if spec.scan_loop:
-                local = predict.run_steps(x, step_plan(spec, schedule), spec.sampler, schedule, held)
-            else:
-                local = denoise(spec, schedule, x, predict, progress, ops, held)
-            tokens = gather_latent_tokens(local, work, spec, backend)
+            state = denoise(spec, schedule, x, predict, progress, ops, held, start=start, stop_after=stop_after)
+            if state.step < schedule.steps:  # stopped early: the caller keeps the state
+                return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
+            tokens = gather_latent_tokens(state.latents, work, spec, backend)
         latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
 
         # Every rank decodes a band of rows (the torch decoder) or its devices' share (JAX);

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .diffusers_flags import check_diffusers_unipc_flags
+
 SCHEDULE_KINDS = ("official", "diffusers")
 
 # diffusers keeps sigma_0 away from 1 by this much so that log(1 - σ) stays finite.
@@ -116,9 +118,6 @@ def make_schedule(
                 f"diffusers scheduler flags {sorted(diffusers_flags)} were given for the "
                 f"{kind!r} schedule; they only apply to kind='diffusers'."
             )
-        # Imported here: the config reader imports this module.
-        from .scheduler_config import check_diffusers_unipc_flags
-
         check_diffusers_unipc_flags(diffusers_flags)
     build = official_schedule if kind == "official" else diffusers_schedule
     return build(int(steps), shift, num_train_timesteps)

@@ -9,10 +9,12 @@ x0 = x - σ·v), the UniC corrector on every step after the first, order 1 on th
     x_t = (σ_t/σ_s)·x - α_t·(e^-h - 1)·m0 - α_t·B(h)·Σ_k ρ_k·D_k,    h = λ_t - λ_s,
 
 D_k being divided differences of earlier x0 predictions. Only the scalar coefficients depend
-on the step, so they are computed here on the host in float64 from the schedule; the arrays
-only see `+`, `-` and `*` by python floats. That is what lets the orchestrator run the update
-on each rank's sequence shard (and JAX trace it) with results identical to the whole-array
-update.
+on the step, so they are computed here on the host in float64 from the schedule, one table row
+per step (`unipc_table`); the arrays only see `+`, `-`, `*` by those scalars and a choice of
+terms (`unipc_update`, written once against `ops`). That is what lets the orchestrator run the
+update on each rank's sequence shard, and JAX run it eagerly or inside `lax.scan`, with results
+identical to the whole-array update. The state between steps is explicit (`UNIPC_STATE`), so a
+loop can stop after any step and resume from the saved state.
 
 The references compute the same coefficients in float32 torch scalars; in fp32 our trajectory
 therefore differs from theirs at the ~1e-7 relative level per step (their rounding, mostly in
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from .schedules import Schedule
 
@@ -116,64 +120,78 @@ def step_order(step_index: int, steps: int) -> int:
     return min(SOLVER_ORDER, steps - step_index, step_index + 1)
 
 
-class FlowUniPC:
-    """Stateful UniPC sampler over one schedule; construct one per generation (or `reset()`).
+def unipc_table(schedule: Schedule) -> dict[str, np.ndarray]:
+    """Every step's coefficients, float64 host arrays indexed by step.
 
-    `step(model_output, sample, step_index, ops)` must be called for step_index 0, 1, …, N-1
-    in order. It keeps the last two x0 predictions and the last sample (the references keep the
-    same three arrays), all in the compute dtype: float32, or float64 for float64 input. The
-    kept arrays may be the caller's own (a float32 sample is not copied), so callers must not
-    modify arrays in place after passing them in — the references have the same contract.
+    A step i forms x0 = x - σ_i·v, corrects the previous step with it when `corrects` (UniC of
+    order 2 when `c_order2`), then predicts σ_{i+1} (order 2 when `p_order2`; `p_final`: the
+    step into σ = 0 returns x0). Unused coefficients are 0.
     """
+    sig = schedule.sigmas
+    if not (0.0 < sig[0] < 1.0):
+        raise ValueError(
+            f"UniPC needs 0 < sigma_0 < 1 (it takes log(1 - sigma)); the {schedule.kind!r} "
+            f"schedule starts at {sig[0]!r}. Use the 'official' or 'diffusers' schedule."
+        )
+    steps = schedule.steps
+    rows = []
+    last_order = 0  # the order of the previous step's predictor decides this step's corrector
+    for i in range(steps):
+        row = {"sigma": float(sig[i]), "corrects": float(i > 0), "c_order2": float(last_order == 2),
+               "c_x": 0.0, "c_m0": 0.0, "c_new": 0.0, "c_diff": 0.0}
+        if i > 0:
+            c = corrector_coefficients(sig, i, last_order)
+            row.update(c_x=c.x_scale, c_m0=c.m0_scale, c_new=c.new_scale, c_diff=c.diff_scale)
+        order = step_order(i, steps)
+        p = predictor_coefficients(sig, i, order)
+        row.update(p_x=p.x_scale, p_m0=p.m0_scale, p_diff=p.diff_scale, p_order2=float(order == 2),
+                   p_final=float(p.final))
+        rows.append(row)
+        last_order = order
+    return {k: np.asarray([r[k] for r in rows], np.float64) for k in rows[0]}
 
-    name = "unipc"
 
-    def __init__(self, schedule: Schedule):
-        sig = schedule.sigmas
-        if not (0.0 < sig[0] < 1.0):
-            raise ValueError(
-                f"UniPC needs 0 < sigma_0 < 1 (it takes log(1 - sigma)); the {schedule.kind!r} "
-                f"schedule starts at {sig[0]!r}. Use the 'official' or 'diffusers' schedule."
-            )
-        self.schedule = schedule
-        self.reset()
+# The sampler's state between steps: the (corrected) sample and the x0 predictions of the last
+# two steps — the three arrays the references keep. None until a step has filled them.
+UNIPC_STATE = ("last", "x0_prev", "x0_prev2")
 
-    def reset(self) -> None:
-        self._next_index = 0
-        self._x0_history: list = []  # [m_{i-1}, m_i]
-        self._last_sample = None
-        self._last_order = 0
 
-    def step(self, model_output, sample, step_index: int, ops):
-        if step_index != self._next_index:
-            raise ValueError(
-                f"FlowUniPC.step expected step_index {self._next_index} but got {step_index}; "
-                f"steps must run in order 0..{self.schedule.steps - 1} (call reset() to restart)."
-            )
-        sigmas, steps = self.schedule.sigmas, self.schedule.steps
-        out_dtype = ops.dtype_name(sample)
-        compute = "float64" if out_dtype == "float64" else "float32"
-        x = ops.cast(sample, compute)
-        # The references form x0 from the sample the model saw, before the corrector moves it.
-        x0 = x - ops.cast(model_output, compute) * float(sigmas[step_index])
+def unipc_update(c, state, prediction, latents, ops):
+    """One UniPC step: (latents at σ_i, the model's velocity there) → (latents at σ_{i+1}, state).
 
-        if step_index > 0:
-            c = corrector_coefficients(sigmas, step_index, self._last_order)
-            m_prev = self._x0_history[-1]
-            x = self._last_sample * c.x_scale - m_prev * c.m0_scale - (x0 - m_prev) * c.new_scale
-            if self._last_order == 2:
-                x = x - (self._x0_history[-2] - m_prev) * c.diff_scale
+    `c` is one step of `unipc_table`: python floats on the eager loops (flags then pick a
+    branch on the host, so a step computes only its own terms), or traced float32 scalars in
+    JAX's `lax.scan` (flags then select with `where`, which picks exact values, so the scan
+    equals the eager loop). Computes in float32 (float64 for float64 latents), returns the
+    latents' dtype. The state may hold the caller's own arrays (a float32 sample is not copied),
+    so callers must not modify arrays in place after passing them in — the references have the
+    same contract.
+    """
+    out_dtype = ops.dtype_name(latents)
+    compute = "float64" if out_dtype == "float64" else "float32"
+    last, m1, m2 = (state[k] for k in UNIPC_STATE)
+    x = ops.cast(latents, compute)
+    # The references form x0 from the sample the model saw, before the corrector moves it.
+    x0 = x - ops.cast(prediction, compute) * c["sigma"]
 
-        self._x0_history = (self._x0_history + [x0])[-SOLVER_ORDER:]
-        order = step_order(step_index, steps)
-        self._last_sample, self._last_order = x, order
+    def corrected():
+        y = last * c["c_x"] - m1 * c["c_m0"] - (x0 - m1) * c["c_new"]
+        return _choose(ops, c["c_order2"], lambda: y - (m2 - m1) * c["c_diff"], lambda: y)
 
-        p = predictor_coefficients(sigmas, step_index, order)
-        if p.final:
-            x_next = x0
-        else:
-            x_next = x * p.x_scale - x0 * p.m0_scale
-            if order == 2:
-                x_next = x_next - (self._x0_history[-2] - x0) * p.diff_scale
-        self._next_index += 1
-        return ops.cast(x_next, out_dtype)
+    x = _choose(ops, c["corrects"], corrected, lambda: x)
+    m2, m1 = m1, x0
+
+    def predicted():
+        y = x * c["p_x"] - x0 * c["p_m0"]
+        return _choose(ops, c["p_order2"], lambda: y - (m2 - x0) * c["p_diff"], lambda: y)
+
+    x_next = _choose(ops, c["p_final"], lambda: x0, predicted)
+    return ops.cast(x_next, out_dtype), dict(zip(UNIPC_STATE, (x, m1, m2)))
+
+
+def _choose(ops, flag, if_set, if_clear):
+    """`if_set()` where the flag is set: decided on the host for a host number (only that branch
+    runs), per element with `where` for a traced one (both run; `where` copies exact values)."""
+    if isinstance(flag, (bool, int, float, np.number)):
+        return if_set() if flag else if_clear()
+    return ops.where(flag > 0, if_set(), if_clear())

@@ -21,24 +21,11 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from ...models import transformer as dit
 from ...models.rope import rope_tables
 from . import ops, placement
+from .programs import cached_program, mesh_key
+from .scan_loop import ScannedLoop
 from .sequence_parallel import CP, shard_forward
 
 STEP_NAME = "noise_prediction_step"  # the compiled program's name, as compile logs show it
-
-# Jitted programs by everything their trace depends on besides argument shapes, so a process
-# that runs several generations (a server, a test session) compiles each program once.
-_PROGRAMS: dict = {}
-
-
-def cached_program(key, build):
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = build()
-    return _PROGRAMS[key]
-
-
-def mesh_key(mesh) -> tuple:
-    return tuple(d.id for d in mesh.devices.flat), tuple(mesh.shape.items())
-
 
 def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halves: int, per_token: bool,
               kernel: str):
@@ -156,18 +143,16 @@ class JaxNoisePredictor:
     def shard(self, x):
         return jax.device_put(x, self.x_sharding if x.shape[0] == self.batch else self.token_sharding(x.shape[0]))
 
-    def compile(self, x, plan=None, sampler: str = "unipc", schedule=None, held=None) -> dict:
+    def compile(self, x, plan=None, sampler=None, held=None) -> dict:
         """Compile ahead of time with the real shapes: each distinct step program once (both
-        experts share one when their shapes agree), or with `plan` the whole scanned loop.
-        Also runs the sampler's elementwise update once over every step on throwaway zeros,
-        so the timed loop compiles nothing. Returns {program: seconds}."""
+        experts share one when their shapes agree), or with `plan` and `sampler` the whole
+        scanned loop. Returns {program: seconds}. (The host loop's own elementwise ops are
+        warmed by pipeline.denoise.rehearse_loop, which runs that loop.)"""
         seconds = {}
         if plan is not None:
-            from .scan_loop import ScannedLoop
-
             t0 = time.perf_counter()
-            self.scanned = ScannedLoop(self, plan, sampler, schedule, held)
-            self.scanned.compile(x)
+            self.scanned = ScannedLoop(self, plan, sampler, held)
+            self.scanned.compile(x, sampler.initial_state())
             seconds["denoise_scan"] = time.perf_counter() - t0
             return seconds
         by_program: dict = {}
@@ -179,33 +164,16 @@ class JaxNoisePredictor:
             for name in names:
                 self.compiled[name] = compiled
             seconds[f"step[{'+'.join(names)}]"] = time.perf_counter() - t0
-        if schedule is not None:
-            t0 = time.perf_counter()
-            self._dry_run_sampler(x, sampler, schedule, held)
-            seconds["sampler_ops"] = time.perf_counter() - t0
         return seconds
-
-    def _dry_run_sampler(self, x, sampler: str, schedule, held) -> None:
-        from ...sampling import make_sampler
-
-        run = make_sampler(sampler, schedule)
-        zero = jnp.zeros_like(x)
-        y = zero
-        for i in range(schedule.steps):
-            if held is not None:
-                y = ops.where(held[1] > 0, y, held[0])
-            y = run.step(self.shard(zero), y, i, ops)
-        jax.block_until_ready(y)
 
     def __call__(self, expert: str, x, t: float, guidance: float):
         x = self.shard(x)
         program = self.compiled.get(expert) or self.programs[expert]
         return program(*self._inputs(expert, x, t, guidance))
 
-    def run_steps(self, x, plan, sampler: str, schedule, held=None):
-        """Every step in one compiled program (scan_loop=true)."""
-        from .scan_loop import ScannedLoop
-
+    def run_steps(self, x, sampler_state: dict, plan, sampler, held, start: int, stop: int):
+        """Steps [start, stop) of `plan` in one compiled program (scan_loop=true), from the
+        sampler state after step start − 1: (latents, sampler state) after step stop − 1."""
         if self.scanned is None:
-            self.scanned = ScannedLoop(self, plan, sampler, schedule, held)
-        return self.scanned(self.shard(x))
+            self.scanned = ScannedLoop(self, plan, sampler, held)
+        return self.scanned(x, sampler_state, start, stop)

@@ -1,0 +1,70 @@
+"""The host's decisions for every step, made before the loop: the schedule, and per step its
+timestep, expert, guidance scale and (memory=swap) the weight moves around it. The backends'
+block runners read the moves through `predict.before_step(step)`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..config import RunSpec
+from ..sampling import make_schedule, schedule_from_scheduler_config
+from .checkpoint import HIGH, LOW, SINGLE
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    t: float
+    expert: str
+    guidance: float
+    prefetch: str | None = None  # memory=swap: start moving this expert to the device before this step
+    release: str | None = None  # memory=swap: this expert's last step was the previous one; free it
+    exchange: str | None = None  # memory=swap, swap_prefetch_steps=0: during this step, the last of its
+    # expert, each block is freed once it has run and the same block of `exchange` is copied in
+
+
+def pick_schedule(spec: RunSpec, ckpt):
+    kind = spec.schedule
+    if kind == "auto":
+        kind = "diffusers" if ckpt.scheduler_config is not None else "official"
+    if kind == "diffusers" and ckpt.scheduler_config is not None:
+        return kind, schedule_from_scheduler_config(ckpt.scheduler_config, spec.steps, spec.shift)
+    return kind, make_schedule(kind, spec.steps, spec.shift)
+
+
+def expert_for(t: float, spec: RunSpec) -> str:
+    if spec.model.experts == 1:
+        return SINGLE
+    return HIGH if t >= spec.model.boundary * 1000 else LOW
+
+
+def step_plan(spec: RunSpec, schedule) -> list[Step]:
+    """The host's decisions for every step: timestep, expert and its guidance scale."""
+    plan = []
+    for i, t in enumerate(schedule.timesteps):
+        name = expert_for(float(t), spec)
+        guidance = spec.guidance_low if name == LOW else spec.guidance_high
+        plan.append(Step(i, float(t), name, guidance))
+    if getattr(spec, "memory", "resident") == "swap":
+        plan = _swap_marks(plan, spec.swap_prefetch_steps)
+    return plan
+
+
+def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
+    """memory=swap: the low-noise copy starts `prefetch_steps` steps before the switch (so it
+    overlaps the last high-noise steps), and the high-noise expert goes at the switch. With
+    prefetch_steps=0 the last high-noise step exchanges the experts block by block instead: the
+    device never holds more than one expert and a block or two."""
+    switch = next((s.index for s in plan if s.expert == LOW), None)
+    if switch is None:
+        return plan
+    plan = list(plan)
+    if prefetch_steps == 0 and switch > 0:
+        plan[switch - 1] = dataclasses.replace(plan[switch - 1], exchange=LOW)
+    else:
+        start = max(0, switch - prefetch_steps)
+        plan[start] = dataclasses.replace(plan[start], prefetch=LOW)
+    if switch > 0:
+        plan[switch] = dataclasses.replace(plan[switch], release=HIGH)
+    return plan
