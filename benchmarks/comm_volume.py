@@ -20,13 +20,15 @@ per step. The final gather delivers every rank's Lc fp32 latent tokens to the de
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from dataclasses import asdict, dataclass
 
 import yaml
 
+from parallel_wan.parallel.cfg_rows import halves_in_forward
 from parallel_wan.parallel.mesh import MeshSpec
+from parallel_wan.parallel.shards import SequenceShards
+from parallel_wan.parallel.work import rank_work
 
 MESH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "mesh")
 PRESETS = ("single", "cp2", "dp2", "cp4", "ulysses4", "ring4", "usp2x2", "dp2_cp2", "cp8", "ulysses8", "ring8",
@@ -83,13 +85,14 @@ def load_preset(name: str) -> MeshSpec:
 
 
 def batch_per_rank(spec: MeshSpec) -> int:
-    """Sequences in a rank's forward with guidance on: the cond and uncond halves batched
-    together, unless CFG parallel (dp = 2) puts one half on each dp rank."""
-    return 1 if spec.dp == 2 else 2
+    """Sequences in a rank's forward for one prompt with guidance on: the cond and uncond halves
+    batched together, unless CFG parallel (dp = 2) puts one half on each dp rank."""
+    work = rank_work(spec, 1, 1, rank=0)
+    return len(work.rows) * halves_in_forward(True, work.cfg_branch)
 
 
 def local_tokens(tokens: int, spec: MeshSpec) -> int:
-    return math.ceil(tokens / spec.cp)
+    return SequenceShards(tokens, spec.cp).local
 
 
 def analytic(spec: MeshSpec, tokens: int, shape: ModelShape) -> Volume:

@@ -75,7 +75,7 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         f"mesh={spec.mesh.name} (dp={spec.mesh.dp} cp={spec.mesh.cp} = ulysses {spec.mesh.ulysses} × ring {spec.mesh.ring}, "
         f"{spec.mesh.world_size} devices) memory={spec.memory}",
         f"tokens {s.tokens:,} → {s.local:,} per rank; {s.rows} forward row(s) per rank "
-        f"({'CFG halves split over dp' if s.rows == 1 and spec.mesh.dp == 2 else 'prompts × CFG halves'})",
+        f"({'CFG halves split over dp' if s.cfg_branch is not None else 'prompts × CFG halves'})",
         "per device:",
         f"  one expert, whole              {_gb(p.expert.whole)}",
         f"  weights during denoise         {_gb(p.weights['denoise'])}   ({p.weights['note']})",
