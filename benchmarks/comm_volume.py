@@ -1,8 +1,9 @@
 """Bytes each rank sends per transformer layer, for every mesh preset: measured and analytic.
 
 The real `make_self_attention` runs on gloo processes with the A14B attention shape (40 heads
-of 128, bfloat16) inside a `SentBytes` shim; the CFG exchange and the final gather run through
-the real `Collectives`. Every count is proportional to the tokens a rank holds, so the run uses
+of 128, bfloat16), its mesh built on `CountingCollectives` over torch.distributed (the real
+messages still travel, each counted as it is sent); the CFG exchange and the final gather run
+through the real `MeshCollectives`. Every count is proportional to the tokens a rank holds, so the run uses
 75,600 / SCALE tokens and multiplies by SCALE to give the 720p figures (exact: nothing in the
 count depends on the token count other than through that factor, and both sizes divide every cp).
 
@@ -19,13 +20,15 @@ per step. The final gather delivers every rank's Lc fp32 latent tokens to the de
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from dataclasses import asdict, dataclass
 
 import yaml
 
-from parallel_wan.config import MeshSpec
+from parallel_wan.parallel.cfg_rows import halves_in_forward
+from parallel_wan.parallel.mesh import MeshSpec
+from parallel_wan.parallel.shards import SequenceShards
+from parallel_wan.parallel.work import rank_work
 
 MESH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "mesh")
 PRESETS = ("single", "cp2", "dp2", "cp4", "ulysses4", "ring4", "usp2x2", "dp2_cp2", "cp8", "ulysses8", "ring8",
@@ -33,6 +36,8 @@ PRESETS = ("single", "cp2", "dp2", "cp4", "ulysses4", "ring4", "usp2x2", "dp2_cp
 TOKENS_720P = 75_600  # T2V-A14B 1280×720, 81 frames: 21 latent frames × (90/2) × (160/2) patches
 SCALE = 175  # 75,600 / 175 = 432 tokens, divisible by cp = 1, 2, 4, 8
 LATENT_BYTES = 4  # the sampler's state (latent tokens) is float32 whatever the model dtype
+# The collectives attention, the CFG exchange and the gather make; any other call is reported.
+EXPECTED = ("all_to_all", "exchange", "all_gather")
 
 
 @dataclass(frozen=True)
@@ -80,13 +85,14 @@ def load_preset(name: str) -> MeshSpec:
 
 
 def batch_per_rank(spec: MeshSpec) -> int:
-    """Sequences in a rank's forward with guidance on: the cond and uncond halves batched
-    together, unless CFG parallel (dp = 2) puts one half on each dp rank."""
-    return 1 if spec.dp == 2 else 2
+    """Sequences in a rank's forward for one prompt with guidance on: the cond and uncond halves
+    batched together, unless CFG parallel (dp = 2) puts one half on each dp rank."""
+    work = rank_work(spec, 1, 1, rank=0)
+    return len(work.rows) * halves_in_forward(True, work.cfg_branch)
 
 
 def local_tokens(tokens: int, spec: MeshSpec) -> int:
-    return math.ceil(tokens / spec.cp)
+    return SequenceShards(tokens, spec.cp).local
 
 
 def analytic(spec: MeshSpec, tokens: int, shape: ModelShape) -> Volume:
@@ -105,16 +111,22 @@ def analytic(spec: MeshSpec, tokens: int, shape: ModelShape) -> Volume:
 
 # ---------------------------------------------------------------- measurement (one gloo rank)
 def measure_on_rank(rank: int, world: int, presets: list[dict], tokens: int, shape: dict) -> list[dict]:
-    """Run each mesh's real self-attention, CFG exchange and final gather under the shim;
-    returns this rank's sent bytes per preset."""
+    """Run each mesh's real self-attention, CFG exchange and final gather on counting
+    collectives; returns this rank's sent bytes per preset."""
     import torch
 
     from parallel_wan.backends.torch import ops
-    from parallel_wan.backends.torch.distributed import Collectives
+    from parallel_wan.backends.torch.collectives import CountingCollectives, ProcessGroupCollectives
+    from parallel_wan.backends.torch.distributed import MeshCollectives
     from parallel_wan.backends.torch.mesh import TorchMesh
     from parallel_wan.backends.torch.sequence_parallel import make_self_attention
 
-    from .sent_bytes import SentBytes
+    counting = CountingCollectives(ProcessGroupCollectives())
+
+    def sent(run) -> dict:
+        counting.reset()
+        run()
+        return dict(counting.by_call)
 
     shape = ModelShape(**shape)
     dtype = ops.dtype(shape.dtype)
@@ -122,33 +134,28 @@ def measure_on_rank(rank: int, world: int, presets: list[dict], tokens: int, sha
     out = []
     for fields in presets:
         spec = MeshSpec(**fields)
-        mesh = TorchMesh.build(spec)  # every rank builds every preset's groups, in the same order
+        mesh = TorchMesh.build(spec, counting)  # every rank builds every preset's groups, in the same order
         lc = local_tokens(tokens, spec)
         q, k, v = (torch.randn(batch_per_rank(spec), lc, shape.heads, shape.head_dim, dtype=dtype) for _ in range(3))
         attention = make_self_attention(mesh, tokens, lc)
-        collectives = Collectives(mesh)
-        with SentBytes() as attn_sent:
-            attention(q, k, v)
+        collectives = MeshCollectives(mesh)
+        attn_sent = sent(lambda: attention(q, k, v))
         # The torch noise predictor casts the forward's output to float32 before exchange_dp
         # (backends/torch/predictor.py): mirrored here.
         prediction = torch.randn(1, lc, shape.out_features, dtype=dtype).to(torch.float32)
-        with SentBytes() as cfg_sent:
-            if spec.dp == 2:
-                collectives.exchange_dp(prediction)
+        cfg_sent = sent(lambda: collectives.exchange_dp(prediction) if spec.dp == 2 else None)
         latent_tokens = torch.randn(1, lc, shape.out_features, dtype=torch.float32)
-        with SentBytes() as gather_sent:
-            collectives.gather_tokens(latent_tokens)
-        unexpected = attn_sent.unexpected + cfg_sent.unexpected + gather_sent.unexpected
+        gather_sent = sent(lambda: collectives.gather_tokens(latent_tokens))
         out.append({
             "volume": asdict(Volume(
-                ulysses=attn_sent.by_call.get("all_to_all_single", 0),
-                ring=attn_sent.by_call.get("batch_isend_irecv", 0),
-                cfg_per_step=cfg_sent.total,
-                gather_once=gather_sent.total,
+                ulysses=attn_sent.get("all_to_all", 0),
+                ring=attn_sent.get("exchange", 0),
+                cfg_per_step=sum(cfg_sent.values()),
+                gather_once=sum(gather_sent.values()),
             )),
-            "attention_other": attn_sent.total - attn_sent.by_call.get("all_to_all_single", 0)
-            - attn_sent.by_call.get("batch_isend_irecv", 0),
-            "unexpected": unexpected,
+            "attention_other": sum(attn_sent.values()) - attn_sent.get("all_to_all", 0) - attn_sent.get("exchange", 0),
+            "unexpected": sorted({name for calls in (attn_sent, cfg_sent, gather_sent) for name in calls
+                                  if name not in EXPECTED}),
         })
     return out
 

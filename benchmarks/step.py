@@ -45,7 +45,7 @@ from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights.tree import unflatten
 
 from .comm_volume import batch_per_rank, load_preset, local_tokens
-from .loopback import diffusers_attention, loopback_collectives, rank_attention
+from .loopback import diffusers_attention, rank_attention
 from .matmul_peak import measure_peak, time_call
 
 MODELS = {
@@ -286,7 +286,7 @@ def run(args) -> dict:
     flops = forward_flops(cfg, lc, rows=rows, key_tokens=n, layers=layers)
 
     results: dict = {"variants": {}, "errors": {}}
-    with torch.inference_mode(), loopback_collectives(), diffusers_loopback(model, spec.ulysses, spec.ring, n) as dl:
+    with torch.inference_mode(), diffusers_loopback(model, spec.ulysses, spec.ring, n) as dl:
         attention = rank_attention(spec.ulysses, spec.ring, n, lc)
 
         def ours(tree, runner=None, attend=attention):

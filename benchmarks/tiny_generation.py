@@ -21,15 +21,36 @@ def compose_spec(overrides: list[str], world_size: int):
     return resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world_size)
 
 
-def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=None):
+class _NoDecode:
+    """A video decoder that decodes nothing: one black pixel per video on the main rank."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def compile(self, latent_shape) -> dict:
+        return {}
+
+    def __call__(self, latents):
+        import numpy as np
+
+        return [np.zeros((1, 1, 1, 3), np.uint8) for _ in range(latents.shape[0])] if self.backend.is_main else []
+
+
+def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=None, comm=None, decode=True):
     """Run the generation; returns (spec, Generation) on this rank. `progress` wraps the
-    timestep iterator, as the CLI's progress bar does (a step ends when the next begins)."""
+    timestep iterator, as the CLI's progress bar does (a step ends when the next begins).
+    comm: the collectives every exchange goes through (default torch.distributed's; counting
+    ones measure the traffic). decode=False: the VAE decode is skipped (`_NoDecode`)."""
     from parallel_wan.backends.torch.backend import TorchBackend
     from parallel_wan.backends.torch.distributed import Launch
     from parallel_wan.pipeline import generate, preflight
 
+    class Backend(TorchBackend):
+        def video_decoder(self, vae_params, vae_config):
+            return super().video_decoder(vae_params, vae_config) if decode else _NoDecode(self)
+
     spec = compose_spec(overrides, world_size)
     ckpt = preflight(spec)
-    backend = TorchBackend(spec.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"), spec.dist_timeout_s,
-                           spec.attention_impl)
+    backend = Backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"), spec.dist_timeout_s,
+                      spec.attention_impl, comm=comm)
     return spec, generate(spec, backend, ckpt, progress)

@@ -163,27 +163,8 @@ def main(argv=None) -> None:
 # return the same shapes, so the live bytes of their outputs are what a real decode holds.
 # A band runs as one rank of a split whose neighbours are not there: HeightBandOps still makes
 # its halo rows, receive buffers and gathered keys/values (that code allocates them before it
-# communicates), and `NoCommunication` only drops the sends and receives. `--validate`
+# communicates), and `NullCollectives` only drop the sends and receives. `--validate`
 # checks the method where a real decode is cheap.
-
-
-class NoCommunication:
-    """Stands in for torch.distributed inside vae_decode.py: every send, receive and gather
-    returns at once, leaving the receive buffers HeightBandOps allocated as they were."""
-
-    class P2POp:
-        def __init__(self, *args, **kwargs):
-            pass
-
-    isend = irecv = None  # only named in P2POp(...) calls
-
-    @staticmethod
-    def batch_isend_irecv(ops):
-        return []
-
-    @staticmethod
-    def all_gather(parts, tensor, group=None):
-        return None
 
 
 def band_decode_peak(params, cfg, latents, ranks: int, index: int) -> dict:
@@ -192,20 +173,21 @@ def band_decode_peak(params, cfg, latents, ranks: int, index: int) -> dict:
     decoding, making uint8 frames and — on rank 0 — receiving the other bands and joining them
     (as _gather_rows_to_rank0 does: the received bands, then their concatenation). `frames`:
     the uint8 bytes the rank holds at the end."""
-    from unittest import mock
-
     import torch
 
     from parallel_wan.backends.torch import ops, vae_decode
+    from parallel_wan.backends.torch.collectives import NullCollectives
     from parallel_wan.report.frames import to_uint8_frames
     from parallel_wan.measure.live_bytes import LiveBytes
     from parallel_wan.models import vae
 
     bands = vae_decode.height_bands(latents.shape[3], ranks)
     start, stop = bands[index]
-    band_ops = vae_decode.HeightBandOps([b - a for a, b in bands], index) if ranks > 1 else ops
+    band_ops = ops
+    if ranks > 1:
+        band_ops = vae_decode.HeightBandOps([b - a for a, b in bands], index, NullCollectives(index, ranks))
     scale = cfg.scale_factor_spatial
-    with torch.inference_mode(), mock.patch.object(vae_decode, "dist", NoCommunication), LiveBytes() as live:
+    with torch.inference_mode(), LiveBytes() as live:
         z = vae.denormalize_latents(latents[:, :, :, start:stop], cfg, ops)
         frames = to_uint8_frames(vae.decode(params, z, band_ops, cfg), ops).contiguous()
         del z

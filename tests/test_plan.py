@@ -70,7 +70,7 @@ def _spec(overrides, world=1):
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="config", overrides=list(overrides))
-    return planner._planning(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}, world)
+    return planner.planning_spec(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}, world)
 
 
 # ---------------------------------------------------------------- planned vs measured
@@ -298,9 +298,10 @@ def test_sequence_parallel_buffers_are_counted():
 
     tcfg = transformer_config("t2v")
     spec = _spec(["model=tiny"])
-    shapes = planner.RankShapes(640, 640, 2, (1, 16, 5, 16, 32), 1, 2, None)
-    one = planner.denoise_bytes(spec, tcfg, shapes)
-    usp = planner.denoise_bytes(dataclasses.replace(spec, mesh=MeshSpec("usp2x2", 1, 4, 2, 2)), tcfg, shapes)
+    # 640 tokens on every rank: one process holding them all, or rank 0 of four holding 640 of 2,560.
+    one = planner.denoise_bytes(spec, tcfg, planner.RankShapes(640, 640, 2, (1, 16, 5, 16, 32), 1, 2, None))
+    usp = planner.denoise_bytes(dataclasses.replace(spec, mesh=MeshSpec("usp2x2", 1, 4, 2, 2)), tcfg,
+                                planner.RankShapes(2560, 640, 2, (1, 16, 5, 32, 64), 1, 2, None))
     assert usp.loop > one.loop
 
 

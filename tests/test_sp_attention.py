@@ -10,7 +10,8 @@ import pytest
 import torch
 from distributed import run_on_ranks
 
-from parallel_wan.backends.torch import ops, ring
+from parallel_wan.backends.torch import ops
+from parallel_wan.backends.torch.collectives import NullCollectives
 from parallel_wan.backends.torch.attention import attention_with_lse
 from parallel_wan.backends.torch.ring import RingPeers, merge_partials, ring_attention
 from parallel_wan.backends.torch.sequence_parallel import make_self_attention
@@ -105,28 +106,38 @@ class _FakeWork:
         self.events.append("wait")
 
 
-def test_ring_posts_the_next_transfer_before_computing_and_masks_padding(monkeypatch):
-    """A ring of 4 simulated in one process: start_pass delivers the block the real previous
-    neighbour would send; the kernel is wrapped to record when it runs."""
+class _RingOf4(NullCollectives):
+    """Collectives of member `index` of a ring of 4 simulated in one process: each hop delivers
+    the block the real previous neighbour would send."""
+
+    def __init__(self, blocks, index, events):
+        super().__init__(index, 4)
+        self.blocks, self.events, self.hops = blocks, events, 0
+
+    def exchange(self, sends, recvs, group=None):
+        self.hops += 1
+        (recv, source), = recvs
+        assert source == (self.rank - 1) % 4 and sends[0][1] == (self.rank + 1) % 4
+        recv.copy_(self.blocks[(self.rank - self.hops) % 4])
+        self.events.append("post")
+        return [_FakeWork(self.events)]
+
+
+def test_ring_posts_the_next_transfer_before_computing_and_masks_padding():
+    """A ring of 4 simulated in one process (`_RingOf4`); the kernel is wrapped to record when
+    it runs."""
     size, index, length, valid = 4, 1, 3, 7  # blocks [0,3) [3,6) [6,9) [9,12): 3, 3, 1, 0 real keys
     q, k, v = inputs(5, valid, size * length)
     blocks = [torch.stack((k[:, i * length : (i + 1) * length], v[:, i * length : (i + 1) * length])) for i in range(size)]
-    events, hops = [], []
-
-    def fake_pass(send, recv, peers):
-        hops.append(None)
-        recv.copy_(blocks[(peers.index - len(hops)) % peers.size])
-        events.append("post")
-        return [_FakeWork(events)]
+    events = []
 
     def recording_kernel(q_, k_, v_, valid_keys=None, scale=None):
         events.append(f"compute{valid_keys}")
         return attention_with_lse(q_, k_, v_, valid_keys=valid_keys, scale=scale)
 
-    monkeypatch.setattr(ring, "start_pass", fake_pass)
-    monkeypatch.setattr(ring, "attention_with_lse", recording_kernel)
     mine = slice(index * length, (index + 1) * length)
-    out = ring_attention(q[:, mine], k[:, mine], v[:, mine], RingPeers.from_ranks([0, 1, 2, 3], index), valid)
+    peers = RingPeers.from_ranks([0, 1, 2, 3], index, _RingOf4(blocks, index, events))
+    out = ring_attention(q[:, mine], k[:, mine], v[:, mine], peers, valid, kernel=recording_kernel)
 
     # Own block (3 keys), then blocks 0 (3), 3 (padding only: no kernel), 2 (1 key). Each hop
     # is posted before the compute of the block in hand and waited on after it.
@@ -160,7 +171,7 @@ def test_bad_layouts_are_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"ulysses=4 does not divide the 6 attention heads.*e\.g\. 3"):
         check_heads(6, 4)
     with pytest.raises(ValueError, match="ulysses=4 does not divide"):  # before any collective
-        sequence_to_heads(inputs(8, 4, 4, h=6), group=None, size=4)
+        sequence_to_heads(inputs(8, 4, 4, h=6), group=None, size=4, comm=NullCollectives())
 
 
 # ---------------------------------------------------------------- many processes

@@ -82,7 +82,7 @@ def decode_on_rank(rank, world, cases):
             videos = backend.video_decoder(params, cfg)(latents)
             if len(bands) == world:  # the whole job is the group
                 a, b = bands[rank]
-                band_ops = HeightBandOps([stop - start for start, stop in bands], rank)
+                band_ops = HeightBandOps([stop - start for start, stop in bands], rank, backend.mesh.comm)
                 band = vae.decode(params, vae.denormalize_latents(latents[:1, :, :, a:b], cfg, ops), band_ops, cfg)
         out.append({"videos": videos, "band": None if band is None else band.numpy(), "bands": bands})
     return out

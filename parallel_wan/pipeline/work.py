@@ -1,70 +1,17 @@
-"""What one controller computes: a slice of the token sequence, for a set of prompts, with one
-or both CFG halves.
-
-Under torchrun every rank is a controller of its own device and computes its slice. A
-single-controller backend (JAX) drives every device from one process: its work is the whole
-padded sequence and every prompt, as global arrays the backend shards itself.
-"""
+"""A controller's work in a generation (parallel/work.py decides it from the mesh) and the one
+gather of its tokens for the VAE."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from ..config import RunSpec
-from ..parallel.shards import SequenceShards
+from ..parallel.work import RankWork, rank_work
 
-
-@dataclass(frozen=True)
-class RankWork:
-    shards: SequenceShards
-    cp_index: int | None  # None: the whole padded sequence (single controller)
-    rows: tuple[int, ...]  # indices of the prompts denoised here (one batch)
-    cfg_branch: int | None  # 0 = cond, 1 = uncond (CFG parallel over dp); None = both here
-
-    @property
-    def whole(self) -> bool:
-        return self.cp_index is None
-
-    def token_index(self) -> np.ndarray:
-        """Global positions of this work's tokens; values ≥ N are padding."""
-        if self.whole:
-            return np.arange(self.shards.padded)
-        return self.shards.token_index(self.cp_index)
-
-    def local(self, full_tokens, backend):
-        """This work's tokens of a (B, N, F) device array, zero-padded past N."""
-        ops = backend.ops
-        pad = self.shards.padding
-        if pad:
-            full_tokens = ops.pad(full_tokens, [(0, 0), (0, pad), (0, 0)])
-        if self.whole:
-            return full_tokens
-        start, stop = self.shards.bounds(self.cp_index)
-        return full_tokens[:, start:stop]
-
-    def local_host(self, full: np.ndarray, axis: int = 0) -> np.ndarray:
-        """This work's slice of a host array whose `axis` runs over the N tokens (zero-padded)."""
-        if self.whole:
-            widths = [(0, 0)] * full.ndim
-            widths[axis] = (0, self.shards.padding)
-            return np.pad(full, widths)
-        return self.shards.shard(full, self.cp_index, axis=axis)
+__all__ = ["RankWork", "plan_work", "gather_latent_tokens"]
 
 
 def plan_work(spec: RunSpec, tokens: int, backend) -> RankWork:
-    """dp carries the CFG halves of one prompt (dp = 2), or splits several prompts into equal
-    batches; cp splits the tokens. config.resolve has checked the counts fit."""
-    dp, n = spec.mesh.dp, len(spec.prompts)
-    shards = SequenceShards(tokens, spec.mesh.cp)
-    if backend.single_controller:
-        return RankWork(shards, None, tuple(range(n)), None)
-    if n == 1 and dp == 2:
-        return RankWork(shards, backend.index("cp"), (0,), backend.index("dp"))
-    per = n // dp
-    first = backend.index("dp") * per
-    return RankWork(shards, backend.index("cp"), tuple(range(first, first + per)), None)
+    """This controller's work: a rank's under torchrun, everything for a single controller."""
+    return rank_work(spec.mesh, len(spec.prompts), tokens, None if backend.single_controller else backend.rank)
 
 
 def gather_latent_tokens(local, work: RankWork, spec: RunSpec, backend):

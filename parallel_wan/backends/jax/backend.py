@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ...config import ConfigError, MeshSpec
+from ...parallel.mesh import ConfigError, MeshSpec, check_jax_devices
 from . import ops, placement
 from .predictor import JaxNoisePredictor, put
 from .sequence_parallel import AXES, build_mesh
@@ -46,9 +46,7 @@ class JaxBackend:
     def __init__(self, mesh: MeshSpec | None = None, device: str = "auto", fsdp: bool = False, kernel: str = "auto"):
         mesh = mesh or MeshSpec()
         devices = visible_devices(device)
-        if mesh.world_size > len(devices):
-            raise ConfigError(f"mesh={mesh.name} needs {mesh.world_size} JAX devices but {len(devices)} are visible; "
-                              f"on CPU set XLA_FLAGS=--xla_force_host_platform_device_count={mesh.world_size}")
+        check_jax_devices(mesh, len(devices))
         if jax.process_count() > 1 and mesh.world_size != len(devices):
             raise ConfigError(f"mesh={mesh.name} uses {mesh.world_size} of the {len(devices)} devices of this "
                               f"{jax.process_count()}-host job; on several hosts the mesh must span every device")

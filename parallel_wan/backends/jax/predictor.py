@@ -2,9 +2,9 @@
 global token array.
 
 A single controller holds the whole problem: tokens (B, cp·Lc, F) padded at the end and
-sharded ("dp", ring × ulysses); the forward batch is every prompt's [cond, uncond] pair, in
-that order, sharded over "dp" — so with one prompt and dp = 2 the two CFG halves run on the two
-dp groups, and with B prompts each dp group holds whole prompts. The CFG combine runs inside
+sharded ("dp", ring × ulysses); the forward batch is [cond rows…, uncond rows…] (the one CFG
+layout, parallel/cfg_rows.py), sharded over "dp" — so with one prompt and dp = 2 the two CFG
+halves run on the two dp groups. The CFG combine runs inside
 the program; the host only passes the step's timestep and guidance scale (traced scalars, so
 one compiled program serves every step, and both experts when their shapes agree).
 """
@@ -20,6 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
+from ...parallel.cfg_rows import both_halves, context_rows, guided
 from . import ops, placement
 from .programs import cached_program, mesh_key
 from .scan_loop import ScannedLoop
@@ -43,19 +44,14 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
         if cond is not None:
             x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])],
                                      tcfg.patch_size, ops)
-        if halves == 2:
-            x_in = jnp.repeat(x_in, 2, axis=0)  # [x0, x0, x1, x1, …] against [c0, neg, c1, neg, …]
+        x_in = both_halves(x_in, halves, ops)  # [x…, x…] against [prompts…, negative × B]
         rows = x_in.shape[0]
         if per_token:
             ts = jnp.full((rows, padded), t, jnp.float32) * t_mask[None]
         else:
             ts = jnp.full((rows,), t, jnp.float32)
         out = ops.cast(forward(params, x_in, ts, context, cos, sin), "float32")
-        if halves == 1:
-            return out
-        out = jnp.reshape(out, (batch, 2) + out.shape[1:])
-        cond_out, uncond = out[:, 0], out[:, 1]
-        return uncond + guidance * (cond_out - uncond)
+        return out if halves == 1 else guided(out, batch, guidance)
 
     noise_prediction_step.__name__ = STEP_NAME
     return noise_prediction_step
@@ -105,12 +101,8 @@ class JaxNoisePredictor:
 
     # ------------------------------------------------------------ set-up
     def _forward_rows(self, task) -> np.ndarray:
-        """Context rows of the forward batch: [prompt i, negative] per prompt (or [prompt i])."""
-        context = host_copy(task.context)
-        rows = []
-        for i in task.work.rows:
-            rows += [i, task.prompts] if task.uses_guidance else [i]
-        return context[rows]
+        """Context rows of the forward batch, in the one CFG layout: [prompts…, negative × B]."""
+        return host_copy(task.context)[context_rows(task.work.rows, task.prompts, task.uses_guidance)]
 
     def program_key(self, expert: str) -> tuple:
         """Everything the step's trace depends on besides the arguments' shapes."""

@@ -30,6 +30,7 @@ import jax
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ...parallel.shards import SequenceShards
 from . import attention as local
 from . import ops
 from .placement import all_gather_params
@@ -78,8 +79,8 @@ def cp_size(mesh: Mesh) -> int:
 
 
 def local_tokens(valid_tokens: int, cp: int) -> int:
-    """Lc: tokens per cp shard, the sequence padded at the end to cp·Lc."""
-    return -(-valid_tokens // cp)
+    """Lc: tokens per cp shard, the sequence padded at the end to cp·Lc (parallel/shards.py)."""
+    return SequenceShards(valid_tokens, cp).local
 
 
 def token_sharding(mesh: Mesh, ndim: int = 3) -> NamedSharding:

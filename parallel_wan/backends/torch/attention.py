@@ -21,6 +21,10 @@ import torch
 log = logging.getLogger(__name__)
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+# `attention_with_lse(q, k, v, valid_keys=…, scale=…)` or a stand-in with its signature: sequence
+# parallelism is handed one, so the planner can run the real code with a kernel that only makes
+# the outputs' buffers.
+LseAttention = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:

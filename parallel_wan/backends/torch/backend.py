@@ -8,11 +8,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ...config import MeshSpec
+from ...parallel.collectives import Collectives
+from ...parallel.mesh import MeshSpec
 from ...parallel.shards import SequenceShards
 from ...weights.tree import map_leaves
 from . import ops
-from .distributed import Collectives, Launch, init_distributed
+from .distributed import Launch, MeshCollectives, init_distributed
 from .mesh import TorchMesh
 
 
@@ -33,7 +34,10 @@ class TorchBackend:
     compiles_ahead = False  # eager: no warm-up phase
 
     def __init__(self, device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
-                 dist_timeout_s: float = 600.0, attention_impl: str = "ours", compile: bool = False):
+                 dist_timeout_s: float = 600.0, attention_impl: str = "ours", compile: bool = False,
+                 comm: Collectives | None = None):
+        """comm: the collectives every exchange goes through (default torch.distributed's;
+        the benchmarks pass counting ones)."""
         launch = launch or Launch(0, 1, 0, "single process")
         self.device = pick_device(device, launch.local_rank)
         if self.device.type == "cuda":
@@ -41,8 +45,8 @@ class TorchBackend:
         self.ops = ops
         ops.set_default_device(self.device)
         init_distributed(launch, self.device, dist_timeout_s)
-        self.mesh = TorchMesh.build(mesh or MeshSpec())
-        self.collectives = Collectives(self.mesh)
+        self.mesh = TorchMesh.build(mesh or MeshSpec(), comm)
+        self.collectives = MeshCollectives(self.mesh)
         self.attention_impl = attention_impl
         # compile=true: the hot path — q/k/v fused at placement (qkv_fusion.py), the block
         # function compiled by torch.compile (runners/compiled.py; self-attention stays eager).

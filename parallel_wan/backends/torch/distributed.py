@@ -1,8 +1,9 @@
-"""torch.distributed start-up and the few collectives the orchestrator needs.
+"""torch.distributed start-up and the few exchanges the orchestrator makes over the mesh.
 
 Everything a rank exchanges in a generation: the text embeddings (broadcast once from rank 0),
 the two CFG halves' noise predictions (once per step, over dp), and the final tokens (once,
-over cp, for the VAE). Attention's own traffic lives in ulysses.py / ring.py.
+over cp, for the VAE). Attention's own traffic lives in ulysses.py / ring.py. All of it goes
+through the mesh's collectives (`mesh.comm`, parallel/collectives.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch.distributed as dist
 from ...launch import SINGLE, TORCHRUN, Launch, detect, require_coordinator
 from .mesh import TorchMesh
 
-__all__ = ["Launch", "launch_from_env", "init_distributed", "shutdown", "Collectives"]
+__all__ = ["Launch", "launch_from_env", "init_distributed", "shutdown", "MeshCollectives"]
 log = logging.getLogger("parallel_wan")
 
 
@@ -49,9 +50,11 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-class Collectives:
+class MeshCollectives:
+    """The run's exchanges along the mesh's axes, through `mesh.comm`."""
+
     def __init__(self, mesh: TorchMesh):
-        self.mesh = mesh
+        self.mesh, self.comm = mesh, mesh.comm
 
     @property
     def distributed(self) -> bool:
@@ -61,16 +64,14 @@ class Collectives:
         """Rank 0's tensor on every rank (others pass None); shape and dtype travel first."""
         if not self.distributed:
             return tensor
-        meta = [None if tensor is None else (tuple(tensor.shape), tensor.dtype)]
-        dist.broadcast_object_list(meta, src=0)
-        shape, dtype = meta[0]
+        shape, dtype = self.comm.broadcast_object(None if tensor is None else (tuple(tensor.shape), tensor.dtype), 0)
         buf = tensor.contiguous().to(device) if tensor is not None else torch.empty(shape, dtype=dtype, device=device)
-        dist.broadcast(buf, src=0)
+        self.comm.broadcast(buf, 0)
         return buf
 
     def _all_gather(self, local: torch.Tensor, axis: str) -> list[torch.Tensor]:
         parts = [torch.empty_like(local) for _ in range(self.mesh.size(axis))]
-        dist.all_gather(parts, local.contiguous(), group=self.mesh.group(axis))
+        self.comm.all_gather(parts, local.contiguous(), self.mesh.group(axis))
         return parts
 
     def gather_tokens(self, local: torch.Tensor) -> torch.Tensor:

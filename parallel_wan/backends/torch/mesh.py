@@ -1,38 +1,37 @@
-"""The process groups of a dp × (ring × ulysses) mesh under torch.distributed.
+"""The process groups of a dp × (ring × ulysses) mesh, made through the run's collectives.
 
 One object builds every group once (all ranks must call `new_group` for every group, in the
 same order) and the rest of the code asks it: `mesh.group("ulysses")`, `mesh.size("ring")`,
-`mesh.index("cp")`.
+`mesh.index("cp")`, and `mesh.comm`, the collectives those groups belong to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch.distributed as dist
-
-from ...config import MeshSpec
-
-AXES = ("dp", "cp", "ring", "ulysses")
+from ...parallel.collectives import Collectives
+from ...parallel.mesh import AXES, MeshSpec
+from .collectives import ProcessGroupCollectives
 
 
 @dataclass
 class TorchMesh:
     spec: MeshSpec
+    comm: Collectives
     rank: int = 0
     _groups: dict = field(default_factory=dict)
     _ranks: dict = field(default_factory=dict)
 
     @classmethod
-    def build(cls, spec: MeshSpec) -> "TorchMesh":
-        """Create the groups. Without an initialised process group (one process) every axis is
-        trivial and no group is made."""
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        mesh = cls(spec, rank)
+    def build(cls, spec: MeshSpec, comm: Collectives | None = None) -> "TorchMesh":
+        """Create the groups through `comm` (default: torch.distributed's process group; one
+        process makes no group, every axis being trivial)."""
+        comm = ProcessGroupCollectives() if comm is None else comm
+        mesh = cls(spec, comm, comm.rank)
         for axis in AXES:
             for ranks in spec.groups(axis):
-                group = dist.new_group(ranks) if dist.is_initialized() and spec.world_size > 1 else None
-                if rank in ranks:
+                group = comm.new_group(ranks) if spec.world_size > 1 else None
+                if mesh.rank in ranks:
                     mesh._groups[axis], mesh._ranks[axis] = group, ranks
         return mesh
 

@@ -12,20 +12,16 @@ import numpy as np
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
+from ...parallel.cfg_rows import both_halves, context_rows, guided, halves_in_forward
 from .runners import Compiler, expert_runner
 from .swap import ExpertSwap
 
 
 def guidance_context(context, work, n_prompts: int, uses_guidance: bool, ops):
-    """Rows of the text context for this rank's forward: [cond rows] or [cond rows ‖ negative ×
-    B], or one half under CFG parallel. `context` holds every prompt, then the negative."""
-    cond = ops.take(context, list(work.rows), axis=0)
-    negative = ops.concat([context[n_prompts : n_prompts + 1]] * len(work.rows), axis=0)
-    if not uses_guidance:
-        return cond, 1
-    if work.cfg_branch is None:
-        return ops.concat([cond, negative], axis=0), 2
-    return (cond if work.cfg_branch == 0 else negative), 1
+    """(rows of the text context for this rank's forward, CFG halves in it), in the one CFG
+    layout (parallel/cfg_rows.py). `context` holds every prompt, then the negative."""
+    rows = context_rows(work.rows, n_prompts, uses_guidance, work.cfg_branch)
+    return ops.take(context, rows, axis=0), halves_in_forward(uses_guidance, work.cfg_branch)
 
 
 class EagerNoisePredictor:
@@ -73,7 +69,7 @@ class EagerNoisePredictor:
         params, run_blocks = expert_runner(expert, placed, self.compiler)
         batch, n_tokens = x.shape[0], x.shape[1]
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
-        x_in = ops.concat([x_in] * self.halves, axis=0) if self.halves == 2 else x_in
+        x_in = both_halves(x_in, self.halves, ops)
         rows = self.halves * batch
         # The timesteps are made on the device (a fill, and the TI2V mask uploaded once in
         # __init__): uploading a host array every step would wait for the device's queue.
@@ -87,4 +83,4 @@ class EagerNoisePredictor:
         out = ops.cast(out, "float32")
         if task.work.cfg_branch is not None:
             out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
-        return out[batch:] + guidance * (out[:batch] - out[batch:]) if task.uses_guidance else out
+        return guided(out, batch, guidance) if task.uses_guidance else out

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-import torch.distributed as dist
 
-from .attention import attention_with_lse, lse_dtype
+from ...parallel.collectives import Collectives
+from .attention import LseAttention, attention_with_lse, lse_dtype
 
 
 # ---------------------------------------------------------------- merging partial results
@@ -52,28 +52,25 @@ def merge_partials(outs: Sequence[torch.Tensor], lses: Sequence[torch.Tensor]):
 # ---------------------------------------------------------------- the ring
 @dataclass(frozen=True)
 class RingPeers:
-    """This rank's place in its ring: neighbours are global ranks (what P2POp expects)."""
+    """This rank's place in its ring: neighbours are global ranks, reached through `comm`."""
 
     size: int
     index: int
     send_to: int
     recv_from: int
+    comm: Collectives
     group: Any = None
 
     @classmethod
-    def from_ranks(cls, ranks: Sequence[int], index: int, group=None) -> "RingPeers":
+    def from_ranks(cls, ranks: Sequence[int], index: int, comm: Collectives, group=None) -> "RingPeers":
         n = len(ranks)
-        return cls(n, index, ranks[(index + 1) % n], ranks[(index - 1) % n], group)
+        return cls(n, index, ranks[(index + 1) % n], ranks[(index - 1) % n], comm, group)
 
 
 def start_pass(send: torch.Tensor, recv: torch.Tensor, peers: RingPeers) -> list:
     """Post one ring hop: send our current block forward, receive the previous member's.
     Returns the pending works; the caller waits on them after its compute."""
-    ops = [
-        dist.P2POp(dist.isend, send, peers.send_to, peers.group),
-        dist.P2POp(dist.irecv, recv, peers.recv_from, peers.group),
-    ]
-    return dist.batch_isend_irecv(ops)
+    return peers.comm.exchange([(send, peers.send_to)], [(recv, peers.recv_from)], peers.group)
 
 
 def block_valid_keys(valid_keys: int, offset: int, length: int) -> int:
@@ -83,13 +80,15 @@ def block_valid_keys(valid_keys: int, offset: int, length: int) -> int:
 
 
 def ring_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, peers: RingPeers, valid_keys: int, scale: float | None = None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, peers: RingPeers, valid_keys: int, scale: float | None = None,
+    kernel: LseAttention = attention_with_lse,
 ) -> torch.Tensor:
     """Attention of this member's queries over the keys of every ring member.
 
     q, k, v: (B, Lb, H, D), the tokens at global positions [index·Lb, (index+1)·Lb) (in the
     Ulysses hybrid: after the all-to-all, for this rank's heads). Keys at global positions
     ≥ valid_keys are padding and are left out exactly. Returns (B, Lb, H, D) in q's dtype.
+    kernel: `attention_with_lse` or a stand-in with its signature (the planner's, on meta).
     """
     length = k.shape[1]
     kv = torch.stack((k, v)) if peers.size > 1 else None  # one message per hop, not two
@@ -103,7 +102,7 @@ def ring_attention(
         source = (peers.index - step) % peers.size
         n = block_valid_keys(valid_keys, source * length, length)
         if n > 0:  # a block of padding only would add exp(−inf) = 0: skip its kernel
-            o, l = attention_with_lse(q, block_k, block_v, valid_keys=n, scale=scale)
+            o, l = kernel(q, block_k, block_v, valid_keys=n, scale=scale)
             out, lse = (o.to(lse_dtype(o.dtype)), l) if out is None else merge_two(out, lse, o, l)
         if pending is not None:
             for work in pending:

@@ -6,6 +6,8 @@ at the end to cp·Lc; cp rank c = ring_index·ulysses + ulysses_index holds glob
 contiguous positions starting at ring_index·U·Lc, which is the block layout the ring expects.
 Padded keys are left out exactly; padded queries get finite values that the pipeline drops.
 
+Messages go through the mesh's collectives (`mesh.comm`): torch.distributed in a run, null,
+counting or loopback ones in the planner and the benchmarks — the same code either way.
 Only self-attention lives here: cross-attention attends to the replicated text and stays local.
 """
 
@@ -16,17 +18,19 @@ from typing import Callable
 import torch
 
 from . import ops
-from .attention import attention_with_lse
+from .attention import LseAttention, attention_with_lse
 from .ring import RingPeers, ring_attention
 from .ulysses import heads_to_sequence, sequence_to_heads
 
 SelfAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def make_self_attention(mesh, valid_tokens: int, local_tokens: int) -> SelfAttention:
+def make_self_attention(mesh, valid_tokens: int, local_tokens: int,
+                        kernel: LseAttention = attention_with_lse) -> SelfAttention:
     """The callable `attention(q, k, v) -> out`, all (B, local_tokens, H, D), for this rank of
     `mesh` (a `TorchMesh`). valid_tokens: N, the unpadded global token count;
-    local_tokens: Lc, this rank's share (cp·Lc ≥ N)."""
+    local_tokens: Lc, this rank's share (cp·Lc ≥ N). kernel: the attention over one key block
+    (the planner passes a stand-in that only makes the output buffers)."""
     cp, ulysses, ring = mesh.size("cp"), mesh.size("ulysses"), mesh.size("ring")
     if local_tokens < 1:
         raise ValueError(f"local_tokens={local_tokens}: every rank holds at least one (possibly padded) token")
@@ -44,24 +48,25 @@ def make_self_attention(mesh, valid_tokens: int, local_tokens: int) -> SelfAtten
             )
 
     if cp == 1:
-        if valid_tokens == local_tokens:
+        if valid_tokens == local_tokens and kernel is attention_with_lse:
             return ops.attention  # exactly the one-device path
 
         def padded_local(q, k, v):
             check(q)
-            return attention_with_lse(q, k, v, valid_keys=valid_tokens)[0]
+            return kernel(q, k, v, valid_keys=valid_tokens if valid_tokens < local_tokens else None)[0]
 
         return padded_local
 
-    peers = RingPeers.from_ranks(mesh.ranks("ring"), mesh.index("ring"), mesh.group("ring"))
+    comm = mesh.comm
+    peers = RingPeers.from_ranks(mesh.ranks("ring"), mesh.index("ring"), comm, mesh.group("ring"))
     u_group = mesh.group("ulysses")
 
     def sequence_parallel(q, k, v):
         check(q)
         if ulysses > 1:
-            q, k, v = sequence_to_heads((q, k, v), u_group, ulysses)
-        out = ring_attention(q, k, v, peers, valid_keys=valid_tokens)
-        return heads_to_sequence(out, u_group, ulysses) if ulysses > 1 else out
+            q, k, v = sequence_to_heads((q, k, v), u_group, ulysses, comm)
+        out = ring_attention(q, k, v, peers, valid_keys=valid_tokens, kernel=kernel)
+        return heads_to_sequence(out, u_group, ulysses, comm) if ulysses > 1 else out
 
     sequence_parallel.__name__ = f"ulysses{ulysses}_ring{ring}_attention"
     return sequence_parallel

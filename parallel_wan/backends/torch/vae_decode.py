@@ -24,15 +24,16 @@ tests/test_vae_decode_parallel.py). The split is the one the JAX backend gets fr
 SPMD partitioner (backends/jax/vae_codec.py), written out by hand.
 
 Frames become uint8 on each rank; rank 0 receives the bands (uint8, ~1/4 the float bytes)
-and returns whole videos; other ranks return [].
+and returns whole videos; other ranks return []. Every message goes through the collectives
+the decoder is handed (the backend's; the planner and benchmarks/vae_decode.py pass null ones).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
+from ...parallel.collectives import Collectives
 from . import ops
 
 
@@ -48,26 +49,28 @@ def height_bands(height: int, ranks: int) -> list[tuple[int, int]]:
 
 class HeightBandOps:
     """`ops` for one rank's band of rows, in a decode split over `len(band_rows)` ranks
-    (global ranks 0 … n − 1, in row order). Everything not defined here is the torch ops
+    (global ranks 0 … n − 1, in row order), exchanging rows through `comm`. Everything not defined here is the torch ops
     module's; ops the decoder does not use and that would need another rank's rows
     (height padding, a height stride) are refused rather than computed wrong."""
 
-    def __init__(self, band_rows: list[int], index: int, group=None):
-        self.band_rows, self.index, self.group = list(band_rows), index, group
+    def __init__(self, band_rows: list[int], index: int, comm: Collectives, group=None, base=ops):
+        # base: the ops everything else runs on (the planner's keep only a fused kernel's
+        # attention outputs on meta tensors)
+        self.band_rows, self.index, self.comm, self.group, self.base = list(band_rows), index, comm, group, base
         self.above = index - 1 if index > 0 else None
         self.below = index + 1 if index + 1 < len(band_rows) else None
 
     def __getattr__(self, name):
-        return getattr(ops, name)
+        return getattr(self.base, name)
 
     # ------------------------------------------------------------ convolutions
     def conv3d(self, x, w, b=None, stride=(1, 1, 1), padding=(0, 0, 0)):
         x, padding = self._height_halo(x, w, stride, padding)
-        return ops.conv3d(x, w, b, stride=stride, padding=padding)
+        return self.base.conv3d(x, w, b, stride=stride, padding=padding)
 
     def conv2d(self, x, w, b=None, stride=(1, 1), padding=(0, 0)):
         x, padding = self._height_halo(x, w, stride, padding)
-        return ops.conv2d(x, w, b, stride=stride, padding=padding)
+        return self.base.conv2d(x, w, b, stride=stride, padding=padding)
 
     def _height_halo(self, x, w, stride, padding):
         """`x` with the neighbours' rows (or zeros at the frame's edge) above and below, and
@@ -89,12 +92,14 @@ class HeightBandOps:
         first = x.narrow(axis, 0, rows).contiguous()
         last = x.narrow(axis, x.shape[axis] - rows, rows).contiguous()
         from_above, from_below = torch.zeros_like(first), torch.zeros_like(last)
-        p2p = []
+        sends, recvs = [], []
         if self.above is not None:
-            p2p += [dist.P2POp(dist.isend, first, self.above), dist.P2POp(dist.irecv, from_above, self.above)]
+            sends.append((first, self.above))
+            recvs.append((from_above, self.above))
         if self.below is not None:
-            p2p += [dist.P2POp(dist.isend, last, self.below), dist.P2POp(dist.irecv, from_below, self.below)]
-        for request in dist.batch_isend_irecv(p2p):
+            sends.append((last, self.below))
+            recvs.append((from_below, self.below))
+        for request in self.comm.exchange(sends, recvs):
             request.wait()
         padding = (*padding[:-2], 0, padding[-1])
         return torch.cat([from_above, x, from_below], dim=axis), padding
@@ -105,7 +110,7 @@ class HeightBandOps:
                 "a height-split VAE decode cannot pad along the height (that needs the neighbours' "
                 "rows); only the encoder does, and it runs on one device"
             )
-        return ops.pad(x, widths, value)
+        return self.base.pad(x, widths, value)
 
     # ------------------------------------------------------------ attention
     def attention(self, q, k, v, scale: float | None = None):
@@ -120,10 +125,10 @@ class HeightBandOps:
         kv = torch.cat([k, v], dim=-1)
         padded = torch.nn.functional.pad(kv, (0, 0, 0, 0, 0, max(counts) - kv.shape[1])).contiguous()
         parts = [torch.empty_like(padded) for _ in counts]
-        dist.all_gather(parts, padded, group=self.group)
+        self.comm.all_gather(parts, padded, self.group)
         kv = torch.cat([part[:, :count] for part, count in zip(parts, counts)], dim=1)
         k, v = kv.split(k.shape[-1], dim=-1)
-        return ops.attention(q, k, v, scale)
+        return self.base.attention(q, k, v, scale)
 
 
 class EagerVideoDecoder:
@@ -139,7 +144,7 @@ class EagerVideoDecoder:
 
     def __call__(self, latents) -> list[np.ndarray]:
         from ...report.frames import to_uint8_frames
-        from ...models import vae  # looked up per call: benchmarks stub vae.decode
+        from ...models import vae
 
         world, rank = self.backend.mesh.world_size, self.backend.rank
         if world == 1:
@@ -159,12 +164,13 @@ class EagerVideoDecoder:
         if rank >= len(bands):
             return []
         start, stop = bands[rank]
-        band_ops = HeightBandOps([b - a for a, b in bands], rank, group)
+        comm = self.backend.mesh.comm
+        band_ops = HeightBandOps([b - a for a, b in bands], rank, comm, group)
         videos = []
         for row in range(latents.shape[0]):
             z = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], self.cfg, ops)
             frames = to_uint8_frames(vae.decode(self.params, z, band_ops, self.cfg), ops).contiguous()
-            whole = _gather_rows_to_rank0(frames, len(bands), rank)
+            whole = _gather_rows_to_rank0(frames, len(bands), rank, comm)
             if whole is not None:
                 videos.append(self.backend.to_host(whole).astype(np.uint8))
         return videos
@@ -174,22 +180,22 @@ class EagerVideoDecoder:
         if ranks == world:
             return None
         if ranks not in self._groups:
-            self._groups[ranks] = dist.new_group(list(range(ranks)))
+            self._groups[ranks] = self.backend.mesh.comm.new_group(list(range(ranks)))
         return self._groups[ranks]
 
 
-def _gather_rows_to_rank0(frames: torch.Tensor, ranks: int, rank: int) -> torch.Tensor | None:
+def _gather_rows_to_rank0(frames: torch.Tensor, ranks: int, rank: int, comm: Collectives) -> torch.Tensor | None:
     """(T, rows, W, 3) uint8 bands of ranks 0 … ranks − 1 → the whole frames on rank 0 (None
     elsewhere). Each band's shape travels first, so rank 0 needs no model of the decoder."""
     if rank != 0:
-        dist.send(torch.tensor(frames.shape, dtype=torch.int64, device=frames.device), 0)
-        dist.send(frames, 0)
+        comm.send(torch.tensor(frames.shape, dtype=torch.int64, device=frames.device), 0)
+        comm.send(frames, 0)
         return None
     bands = [frames]
     for peer in range(1, ranks):
         shape = torch.empty(frames.ndim, dtype=torch.int64, device=frames.device)
-        dist.recv(shape, peer)
+        comm.recv(shape, peer)
         band = torch.empty(tuple(shape.tolist()), dtype=frames.dtype, device=frames.device)
-        dist.recv(band, peer)
+        comm.recv(band, peer)
         bands.append(band)
     return torch.cat(bands, dim=1)

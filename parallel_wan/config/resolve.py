@@ -1,0 +1,216 @@
+"""Hydra's composed config → a validated `RunSpec`.
+
+Everything here is cheap (no torch import, no weights) so a bad value stops the run in a
+second, with one line naming the setting, the value seen and what to set instead, before
+anything heavy loads or any output is written. The mesh is checked by parallel/mesh.py.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from ..parallel.mesh import ConfigError, mesh_spec
+from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
+    _as, _choice, _pick, model_preset
+
+
+def backend_name(cfg: Mapping) -> str:
+    """The `backend` choice of a composed config, validated (cheap: run.py needs it before
+    it knows how to count the world)."""
+    return _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS)
+
+
+def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
+    """Validate the composed config and fill model defaults. Raises ConfigError.
+    `world_size`: processes started (torch), or JAX devices visible (backend=jax)."""
+    model = model_preset(cfg["model"])
+    backend = backend_name(cfg)
+    mesh = mesh_spec(cfg.get("mesh") or {}, world_size, backend=backend)
+
+    num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
+    height = _as(int, "height", _pick(cfg, "height", model.height))
+    width = _as(int, "width", _pick(cfg, "width", model.width))
+    steps = _as(int, "steps", _pick(cfg, "steps", model.steps))
+    guidance_high = _as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high))
+    guidance_low = _as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low))
+    shift = _as(float, "shift", _pick(cfg, "shift", model.shift))
+    seed = _as(int, "seed", _pick(cfg, "seed", 0))
+
+    if num_frames < 1 or num_frames % 4 != 1:
+        near = max(1, 4 * round((num_frames - 1) / 4) + 1)
+        raise ConfigError(f"num_frames={num_frames} must be 4k+1 (the VAE's temporal stride is 4); try num_frames={near}")
+    m = model.size_multiple
+    for key, value in (("height", height), ("width", width)):
+        if value < m or value % m:
+            near = max(m, m * round(value / m))
+            raise ConfigError(f"{key}={value} must be a positive multiple of {m} for {model.name}; try {key}={near}")
+    if steps < 1:
+        raise ConfigError(f"steps={steps} must be at least 1")
+    for key, value in (("guidance_high", guidance_high), ("guidance_low", guidance_low)):
+        if value < 0:
+            raise ConfigError(f"{key}={value} is negative; guidance scales are ≥ 0 (1.0 turns guidance off)")
+    if shift <= 0:
+        raise ConfigError(f"shift={shift} must be positive (official: 12.0 for T2V-A14B, 5.0 otherwise)")
+    if seed < 0:
+        raise ConfigError(f"seed={seed} must be ≥ 0")
+
+    image = cfg.get("image")
+    if model.task == "i2v" and not image:
+        raise ConfigError(f"model={model.name} generates from an image; set image=PATH (a PNG/JPEG)")
+    if image:
+        image = _as(str, "image", image)
+        if model.task == "t2v":
+            raise ConfigError(f"image={image} was given but model={model.name} is text-to-video; drop image= or use an i2v/ti2v model")
+        _check_image_readable(image)
+
+    checkpoint_dir = cfg.get("checkpoint_dir")
+    if checkpoint_dir:
+        checkpoint_dir = os.path.abspath(os.path.expanduser(_as(str, "checkpoint_dir", checkpoint_dir)))
+        if not os.path.isdir(checkpoint_dir):
+            raise ConfigError(f"checkpoint_dir={checkpoint_dir} is not a folder; point it at a Wan 2.2 checkpoint (diffusers or official layout)")
+    elif not model.builtin:
+        raise ConfigError(
+            f"model={model.name} needs its weights: set checkpoint_dir=DIR (diffusers or official layout), "
+            "or run the built-in tiny model with model=tiny"
+        )
+
+    dtype = _choice("dtype", str(_pick(cfg, "dtype", "bfloat16")), DTYPES)
+    attention_impl = _choice("attention_impl", str(_pick(cfg, "attention_impl", "ours")), ATTENTION_IMPLS)
+    if attention_impl == "xfuser" and backend != "torch":
+        raise ConfigError(f"attention_impl=xfuser is a PyTorch (CUDA) kernel but backend={backend}; use attention_impl=ours")
+    uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
+    prompts = _prompts(cfg.get("prompt"))
+    memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
+    if mesh.dp > 1:
+        if len(prompts) == 1 and not (mesh.dp == 2 and uses_guidance):
+            raise ConfigError(
+                f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
+                f"dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=[\"…\",\"…\"]) or use a mesh with dp=1"
+            )
+        if len(prompts) > 1 and len(prompts) % mesh.dp:
+            raise ConfigError(
+                f"mesh={mesh.name} splits prompts over dp={mesh.dp} but {len(prompts)} prompts were given; "
+                f"give a multiple of {mesh.dp} prompts"
+            )
+    return RunSpec(
+        model=model,
+        mesh=mesh,
+        backend=backend,
+        prompts=prompts,
+        negative_prompt=None if cfg.get("negative_prompt") is None else _as(str, "negative_prompt", cfg["negative_prompt"]),
+        image=image or None,
+        seed=seed,
+        num_frames=num_frames,
+        height=height,
+        width=width,
+        steps=steps,
+        guidance_high=guidance_high,
+        guidance_low=guidance_low,
+        shift=shift,
+        sampler=_choice("sampler", str(_pick(cfg, "sampler", "unipc")), SAMPLERS),
+        schedule=_choice("schedule", str(_pick(cfg, "schedule", "auto")), SCHEDULES),
+        dtype=dtype,
+        device=_as(str, "device", _pick(cfg, "device", "auto")),
+        checkpoint_dir=checkpoint_dir or None,
+        output_dir=os.path.abspath(_as(str, "output_dir", _pick(cfg, "output_dir", "outputs"))),
+        save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
+        attention_impl=attention_impl,
+        dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
+        log_all_ranks=_as(bool, "log_all_ranks", _pick(cfg, "log_all_ranks", False)),
+        scan_loop=_jax_only(cfg, backend, "scan_loop"),
+        jax_fsdp=jax_fsdp,
+        weights_cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
+        memory=memory,
+        swap_prefetch_steps=swap_prefetch_steps,
+        compile=_torch_compile(cfg, backend),
+    )
+
+
+def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
+    value = _as(bool, key, _pick(cfg, key, False))
+    if value and backend != "jax":
+        raise ConfigError(f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}")
+    return value
+
+
+def _torch_compile(cfg: Mapping, backend: str) -> bool:
+    value = _as(bool, "compile", _pick(cfg, "compile", False))
+    if value and backend != "torch":
+        raise ConfigError(f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
+                          "every step already (XLA); drop compile=true")
+    return value
+
+
+def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, int]:
+    """(memory, jax_fsdp, swap_prefetch_steps). On JAX, memory=sharded IS jax_fsdp (weights
+    sharded by NamedSharding, gathered one layer at a time inside the scan); the older
+    jax_fsdp=true still works and means memory=sharded."""
+    memory = _choice("memory", str(_pick(cfg, "memory", "resident")), MEMORY_MODES)
+    jax_fsdp = _jax_only(cfg, backend, "jax_fsdp")
+    prefetch = _as(int, "swap_prefetch_steps", _pick(cfg, "swap_prefetch_steps", 0))
+    if prefetch < 0:
+        raise ConfigError(f"swap_prefetch_steps={prefetch} must be ≥ 0: 0 exchanges the experts block by block during "
+                          "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch")
+    if jax_fsdp:
+        if memory == "swap":
+            raise ConfigError("jax_fsdp=true shards the weights but memory=swap was asked; pick one: "
+                              "memory=sharded (same as jax_fsdp=true) or memory=swap without jax_fsdp")
+        memory = "sharded"
+    if memory == "sharded" and backend == "jax":
+        jax_fsdp = True
+    if memory == "swap":
+        if model.experts != 2:
+            raise ConfigError(f"memory=swap swaps the high-noise expert for the low-noise one, but model={model.name} "
+                              "has one expert; use memory=resident or memory=sharded")
+        if backend == "jax":
+            raise ConfigError("memory=swap is implemented for backend=torch only; on JAX use memory=sharded "
+                              "(weights sharded over the mesh) or memory=resident")
+    return memory, jax_fsdp, prefetch
+
+
+def _cache_dir(value) -> str | None:
+    """weights_cache_dir: a folder that exists or can be made, and is writable (checked now, not
+    after minutes of loading)."""
+    if value is None or value == "":
+        return None
+    path = os.path.abspath(os.path.expanduser(_as(str, "weights_cache_dir", value)))
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"weights_cache_dir={path}: {existing} is a file, not a folder; point it at a folder "
+                          "for the converted-weights cache, or set weights_cache_dir=null")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"weights_cache_dir={path}: {existing} is not writable; pick a writable folder "
+                          "or set weights_cache_dir=null")
+    return path
+
+
+def _prompts(value) -> tuple[str, ...]:
+    """`prompt` is one string, or a list of strings (one video each)."""
+    if value is None:
+        return ("",)
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(p, str) for p in value):
+        return tuple(value)
+    raise ConfigError(f"prompt={value!r} must be a string or a non-empty list of strings, e.g. prompt='[\"a cat\",\"a dog\"]'")
+
+
+def _positive(key: str, value: float) -> float:
+    if value <= 0:
+        raise ConfigError(f"{key}={value} must be positive")
+    return value
+
+
+def _check_image_readable(path: str) -> None:
+    if not os.path.isfile(path):
+        raise ConfigError(f"image={path} does not exist; give the path of a PNG or JPEG file")
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            im.verify()
+    except Exception as exc:  # PIL raises many types for bad files
+        raise ConfigError(f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG") from None

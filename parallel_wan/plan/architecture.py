@@ -1,0 +1,47 @@
+"""The run's model architecture, from its preset or its checkpoint's configs (no weights read),
+and the modules built on the meta device that give parameter names and shapes."""
+
+from __future__ import annotations
+
+import math
+
+from ..config import RunSpec
+from ..models.registry import TEXT_LEN, UMT5_XXL, for_task  # noqa: F401  (TEXT_LEN, UMT5_XXL: re-exported to the planner)
+
+
+def architecture(spec: RunSpec):
+    """(TransformerConfig, VaeConfig, UMT5Config) of the run's model: from checkpoint_dir's
+    configs when given, else the model registry's architecture for the preset's task."""
+    from transformers import UMT5Config
+
+    if spec.checkpoint_dir is not None:
+        from ..weights.layout import describe_checkpoint
+
+        ckpt = describe_checkpoint(spec.checkpoint_dir)
+        text = UMT5Config(**UMT5_XXL)
+        if ckpt.text_encoder_format == "diffusers":
+            text = UMT5Config.from_pretrained(str(ckpt.text_encoder_path))
+        return next(iter(ckpt.transformers.values())), ckpt.vae_config, text
+    arch = for_task(spec.model.task, bool(spec.model.builtin))
+    text = dict(arch.text_encoder)
+    if arch.builtin:  # the tiny text encoder's vocabulary follows the built-in tokenizer
+        from ..builtin import tiny
+
+        text["vocab_size"] = 8 * math.ceil(len(tiny.build_tokenizer()) / 8)
+    return arch.transformer, arch.vae, UMT5Config(**text)
+
+
+def meta_module(build):
+    import torch
+
+    with torch.device("meta"):
+        return build()
+
+
+def transformer_shapes(tcfg) -> dict:
+    """Diffusers name → shape of every parameter of one expert (the model built on the meta
+    device: the names and shapes a checkpoint of this config holds)."""
+    from diffusers import WanTransformer3DModel
+
+    model = meta_module(lambda: WanTransformer3DModel(**tcfg.to_diffusers()))
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}

@@ -1,0 +1,124 @@
+"""The denoise phase's tensors beside the weights on rank 0: the run's own loop and noise
+predictor, on meta tensors of the rank's shapes (meta_backend.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..config import RunSpec
+from ..parallel.cfg_rows import halves_in_forward
+from ..parallel.shards import SequenceShards
+from ..parallel.work import RankWork, rank_work
+from .architecture import transformer_shapes
+
+PLAN_STEPS = 3  # the sampler's state is full from the third step on (UniPC: last sample and two x0)
+
+
+@dataclass(frozen=True)
+class RankShapes:
+    tokens: int  # N: valid tokens of one video
+    local: int  # Lc: tokens per rank, padding included
+    rows: int  # forward rows per rank (CFG halves × prompts here)
+    latent_shape: tuple
+    batch: int = 1  # prompts denoised on this rank (len(work.rows))
+    halves: int = 1  # CFG halves in this rank's forward (2: both here; 1: none, or CFG parallel)
+    cfg_branch: int | None = None  # CFG parallel over dp: this rank's half
+
+
+def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
+    """The shapes `pipeline.generate` gives rank 0 (its work: `parallel.work.rank_work`)."""
+    latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
+    latent_shape = (1, tcfg.out_channels, latent_frames, spec.height // vcfg.scale_factor_spatial,
+                    spec.width // vcfg.scale_factor_spatial)
+    pt, ph, pw = tcfg.patch_size
+    tokens = (latent_frames // pt) * (latent_shape[3] // ph) * (latent_shape[4] // pw)
+    work = rank_work(spec.mesh, len(spec.prompts), tokens, rank=0)
+    halves = halves_in_forward(spec.uses_guidance, work.cfg_branch)
+    batch = len(work.rows)
+    return RankShapes(tokens, work.shards.local, batch * halves, latent_shape, batch, halves, work.cfg_branch)
+
+
+def _work(spec: RunSpec, shapes: RankShapes) -> RankWork:
+    shards = SequenceShards(shapes.tokens, spec.mesh.cp)
+    if shards.local != shapes.local:
+        raise ValueError(f"{shapes.tokens} tokens over cp={spec.mesh.cp} are {shards.local} per rank, "
+                         f"not the {shapes.local} of these shapes; make them with rank_shapes")
+    return RankWork(shards, 0, tuple(range(shapes.batch)), shapes.cfg_branch)
+
+
+def _meta_expert(tcfg, dtype: str):
+    """The expert's param tree on the meta device with two blocks (the carry between blocks
+    is seen; later blocks repeat the second's peak)."""
+    import torch
+
+    from ..backends.torch import ops as torch_ops
+    from ..models import transformer as dit
+    from ..weights.tree import unflatten
+
+    tdtype = torch_ops.dtype(dtype)
+    flat = {n: torch.empty(s, dtype=torch.float32 if dit.keeps_fp32(n) else tdtype, device="meta")
+            for n, s in transformer_shapes(tcfg).items() if not n.startswith("blocks.") or n.startswith("blocks.0.")}
+    params = unflatten(flat)
+    params["blocks"] = [params["blocks"][0]] * 2
+    return params
+
+
+@dataclass(frozen=True)
+class DenoiseBytes:
+    held: int  # made before the loop and kept through it: the text context (every prompt and the
+    #            negative) and the rank's guidance rows, the RoPE tables, I2V condition tokens,
+    #            the initial noise (generate keeps it)
+    loop: int  # peak of what the loop's ops hold: the sample, the sampler's state, the previous
+    #            prediction, the predictor's CFG concat and timesteps, the forward's activations
+    #            and its fp32 output, the guidance combine
+
+    @property
+    def total(self) -> int:
+        return self.held + self.loop
+
+
+def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
+    """`pipeline.denoise.denoise` (the sampler) driving the run's `EagerNoisePredictor` (CFG
+    rows, timesteps, the forward, the sequence-parallel attention, the dp exchange, the guidance
+    combine) for PLAN_STEPS steps, on meta tensors of the rank's shapes (`MetaBackend`)."""
+    import numpy as np
+    import torch
+
+    from ..measure.live_bytes import LiveBytes, held_bytes
+    from ..models import transformer as dit
+    from ..pipeline.checkpoint import HIGH, LOW, SINGLE
+    from ..pipeline.denoise import DenoiseTask, denoise
+    from ..sampling import make_schedule
+    from .meta_backend import META, MetaBackend
+
+    backend = MetaBackend(spec.mesh)
+    ops = backend.ops
+    params = _meta_expert(tcfg, spec.dtype)
+    patch = math.prod(tcfg.patch_size)
+    n = len(spec.prompts)
+    # generate casts the context to the run's dtype
+    context = torch.empty((n + 1, tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.dtype), device=META)
+    extra_channels = tcfg.in_channels - tcfg.out_channels
+    task_cond = None
+    if extra_channels:  # I2V: the condition's channels, joined to the noise tokens
+        task_cond = torch.empty((1, shapes.local, patch * extra_channels), device=META)
+    per_token = spec.model.task == "ti2v"
+    fixed_mask = np.ones((shapes.local, 1), np.float32) if per_token and spec.image is not None else None
+    task = DenoiseTask({name: (tcfg, params) for name in (HIGH, LOW, SINGLE)}, context, n, _work(spec, shapes),
+                       dit.patch_grid(tcfg, shapes.latent_shape), spec.uses_guidance, per_token_timestep=per_token,
+                       cond_tokens=task_cond, fixed_mask=fixed_mask)
+    predictor = backend.noise_predictor(task)
+    x = torch.empty((shapes.batch, shapes.local, patch * tcfg.out_channels), device=META)
+    held = held_bytes(context, predictor.context, predictor.rope, predictor.cond_tokens, predictor.timestep_mask, x)
+    if task_cond is not None:
+        held += held_bytes(task_cond)
+    loop_spec = dataclasses.replace(spec, memory="resident")  # weight moves are counted in weight_bytes
+    # Under inference mode, as the run (backend.inference_mode()): outside it the ops dispatch
+    # differently (linear → t + addmm, the norms decomposed) and the tiny model's loop counted
+    # 30 % more than the run holds.
+    with torch.inference_mode(), LiveBytes() as live:
+        out = denoise(loop_spec, make_schedule("official", PLAN_STEPS, spec.shift), x, predictor, lambda it: it, ops)
+        del out
+    return DenoiseBytes(held, live.peak)

@@ -1,0 +1,110 @@
+"""The memory plan of a run: every phase's peak per device, the printed report and what to try
+when it does not fit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..config import RunSpec
+from .architecture import architecture, transformer_shapes
+from .denoise import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
+from .text_encoder import text_encoder_bytes
+from .vae import VaeBytes, vae_decode_bytes
+from .weights import ExpertBytes, expert_bytes, weight_bytes
+
+GB = 1e9
+
+
+@dataclass
+class MemoryPlan:
+    spec: RunSpec
+    shapes: RankShapes
+    expert: ExpertBytes
+    weights: dict
+    denoise: DenoiseBytes
+    text: tuple[int, int]
+    vae: VaeBytes
+    kept_for_decode: int  # what generate still holds while it decodes (see `plan`)
+
+    @property
+    def activations(self) -> int:
+        return self.denoise.total
+
+    @property
+    def phases(self) -> dict:
+        """Peak bytes of each phase on the most loaded rank (rank 0: it also holds the text
+        encoder while it encodes; the encoder is released before the loop)."""
+        vae = self.vae
+        return {
+            "text encode (rank 0)": self.weights["encode"] + vae.weights + sum(self.text),
+            "denoise": self.weights["denoise"] + vae.weights + self.denoise.total,
+            "vae decode": self.weights["decode"] + vae.weights + vae.held + vae.peak + self.kept_for_decode,
+        }
+
+    @property
+    def peak(self) -> int:
+        return max(self.phases.values())
+
+
+def plan(spec: RunSpec) -> MemoryPlan:
+    tcfg, vcfg, text_cfg = architecture(spec)
+    shapes = rank_shapes(spec, tcfg, vcfg)
+    eb = expert_bytes(transformer_shapes(tcfg), spec.dtype, spec.mesh.world_size)
+    dn = denoise_bytes(spec, tcfg, shapes)
+    prompts = len(spec.prompts)
+    # generate keeps, while the VAE decodes: the predictor (context, RoPE tables, condition)
+    # and the initial noise (dn.held), the loop's final sample, and off a single process the
+    # gathered tokens of every prompt (fp32; one process slices the final sample instead).
+    token_features = math.prod(tcfg.patch_size) * tcfg.out_channels
+    kept = dn.held + shapes.batch * shapes.local * token_features * 4
+    if spec.mesh.world_size > 1:
+        kept += prompts * shapes.tokens * token_features * 4
+    return MemoryPlan(spec, shapes, eb, weight_bytes(spec, eb), dn, text_encoder_bytes(text_cfg, prompts),
+                      vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size), kept)
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:8.2f} GB"
+
+
+def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
+    spec, s = p.spec, p.shapes
+    lines = [
+        f"model={spec.model.name} {spec.width}x{spec.height}x{spec.num_frames} dtype={spec.dtype} backend={spec.backend} "
+        f"mesh={spec.mesh.name} (dp={spec.mesh.dp} cp={spec.mesh.cp} = ulysses {spec.mesh.ulysses} × ring {spec.mesh.ring}, "
+        f"{spec.mesh.world_size} devices) memory={spec.memory}",
+        f"tokens {s.tokens:,} → {s.local:,} per rank; {s.rows} forward row(s) per rank "
+        f"({'CFG halves split over dp' if s.cfg_branch is not None else 'prompts × CFG halves'})",
+        "per device:",
+        f"  one expert, whole              {_gb(p.expert.whole)}",
+        f"  weights during denoise         {_gb(p.weights['denoise'])}   ({p.weights['note']})",
+        f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, noise)",
+        f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
+        f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
+        f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over {p.vae.bands} ranks of the job)",
+        "peak per phase:",
+    ]
+    for phase, value in p.phases.items():
+        lines.append(f"  {phase:<30} {_gb(value)}")
+    budget = device_memory_gb * GB
+    fits = p.peak <= budget
+    lines.append(f"peak {_gb(p.peak).strip()} of {device_memory_gb:g} GB: {'FITS' if fits else 'DOES NOT FIT'}")
+    if not fits:
+        lines.append("try: " + "; ".join(suggestions(p, budget)))
+    return "\n".join(lines), fits
+
+
+def suggestions(p: MemoryPlan, budget: float) -> list[str]:
+    spec = p.spec
+    out = []
+    if spec.memory != "sharded" and spec.mesh.world_size > 1:
+        out.append("memory=sharded (weights 1/world per device)")
+    if spec.memory == "resident" and spec.model.experts == 2 and spec.backend == "torch":
+        out.append("memory=swap (one expert on the device; exchanged block by block at the switch)")
+    if p.activations > 0.2 * budget or p.weights["denoise"] > budget:
+        out.append(f"a larger cp (more devices share the tokens: now {p.shapes.local:,} per rank)")
+    if spec.dtype == "float32":
+        out.append("dtype=bfloat16")
+    out.append("smaller height/width/num_frames")
+    return out
