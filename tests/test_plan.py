@@ -248,18 +248,15 @@ def _random_tree(shapes, dtype):
 def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
     """dim 1024, 8 heads, ffn 4×: the activations, not the 512-slot text context, dominate; one
     expert resident, random weights built here."""
-    import dataclasses
-
     from parallel_wan.backends.torch import ops as torch_ops
     from parallel_wan.measure.live_bytes import held_bytes
+    from parallel_wan.models.registry import architecture
     from parallel_wan.models.transformer_config import TransformerConfig
-    from parallel_wan.models.vae_config import VaeConfig
-    from parallel_wan.builtin.tiny import _VAE_WIDTHS
 
     tcfg = TransformerConfig(num_attention_heads=8, attention_head_dim=128, ffn_dim=4096, num_layers=layers,
                              in_channels=16, out_channels=16, text_dim=1024, freq_dim=256)
     spec = _spec(["model=tiny", f"dtype={dtype}", f"height={size[0]}", f"width={size[1]}", "num_frames=17"])
-    vcfg = dataclasses.replace(VaeConfig.wan2_1(), **_VAE_WIDTHS["wan2.1"])
+    vcfg = architecture("tiny").vae
     shapes = planner.rank_shapes(spec, tcfg, vcfg)
     assert shapes.local == 5 * size[0] // 16 * size[1] // 16
     shapes_flat = planner.transformer_shapes(tcfg)
