@@ -93,6 +93,8 @@ def bf16_loop(sim: Simulation, checkpoint_folder: str) -> list[str]:
     attention's, checked at the attention ops: under compile the fake build decomposes SDPA
     into its fp32-upcast math form, which a GPU would not run.)"""
     allowed, per_expert = fp32_weight_shapes(checkpoint_folder)
+    if not allowed:
+        return [f"no fp32 weight in {checkpoint_folder}/transformer: the dtype policy cannot be checked"]
     problems = []
     for run in sim.ranks:
         rec = run.recorder
