@@ -68,7 +68,7 @@ def scratch_copy(bug: Bug) -> str:
 
 
 def pytest(folder: str, *args: str) -> tuple[bool, str]:
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider", *args],
                           cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": folder})
     lines = [line for line in done.stdout.splitlines() if line.startswith("E ") or " passed" in line
              or " failed" in line]
