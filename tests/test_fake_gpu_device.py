@@ -45,6 +45,10 @@ def test_device_cuda_puts_each_rank_on_its_own_gpu(tmp_path):
 def _main_torch(monkeypatch, capsys, overrides, env):
     from parallel_wan import run
 
+    # main_torch points the package logger at this test's captured stderr: give it back after
+    for attr in ("handlers", "propagate", "level"):
+        value = getattr(run.log, attr)
+        monkeypatch.setattr(run.log, attr, list(value) if attr == "handlers" else value)
     for name in LAUNCH_VARS:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
