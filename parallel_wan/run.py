@@ -139,6 +139,9 @@ def main_torch(raw: dict) -> None:
     setup_logging(launch.rank, bool(raw.get("log_all_ranks")))
     try:
         spec, ckpt = validate(raw, launch.world_size)
+        from .backends.torch.backend import pick_device
+
+        pick_device(spec.device, launch.local_rank, launch.world_size)  # no CUDA, cuda:N on many ranks
     except ConfigError as exc:
         _refuse(exc, launch.rank == 0)
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ...parallel.collectives import Collectives
-from ...parallel.mesh import MeshSpec
+from ...parallel.mesh import ConfigError, MeshSpec
 from ...parallel.shards import SequenceShards
 from ...weights.tree import map_leaves
 from . import ops
@@ -17,14 +17,40 @@ from .distributed import Launch, MeshCollectives, init_distributed
 from .mesh import TorchMesh
 
 
-def pick_device(setting: str, local_rank: int = 0) -> torch.device:
+def pick_device(setting: str, local_rank: int = 0, world_size: int = 1) -> torch.device:
+    """The device of this process (one process per device under torchrun/srun).
+
+    auto: cuda:LOCAL_RANK when CUDA is present, else cpu. cuda: cuda:LOCAL_RANK, so every rank
+    of a node gets its own GPU (a bare torch.device("cuda") has no index, which
+    torch.cuda.set_device refuses, and would put every rank on GPU 0). cuda:N: GPU N, for one
+    process only: under a launcher every rank would take the same GPU and NCCL would fail at
+    the first collective, so it is refused here, before anything loads. Raises ConfigError
+    (one line naming the setting and the fix)."""
     if setting == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank % torch.cuda.device_count())
         return torch.device("cpu")
-    device = torch.device(setting)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={setting} but this machine has no CUDA device; use device=cpu or device=auto")
+    try:
+        device = torch.device(setting)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={setting!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise ConfigError(f"device={setting} is not supported by backend=torch; use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device={setting} but this machine has no CUDA device torch can use; "
+                          "use device=cpu or device=auto")
+    count = torch.cuda.device_count()
+    if device.index is None:
+        return torch.device("cuda", local_rank % count)
+    if world_size > 1:
+        raise ConfigError(f"device={setting} with {world_size} processes would put every rank on GPU {device.index}; "
+                          "use device=cuda (or auto): each rank takes cuda:LOCAL_RANK "
+                          "(choose GPUs with CUDA_VISIBLE_DEVICES)")
+    if device.index >= count:
+        raise ConfigError(f"device={setting} but this machine has {count} CUDA device{'s' if count > 1 else ''} "
+                          f"(cuda:0…cuda:{count - 1}); pick one of those or use device=auto")
     return device
 
 
@@ -39,7 +65,7 @@ class TorchBackend:
         """comm: the collectives every exchange goes through (default torch.distributed's;
         the benchmarks pass counting ones)."""
         launch = launch or Launch(0, 1, 0, "single process")
-        self.device = pick_device(device, launch.local_rank)
+        self.device = pick_device(device, launch.local_rank, launch.world_size)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.ops = ops

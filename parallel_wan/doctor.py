@@ -1,0 +1,194 @@
+"""Check a machine before a big job, without loading any weights:
+
+    python -m parallel_wan.doctor model=wan2.2_t2v_a14b mesh=dp2_cp4 [dtype=… height=… device=…]
+    torchrun --nproc-per-node 8 -m parallel_wan.doctor mesh=dp2_cp4   # also joins NCCL across the node
+
+The same Hydra settings as `parallel_wan.run`. It prints:
+- the devices torch sees (name, CUDA capability, memory) and the one this process would use;
+- the attention kernel sequence-parallel attention will run, found by running it once on a
+  small input in the run's dtype (flash-attn 3, cuDNN, PyTorch's flash kernel ...), with a loud
+  WARNING when it falls back to a slow one;
+- whether the process group starts (NCCL on CUDA, gloo on CPU) and one all_reduce completes;
+- the mesh the run would use and the launch command it needs;
+- the memory planner's verdict (`parallel_wan.plan`) for this device's memory.
+Exit status: 0 ready, 1 a problem (named on a line starting "PROBLEM"), 2 a bad setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+
+import torch
+
+from .config import ConfigError, mesh_spec
+
+# Wan 2.2's transformers (A14B: 40 heads × 128, TI2V-5B: 24 × 128) all have head_dim 128.
+HEAD_DIM = 128
+PROBE_TOKENS = 256
+SLOW_KERNELS = {"cuda_efficient": "PyTorch's memory-efficient kernel", "math": "the plain fp32 formula"}
+
+
+def kernel_verdict(kernel: str, capability: tuple[int, int] | None, dtype: str) -> tuple[str, bool]:
+    """(what to tell the user, whether it is a slow fallback) for the attention kernel chosen."""
+    if capability is None:
+        return f"{kernel} (CPU)", kernel == "math"
+    sm = f"sm_{capability[0]}{capability[1]}"
+    if dtype == "float32":
+        return f"{kernel} on {sm}: fp32 has no flash kernel; dtype=bfloat16 is several times faster", False
+    if kernel in SLOW_KERNELS:
+        return (f"{kernel} on {sm}: {SLOW_KERNELS[kernel]}, a slow fallback — the fast kernels refused "
+                "(check the log above, cuDNN ≥ 9, or install flash-attn)"), True
+    note = ""
+    if capability[0] == 9 and kernel != "flash_attn3":
+        note = " (flash-attn 3 is not installed; it may be faster on Hopper)"
+    return f"{kernel} on {sm}{note}", False
+
+
+def _compose(overrides: list[str]) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from .run import CONF_DIR
+
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            cfg = compose(config_name="config", overrides=list(overrides))
+    except Exception as exc:  # Hydra's override errors (unknown group option, bad syntax)
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+class Doctor:
+    def __init__(self, overrides: list[str], out=sys.stdout):
+        from .backends.torch.distributed import launch_from_env
+
+        self.overrides, self.out, self.problems = list(overrides), out, []
+        self.raw = _compose(overrides)
+        degrees = self.raw.get("mesh") or {}
+        try:
+            world = int(degrees.get("dp", 1)) * int(degrees.get("cp", 1))
+        except (TypeError, ValueError):
+            world = 0  # mesh_spec names the bad value
+        self.mesh = mesh_spec(degrees, world)  # validated against the world it needs, as the run is
+        self.dtype = str(self.raw.get("dtype") or "bfloat16")
+        self.launch = launch_from_env()
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def problem(self, line: str) -> None:
+        self.problems.append(line)
+        self.say(f"PROBLEM: {line}")
+
+    # ------------------------------------------------------------ the checks
+    def devices(self) -> torch.device | None:
+        from .backends.torch.backend import pick_device
+
+        self.say(f"torch {torch.__version__}; CUDA build: {torch.backends.cuda.is_built()}; "
+                 f"CUDA devices: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                self.say(f"  cuda:{i} {p.name}, capability {p.major}.{p.minor}, {p.total_memory / 1e9:.1f} GB")
+        setting = str(self.raw.get("device") or "auto")
+        try:
+            # the world the mesh needs: an explicit cuda:N is refused for several processes
+            device = pick_device(setting, self.launch.local_rank, max(self.mesh.world_size, self.launch.world_size))
+        except ConfigError as exc:
+            self.problem(str(exc))
+            return None
+        self.say(f"device={setting} → this process uses {device}")
+        return device
+
+    def attention(self, device: torch.device) -> None:
+        from .backends.torch import attention
+
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(self.dtype, torch.bfloat16)
+        attention.prefer_kernel(None)  # forget earlier choices: choose for this device now
+        q = torch.randn(1, PROBE_TOKENS, 2, HEAD_DIM, dtype=dtype, device=device)
+        try:
+            attention.attention_with_lse(q, q, q)
+        except RuntimeError as exc:
+            self.problem(f"no attention kernel runs here: {str(exc).splitlines()[0]}")
+            return
+        kernel = attention.chosen_kernels()[(device.type, dtype, HEAD_DIM)]
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        text, slow = kernel_verdict(kernel, capability, self.dtype)
+        self.say(f"attention (sequence parallel, {self.dtype}, head_dim {HEAD_DIM}): {text}")
+        if slow:
+            self.say("!" * 78)
+            self.say(f"WARNING: slow attention fallback: {text}")
+            self.say("!" * 78)
+
+    def communication(self, device: torch.device) -> None:
+        import torch.distributed as dist
+
+        from .backends.torch.distributed import init_distributed
+
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        try:
+            if self.launch.world_size > 1:
+                init_distributed(self.launch, device, 120.0)  # the run's own start-up, every rank
+            else:  # one process: a group of one on an in-memory store
+                kwargs = {"device_id": device} if backend == "nccl" else {}
+                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+            t = torch.ones(1, device=device)
+            dist.all_reduce(t)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            self.say(f"communication: {dist.get_backend()} group of {dist.get_world_size()}, one all_reduce OK")
+        except Exception as exc:  # noqa: BLE001 - reported as the problem it is
+            self.problem(f"{backend} process group or all_reduce failed: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}")
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def mesh_and_plan(self, device: torch.device | None) -> None:
+        from . import plan
+
+        m = self.mesh
+        launch = "python -m parallel_wan.run" if m.world_size == 1 else \
+            f"torchrun --nproc-per-node {m.world_size} -m parallel_wan.run"
+        self.say(f"mesh={m.name}: dp={m.dp} × cp={m.cp} (ulysses {m.ulysses} × ring {m.ring}) = "
+                 f"{m.world_size} process{'es' if m.world_size > 1 else ''}; launch with `{launch} mesh={m.name} ...`")
+        if device is not None and device.type == "cuda" and m.world_size > torch.cuda.device_count():
+            self.say(f"note: {m.world_size} processes, {torch.cuda.device_count()} GPUs here: "
+                     "the job needs several nodes")
+        if device is not None and device.type == "cuda":
+            gb = torch.cuda.get_device_properties(device).total_memory / 1e9
+        else:
+            gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+        report = io.StringIO()
+        with contextlib.redirect_stdout(report), contextlib.redirect_stderr(report):
+            status = plan.main([*self.overrides, f"device_memory_gb={gb:.1f}"])
+        lines = report.getvalue().strip().splitlines()
+        self.say("plan: " + (lines[-1] if lines else "(no output)"))
+        if status == 1:
+            self.problem("the planner says the run does not fit: " + (lines[-1] if lines else ""))
+        elif status == 2:
+            self.problem("the planner refused the settings: " + (lines[-1] if lines else ""))
+
+    def run(self) -> int:
+        device = self.devices()
+        if device is not None:
+            self.attention(device)
+            self.communication(device)
+        self.mesh_and_plan(device)
+        self.say("ready" if not self.problems else f"{len(self.problems)} problem(s); see PROBLEM lines")
+        return 1 if self.problems else 0
+
+
+def main(argv: list[str], out=sys.stdout) -> int:
+    try:
+        return Doctor(argv, out).run()
+    except ConfigError as exc:
+        print(f"parallel_wan.doctor: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

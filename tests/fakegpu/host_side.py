@@ -1,0 +1,89 @@
+"""The few places of a run that fake tensors cannot follow, done for real on the host.
+
+None of these is a GPU path of the project; each is host bookkeeping or a third-party module:
+- UMT5 is transformers' module, built under torch.device("meta") (which a fake mode cannot
+  host) and reading data-dependent prompt lengths: the encoder runs for real on the CPU and its
+  output becomes a fake tensor on the run's device (so its own .to(device) is not exercised);
+- torch's DeviceMesh (FSDP2) keeps its rank layout in a CPU tensor and looks ranks up with
+  nonzero(): built outside the fake mode;
+- process-wide caches (module-level dicts, lists and sets of parallel_wan) would carry the
+  previous simulated rank's process group and fake tensors into the next rank: each rank
+  starts from the state the package had before the first rank, as a fresh process would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pkgutil
+import sys
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .fake_mode import patched
+
+
+def host_text_encoder(mode):
+    from parallel_wan.text import umt5
+
+    real_load = umt5.TextEncoder.load.__func__
+
+    class HostTextEncoder(umt5.TextEncoder):
+        def encode(self, prompts):
+            with unset_fake_temporarily():
+                out = umt5.TextEncoder.encode(self, prompts)
+            return mode.from_tensor(out).to(self.run_device)
+
+    def load(cls, checkpoint, dtype="bfloat16", device="cpu"):
+        with unset_fake_temporarily():
+            encoder = real_load(HostTextEncoder, checkpoint, dtype, "cpu")
+        encoder.run_device = torch.device(device)
+        return encoder
+
+    return patched({(umt5.TextEncoder, "load"): classmethod(load)})
+
+
+def host_device_mesh():
+    from torch.distributed.device_mesh import DeviceMesh
+
+    real = DeviceMesh.__dict__["from_group"].__func__
+
+    def from_group(*args, **kwargs):
+        with unset_fake_temporarily():
+            return real(*args, **kwargs)
+
+    return patched({(DeviceMesh, "from_group"): staticmethod(from_group)})
+
+
+_CONTAINERS = (dict, list, set)
+
+
+def import_torch_side() -> None:
+    """Import every torch-side module of the package now, so the snapshot below sees the caches
+    of modules a run would import lazily (JAX modules are left out: no JAX in a torch run)."""
+    import parallel_wan
+
+    for info in pkgutil.walk_packages(parallel_wan.__path__, "parallel_wan."):
+        if ".jax" in info.name or info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except ImportError:  # an optional dependency (xfuser): its module holds no state then
+            continue
+
+
+@contextlib.contextmanager
+def fresh_process_state():
+    snapshot = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("parallel_wan") and module is not None:
+            for attr, value in vars(module).items():
+                if type(value) in _CONTAINERS and not attr.startswith("__"):  # not __builtins__
+                    snapshot.append((value, value.copy()))
+    try:
+        yield
+    finally:
+        for live, saved in snapshot:
+            live.clear()
+            live.update(saved) if not isinstance(live, list) else live.extend(saved)

@@ -1,0 +1,151 @@
+"""Run the real generate() on fake GPUs: every rank of a mesh in turn, in this process.
+
+    sim = simulate(["model=tiny", "mesh=cp2"], world=2)      # device=auto → cuda:0, cuda:1
+    sim.problems()   # [] when every rank ran and the ranks agree (ledger)
+
+Each simulated rank is a torchrun worker: LOCAL_RANK = rank, the project's own backend
+(run.make_backend) picks its device, joins "NCCL" (the fake group, checked) and runs the
+whole generation: load, text, denoise, decode. Rank 0 runs first (its broadcast objects are
+replayed to the others) and once more at the end when it receives values from peers that had
+not run yet (the VAE's shape headers).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+from . import host_side
+from .collectives import checked_collectives, nccl_as_fake
+from .cuda_runtime import FakeCudaRuntime
+from .fake_mode import fake_gpus
+from .ledger import Ledger
+from .recorder import Recorder
+
+SMALL = ["steps=2", "num_frames=5", "height=32", "width=32", "seed=3"]
+HOPPER, BLACKWELL = (9, 0), (10, 0)
+
+
+def spec_of(overrides, world: int = 1):
+    """The run's settings as `python -m parallel_wan.run` composes and validates them."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from parallel_wan.config import resolve
+    from parallel_wan.run import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return resolve(OmegaConf.to_container(cfg, resolve=True) | {"output_dir": tempfile.gettempdir()}, world)
+
+
+@dataclass
+class RankRun:
+    rank: int
+    device: str | None = None  # the backend's device
+    init_requests: list = field(default_factory=list)  # (backend, device_id) asked of init_process_group
+    calls: dict = field(default_factory=dict)  # fake CUDA runtime calls made, by name
+    recorder: Recorder = field(default_factory=Recorder)
+    latents: tuple | None = None
+    error: BaseException | None = None
+
+    def describe_error(self) -> str:
+        if self.error is None:
+            return ""
+        frames = [f"{os.path.relpath(f.filename)}:{f.lineno}" for f in traceback.extract_tb(self.error.__traceback__)
+                  if "parallel_wan" in f.filename]
+        return f"rank {self.rank}: {type(self.error).__name__}: {str(self.error)[:400]} (at {' < '.join(frames[::-1][:3])})"
+
+
+@dataclass
+class Simulation:
+    overrides: list
+    world: int
+    capability: tuple
+    ranks: list[RankRun]
+    ledger: Ledger
+    checkpoint_folder: str
+
+    def problems(self) -> list[str]:
+        failed = [r.describe_error() for r in self.ranks if r.error is not None]
+        return failed + (self.ledger.mismatches() if not failed else [])
+
+
+class Checkpoints:
+    """Tiny checkpoints written once per task (host side, real tensors: safetensors cannot
+    write fake ones) and shared by every simulation of a test session; `image` is a first
+    frame for I2V/TI2V runs."""
+
+    def __init__(self, folder: str):
+        self.folder, self.made = folder, {}
+        self.image = os.path.join(folder, "first_frame.png")
+        if not os.path.exists(self.image):
+            import numpy as np
+            from PIL import Image
+
+            pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(self.image)
+
+    def for_spec(self, spec):
+        from parallel_wan.pipeline.checkpoint import materialize_tiny
+
+        if spec.model.task not in self.made:
+            self.made[spec.model.task] = materialize_tiny(spec, self.folder_for(spec))
+        return self.made[spec.model.task]
+
+    def folder_for(self, spec) -> str:
+        return os.path.join(self.folder, spec.model.task)
+
+
+def _progress(recorder: Recorder):
+    """The denoising loop's progress callback: tags everything that runs with its step."""
+    def wrap(steps):
+        for i, step in enumerate(steps):
+            recorder.phase = f"step {i}"
+            yield step
+        recorder.phase = "after"
+    return wrap
+
+
+def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPER,
+             compile_backend: str | None = None) -> RankRun:
+    from parallel_wan.launch import TORCHRUN, Launch
+    from parallel_wan.pipeline import generate
+    from parallel_wan.run import make_backend
+
+    out = RankRun(rank)
+    runtime = FakeCudaRuntime(devices=max(world, 8), capability=capability)
+    ledger.start_rank(rank)
+    launch = Launch(rank, world, rank, "fake torchrun", kind=TORCHRUN)
+    with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
+            host_side.host_text_encoder(mode), host_side.host_device_mesh(), \
+            nccl_as_fake(rank, world, runtime) as requests, \
+            checked_collectives(ledger, rank, runtime, nccl=spec.device != "cpu"):
+        try:
+            backend = make_backend(spec, launch)
+            out.device = str(backend.device)
+            if compile_backend:
+                backend.compile_backend = compile_backend
+            gen = generate(spec, backend, ckpt, progress=_progress(out.recorder))
+            out.latents = tuple(gen.latents.shape)
+        except Exception as exc:  # noqa: BLE001 - reported by Simulation.problems
+            out.error = exc
+    out.init_requests, out.calls = list(requests), dict(runtime.calls)
+    return out
+
+
+def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, capability=HOPPER,
+             compile_backend: str | None = None, device: str = "auto") -> Simulation:
+    spec = spec_of([*SMALL, *overrides, f"device={device}"], world)
+    checkpoints = checkpoints or Checkpoints(tempfile.mkdtemp(prefix="fakegpu_ckpt_"))
+    ckpt = checkpoints.for_spec(spec)
+    host_side.import_torch_side()
+    ledger = Ledger()
+    ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend) for r in range(world)]
+    if world > 1 and (ranks[0].error is not None or ledger.mismatches()):
+        ranks[0] = run_rank(spec, ckpt, 0, world, ledger, capability, compile_backend)
+    return Simulation(list(overrides), world, capability, ranks, ledger, checkpoints.folder_for(spec))
