@@ -14,39 +14,23 @@ happens only at run time on a TPU (HBM fragmentation, libtpu's runtime reservati
 
 from __future__ import annotations
 
-import time
+import os
+import sys
 
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from parallel_wan import plan as planner
-from parallel_wan.backends.jax import aot
-from parallel_wan.run import CONF_DIR
-from jax_devices import require_eight_devices
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/ is not installed
+from benchmarks.tpu_aot import GB, compile_model, report, run_spec, shapes_of  # noqa: E402 (also sets libtpu's lock off)
+from jax_devices import require_eight_devices  # noqa: E402
+from parallel_wan.backends.jax import aot  # noqa: E402
 
 TOPOLOGY = "v5p:2x2x2"  # 8 TPU v5p chips
-CHIP_BYTES = 95e9  # HBM of one v5p chip (95 GiB would be 102e9; the datasheet's 95 GB is the safe side)
-GB = 1e9
-
-
-def run_spec(*overrides: str):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=["backend=jax", "mesh=dp2_cp4", *overrides])
-    raw = OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}
-    return planner._planning(raw, 8)
-
-
-def shapes_of(spec):
-    """(TransformerConfig, VaeConfig, expert's flat param shapes, VAE's flat param shapes): the
-    preset's architecture as the planner reads it; no weights exist."""
-    from diffusers import AutoencoderKLWan
-
-    tcfg, vcfg, _ = planner.architecture(spec)
-    vae = planner.meta_module(lambda: AutoencoderKLWan(**vcfg.to_diffusers()))
-    return tcfg, vcfg, planner.transformer_shapes(tcfg), {n: tuple(p.shape) for n, p in vae.named_parameters()}
+CHIP_BYTES = 95e9  # HBM of one v5p chip
+# The VAE decode compiles at XLA's lowest optimisation effort: at its default, XLA:TPU spends
+# minutes of CPU per VAE on the convolutions (BENCHMARKS.md has the default-effort figures).
+VAE_EFFORT = -1.0
 
 
 @pytest.fixture(scope="module")
@@ -54,46 +38,13 @@ def v5p():
     return aot.topology_devices(TOPOLOGY)
 
 
-def compile_model(model: str, devices, *overrides: str) -> dict:
-    spec = run_spec(f"model={model}", *overrides)
-    tcfg, vcfg, tshapes, vshapes = shapes_of(spec)
-    t0 = time.perf_counter()
-    programs = aot.compile_generation(spec, tcfg, vcfg, tshapes, vshapes, devices)
-    seconds = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    plan = planner.plan(spec)
-    chip = aot.chip_bytes(programs, spec.model.experts)
-    print(f"\n{model} {spec.width}x{spec.height}x{spec.num_frames} mesh={spec.mesh.name} memory={spec.memory} on "
-          f"{TOPOLOGY}: compiled in {seconds:.0f} s (step {programs['step'].seconds:.0f} s, VAE decode "
-          f"{programs['vae_decode'].seconds:.0f} s); planner {time.perf_counter() - t0:.0f} s")
-    print(memory_table(programs, chip, plan))
-    return {"spec": spec, "programs": programs, "plan": plan, "chip": chip, "tcfg": tcfg}
-
-
-def memory_table(programs: dict, chip: dict, plan) -> str:
-    """XLA's compile-time memory analysis per chip beside the planner's figures."""
-    step, decode = programs["step"].memory(), programs["vae_decode"].memory()
-    rows = [
-        ("one expert's weights (step arguments)", aot.per_device_bytes(programs["params"]), plan.expert.whole),
-        ("step temporaries / planner loop activations", step["temp"], plan.denoise.loop),
-        ("VAE decode temporaries / planner decode activations", decode["temp"], plan.vae.peak),
-        ("denoise phase, per chip", chip["denoise"], plan.phases["denoise"]),
-        ("VAE decode phase, per chip", chip["vae decode"], plan.phases["vae decode"]),
-    ]
-    lines = [f"  {'':<52} {'XLA':>9} {'planner':>9}"]
-    lines += [f"  {name:<52} {xla / GB:7.2f}GB {planned / GB:7.2f}GB" for name, xla, planned in rows]
-    lines.append(f"  generated code: step {step['generated_code'] / 1e6:.1f} MB, decode {decode['generated_code'] / 1e6:.1f} MB")
-    return "\n".join(lines)
-
-
-@pytest.fixture(scope="module")
-def a14b(v5p):
-    return compile_model("wan2.2_t2v_a14b", v5p)
-
-
-@pytest.fixture(scope="module")
-def ti2v_5b(v5p):
-    return compile_model("wan2.2_ti2v_5b", v5p)
+@pytest.fixture(scope="module", params=["wan2.2_t2v_a14b", "wan2.2_ti2v_5b"])
+def compiled(request, v5p) -> dict:
+    """The model's programs compiled for the v5p slice at its preset size (A14B 720p×81,
+    TI2V-5B 704p×121), dp2_cp4, and the planner's figures; the table is printed."""
+    result = compile_model(run_spec(f"model={request.param}"), v5p, VAE_EFFORT)
+    print("\n" + report(result, TOPOLOGY))
+    return result
 
 
 def test_topology_gives_eight_v5p_chips_and_the_run_mesh(v5p):
@@ -105,35 +56,30 @@ def test_topology_gives_eight_v5p_chips_and_the_run_mesh(v5p):
     assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in v5p)
 
 
-@pytest.mark.parametrize("model", ["a14b", "ti2v_5b"])
-def test_step_runs_splash_attention_and_the_sequence_parallel_exchanges(model, request):
-    hlo = request.getfixturevalue(model)["programs"]["step"].text()
+def test_step_runs_splash_attention_and_the_sequence_parallel_exchanges(compiled):
+    hlo = compiled["programs"]["step"].text()
     # Mosaic kernels (splash attention: self-attention in the ring, cross-attention), Ulysses'
     # all-to-alls and the ring's K/V passes are in the program XLA:TPU built.
     assert hlo.count("tpu_custom_call") >= 2
     assert "all-to-all" in hlo and "collective-permute" in hlo
 
 
-@pytest.mark.parametrize("model", ["a14b", "ti2v_5b"])
-def test_weights_per_chip_are_what_the_planner_counts(model, request):
-    result = request.getfixturevalue(model)
-    step = result["programs"]["step"].memory()
-    params = aot.per_device_bytes(result["programs"]["params"])
+def test_weights_per_chip_are_what_the_planner_counts(compiled):
+    step = compiled["programs"]["step"].memory()
+    params = aot.per_device_bytes(compiled["programs"]["params"])
     # XLA's arguments = one expert's weights + the step's small inputs (tokens, context, RoPE)
     assert params <= step["argument"] <= params + 0.1 * GB
-    assert params == pytest.approx(result["plan"].expert.whole, rel=1e-3)
+    assert params == pytest.approx(compiled["plan"].expert.whole, rel=1e-3)
 
 
-@pytest.mark.parametrize("model", ["a14b", "ti2v_5b"])
-def test_every_phase_fits_a_v5p_chip(model, request):
-    result = request.getfixturevalue(model)
-    chip = result["chip"]
+def test_every_phase_fits_a_v5p_chip(compiled):
+    chip = compiled["chip"]
     for phase, value in chip.items():
-        assert value < CHIP_BYTES, f"{model} {phase}: {value / GB:.2f} GB per chip > {CHIP_BYTES / GB:g} GB"
+        assert value < CHIP_BYTES, f"{compiled['spec'].model.name} {phase}: {value / GB:.2f} GB per chip > {CHIP_BYTES / GB:g} GB"
     # Activations: XLA's temporaries for the whole step stay within a factor of the planner's
     # loop activations (it plans the eager torch loop; XLA fuses and reuses buffers).
-    temp = result["programs"]["step"].memory()["temp"]
-    assert 0.2 * result["plan"].denoise.loop < temp < 2 * result["plan"].denoise.loop
+    temp = compiled["programs"]["step"].memory()["temp"]
+    assert 0.2 * compiled["plan"].denoise.loop < temp < 2 * compiled["plan"].denoise.loop
 
 
 def test_abstract_arguments_are_the_ones_the_run_passes():

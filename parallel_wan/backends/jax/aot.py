@@ -142,6 +142,7 @@ class Compiled:
     name: str
     compiled: object  # jax.stages.Compiled
     seconds: float  # trace + lower + compile, on this host
+    effort: float | None = None  # XLA's exec_time_optimization_effort; None: its default
 
     def memory(self) -> dict:
         """XLA's own analysis of the compiled program, bytes per device: what its arguments,
@@ -156,13 +157,18 @@ class Compiled:
         return self.compiled.as_text()
 
 
-def _compile(name: str, build, args, platform: str) -> Compiled:
+def _compile(name: str, build, args, platform: str, effort: float | None = None) -> Compiled:
     """`build()` → the jitted program, made, traced, lowered and compiled for `platform`: its
-    kernel choices are made when the program is built and traced, so both happen here."""
+    kernel choices are made when the program is built and traced, so both happen here.
+    `effort` (XLA's exec_time_optimization_effort, -1 … 1; None = XLA's default) trades the
+    program's optimisation for compile time: lowering and SPMD partitioning (where Mosaic and
+    sharding errors surface) run in full either way, but the buffers XLA assigns, and so its
+    memory analysis, are those of the less optimised program."""
+    options = None if effort is None else {"exec_time_optimization_effort": effort}
     t0 = time.perf_counter()
     with target_platform.compiling_for(platform):
-        compiled = build().trace(*args).lower().compile()
-    return Compiled(name, compiled, time.perf_counter() - t0)
+        compiled = build().trace(*args).lower().compile(compiler_options=options)
+    return Compiled(name, compiled, time.perf_counter() - t0, effort)
 
 
 def compile_step(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str, fsdp: bool, kernel: str = "auto",
@@ -187,7 +193,8 @@ def vae_decode_mesh(devices, latent_height: int) -> Mesh:
     return Mesh(np.asarray(list(devices)[: height_split(latent_height, len(devices))]), ("height",))
 
 
-def compile_vae_decode(vcfg, flat_shapes: dict, latent_shape, devices, platform: str = PLATFORM) -> Compiled:
+def compile_vae_decode(vcfg, flat_shapes: dict, latent_shape, devices, platform: str = PLATFORM,
+                       effort: float | None = None) -> Compiled:
     """The VAE decode of one video of `latent_shape` (1, z_dim, T, h, w), split by height as
     `JaxVideoDecoder` splits it: fp32 params whole on every device of the split."""
     mesh = vae_decode_mesh(devices, latent_shape[3])
@@ -196,7 +203,7 @@ def compile_vae_decode(vcfg, flat_shapes: dict, latent_shape, devices, platform:
     z = _struct(latent_shape, "float32", mesh, P(None, None, None, "height", None))
     frames = NamedSharding(mesh, P(None, "height", None, None))
     return _compile(f"vae_decode[{mesh.size} devices by height]",
-                    lambda: jax.jit(decode_program(vcfg), out_shardings=frames), (params, z), platform)
+                    lambda: jax.jit(decode_program(vcfg), out_shardings=frames), (params, z), platform, effort)
 
 
 def run_mesh(spec, devices) -> Mesh:
@@ -204,11 +211,13 @@ def run_mesh(spec, devices) -> Mesh:
     return build_mesh(spec.mesh.dp, spec.mesh.ring, spec.mesh.ulysses, devices=list(devices)[: spec.mesh.world_size])
 
 
-def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: dict, devices) -> dict:
+def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: dict, devices,
+                       vae_effort: float | None = None) -> dict:
     """Every program `generate` compiles for `spec` (a RunSpec; backend=jax), for `devices`
     (e.g. `topology_devices("v5p:2x2x2")`): {"step": Compiled, "vae_decode": Compiled,
     "params": one expert's abstract tree, "vae_params": the VAE's as placed, "mesh", …}. Experts share the step when
-    their shapes agree (every Wan 2.2 model's do)."""
+    their shapes agree (every Wan 2.2 model's do). `vae_effort`: see `_compile` (XLA:TPU
+    spends minutes of CPU on the VAE's convolutions at its default)."""
     mesh = run_mesh(spec, devices)
     latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
     latent_shape = (1, tcfg.out_channels, latent_frames, spec.height // vcfg.scale_factor_spatial,
@@ -222,7 +231,7 @@ def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: d
         "shapes": shapes,
         "latent_shape": latent_shape,
         "step": compile_step(tcfg, params, mesh, shapes, spec.dtype, spec.jax_fsdp),
-        "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat),
+        "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat, effort=vae_effort),
         "vae_params": vae_params(vae_shapes, mesh, spec.jax_fsdp),
     }
 
