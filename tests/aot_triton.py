@@ -13,6 +13,7 @@ Nothing is loaded or launched: there is no GPU. What this needs, each piece undo
 - FakeTensorMode told that no device exists to constant-fold onto (`avoid_device_init`: with
   is_available() True it would run a real copy to CUDA), and Inductor's constant folding off
   (it runs real `aten.full` on the device);
+- Inductor's passes that time kernels on the device off (autotuning, pad_mm's padding);
 - a Triton driver reporting the chosen capability, whose `load_binary` is never reached:
   Inductor's launchers are replaced by a recorder of the compiled kernels, and its generated
   wrapper's allocation fast path is routed through the dispatcher (so the fake mode sees it).
@@ -220,7 +221,10 @@ def compiling_for(gpu: Gpu):
     restore_driver = _triton_driver(gpu)
     config = {"compile_threads": 1, "fx_graph_cache": False, "autotune_local_cache": False,
               "joint_graph_constant_folding": False, "freezing": False, "max_autotune": False,
-              "use_static_cuda_launcher": False}
+              "use_static_cuda_launcher": False,
+              # pad_mm decides by timing real matmuls on the device (none here); off, matmul
+              # shapes stay as the model has them
+              "shape_padding": False}
     with tempfile.TemporaryDirectory(prefix="triton_aot_") as cache, \
             inductor_config.patch(config), _environ(TRITON_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache):
         torch._dynamo.reset()
