@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import target_platform
+
 KERNELS = ("auto", "jnp", "cudnn", "splash")
 
 # Finite "minus infinity" for masked logits (see the module docstring). exp(MASK_VALUE - m)
@@ -92,7 +94,7 @@ def _choose(kernel: str, q, need_lse: bool) -> str:
         )
     if kernel != "auto":
         return kernel
-    platform = jax.default_backend()
+    platform = target_platform.current()
     if platform == "tpu":
         return "splash"
     if platform in ("gpu", "cuda", "rocm") and not need_lse and q.dtype in (jnp.bfloat16, jnp.float16):
@@ -165,7 +167,7 @@ def _splash(q, k, v, scale: float, valid_keys, key_offset, need_lse: bool):
     if valid_keys is not None:
         keep = keep & (key_offset + jnp.arange(lp) < valid_keys)
     segments = sk.SegmentIds(q=jnp.zeros((sp,), jnp.int32), kv=jnp.where(keep, 0, 1).astype(jnp.int32))
-    kernel = _splash_kernel(b * h, sp, lp, need_lse, jax.default_backend() != "tpu")
+    kernel = _splash_kernel(b * h, sp, lp, need_lse, target_platform.current() != "tpu")
     result = kernel(qh, kh, vh, segment_ids=segments)
     out, lse = (result[0], result[1][0]) if need_lse else (result, None)
     out = jnp.transpose(out[:, :s].reshape(b, h, s, d), (0, 2, 1, 3))

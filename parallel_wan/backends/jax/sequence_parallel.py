@@ -32,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...parallel.shards import SequenceShards
 from . import attention as local
+from . import target_platform
 from . import ops
 from .placement import all_gather_params
 
@@ -105,7 +106,7 @@ def check_vma(kernel: str = "auto") -> bool:
     Pallas splash (TPU) and cuDNN (GPU) calls declare no varying-axes type, which the check
     needs; `ops.attention` (cross and VAE attention) picks them too. The check only
     verifies collectives; turning it off changes no numbers."""
-    return jax.default_backend() == "cpu" and kernel != "splash"
+    return target_platform.current() == "cpu" and kernel != "splash"
 
 
 def sequence_parallel_attention(

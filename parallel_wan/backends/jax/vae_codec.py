@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...report.frames import to_uint8_frames
 from ...models import vae
-from . import ops
+from . import spmd_ops as ops  # partitioned by XLA, not shard_map: no Pallas kernels
 
 def decode_frames(params, z, cfg):
     """De-normalised (1, z_dim, T, h, w) latents → (T', H, W, 3) uint8 frames: the first
