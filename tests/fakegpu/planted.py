@@ -72,7 +72,7 @@ def pytest(folder: str, *args: str) -> tuple[bool, str]:
                           cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": folder})
     lines = [line for line in done.stdout.splitlines() if line.startswith("E ") or " passed" in line
              or " failed" in line]
-    return done.returncode == 0, "\n      ".join(lines[:3] + lines[-1:])
+    return done.returncode == 0, "\n      ".join(lines[:3] + lines[-1:] if len(lines) > 4 else lines)
 
 
 def main(names: list[str]) -> int:
