@@ -34,7 +34,7 @@ def run_spec(*overrides: str, world: int = 8):
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose(config_name="config", overrides=["backend=jax", "mesh=dp2_cp4", *overrides])
     raw = OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}
-    return planner._planning(raw, world)
+    return planner.planning_spec(raw, world)
 
 
 def shapes_of(spec):

@@ -177,7 +177,15 @@ _DEVICE_CACHES = (("torch._inductor.runtime.hints", "DeviceProperties.create"), 
                   ("torch._inductor.utils", "get_max_num_sms"), ("torch._inductor.kernel.mm", "_is_sm7x_or_older_gpu"),
                   ("torch._inductor.codegen.cuda.cuda_env", "get_cuda_arch"),
                   ("torch._inductor.codegen.cuda.cuda_env", "is_datacenter_blackwell_arch"),
-                  ("torch._inductor.comm_analysis", "get_gpu_type"))
+                  ("torch._inductor.comm_analysis", "get_gpu_type"),
+                  # Whether triton can run here: cached per process, so a CPU test that compiled
+                  # earlier in the same session left "no" behind (TritonMissing in a full run).
+                  ("torch.utils._triton", "has_triton"), ("torch.utils._triton", "has_triton_tma_device"),
+                  ("torch.utils._triton", "has_triton_tma"),
+                  ("torch.utils._triton", "has_datacenter_blackwell_tma_device"),
+                  ("torch.utils._triton", "has_triton_tensor_descriptor_host_tma"),
+                  ("torch.utils._triton", "has_triton_experimental_host_tma"),
+                  ("torch.utils._triton", "_device_supports_tma"))
 
 
 def _clear_device_caches() -> None:
