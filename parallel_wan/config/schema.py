@@ -80,6 +80,7 @@ class RunSpec:
     swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
     compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/qkv_fusion.py, runners/compiled.py)
     cache: CacheSettings = CacheSettings()  # step caching (caching/settings.py); kind "none": off
+    loras: tuple = ()  # ((role all|high|low, path, scale, setting), …): merged at load (lora/)
 
     @property
     def uses_guidance(self) -> bool:
