@@ -40,8 +40,9 @@ def write_lora(path, pairs: dict, fmt: str, alpha: float | None = None, extra: d
         if fmt == "peft":
             tensors[f"transformer.{module}.lora_A.weight"] = down
             tensors[f"transformer.{module}.lora_B.weight"] = up
-            if alpha is not None:
-                metadata = {"lora_adapter_metadata": json.dumps({"r": rank, "lora_alpha": alpha})}
+            if alpha is not None:  # what diffusers' save_lora_weights writes: the LoraConfig, keys prefixed
+                config = {"r": rank, "lora_alpha": alpha, "target_modules": sorted(pairs)}
+                metadata = {"lora_adapter_metadata": json.dumps({f"transformer.{k}": v for k, v in config.items()})}
         else:
             stem = f"diffusion_model.{official(module)}" if fmt == "comfyui" else \
                 "lora_unet_" + official(module).replace(".", "_")

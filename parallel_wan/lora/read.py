@@ -77,7 +77,9 @@ class LoraFile:
             raise ConfigError(f"{self.setting}={self.path}: the header's {ADAPTER_METADATA} is not JSON") from None
         if not isinstance(config, dict):
             raise ConfigError(f"{self.setting}={self.path}: the header's {ADAPTER_METADATA} is not a JSON object")
-        return config
+        # A pipeline's save_lora_weights prefixes each entry with its component ("transformer.r").
+        prefixed = {k.removeprefix("transformer."): v for k, v in config.items() if k.startswith("transformer.")}
+        return prefixed or config
 
     def tensor(self, key: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
         """The tensor (rows [begin, end) of dim 0 only, when given) as float32."""
