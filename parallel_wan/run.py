@@ -76,6 +76,11 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
         **gen.info,
         "frames_shape": list(gen.frames.shape),
     }
+    cache = gen.info.get("cache") or {}
+    if "measured_ratios" in cache:  # cache.calibrate=true: the curve, in the official format
+        from .caching.magcache_calibration import write_curve
+
+        sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output_dir, cache["measured_ratios"]))}
     paths = save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames)
     print(gen_summary(gen, paths), file=sys.stderr)
     return paths
@@ -86,7 +91,13 @@ def gen_summary(gen, paths) -> str:
 
     phases = {k: v for k, v in gen.timings.items() if k != "total"}
     where = paths["video"] if len(paths["videos"]) == 1 else f"{len(paths['videos'])} videos in {os.path.dirname(paths['video'])}"
-    return timing_summary(phases, gen.timings["total"], {"video": where})
+    extra = {"video": where}
+    cache = gen.info.get("cache")
+    if cache:
+        skipped = ", ".join(f"{name} {len(steps)}" for name, steps in cache["skipped"].items())
+        extra["cache"] = (f"{cache['kind']}: skipped {skipped} of {len(gen.info['timesteps'])} steps; "
+                          f"{cache['block_forwards']}/{cache['block_forwards_dense']} block forwards")
+    return timing_summary(phases, gen.timings["total"], extra)
 
 
 def validate(raw: dict, world_size: int):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from ..caching.settings import cache_settings
 from ..parallel.mesh import ConfigError, mesh_spec
 from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
     _as, _choice, _pick, model_preset
@@ -124,6 +125,7 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         memory=memory,
         swap_prefetch_steps=swap_prefetch_steps,
         compile=_torch_compile(cfg, backend),
+        cache=cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image)),
     )
 
 

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..caching.settings import CacheSettings
 from ..parallel.mesh import ConfigError, MeshSpec
 
 TASKS = ("t2v", "i2v", "ti2v")
@@ -40,6 +41,10 @@ class ModelPreset:
     width: int
     size_multiple: int  # VAE spatial stride × patch: 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE)
     builtin: bool = False  # a tiny random model built in memory, no checkpoint needed
+    # cache=magcache's defaults for this model: {curve: a caching/magcache_curves name (TI2V_5B:
+    # the text-only or the image curve, picked by whether an image is given), threshold,
+    # max_skips, retention} — the published settings. None: no shipped curve.
+    magcache: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class RunSpec:
     memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
     swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
     compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/qkv_fusion.py, runners/compiled.py)
+    cache: CacheSettings = CacheSettings()  # step caching (caching/settings.py); kind "none": off
 
     @property
     def uses_guidance(self) -> bool:
@@ -131,7 +137,14 @@ def model_preset(cfg: Mapping) -> ModelPreset:
     missing = [n for n, f in fields.items() if n not in cfg and f.default is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"model preset {cfg.get('name')!r} lacks {missing}")
-    preset = ModelPreset(**dict(cfg))
+    cfg = dict(cfg)
+    if cfg.get("magcache") is not None:
+        magcache = dict(cfg["magcache"])
+        unknown = set(magcache) - {"curve", "threshold", "max_skips", "retention"}
+        if unknown:
+            raise ConfigError(f"model preset {cfg.get('name')!r}: magcache has unknown keys {sorted(unknown)}")
+        cfg["magcache"] = magcache
+    preset = ModelPreset(**cfg)
     _choice("model.task", preset.task, TASKS)
     if preset.experts not in (1, 2):
         raise ConfigError(f"model.experts={preset.experts} must be 1 or 2")

@@ -33,6 +33,15 @@ def halves_in_forward(uses_guidance: bool, cfg_branch: int | None = None) -> int
     return 2 if uses_guidance and cfg_branch is None else 1
 
 
+def branch_names(uses_guidance: bool, cfg_branch: int | None = None) -> list[str]:
+    """The CFG branches of a forward's rows, in row order (a step cache decides per branch)."""
+    if not uses_guidance:
+        return ["cond"]
+    if cfg_branch is None:
+        return ["cond", "uncond"]
+    return [["cond", "uncond"][cfg_branch]]
+
+
 def both_halves(x, halves: int, ops):
     """The forward's input rows for `halves` halves: x once, or [x ‖ x] for [cond…, uncond…]."""
     return ops.concat([x] * halves, axis=0) if halves == 2 else x

@@ -39,6 +39,8 @@ class DenoiseTask:
     per_token_timestep: bool  # TI2V-5B: one timestep per token (diffusers' expand_timesteps)
     cond_tokens: object | None = None  # I2V: (1, L, F) condition channels of this work's L tokens
     fixed_mask: np.ndarray | None = None  # TI2V image: (L, 1) host array, 0 where a token is held (t = 0)
+    cache: object | None = None  # caching.CacheSettings when cache != none
+    cache_plan: list | None = None  # caching.plan.CacheStep per step (None: no step cache)
 
 
 def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, start: LoopState | None = None,
@@ -62,8 +64,12 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
         latents, sampler_state = predict.run_steps(state.latents, state.sampler, plan, sampler, held, state.step, stop)
         return LoopState(stop, latents, sampler_state, state.cache)
     x, sampler_state = state.latents, state.sampler
-    # A predictor that moves weights between steps (memory=swap) says so with `before_step`.
+    # A predictor that moves weights between steps (memory=swap) or runs a step cache says so
+    # with `before_step`; a step cache's arrays travel in the state.
     before_step = getattr(predict, "before_step", None)
+    cache = getattr(predict, "cache", None)
+    if cache is not None:
+        cache.load(state.cache)
     for i in progress(range(state.step, stop)):
         step = plan[i]
         if before_step is not None:
@@ -74,7 +80,7 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
         x, sampler_state = sampler.update(sampler.coefs(i), sampler_state, pred, x, ops)
     if held is not None and stop == schedule.steps:
         x = ops.where(held[1] > 0, x, held[0])
-    return LoopState(stop, x, sampler_state, state.cache)
+    return LoopState(stop, x, sampler_state, state.cache if cache is None else cache.state())
 
 
 def compile_loop(spec: RunSpec, schedule, x, predict, ops, held=None) -> dict:

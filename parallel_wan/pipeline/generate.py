@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import tempfile
@@ -15,6 +16,7 @@ from ..report.timing import PhaseTimer
 from .checkpoint import load_components, materialize_tiny, preflight
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise, pick_schedule, step_plan
+from .steps import step_cache_plan
 from .loop_state import LoopState
 from .work import gather_latent_tokens, plan_work
 
@@ -90,7 +92,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         schedule_kind, schedule = pick_schedule(spec, ckpt)
         task = DenoiseTask(loaded.experts, context, len(spec.prompts), work, grid, spec.uses_guidance,
                            per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond_tokens,
-                           fixed_mask=fixed_mask)
+                           fixed_mask=fixed_mask, cache=spec.cache if spec.cache.on else None,
+                           cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)))
         predict = backend.noise_predictor(task)
         decoder = backend.video_decoder(loaded.vae_params, vcfg)
         x = predict.shard(work.local(draw_noise(spec, work.rows, latent_shape, backend, tcfg.patch_size), backend))
@@ -98,7 +101,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         if fixed_mask is not None:
             held = (predict.shard(fixed_tokens), backend.to_device(fixed_mask.astype(np.float32)))
         if start is not None:
-            start = start.map(lambda a: predict.shard(backend.to_device(a)))
+            start = _place_state(start, predict, backend)
 
         compiled = {}
         if backend.compiles_ahead:
@@ -113,6 +116,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
             if state.step < schedule.steps:  # stopped early: the caller keeps the state
                 return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
             tokens = gather_latent_tokens(state.latents, work, spec, backend)
+            cache_record = predict.cache_report() if spec.cache.on else None
         latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
 
         # Every rank decodes a band of rows (the torch decoder) or its devices' share (JAX);
@@ -136,7 +140,29 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     }
     if compiled:
         info["compile"] = compiled
+    if cache_record is not None:
+        info["cache"] = cache_record
+        _log_cache(cache_record, spec.steps)
     if image_record is not None:
         info["image"] = image_record
     info["videos"] = [{"prompt": p, "seed": spec.seed_of(i)} for i, p in enumerate(spec.prompts)]
     return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
+
+
+def _place_state(state: LoopState, predict, backend) -> LoopState:
+    """A loaded state's arrays on the device, laid out as the predictor keeps tokens; a step
+    cache's logs (`log_*`) stay host arrays."""
+    def place(a):
+        return predict.shard(backend.to_device(a))
+
+    cache = {k: v if k.startswith("log_") or v is None else place(v) for k, v in state.cache.items()}
+    return dataclasses.replace(state, latents=place(state.latents),
+                               sampler={k: None if v is None else place(v) for k, v in state.sampler.items()},
+                               cache=cache)
+
+
+def _log_cache(record: dict, steps: int) -> None:
+    skipped = record["skipped"]
+    log.info("cache=%s: skipped %s of %d steps; %d of %d block forwards", record["kind"],
+             ", ".join(f"{name} {len(s)}" for name, s in skipped.items()), steps, record["block_forwards"],
+             record["block_forwards_dense"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..caching.plan import cache_plan
 from ..config import RunSpec
 from ..sampling import make_schedule, schedule_from_scheduler_config
 from .checkpoint import HIGH, LOW, SINGLE
@@ -68,3 +69,19 @@ def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
     if switch > 0:
         plan[switch] = dataclasses.replace(plan[switch], release=HIGH)
     return plan
+
+
+def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
+    """The step cache's host decisions for every step (caching/plan.py), or None (cache=none).
+    A two-expert MagCache curve given as a plain list splits where this model's schedule
+    switches experts when run for the curve's own number of steps (the calibration run)."""
+    settings = spec.cache
+    if not settings.on:
+        return None
+    split = None
+    if settings.kind == "magcache" and settings.curve is not None and settings.split is None \
+            and spec.model.experts == 2:
+        calibration = dataclasses.replace(spec, steps=len(settings.curve) // 2 + 1)
+        _, schedule = pick_schedule(calibration, ckpt)
+        split = sum(expert_for(float(t), spec) == HIGH for t in schedule.timesteps)
+    return cache_plan(settings, [step.expert for step in plan], split)

@@ -12,6 +12,7 @@ import datetime
 import logging
 import os
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -79,6 +80,17 @@ class MeshCollectives:
         if self.mesh.size("cp") == 1:
             return local
         return torch.cat(self._all_gather(local, "cp"), dim=1)
+
+    def sum_to_host(self, local: torch.Tensor, axis: str) -> np.ndarray:
+        """`local` summed over this rank's group along `axis` ("cp", or "world": every rank),
+        as a host array. The parts are gathered and added in rank order, so every rank gets
+        the same bits (a step cache's decision from it is the same on every rank)."""
+        size = self.mesh.world_size if axis == "world" else self.mesh.size(axis)
+        if size == 1:
+            return local.double().cpu().numpy()
+        parts = [torch.empty_like(local) for _ in range(size)]
+        self.comm.all_gather(parts, local.contiguous(), None if axis == "world" else self.mesh.group(axis))
+        return sum(p.double() for p in parts).cpu().numpy()
 
     def exchange_dp(self, local: torch.Tensor) -> list[torch.Tensor]:
         """Each dp rank's tensor, in dp order (CFG parallel: [cond, uncond])."""

@@ -9,11 +9,13 @@ through the block runner `runners.expert_runner` picks for the expert as placed.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from ...caching.step_cache import StepCache
 from ...models import transformer as dit
 from ...models.rope import rope_tables
-from ...parallel.cfg_rows import both_halves, context_rows, guided, halves_in_forward
-from .runners import Compiler, expert_runner
+from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided, halves_in_forward
+from .runners import CachedRunner, Compiler, expert_runner
 from .swap import ExpertSwap
 
 
@@ -54,10 +56,38 @@ class EagerNoisePredictor:
         self.timestep_mask = None  # TI2V: 0 on the held first frame's tokens, 1 elsewhere
         if task.per_token_timestep and task.fixed_mask is not None:
             self.timestep_mask = backend.to_device(np.ascontiguousarray(task.fixed_mask[None, :, 0], np.float32))
+        self.cache = None if task.cache_plan is None else self._step_cache(task, tcfg)
+
+    def _step_cache(self, task, tcfg) -> StepCache:
+        """The step cache of this rank's rows. First-Block Cache's sums (and a calibration's)
+        are added over every rank whose rows decide together: the cp group — and under dp
+        that splits prompts, the whole world (one device decides over the whole batch)."""
+        work, backend = task.work, self.backend
+        valid = (work.token_index() < work.shards.tokens).astype(np.float32)[None, :, None]
+        axis = "cp" if work.cfg_branch is not None or backend.mesh.size("dp") == 1 else "world"
+        return StepCache(task.cache, task.cache_plan, branch_names(task.uses_guidance, work.cfg_branch), self.batch,
+                         tcfg.num_layers, backend.to_device(valid),
+                         lambda local: backend.collectives.sum_to_host(local, axis), self.ops)
+
+    def cache_report(self) -> dict | None:
+        """The sidecar's "cache" record; every rank calls it (CFG parallel: the two branches'
+        logs meet over dp)."""
+        if self.cache is None:
+            return None
+        if self.task.work.cfg_branch is None:
+            return self.cache.report()
+        def merged(host):
+            local = torch.as_tensor(host, device=self.backend.device)
+            return torch.cat(self.backend.exchange_dp(local), dim=1).cpu().numpy()
+
+        return self.cache.report(merged(self.cache.log), ["cond", "uncond"], merged(self.cache.calibration))
 
     def before_step(self, step) -> None:
-        """Called by the denoise loop before each step: weight moves the plan asks for."""
+        """Called by the denoise loop before each step: weight moves the plan asks for, and the
+        step cache's step."""
         self.swap.before_step(step)
+        if self.cache is not None:
+            self.cache.begin(step.index)
 
     def shard(self, x):
         """The rank already holds its own shard."""
@@ -67,6 +97,14 @@ class EagerNoisePredictor:
         ops, task = self.ops, self.task
         tcfg, placed = task.experts[expert]
         params, run_blocks = expert_runner(expert, placed, self.compiler)
+        cache = self.cache
+        if cache is not None and cache.skips_forward:  # TaylorSeer predicts the whole output
+            with run_blocks.open(params["blocks"]):
+                pass  # nothing runs; a swap exchange due this step still completes on close
+            out = cache.predicted()
+            return self._combine(out, guidance)
+        if cache is not None:
+            run_blocks = CachedRunner(run_blocks, cache)
         batch, n_tokens = x.shape[0], x.shape[1]
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
         x_in = both_halves(x_in, self.halves, ops)
@@ -81,6 +119,14 @@ class EagerNoisePredictor:
             ts = ops.zeros((rows,), "float32", like=x) + t
         out = dit.forward(params, x_in, ts, self.context, self.rope, tcfg, ops, self.attention, run_blocks)
         out = ops.cast(out, "float32")
+        if cache is not None:
+            cache.computed(out)
+        return self._combine(out, guidance)
+
+    def _combine(self, out, guidance: float):
+        """The forward's float32 rows → the guided prediction (CFG parallel: the halves meet)."""
+        ops, task = self.ops, self.task
+        batch = len(task.work.rows)
         if task.work.cfg_branch is not None:
             out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
         return guided(out, batch, guidance) if task.uses_guidance else out

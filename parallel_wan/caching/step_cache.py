@@ -1,0 +1,176 @@
+"""A step cache at work in a host loop (the torch ranks' loop), written against `ops` and the
+block-pass protocol (backends/torch/runners/block_pass.py): the plan (plan.py) says what each
+step does; this object holds the arrays that carry over between steps, runs the block stack for
+the cache, and logs what was skipped.
+
+Its arrays are the `cache` of the loop's LoopState (the loop loads them at the start and hands
+them back at the end), so a stopped and resumed run continues with the same residuals and
+factors. Names: `residual` (MagCache), `taylor_f0…` (TaylorSeer), `fb_reference` and `fb_tail`
+(First-Block Cache), and `log_skipped`, a host array (steps × CFG branches here: 1 skipped,
+0 computed, −1 not run yet).
+
+The forward's rows are [branch 0 rows…, branch 1 rows…] (parallel/cfg_rows.py), `batch` rows
+each; First-Block Cache decides per branch. When a controller holds both branches and they
+decide differently, the block stack still runs on every row (the block function is built for
+the whole batch) and the skipping branch takes its cached result — the video is what
+per-branch skipping gives, but that step saves no work here (`block_forwards_discarded`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import first_block, magcache_calibration, taylor
+from .plan import COMPUTE, PREDICT, PROBE, REUSE, CacheStep, skipped_steps
+from .settings import CacheSettings
+
+
+class StepCache:
+    def __init__(self, settings: CacheSettings, plan: list[CacheStep], branches: list[str], batch: int, layers: int,
+                 valid, reduce: Callable, ops):
+        """branches: the CFG branch names of this controller's rows, in row order ("cond",
+        "uncond"). valid: (1, L, 1) float32 device array, 1 on this shard's valid tokens.
+        reduce(array) → host numpy array summed over every controller whose rows share these
+        branches' decisions (the sequence-parallel group)."""
+        self.settings, self.plan, self.branches = settings, plan, branches
+        self.batch, self.layers, self.valid, self.reduce, self.ops = batch, layers, valid, reduce, ops
+        self.arrays: dict = {}
+        self.log = np.full((len(plan), len(branches)), -1, np.int8)
+        self.calibration = np.full((len(plan), len(branches)), np.nan, np.float64)
+        self.index = 0
+
+    # ------------------------------------------------------------ loop
+    def begin(self, index: int) -> None:
+        self.index = index
+        if self.plan[index].fresh and not self.settings.calibrate:
+            self.arrays = {}  # a new expert: nothing of the previous one's cache is used
+
+    @property
+    def step(self) -> CacheStep:
+        return self.plan[self.index]
+
+    @property
+    def skips_forward(self) -> bool:
+        """The whole transformer is predicted this step (TaylorSeer): nothing runs."""
+        return self.step.action == PREDICT
+
+    def state(self) -> dict:
+        out = dict(self.arrays)
+        out["log_skipped"] = self.log.copy()
+        if self.settings.calibrate:
+            out["log_calibration"] = self.calibration.copy()
+        return out
+
+    def load(self, state: dict) -> None:
+        state = dict(state or {})
+        if "log_skipped" in state:
+            self.log = np.asarray(state.pop("log_skipped"), np.int8).copy()
+        if "log_calibration" in state:
+            self.calibration = np.asarray(state.pop("log_calibration"), np.float64).copy()
+        self.arrays = {k: v for k, v in state.items() if v is not None}
+
+    def _mark(self, skipped: list[bool]) -> None:
+        self.log[self.index] = np.asarray(skipped, np.int8)
+
+    # ------------------------------------------------------------ TaylorSeer: the whole output
+    def predicted(self):
+        """The predicted float32 output of this step's forward."""
+        self._mark([True] * len(self.branches))
+        return taylor.predict(self._factors(), self.step, self.ops)
+
+    def computed(self, output) -> None:
+        """After a computed forward (float32 output): TaylorSeer's factors follow it."""
+        if self.settings.kind == "taylorseer":
+            self.arrays.update(zip(taylor.factor_names(self.settings.order),
+                                   taylor.update(self._factors(like=output), output, self.step, self.ops)))
+            self._mark([False] * len(self.branches))
+
+    def _factors(self, like=None) -> list:
+        names = taylor.factor_names(self.settings.order)
+        if names[0] not in self.arrays:
+            return [self.ops.zeros_like(like) for _ in names]
+        return [self.arrays[n] for n in names]
+
+    # ------------------------------------------------------------ the block stack
+    def run_stack(self, blocks_pass, block: Callable, x):
+        """Blocks [0, n) on x as this step's cache says; the caller closes the pass."""
+        step, kind = self.step, self.settings.kind
+        if step.action == REUSE:
+            self._mark([True] * len(self.branches))
+            return x + self.arrays["residual"]
+        if step.action == PROBE:
+            return self._first_block(blocks_pass, block, x)
+        out = blocks_pass.run(block, x)
+        if kind == "magcache":
+            residual = out - x
+            if self.settings.calibrate and "residual" in self.arrays:
+                sums = self.reduce(magcache_calibration.branch_ratio_sums(
+                    residual, self.arrays["residual"], self.valid, len(self.branches), self.ops))
+                self.calibration[self.index] = sums / self._valid_count()
+            self.arrays["residual"] = residual
+            self._mark([False] * len(self.branches))
+        return out
+
+    def _valid_count(self) -> float:
+        """Valid tokens × rows of one branch, over the whole group (the calibration mean's n)."""
+        if not hasattr(self, "_count"):
+            self._count = float(self.reduce(self.ops.sum(self.valid))) * self.batch
+        return self._count
+
+    def _first_block(self, blocks_pass, block: Callable, x):
+        ops, n = self.ops, len(self.branches)
+        h0 = blocks_pass.run(block, x, stop=1)
+        residual = h0 - x
+        if "fb_reference" not in self.arrays:
+            compute = [True] * n
+        else:
+            sums = self.reduce(first_block.branch_sums(residual, self.arrays["fb_reference"], self.valid, n, ops))
+            compute = first_block.computes(sums, self.settings.threshold)
+        self._mark([not c for c in compute])
+        if not any(compute):
+            return h0 + self.arrays["fb_tail"]
+        out = blocks_pass.run(block, h0)
+        tail = out - h0
+        if all(compute):
+            self.arrays["fb_reference"], self.arrays["fb_tail"] = residual, tail
+            return out
+        # Branches differ: each takes its own rows from the computed or the cached side.
+        rows = self.batch
+
+        def per_branch(new, old):
+            return ops.concat([(new if c else old)[b * rows:(b + 1) * rows] for b, c in enumerate(compute)], axis=0)
+
+        cached = h0 + self.arrays["fb_tail"]
+        self.arrays["fb_reference"] = per_branch(residual, self.arrays["fb_reference"])
+        self.arrays["fb_tail"] = per_branch(tail, self.arrays["fb_tail"])
+        return per_branch(out, cached)
+
+    # ------------------------------------------------------------ the record
+    def report(self, log=None, branches=None, calibration=None) -> dict:
+        """The sidecar's "cache" record. `log`/`branches`/`calibration`: the whole run's
+        (steps × branch) arrays when the branches live on several controllers (CFG parallel),
+        else this one's."""
+        log = self.log if log is None else log
+        branches = self.branches if branches is None else branches
+        s = self.settings
+        out = {"kind": s.kind, **s.record()}
+        out["skipped"] = {name: [int(i) for i in np.flatnonzero(log[:, b] == 1)] for b, name in enumerate(branches)}
+        blocks_when_skipped = 1 if s.kind == "fbcache" else 0
+        ran = log >= 0
+        out["block_forwards"] = int(np.sum(np.where(log == 1, blocks_when_skipped, self.layers) * ran))
+        out["block_forwards_dense"] = int(np.sum(ran) * self.layers)
+        if s.kind == "fbcache" and len(self.branches) > 1:
+            split = (self.log == 1).any(axis=1) & (self.log == 0).any(axis=1)
+            out["block_forwards_discarded"] = int(np.sum(split[:, None] * (self.log == 1)) * (self.layers - 1))
+        if s.kind == "magcache" and not s.calibrate:
+            out["planned_skips"] = skipped_steps(self.plan)
+        if s.calibrate:
+            out["measured_ratios"] = self.calibration_curve(calibration)
+        return out
+
+    def calibration_curve(self, calibration=None) -> list[float]:
+        """The measured curve (official format) from steps 1 … N−1."""
+        calibration = self.calibration if calibration is None else calibration
+        return magcache_calibration.official_curve([list(row) for row in calibration[1:]])
