@@ -51,6 +51,11 @@ def test_defaults_resolve_from_the_model_preset():
     ],
 )
 def test_bad_settings_name_the_setting_and_the_fix(overrides, words):
+    assert_refused(overrides, words)
+
+
+def assert_refused(overrides, words):
+    """The settings stop with one line (a ConfigError) holding every one of `words`."""
     with pytest.raises(ConfigError) as err:
         spec_for(*overrides)
     msg = str(err.value)

@@ -340,3 +340,21 @@ def test_bad_inputs_give_one_line(capsys, args, needle):
     assert planner.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("cache", [["cache=magcache"], ["cache=fbcache", "cache.threshold=0.5"],
+                                   ["cache=taylorseer", "cache.order=2"]])
+def test_step_cache_arrays_are_counted(cache):
+    """What a step cache keeps between steps in a real tiny run (the arrays it hands the loop
+    state) is what the planner counts for it, to the byte."""
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.measure.live_bytes import held_bytes
+    from parallel_wan.pipeline import generate
+
+    spec = _spec(["model=tiny", "dtype=float32", "steps=6", *cache])
+    tcfg, vcfg, _ = planner.architecture(spec)
+    gen = generate(spec, TorchBackend("cpu"), stop_after=4)
+    arrays = [v for k, v in gen.state.cache.items() if not k.startswith("log_")]
+    assert arrays and held_bytes(*arrays) == planner.cache_bytes(spec, tcfg, planner.rank_shapes(spec, tcfg, vcfg)) > 0
+    plain = planner.plan(_spec(["model=tiny", "dtype=float32", "steps=6"]))
+    assert planner.plan(spec).denoise.held - plain.denoise.held == held_bytes(*arrays)

@@ -31,13 +31,13 @@ on a GPU add those. The text encoder's activations are a rough bound (widest FFN
 
 from .architecture import TEXT_LEN, UMT5_XXL, architecture, meta_module, transformer_shapes
 from .cli import main, planning_spec
-from .denoise import PLAN_STEPS, DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
+from .denoise import PLAN_STEPS, DenoiseBytes, RankShapes, cache_bytes, denoise_bytes, rank_shapes
 from .report import GB, MemoryPlan, plan, report, suggestions
 from .text_encoder import text_encoder_bytes
 from .vae import VaeBytes, vae_decode_bytes
 from .weights import ExpertBytes, expert_bytes, tensor_bytes, weight_bytes
 
 __all__ = ["GB", "PLAN_STEPS", "TEXT_LEN", "UMT5_XXL", "DenoiseBytes", "ExpertBytes", "MemoryPlan", "RankShapes",
-           "VaeBytes", "architecture", "denoise_bytes", "expert_bytes", "main", "meta_module", "plan", "planning_spec",
+           "VaeBytes", "architecture", "cache_bytes", "denoise_bytes", "expert_bytes", "main", "meta_module", "plan", "planning_spec",
            "rank_shapes", "report", "suggestions", "tensor_bytes", "text_encoder_bytes", "transformer_shapes",
            "vae_decode_bytes", "weight_bytes"]

@@ -69,7 +69,7 @@ def _meta_expert(tcfg, dtype: str):
 class DenoiseBytes:
     held: int  # made before the loop and kept through it: the text context (every prompt and the
     #            negative) and the rank's guidance rows, the RoPE tables, I2V condition tokens,
-    #            the initial noise (generate keeps it)
+    #            the initial noise (generate keeps it), and a step cache's arrays (cache_bytes)
     loop: int  # peak of what the loop's ops hold: the sample, the sampler's state, the previous
     #            prediction, the predictor's CFG concat and timesteps, the forward's activations
     #            and its fp32 output, the guidance combine
@@ -114,6 +114,7 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     held = held_bytes(context, predictor.context, predictor.rope, predictor.cond_tokens, predictor.timestep_mask, x)
     if task_cond is not None:
         held += held_bytes(task_cond)
+    held += cache_bytes(spec, tcfg, shapes)
     loop_spec = dataclasses.replace(spec, memory="resident")  # weight moves are counted in weight_bytes
     # Under inference mode, as the run (backend.inference_mode()): outside it the ops dispatch
     # differently (linear → t + addmm, the norms decomposed) and the tiny model's loop counted
@@ -122,3 +123,20 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
         out = denoise(loop_spec, make_schedule("official", PLAN_STEPS, spec.shift), x, predictor, lambda it: it, ops)
         del out
     return DenoiseBytes(held, live.peak)
+
+
+def cache_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> int:
+    """What a step cache keeps between steps on a rank (caching/step_cache.py), counted from
+    the shapes (the first-block decision reads values, which meta tensors have none of):
+    MagCache one block-stack residual (rows × Lc × dim, the run's dtype), First-Block Cache two
+    (block 0's residual and the tail's), TaylorSeer order + 1 float32 copies of the output."""
+    kind = spec.cache.kind
+    width = 4 if spec.dtype == "float32" else 2
+    stack = shapes.rows * shapes.local * tcfg.dim * width
+    if kind == "magcache":
+        return stack
+    if kind == "fbcache":
+        return 2 * stack
+    if kind == "taylorseer":
+        return (spec.cache.order + 1) * shapes.rows * shapes.local * math.prod(tcfg.patch_size) * tcfg.out_channels * 4
+    return 0

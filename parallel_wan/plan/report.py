@@ -79,7 +79,8 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         "per device:",
         f"  one expert, whole              {_gb(p.expert.whole)}",
         f"  weights during denoise         {_gb(p.weights['denoise'])}   ({p.weights['note']})",
-        f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, noise)",
+        f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, noise"
+        f"{', step cache' if p.spec.cache.on else ''})",
         f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
         f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
         f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over {p.vae.bands} ranks of the job)",
