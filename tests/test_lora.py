@@ -269,3 +269,28 @@ def test_cli_bad_lora_is_one_line_and_writes_nothing(tiny, tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "rank mismatch" in lines[0], proc.stderr
     assert not out.exists()
+
+
+def test_i2v_frames_equal_diffusers_with_one_lora_for_both_experts(tmp_path_factory, tmp_path):
+    """`lora=` on I2V-A14B: the musubi file (alpha 2 on rank 4) on both experts, equal to
+    WanImageToVideoPipeline after load_lora_weights into transformer and transformer_2."""
+    from diffusers import WanPipeline
+
+    from cli_harness import HEIGHT, WIDTH, reference_frames, run, tiny_checkpoint, write_png
+
+    model, ckpt = tiny_checkpoint("i2v", tmp_path_factory)
+    path = write_lora(tmp_path / "musubi.safetensors", lora_pairs(transformer_config("i2v"), rank=4, seed=7),
+                      "musubi", alpha=2.0)
+    image = write_png(tmp_path / "frame.png", WIDTH, HEIGHT)
+    guidance = dict(guidance_high=3.5, guidance_low=3.0)
+    ours = run(tmp_path / "ours", ckpt, model="tiny_i2v", image=image, lora=path, lora_scale=0.8, **guidance)
+    plain = run(tmp_path / "plain", ckpt, model="tiny_i2v", image=image, **guidance)
+    loader = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=None, transformer=model.transformer,
+                         transformer_2=model.transformer_2)  # only to load the adapters into both modules
+    loader.load_lora_weights(path, adapter_name="both")
+    loader.load_lora_weights(path, adapter_name="both", load_into_transformer_2=True)
+    model.transformer.set_adapters(["both"], [0.8])
+    model.transformer_2.set_adapters(["both"], [0.8])
+    ref = reference_frames(model, image, guidance_scale=3.5, guidance_scale_2=3.0)
+    assert_frames_close(ours["frames"], ref)
+    assert np.abs(ours["frames"].astype(int) - plain["frames"]).max() > LORA_MATTERS
