@@ -19,6 +19,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from .config import ConfigError, RunSpec, backend_name, resolve
+from .errors import OutputWriteError, RunError
 
 log = logging.getLogger("parallel_wan")
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -81,7 +82,11 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
         from .caching.magcache_calibration import write_curve
 
         sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output_dir, cache["measured_ratios"]))}
-    paths = save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames)
+    try:
+        paths = save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames)
+    except OSError as exc:  # full disk, I/O error: save_generation has removed what it wrote
+        raise OutputWriteError(f"could not write the outputs to output_dir={spec.output_dir} ({exc.strerror or exc}); "
+                               "nothing was kept; free space there or set another output_dir") from exc
     print(gen_summary(gen, paths), file=sys.stderr)
     return paths
 
@@ -100,13 +105,57 @@ def gen_summary(gen, paths) -> str:
     return timing_summary(phases, gen.timings["total"], extra)
 
 
-def validate(raw: dict, world_size: int, node_size: int | None = None):
-    """Settings and checkpoint headers → (spec, checkpoint description). Raises ConfigError;
-    loads nothing, compiles nothing."""
+def validate(raw: dict, world_size: int, node_size: int | None = None, local_rank: int = 0):
+    """Settings, the device, the checkpoint's json/headers and the video's size against the
+    model and the device → (spec, checkpoint description). Raises ConfigError; loads nothing,
+    compiles nothing, writes nothing."""
     from .pipeline import preflight
+    from .plan.fits import check_fits
 
     spec = resolve(raw, world_size, node_size)
-    return spec, preflight(spec)
+    if spec.backend == "torch":
+        from .backends.torch.backend import pick_device
+
+        pick_device(spec.device, local_rank, world_size)  # no CUDA, cuda:N on many ranks
+    ckpt = preflight(spec)
+    check_fits(spec, ckpt)
+    return spec, ckpt
+
+
+def compose_settings(overrides: list[str]) -> dict:
+    """conf/ composed with command-line overrides, as `main` gets it; Hydra's own errors (an
+    unknown key or option, bad override syntax) come back as one-line ConfigErrors instead of
+    Hydra's report and its HYDRA_FULL_ERROR hint."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            cfg = compose(config_name="config", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
+def hydra_error_line(exc: Exception) -> str:
+    """One line from a Hydra/OmegaConf error, with the fix."""
+    import re
+
+    text = str(exc)
+    if m := re.match(r"Could not override '([^']+)'", text):
+        from .config.checks import _nearest, known_keys
+
+        key = m.group(1)
+        near = _nearest(key, known_keys()) if "." not in key else ""
+        return f"{key} is not a setting{near}; remove it (python -m parallel_wan.run --cfg job lists every setting)"
+    if m := re.search(r"Could not find '([^'/]+)/([^']+)'", text):
+        options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
+        return f"{m.group(1)}={m.group(2)} is not known; choose one of: {', '.join(options)}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("See https://", "Config search path", "provider=",
+                                                            "full_key:", "object_type="))]
+    return "; ".join(lines) + " (settings are key=value; quote values with spaces: key='a b')"
 
 
 def choose_backend(raw: dict) -> str | None:
@@ -159,7 +208,10 @@ def main_jax(raw: dict, why: str | None = None) -> None:
     _log_choices(why, spec)
     if launch.process_count > 1:
         log.info("JAX multi-host: process %d of %d (%s)", launch.process_index, launch.process_count, launch.how)
-    run(spec, ckpt)
+    try:
+        run(spec, ckpt)
+    except BaseException as exc:
+        _fail(exc, launch.process_index, launch.process_count)
 
 
 def main_torch(raw: dict, why: str | None = None) -> None:
@@ -173,30 +225,66 @@ def main_torch(raw: dict, why: str | None = None) -> None:
     try:
         from .launch.backend_choice import node_size
 
-        spec, ckpt = validate(raw, launch.world_size, node_size())
-        from .backends.torch.backend import pick_device
-
-        pick_device(spec.device, launch.local_rank, launch.world_size)  # no CUDA, cuda:N on many ranks
+        spec, ckpt = validate(raw, launch.world_size, node_size(), launch.local_rank)
     except ConfigError as exc:
         _refuse(exc, launch.rank == 0)
     _log_choices(why, spec)
     try:
         run(spec, ckpt, launch)
-    except Exception as exc:
-        if launch.world_size == 1:
-            raise
-        # A failing rank must end the job, not leave its peers blocked in a collective: say
-        # which rank failed and why, then exit without waiting on a clean group teardown. Its
-        # peers' collectives then fail (peer gone) or time out after dist_timeout_s, and they
-        # exit through this same path.
-        print(f"parallel_wan: rank {launch.rank}/{launch.world_size} failed: {type(exc).__name__}: {exc}",
-              file=sys.stderr, flush=True)
-        os._exit(1)
+    except BaseException as exc:
+        _fail(exc, launch.rank, launch.world_size)
     shutdown()
 
 
+def _fail(exc: BaseException, rank: int, world: int) -> None:
+    """How a started run ends when it cannot finish; nothing is half-written either way (outputs
+    are staged and renamed only once all of them are written: report/outputs.py).
+
+    Ctrl-C: exit 130 (128 + SIGINT, the shell's code). A RunError (non-finite latents, outputs
+    that could not be written): its one line, exit 1. Anything else on one process: Python's
+    traceback. On several: the traceback, each line tagged with the rank, in this rank's log,
+    then the one-line reason, and exit at once — a failing rank must end the job, not leave its
+    peers blocked in a collective: their collectives then fail (peer gone) or time out after
+    dist_timeout_s, and they exit through this same path."""
+    import traceback
+
+    if isinstance(exc, SystemExit):
+        raise exc
+    tag = f" (rank {rank}/{world})" if world > 1 else ""
+    if isinstance(exc, KeyboardInterrupt):
+        if rank == 0:
+            print(f"parallel_wan: interrupted{tag}; nothing was written", file=sys.stderr, flush=True)
+        code = 130
+    elif isinstance(exc, RunError):
+        print(f"parallel_wan: error{tag}: {exc}", file=sys.stderr, flush=True)
+        code = 1
+    elif world == 1:
+        raise exc
+    else:
+        lines = "".join(traceback.format_exception(exc)).splitlines()
+        print("\n".join(f"[rank {rank}/{world}] {line}" for line in lines), file=sys.stderr)
+        print(f"parallel_wan: rank {rank}/{world} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        code = 1
+    if world > 1:
+        os._exit(code)
+    sys.exit(code)
+
+
+def main() -> None:
+    """`python -m parallel_wan.run key=value …`: the overrides are composed once up front so that
+    Hydra's own errors are one line and exit 2 like every other bad setting; Hydra's flags
+    (--help, --cfg job, -m …) go to Hydra untouched."""
+    overrides = sys.argv[1:]
+    if not any(arg.startswith("-") for arg in overrides):
+        try:
+            compose_settings(overrides)
+        except ConfigError as exc:
+            _refuse(exc, True)
+    hydra_main()
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     raw = OmegaConf.to_container(cfg, resolve=True)
     try:
         why = choose_backend(raw)

@@ -143,23 +143,29 @@ def test_a_dead_rank_ends_the_job_with_a_message(tmp_path):
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    try:
-        assert started.wait(240), "rank 0 never started denoising:\n" + "".join(seen)[-3000:]
-        time.sleep(1.0)
-        ranks[1].send_signal(signal.SIGKILL)
-        t0 = time.monotonic()
-        rc = ranks[0].wait(timeout=90)  # well inside dist_timeout_s + teardown
-        elapsed = time.monotonic() - t0
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
+    rc, elapsed = kill_rank_one_when(started, ranks, seen, "rank 0 never started denoising", pause=1.0)
     reader.join(timeout=5)
     text = "".join(seen)
     assert rc != 0
     assert "parallel_wan: rank 0/2 failed" in text, text[-2000:]
     assert elapsed < 60
     assert not out.exists()  # nothing half-written
+
+
+def kill_rank_one_when(event, ranks, seen, never: str, pause: float = 0.0):
+    """SIGKILL rank 1 once `event` is set (within 240 s); (rank 0's exit code, seconds it took
+    to exit). Every rank still alive afterwards is killed."""
+    try:
+        assert event.wait(240), f"{never}:\n" + "".join(seen)[-3000:]
+        time.sleep(pause)
+        ranks[1].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = ranks[0].wait(timeout=90)  # well inside dist_timeout_s + teardown
+        return rc, time.monotonic() - t0
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
 
 
 def test_torchrun_cli_writes_one_folder_and_logs_from_rank_zero(tmp_path):

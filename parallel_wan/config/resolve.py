@@ -13,6 +13,7 @@ from typing import Mapping
 from ..caching.settings import cache_settings
 from ..lora.settings import lora_settings
 from ..parallel.mesh import ConfigError, mesh_spec
+from .checks import check_known_keys, check_seed, writable_folder
 from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
     _as, _choice, _pick, model_preset
 
@@ -27,6 +28,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     """Validate the composed config and fill model defaults. Raises ConfigError.
     `world_size`: processes started (torch), or JAX devices visible (backend=jax); `node_size`:
     processes per node (mesh=auto keeps Ulysses inside one)."""
+    check_known_keys(cfg)
     model = model_preset(cfg["model"])
     backend = backend_name(cfg)
     if backend == "auto":
@@ -60,8 +62,6 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
             raise ConfigError(f"{key}={value} is negative; guidance scales are ≥ 0 (1.0 turns guidance off)")
     if shift <= 0:
         raise ConfigError(f"shift={shift} must be positive (official: 12.0 for T2V-A14B, 5.0 otherwise)")
-    if seed < 0:
-        raise ConfigError(f"seed={seed} must be ≥ 0")
 
     image = cfg.get("image")
     if model.task == "i2v" and not image:
@@ -89,6 +89,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         raise ConfigError(f"attention_impl=xfuser is a PyTorch (CUDA) kernel but backend={backend}; use attention_impl=ours")
     uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
     prompts = _prompts(cfg.get("prompt"))
+    check_seed(seed, len(prompts))
     memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
     if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
         cfg_everywhere = guidance_high != 1.0 and (model.experts == 1 or guidance_low != 1.0)
@@ -124,7 +125,8 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         dtype=dtype,
         device=_as(str, "device", _pick(cfg, "device", "auto")),
         checkpoint_dir=checkpoint_dir or None,
-        output_dir=os.path.abspath(_as(str, "output_dir", _pick(cfg, "output_dir", "outputs"))),
+        output_dir=writable_folder("output_dir", _as(str, "output_dir", _pick(cfg, "output_dir", "outputs")),
+                                   "e.g. output_dir=outputs/run1"),
         save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
         attention_impl=attention_impl,
         dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
@@ -198,21 +200,10 @@ def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, 
 
 
 def _cache_dir(value) -> str | None:
-    """weights_cache_dir: a folder that exists or can be made, and is writable (checked now, not
-    after minutes of loading)."""
+    """weights_cache_dir: a folder that exists or can be made, and is writable."""
     if value is None or value == "":
         return None
-    path = os.path.abspath(os.path.expanduser(_as(str, "weights_cache_dir", value)))
-    existing = path
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ConfigError(f"weights_cache_dir={path}: {existing} is a file, not a folder; point it at a folder "
-                          "for the converted-weights cache, or set weights_cache_dir=null")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"weights_cache_dir={path}: {existing} is not writable; pick a writable folder "
-                          "or set weights_cache_dir=null")
-    return path
+    return writable_folder("weights_cache_dir", _as(str, "weights_cache_dir", value), "or set weights_cache_dir=null")
 
 
 def _prompts(value) -> tuple[str, ...]:

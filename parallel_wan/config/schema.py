@@ -4,12 +4,14 @@ Hydra's composed config), with the small readers every check uses. Cheap: no tor
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..caching.settings import CacheSettings
 from ..parallel.mesh import ConfigError, MeshSpec
 
+INT_LIMIT = 2**63
 TASKS = ("t2v", "i2v", "ti2v")
 SAMPLERS = ("unipc", "euler")
 SCHEDULES = ("auto", "official", "diffusers")
@@ -114,10 +116,14 @@ def _as(kind, key: str, value):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
             raise ConfigError(f"{key}={value!r} is not a whole number; set e.g. {key}=42")
+        if not -INT_LIMIT <= value < INT_LIMIT:  # torch, numpy and the JSON sidecar hold 64-bit integers
+            raise ConfigError(f"{key}={value} does not fit in a 64-bit integer; set a smaller {key}")
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}={value!r} is not a number; set e.g. {key}=5.0")
+        if not math.isfinite(value):  # nan/inf would run and render noise (or hang a schedule)
+            raise ConfigError(f"{key}={value} is not a finite number; set e.g. {key}=5.0")
         return float(value)
     if not isinstance(value, str):
         raise ConfigError(f"{key}={value!r} must be a string")

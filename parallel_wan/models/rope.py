@@ -22,12 +22,15 @@ def _angles(dim: int, positions: np.ndarray, theta: float) -> np.ndarray:
     return np.outer(positions.astype(np.float64), inv_freq)
 
 
+MAX_POSITIONS = 1024  # per axis of the token grid: the RoPE table of the Wan 2.x DiT
+
+
 def rope_tables(
     head_dim: int,
     grid: tuple[int, int, int],
     token_index: np.ndarray | None = None,
     theta: float = 10000.0,
-    max_positions: int = 1024,
+    max_positions: int = MAX_POSITIONS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin, each (tokens, head_dim // 2) float32, one row per token in `token_index`
     (flat indices into the frames × height × width token grid; all tokens when None). Indices

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import RunSpec
+from ..errors import NonFiniteLatents
 from ..models import transformer as dit
 from ..sampling import make_sampler
 from .loop_state import LoopState
@@ -21,7 +22,7 @@ from .work import RankWork
 
 # Step, expert_for, pick_schedule and step_plan live in steps.py; the memory runners import them
 # from here too.
-__all__ = ["DenoiseTask", "LoopState", "Step", "compile_loop", "denoise", "draw_noise", "expert_for",
+__all__ = ["DenoiseTask", "LoopState", "Step", "check_finite", "compile_loop", "denoise", "draw_noise", "expert_for",
            "pick_schedule", "rehearse_loop", "step_plan"]
 
 
@@ -66,6 +67,9 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
         cache.load(state.cache)
     if spec.scan_loop:
         latents, sampler_state = predict.run_steps(state.latents, state.sampler, plan, sampler, held, state.step, stop)
+        if stop > state.step:  # one program ran every step: the check comes after it
+            experts = "→".join(dict.fromkeys(plan[i].expert for i in range(state.step, stop)))
+            check_finite(latents, ops, f"steps {state.step + 1}..{stop} of {schedule.steps} (scan_loop; {experts})")
         return LoopState(stop, latents, sampler_state, state.cache if cache is None else cache.state())
     x, sampler_state = state.latents, state.sampler
     # A predictor that moves weights between steps (memory=swap) or runs a step cache says so
@@ -73,6 +77,8 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
     before_step = getattr(predict, "before_step", None)
     for i in progress(range(state.step, stop)):
         step = plan[i]
+        if i > state.step and step.expert != plan[i - 1].expert:  # the expert switch ends a phase
+            check_finite(x, ops, f"step {i} of {schedule.steps} ({plan[i - 1].expert} expert)")
         if before_step is not None:
             before_step(step)
         if held is not None:
@@ -81,7 +87,22 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
         x, sampler_state = sampler.update(sampler.coefs(i), sampler_state, pred, x, ops)
     if held is not None and stop == schedule.steps:
         x = ops.where(held[1] > 0, x, held[0])
+    if stop > state.step:
+        check_finite(x, ops, f"step {stop} of {schedule.steps} ({plan[stop - 1].expert} expert)")
     return LoopState(stop, x, sampler_state, state.cache if cache is None else cache.state())
+
+
+def check_finite(x, ops, where: str) -> None:
+    """Stop when the latents hold NaN or ±inf — weights full of NaN, an overflow — instead of
+    decoding noise into a video. Called once per expert phase (at the switch and at the end),
+    never per step: one elementwise product and one sum, then the only host sync it costs.
+    x·0 is 0 for every finite value and NaN for NaN or ±inf, so the sum cannot overflow.
+    Each rank checks its own tokens; NaN weights reach every rank's tokens through attention."""
+    if getattr(x, "is_meta", False):  # the planner runs this loop on meta tensors: no values
+        return
+    if not np.isfinite(float(ops.to_numpy(ops.sum(x * 0.0)))):
+        raise NonFiniteLatents(f"the latents hold NaN or inf after {where}; stopped, nothing was written — "
+                               "check the checkpoint's weights (re-download it) and the guidance/shift settings")
 
 
 def compile_loop(spec: RunSpec, schedule, x, predict, ops, held=None) -> dict:

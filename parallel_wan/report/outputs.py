@@ -31,66 +31,125 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(final: str, write) -> None:
+def stage(final: str, write) -> str:
+    """Write a file for `final` under a temporary name beside it and return that name; a write
+    that fails (a full disk, Ctrl-C) removes its temporary file and re-raises."""
     tmp = _atomic_path(final)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
-        os.replace(tmp, final)
     except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        _remove(tmp)
+        raise
+    return tmp
+
+
+def commit(staged: list[tuple[str, str]]) -> None:
+    """Rename staged (temporary, final) pairs in order. Renames within a folder need no space;
+    should one still fail, the files already renamed are removed too: all or nothing."""
+    done = []
+    try:
+        for tmp, final in staged:
+            os.replace(tmp, final)
+            done.append(final)
+    except BaseException:
+        discard(staged)
+        for final in done:
+            _remove(final)
         raise
 
 
-def write_mp4(path: str, frames: np.ndarray, fps: int) -> None:
-    import imageio.v2 as imageio
+def discard(staged: list[tuple[str, str]]) -> None:
+    for tmp, _ in staged:
+        _remove(tmp)
 
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_atomic(final: str, write) -> None:
+    commit([(stage(final, write), final)])
+
+
+def _mp4_writer(frames: np.ndarray, fps: int):
     def write(tmp):
+        import imageio.v2 as imageio
+
         # yuv420p needs even sizes; every supported size is a multiple of 16, so it is.
         imageio.mimwrite(tmp, list(frames), fps=fps, format="FFMPEG", codec="libx264", quality=8,
                          pixelformat="yuv420p", macro_block_size=1, output_params=["-loglevel", "error"])
 
-    write_atomic(path, write)
+    return write
 
 
-def write_json(path: str, payload: dict) -> None:
+def _json_writer(payload: dict):
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(payload, f, indent=2, default=str)
             f.write("\n")
 
-    write_atomic(path, write)
+    return write
 
 
-def write_npy(path: str, array: np.ndarray) -> None:
+def _npy_writer(array: np.ndarray):
     def write(tmp):
         with open(tmp, "wb") as f:
             np.save(f, array)
 
-    write_atomic(path, write)
+    return write
+
+
+def write_mp4(path: str, frames: np.ndarray, fps: int) -> None:
+    write_atomic(path, _mp4_writer(frames, fps))
+
+
+def write_json(path: str, payload: dict) -> None:
+    write_atomic(path, _json_writer(payload))
+
+
+def write_npy(path: str, array: np.ndarray) -> None:
+    write_atomic(path, _npy_writer(array))
 
 
 def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool) -> dict:
     """Write the videos (video.mp4, or video_000.mp4 … for a prompt batch), optional raw frames
     and, last, the JSON sidecar — so a sidecar on disk means the job finished. Returns the
-    paths written."""
+    paths written.
+
+    All or nothing: every file is written under a temporary name first and renamed only when
+    all are written; a failure (ENOSPC, an I/O error, Ctrl-C) removes the temporary files —
+    and the output folder, when this call made it and it is empty — and re-raises."""
+    made = not os.path.isdir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     many = len(videos) > 1
-    entries = []
-    for i, frames in enumerate(videos):
-        suffix = f"_{i:03d}" if many else ""
-        entry = {"video": os.path.join(output_dir, f"video{suffix}.mp4"), "frames_sha256": frames_sha256(frames)}
-        if save_frames:
-            entry["frames"] = os.path.join(output_dir, f"frames{suffix}.npy")
-            write_npy(entry["frames"], frames)
-        write_mp4(entry["video"], frames, fps)
-        entries.append(entry)
-    if many:
-        sidecar = {**sidecar, "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)]}
-    else:
-        sidecar = {**sidecar, "frames_sha256": entries[0]["frames_sha256"], "files": entries[0]}
-    paths = {"sidecar": os.path.join(output_dir, "video.json"), "video": entries[0]["video"],
-             "videos": [e["video"] for e in entries]}
-    write_json(paths["sidecar"], sidecar)
+    entries, staged = [], []
+    try:
+        for i, frames in enumerate(videos):
+            suffix = f"_{i:03d}" if many else ""
+            entry = {"video": os.path.join(output_dir, f"video{suffix}.mp4"), "frames_sha256": frames_sha256(frames)}
+            if save_frames:
+                entry["frames"] = os.path.join(output_dir, f"frames{suffix}.npy")
+                staged.append((stage(entry["frames"], _npy_writer(frames)), entry["frames"]))
+            staged.append((stage(entry["video"], _mp4_writer(frames, fps)), entry["video"]))
+            entries.append(entry)
+        if many:
+            sidecar = {**sidecar, "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)]}
+        else:
+            sidecar = {**sidecar, "frames_sha256": entries[0]["frames_sha256"], "files": entries[0]}
+        paths = {"sidecar": os.path.join(output_dir, "video.json"), "video": entries[0]["video"],
+                 "videos": [e["video"] for e in entries]}
+        staged.append((stage(paths["sidecar"], _json_writer(sidecar)), paths["sidecar"]))
+        commit(staged)
+    except BaseException:
+        discard(staged)
+        if made:
+            try:
+                os.rmdir(output_dir)
+            except OSError:  # not empty: something else writes there too
+                pass
+        raise
     return paths

@@ -24,6 +24,7 @@ from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import transformer_keymap
 from parallel_wan.weights.safetensors_io import load_pth_mapped, tensor_index
+from parallel_wan.weights.trust import check_links
 
 OFFICIAL_EXPERTS = {"high_noise": "high_noise_model", "low_noise": "low_noise_model"}
 DIFFUSERS_EXPERTS = {"high_noise": "transformer", "low_noise": "transformer_2"}
@@ -66,6 +67,10 @@ def describe_checkpoint(checkpoint_dir: str | Path) -> Checkpoint:
     where = f"checkpoint_dir={root}"
     if not root.is_dir():
         raise CheckpointError(f"{where}: no such folder; set checkpoint_dir to a downloaded Wan 2.2 checkpoint")
+    try:
+        check_links(root)  # before any file of it is opened
+    except ValueError as e:
+        raise CheckpointError(f"{where}: {e}") from None
     if (root / "model_index.json").is_file():
         checkpoint = _describe_diffusers(root, where)
     elif any((root / d).is_dir() for d in OFFICIAL_EXPERTS.values()) or _is_official_config(root / "config.json"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import os
 import struct
 import sys
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Callable, Iterable, Mapping
 import torch
 
 from parallel_wan.weights.copy_pool import Copy, copy_all, host_empty
+from parallel_wan.weights.trust import listed_file
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -95,8 +97,10 @@ def cast(tensor: torch.Tensor, name: str, dtype: torch.dtype | None, keep_fp32: 
 
 # ------------------------------------------------------------------------------ headers
 def read_header(path: str | Path) -> dict[str, TensorInfo]:
-    """Names, dtypes, shapes and byte ranges of one safetensors file, from its JSON header only."""
-    return parse_header(path, read_header_bytes(path))[0]
+    """Names, dtypes, shapes and byte ranges of one safetensors file, from its JSON header only,
+    each checked against the file's size (a file is untrusted input: see `parse_header`)."""
+    raw = read_header_bytes(path)
+    return parse_header(path, raw, file_size=os.path.getsize(path))[0]
 
 
 def read_header_bytes(path: str | Path) -> bytes:
@@ -108,6 +112,8 @@ def read_header_bytes(path: str | Path) -> bytes:
             (length,) = struct.unpack("<Q", prefix)
             if length > 100_000_000:  # the format's own limit; a bigger value is a corrupt file
                 raise ValueError(f"header length {length} is implausible")
+            if length > os.fstat(f.fileno()).st_size - 8:
+                raise ValueError(f"its header length {length} runs past the end of the file; it is truncated")
             header = f.read(length)
     except (OSError, struct.error, ValueError) as e:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
@@ -116,20 +122,45 @@ def read_header_bytes(path: str | Path) -> bytes:
     return prefix + header
 
 
-def parse_header(path: str | Path, raw: bytes) -> tuple[dict[str, TensorInfo], dict]:
-    """(tensors, metadata) of a safetensors header; raises ValueError when it is malformed."""
+def parse_header(path: str | Path, raw: bytes, file_size: int | None = None) -> tuple[dict[str, TensorInfo], dict]:
+    """(tensors, metadata) of a safetensors header; raises ValueError when it is malformed.
+
+    Every entry is checked before anything is mapped: a known dtype, a shape of non-negative
+    whole numbers, data offsets whose span is exactly the tensor's bytes and, given the file's
+    size, that end inside the file — so a truncated or doctored file is refused by name here
+    instead of mapping past its end (a crash) or reading another tensor's bytes (garbage)."""
     path = Path(path)
     base = len(raw)
     try:
         header = json.loads(raw[8:])
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
         metadata = header.pop("__metadata__", None) or {}
         infos = {}
         for name, entry in header.items():
             begin, end = entry["data_offsets"]
             infos[name] = TensorInfo(path, entry["dtype"], tuple(entry["shape"]), base + begin, base + end)
+            _check_entry(infos[name], name, begin, end)
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path}: not a readable safetensors file ({e!r})") from e
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
+    ends = [info.end for info in infos.values()]
+    if file_size is not None and ends and max(ends) > file_size:
+        name = max(infos, key=lambda n: infos[n].end)
+        raise ValueError(f"{path}: truncated or corrupt: tensor {name} ends at byte {infos[name].end} but the file "
+                         f"has {file_size} bytes; re-download that file")
     return infos, metadata
+
+
+def _check_entry(info: TensorInfo, name: str, begin, end) -> None:
+    if info.dtype not in STORED_DTYPES:
+        raise ValueError(f"tensor {name} has dtype {info.dtype!r}, not one of {', '.join(STORED_DTYPES)}")
+    if not all(type(n) is int and n >= 0 for n in (*info.shape, begin, end)) or begin > end:
+        raise ValueError(f"tensor {name} has shape {list(info.shape)} and data offsets {[begin, end]}; "
+                         "expected non-negative whole numbers with begin ≤ end")
+    need = math.prod(info.shape) * STORED_DTYPES[info.dtype].itemsize
+    if end - begin != need:
+        raise ValueError(f"tensor {name} ({info.dtype} {list(info.shape)}) needs {need} bytes but its data offsets "
+                         f"span {end - begin}")
 
 
 def shard_files(source: str | Path) -> dict[str, Path]:
@@ -147,10 +178,15 @@ def shard_files(source: str | Path) -> dict[str, Path]:
     if len(indexes) > 1:
         raise ValueError(f"{source}: more than one safetensors index ({', '.join(p.name for p in indexes)}); keep one")
     if indexes:
-        weight_map = json.loads(indexes[0].read_text())["weight_map"]
+        try:
+            weight_map = json.loads(indexes[0].read_text())["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError("weight_map is not an object")
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{indexes[0]}: not a safetensors index ({e}); re-download it") from None
         files = {}
         for name, file in weight_map.items():
-            path = source / file
+            path = listed_file(source, file, indexes[0].name)  # never outside `source`
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: listed in {indexes[0].name} but missing; re-download that shard")
             files[name] = path
