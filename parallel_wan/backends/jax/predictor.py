@@ -4,7 +4,8 @@ global token array.
 A single controller holds the whole problem: tokens (B, cp·Lc, F) padded at the end and
 sharded ("dp", ring × ulysses); the forward batch is [cond rows…, uncond rows…] (the one CFG
 layout, parallel/cfg_rows.py), sharded over "dp" — so with one prompt and dp = 2 the two CFG
-halves run on the two dp groups. The CFG combine runs inside
+halves run on the two dp groups. An expert whose guidance is 1.0 has a program of its own with
+the cond rows only (task.halves), reading a context of the prompts alone. The CFG combine runs inside
 the program; the host only passes the step's timestep and guidance scale (traced scalars, so
 one compiled program serves every step, and both experts when their shapes agree).
 """
@@ -84,12 +85,13 @@ class JaxNoisePredictor:
         work = task.work
         self.valid, self.padded = work.shards.tokens, work.shards.padded
         self.batch = len(work.rows)
-        self.halves = 2 if task.uses_guidance else 1
+        self.halves = {name: task.halves(name) for name in task.experts}  # CFG halves per expert
         self.x_sharding = self.token_sharding(self.batch)
         tcfg = next(iter(task.experts.values()))[0]
         cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
         self.cos, self.sin = put(cos, NamedSharding(mesh, P(CP, None))), put(sin, NamedSharding(mesh, P(CP, None)))
-        self.context = put(self._forward_rows(task), NamedSharding(mesh, P("dp", None, None)))
+        self.contexts = {h: put(self._forward_rows(task, h), NamedSharding(mesh, P("dp", None, None)))
+                         for h in set(self.halves.values())}
         self.cond = None if task.cond_tokens is None else put(task.cond_tokens, NamedSharding(mesh, P(None, CP, None)))
         mask = np.ones((self.padded,), np.float32) if task.fixed_mask is None else task.fixed_mask[:, 0]
         self.t_mask = put(mask, NamedSharding(mesh, P(CP))) if task.per_token_timestep else None
@@ -100,19 +102,24 @@ class JaxNoisePredictor:
         self._build_programs()
 
     # ------------------------------------------------------------ set-up
-    def _forward_rows(self, task) -> np.ndarray:
-        """Context rows of the forward batch, in the one CFG layout: [prompts…, negative × B]."""
-        return host_copy(task.context)[context_rows(task.work.rows, task.prompts, task.uses_guidance)]
+    def _forward_rows(self, task, halves: int) -> np.ndarray:
+        """Context rows of a forward batch with `halves` CFG halves, in the one CFG layout:
+        [prompts…, negative × B], or [prompts…]."""
+        return host_copy(task.context)[context_rows(task.work.rows, task.prompts, halves == 2)]
+
+    def context_for(self, expert: str):
+        """The context rows `expert`'s step reads."""
+        return self.contexts[self.halves[expert]]
 
     def program_key(self, expert: str) -> tuple:
         """Everything the step's trace depends on besides the arguments' shapes."""
         tcfg = self.task.experts[expert][0]
         return (tcfg, repr(self.specs[expert]), mesh_key(self.mesh), self.valid, self.padded, self.batch,
-                self.halves, self.task.per_token_timestep, self.kernel)
+                self.halves[expert], self.task.per_token_timestep, self.kernel)
 
     def step_function(self, expert: str):
         tcfg = self.task.experts[expert][0]
-        return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves,
+        return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves[expert],
                          self.task.per_token_timestep, self.kernel)
 
     def _build_programs(self) -> None:
@@ -123,7 +130,7 @@ class JaxNoisePredictor:
 
     def _inputs(self, expert: str, x, t, guidance):
         _, params = self.task.experts[expert]
-        return (params, x, np.float32(t), np.float32(guidance), self.context, self.cos, self.sin, self.cond,
+        return (params, x, np.float32(t), np.float32(guidance), self.context_for(expert), self.cos, self.sin, self.cond,
                 self.t_mask)
 
     def token_sharding(self, rows: int) -> NamedSharding:

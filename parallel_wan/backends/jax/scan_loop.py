@@ -25,12 +25,13 @@ def make_loop(steps: list, update):
     order) with the sampler's `update`; closes over no arrays. `finish` (static): the range
     ends the schedule, so the held tokens are re-imposed once more after it."""
 
-    def denoise_scan(params, x, state, plan, held, aux, finish: bool):
+    def denoise_scan(params, x, state, plan, held, contexts, aux, finish: bool):
         def hold(x):
             return x if held is None else jnp.where(held[1] > 0, x, held[0])
 
         def branch(k):
-            return lambda params, x, t, g: steps[k](params[k], x, t, g, *aux)
+            # each expert its own context rows: an unguided expert's are the prompts alone
+            return lambda params, x, t, g: steps[k](params[k], x, t, g, contexts[k], *aux)
 
         def body(carry, s):
             x, state = carry
@@ -73,7 +74,8 @@ class ScannedLoop:
         params = tuple(p.task.experts[name][1] for name in self.experts)
         plan = {k: v[start:stop] for k, v in self.plan.items()} | {"coef": {k: v[start:stop] for k, v in self.table.items()}}
         state = {k: None if v is None else p.shard(v) for k, v in state.items()}
-        return params, p.shard(x), state, plan, self.held, (p.context, p.cos, p.sin, p.cond, p.t_mask)
+        contexts = tuple(p.context_for(name) for name in self.experts)
+        return params, p.shard(x), state, plan, self.held, contexts, (p.cos, p.sin, p.cond, p.t_mask)
 
     def compile(self, x, state) -> None:
         self.compiled = self.program.lower(*self._args(x, state, 0, self.steps), finish=True).compile()
