@@ -207,6 +207,8 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint and cache afterwards")
     parser.add_argument("--skip-diffusers", action="store_true")
+    parser.add_argument("--lora-rank", type=int, default=64,
+                        help="also load with a LoRA of this rank on every linear layer of every block (0: no row)")
     parser.add_argument("--all-rows", action="store_true",
                         help="also: ours → fp32, one more copy thread, 4 KiB pages, the cache, diffusers + a read")
     args = parser.parse_args()
@@ -261,6 +263,12 @@ def main() -> None:
             (READ_FRESH, lambda: read_into(files, None)),
             (ours_label, ours("bfloat16")),
         ]
+        lora_label = None
+        if args.lora_rank:
+            lora = write_synthetic_lora(root / "lora.safetensors", ckpt.transformers["single"], args.lora_rank)
+            lora_label = f"ours {short} → bf16 + LoRA rank {args.lora_rank} merged"
+            methods.append((lora_label, lambda: load_transformer(ckpt, "single", "bfloat16", keeps_fp32,
+                                                                 lora=expert_with(lora, ckpt))))
         if args.all_rows:
             methods += [
                 (f"ours {short} → fp32", ours("float32")),
@@ -312,6 +320,8 @@ def main() -> None:
                   f"{nbytes / best[label] / 1e9:7.2f} | {peer / best[label]:15.2f} |")
         print(f"\nours vs the best read() of the same files: {peer / best[ours_label]:.2f} (target ≥ 0.5); "
               f"vs read() into fresh memory: {best[READ_FRESH] / best[ours_label]:.2f}")
+        if lora_label is not None:
+            print(f"loading with the LoRA merged / without: {best[lora_label] / best[ours_label]:.2f}× (target ≤ 1.2×)")
         if diffusers_label in best:
             print(f"ours vs diffusers: {best[diffusers_label] / best[ours_label]:.2f}× (target ≥ 5×)"
                   + (" — diffusers maps bf16 files and reads no byte, so this compares a copy with a map"
@@ -322,6 +332,33 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def write_synthetic_lora(path: Path, cfg: TransformerConfig, rank: int) -> Path:
+    """A ComfyUI-format LoRA (bf16, as the lightx2v files are) on every linear layer of every
+    block: what a Lightning LoRA changes."""
+    from safetensors.torch import save_file
+
+    from parallel_wan.weights.transformer_keymap import diffusers_to_official_name
+
+    dim, ffn, tensors = cfg.dim, cfg.ffn_dim, {}
+    for i in range(cfg.num_layers):
+        for module, (out, inp) in {**{f"attn{a}.{p}": (dim, dim) for a in (1, 2) for p in ("to_q", "to_k", "to_v",
+                                                                                             "to_out.0")},
+                                   "ffn.net.0.proj": (ffn, dim), "ffn.net.2": (dim, ffn)}.items():
+            stem = "diffusion_model." + diffusers_to_official_name(f"blocks.{i}.{module}.weight")[: -len(".weight")]
+            tensors[f"{stem}.lora_down.weight"] = torch.randn(rank, inp, dtype=torch.bfloat16) * 0.01
+            tensors[f"{stem}.lora_up.weight"] = torch.randn(out, rank, dtype=torch.bfloat16) * 0.01
+            tensors[f"{stem}.alpha"] = torch.tensor(float(rank))
+    save_file(tensors, str(path))
+    return path
+
+
+def expert_with(lora: Path, ckpt: Checkpoint):
+    """The expert's LoRA, opened and checked as a run does (headers only)."""
+    from parallel_wan.lora.merge import expert_lora
+
+    return expert_lora("single", [(str(lora), 1.0, "lora")], expected_transformer_shapes(ckpt.transformers["single"]))
 
 
 READ_REUSED = "read() into a reused buffer (page cache)"

@@ -3,7 +3,6 @@ renders the frames diffusers' WanImageToVideoPipeline / WanPipeline(expand_times
 render from the same checkpoint, image, prompt and seed."""
 
 import hashlib
-import json
 
 import numpy as np
 import pytest
@@ -12,10 +11,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from PIL import Image
 
-from cli_harness import (HEIGHT, NEGATIVE, NUM_FRAMES, PROMPT, SEED, STEPS, WIDTH, assert_frames_close, common,
-                         run_cli, to_uint8)
+from cli_harness import (HEIGHT, WIDTH, assert_frames_close, common, reference_frames, run, tiny_checkpoint,
+                         to_uint8, write_png)
 from parallel_wan.run import CONF_DIR
-from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 
 # The tiny presets' guidance: I2V 3.5 for both experts (we set the low-noise one to 3.0 so a
 # swapped guidance_scale / guidance_scale_2 shows); TI2V 5.0.
@@ -23,14 +21,6 @@ I2V_GUIDANCE_HIGH, I2V_GUIDANCE_LOW, TI2V_GUIDANCE = 3.5, 3.0, 5.0
 # Two runs whose conditioning differs must differ by far more than MAX_ABS, or agreement with
 # diffusers would prove nothing (measured: 70 levels for I2V, > 200 for TI2V).
 CONDITIONING_MATTERS = 20
-
-
-def write_png(path, width, height):
-    """A smooth, deterministic RGB picture (Lanczos resizing of pure noise would be all ringing)."""
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    rgb = np.stack([xx / width, yy / height, 0.5 + 0.5 * np.sin(xx / 5.0) * np.cos(yy / 7.0)], axis=-1)
-    Image.fromarray(np.round(rgb * 255.0).astype(np.uint8)).save(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +31,6 @@ def images(tmp_path_factory):
             "resized": write_png(folder / "resized.png", 96, 72)}
 
 
-def tiny_checkpoint(kind, tmp_path_factory):
-    model = build_tiny(kind, seed=0)
-    return model, str(write_checkpoint(model, tmp_path_factory.mktemp(kind) / "diffusers", "diffusers"))
-
-
 @pytest.fixture(scope="module")
 def tiny_i2v(tmp_path_factory):
     return tiny_checkpoint("i2v", tmp_path_factory)
@@ -54,37 +39,6 @@ def tiny_i2v(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_ti2v(tmp_path_factory):
     return tiny_checkpoint("ti2v", tmp_path_factory)
-
-
-def reference_frames(model, image=None, **guidance):
-    """diffusers' frames (uint8) for the tiny model; I2V pipeline when an image is given."""
-    from diffusers import UniPCMultistepScheduler, WanImageToVideoPipeline, WanPipeline
-
-    components = dict(
-        tokenizer=model.tokenizer, text_encoder=model.text_encoder, vae=model.vae,
-        scheduler=UniPCMultistepScheduler.from_config(model.scheduler_config),
-        transformer=model.transformer, transformer_2=model.transformer_2, boundary_ratio=model.boundary_ratio,
-        expand_timesteps=model.kind == "ti2v",
-    )
-    call = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=NUM_FRAMES,
-                num_inference_steps=STEPS, max_sequence_length=512, output_type="np",
-                generator=torch.Generator("cpu").manual_seed(SEED), **guidance)
-    if image is None:
-        pipe = WanPipeline(**components)
-    else:
-        # Wan 2.2 has no CLIP image branch
-        pipe = WanImageToVideoPipeline(**components, image_encoder=None, image_processor=None)
-        with Image.open(image) as im:
-            call["image"] = im.convert("RGB")
-    pipe.set_progress_bar_config(disable=True)
-    with torch.no_grad():
-        return to_uint8(pipe(**call).frames[0])
-
-
-def run(out, ckpt, **overrides):
-    proc = run_cli(out, *common(ckpt, **overrides))
-    return {"frames": np.load(out / "frames.npy"), "sidecar": json.loads((out / "video.json").read_text()),
-            "stderr": proc.stderr}
 
 
 # ------------------------------------------------------------------------------ I2V-A14B

@@ -11,6 +11,7 @@ import os
 from typing import Mapping
 
 from ..caching.settings import cache_settings
+from ..lora.settings import lora_settings
 from ..parallel.mesh import ConfigError, mesh_spec
 from .few_step import explicit_schedule_settings
 from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
@@ -136,6 +137,7 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         sigmas=sigmas,
         timesteps=timesteps,
         recipe=model.recipe,
+        loras=lora_settings(cfg, model.experts, model.name),
     )
 
 

@@ -89,6 +89,7 @@ class RunSpec:
     sigmas: tuple[float, ...] | None = None  # explicit schedule (sampling/explicit.py), used as given
     timesteps: tuple[float, ...] | None = None  # … or as timesteps (σ = t/1000); at most one of the two
     recipe: str | None = None  # the few-step recipe applied to the preset (config/few_step.py)
+    loras: tuple = ()  # ((role all|high|low, path, scale, setting), …): merged at load (lora/)
 
     @property
     def uses_guidance(self) -> bool:

@@ -26,6 +26,8 @@ def preflight(spec: RunSpec):
         from ..builtin.tiny import transformer_config
 
         check_heads(spec, transformer_config(spec.model.task))
+        experts = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]
+        expert_loras(spec, {name: transformer_config(spec.model.task) for name in experts})  # checked now
         return None
     from ..weights.layout import CheckpointError, describe_checkpoint
 
@@ -34,7 +36,22 @@ def preflight(spec: RunSpec):
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
     check_compatible(spec, ckpt)
+    expert_loras(spec, ckpt.transformers)  # every LoRA file checked against the model, headers only
     return ckpt
+
+
+def expert_loras(spec: RunSpec, transformers: dict) -> dict:
+    """expert → its `lora.merge.ExpertLora` (None without LoRA), checked against the expert's
+    parameter shapes; raises ConfigError naming the file and key."""
+    if not spec.loras:
+        return {name: None for name in transformers}
+    from ..lora.merge import expert_lora
+    from ..lora.settings import expert_sources
+    from ..weights.layout import expected_transformer_shapes
+
+    role = {HIGH: "high", LOW: "low", SINGLE: "all"}
+    return {name: expert_lora(name, expert_sources(spec.loras, role[name]), expected_transformer_shapes(tcfg))
+            for name, tcfg in transformers.items()}
 
 
 def check_compatible(spec: RunSpec, ckpt) -> None:
@@ -97,6 +114,7 @@ class Loaded:
     vae_config: object
     vae_params: object
     text_encoder: object
+    loras: dict | None = None  # expert → lora.merge.ExpertLora merged into it (None: none)
 
 
 def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
@@ -118,11 +136,17 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         log.info("weights_cache_dir=%s ignored: the built-in tiny model has no checkpoint to cache", cache_dir)
         cache_dir = None
 
+    loras = expert_loras(spec, ckpt.transformers)
+
     def expert(name):
+        lora = loras[name]
         if cache_dir is not None:
-            params = load_transformer_cached(ckpt, name, spec.dtype, dit.keeps_fp32, shard, cache_dir=cache_dir)
+            params = load_transformer_cached(ckpt, name, spec.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
         else:
-            params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard)
+            params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard, lora)
+        if lora is not None:
+            log.info("%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read", name,
+                     len(lora.files), len(lora.targets), lora.bytes_read / 1e6)
         return name, (ckpt.transformers[name], backend.place(params, spec.dtype, dit.keeps_fp32,
                                                              **expert_placement(spec, ckpt, name, shard)))
 
@@ -135,4 +159,4 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         background = pool.submit(text_and_vae)
         experts = dict(pool.map(expert, ckpt.experts))
         text_encoder, vae_cfg, vae_params = background.result()
-    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder)
+    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder, loras)

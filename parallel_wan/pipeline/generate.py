@@ -145,6 +145,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     }
     if compiled:
         info["compile"] = compiled
+    if loaded.loras and any(loaded.loras.values()):
+        info["lora"] = {name: lora.record() for name, lora in loaded.loras.items() if lora is not None}
     if cache_record is not None:
         info["cache"] = cache_record
         _log_cache(cache_record, spec.steps)

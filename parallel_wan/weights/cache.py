@@ -57,8 +57,10 @@ _MARK = "parallel_wan_weights_cache"
 Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
-def cache_key(folder: Path, files: list[Path], targets: Targets, expert: str, layout: str) -> str:
-    """The entry's key (see the module docstring); reads file stats and headers only."""
+def cache_key(folder: Path, files: list[Path], targets: Targets, expert: str, layout: str,
+              extra: list | None = None) -> str:
+    """The entry's key (see the module docstring); reads file stats and headers only. `extra`:
+    more that decides the converted weights (each merged LoRA file's identity and scale)."""
     digest = hashlib.sha256()
 
     def add(*parts) -> None:
@@ -74,6 +76,8 @@ def cache_key(folder: Path, files: list[Path], targets: Targets, expert: str, la
         add(name, stat.st_size, stat.st_mtime_ns, header)
     for name in sorted(targets):
         add(name, targets[name][1])
+    for item in extra or []:
+        add(sorted(item.items()) if isinstance(item, dict) else item)
     return digest.hexdigest()
 
 

@@ -53,17 +53,20 @@ def load_transformer(
     dtype: str = "bfloat16",
     keep_fp32: KeepFp32 | None = None,
     shard: Shard | None = None,
+    lora=None,
 ) -> dict:
     """One expert's params tree: "high_noise" / "low_noise" (A14B) or "single" (TI2V-5B).
 
     keep_fp32(diffusers_name) → True keeps that tensor in float32 whatever `dtype` is (the model
     layer owns that policy: `parallel_wan.models.transformer.keeps_fp32`). shard=(index, count)
     keeps only dim-0 chunk `index` of `count` of each tensor (see the module docstring).
+    lora: the expert's `lora.merge.ExpertLora`, merged into the tensors it changes in their one
+    copy (a sharded load merges only its rows).
     """
     checkpoint = _as_checkpoint(checkpoint)
     sources = expert_sources(checkpoint, expert)
     targets = _targets(sources, torch_dtype(dtype), keep_fp32, shard)
-    return tree.unflatten(_read(sources, targets, shard).flat)
+    return tree.unflatten(_read(sources, targets, shard, lora).flat)
 
 
 def load_transformer_cached(
@@ -72,6 +75,7 @@ def load_transformer_cached(
     dtype: str = "bfloat16",
     keep_fp32: KeepFp32 | None = None,
     shard: Shard | None = None,
+    lora=None,
     *,
     cache_dir: str | Path,
 ) -> dict:
@@ -85,12 +89,13 @@ def load_transformer_cached(
     sources = expert_sources(checkpoint, expert)
     target = torch_dtype(dtype)
     full = _targets(sources, target, keep_fp32, None)
-    key = cache.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout)
+    key = cache.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout,
+                          lora.identity() if lora is not None else None)
     path = cache.entry_path(cache_dir, expert, target, key)
     hit = cache.open_entry(path, key, full)
     if hit is not None:
         return tree.unflatten(cache.read_entry(hit, full, shard))
-    buffers = _read(sources, _targets(sources, target, keep_fp32, shard), shard)
+    buffers = _read(sources, _targets(sources, target, keep_fp32, shard), shard, lora)
     if shard is None:
         cache.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
                                               "layout": checkpoint.layout, "dtype": str(target)})
@@ -136,7 +141,11 @@ def _targets(sources: dict[str, TensorInfo], dtype: torch.dtype | None, keep_fp3
     return targets
 
 
-def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None) -> Buffers:
+def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None, lora=None) -> Buffers:
+    if lora is not None:
+        missing = sorted(set(lora.targets) - set(sources))
+        if missing:
+            raise ValueError(f"the {lora.expert} expert's LoRA changes {missing[:3]}, which its checkpoint does not hold")
     buffers = allocate(targets, stack=shard is None)
     mapped = map_files(info.file for info in sources.values())
     order = sorted(sources, key=lambda n: (sources[n].file, sources[n].start))  # file order: streams a cold disk
@@ -144,7 +153,10 @@ def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None)
     for name in order:
         info = sources[name]
         rows = chunk_rows(info.shape[0], *shard) if shard is not None and info.shape else None
-        copies.append((buffers.flat[name], copy_from(mapped[info.file], info, rows)))
+        source = copy_from(mapped[info.file], info, rows)
+        if lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
+            source = lora.merged_source(name, source, rows)
+        copies.append((buffers.flat[name], source))
     copy_all(copies)
     return buffers
 
