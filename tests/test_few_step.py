@@ -15,8 +15,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cli_harness import NEGATIVE, PROMPT, SEED, HEIGHT, NUM_FRAMES, WIDTH, assert_frames_close, common, to_uint8
-from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+from cli_harness import (HEIGHT, WIDTH, assert_frames_close, common, reference_frames, tiny_checkpoint,
+                         write_png)
 from parallel_wan.config import ConfigError, resolve
 from parallel_wan.config.few_step import LIGHTNING_SIGMAS
 from parallel_wan.run import CONF_DIR
@@ -152,17 +152,11 @@ def test_bad_schedule_writes_nothing(tmp_path, bad):
 # ---------------------------------------------------------------- runs against diffusers
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    out = {}
-    for kind in ("t2v", "i2v"):
-        model = build_tiny(kind, seed=0)
-        out[kind] = model, str(write_checkpoint(model, tmp_path_factory.mktemp(kind) / "diffusers", "diffusers"))
-    return out
+    return {kind: tiny_checkpoint(kind, tmp_path_factory) for kind in ("t2v", "i2v")}
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
-    from test_end_to_end_image import write_png
-
     return write_png(tmp_path_factory.mktemp("image") / "first.png", WIDTH, HEIGHT)
 
 
@@ -191,34 +185,15 @@ def reference(model, sigmas, guidance_high, guidance_low, image=None):
     `retrieve_timesteps(sigmas=…)` hands them (the Wan pipelines take a step count only). CFG is
     computed on every step when any expert guides — at scale 1.0 it is the cond prediction up
     to rounding — since diffusers decides it once, from guidance_scale alone."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, WanImageToVideoPipeline, WanPipeline
-    from PIL import Image
+    from diffusers import FlowMatchEulerDiscreteScheduler
 
     class Explicit(FlowMatchEulerDiscreteScheduler):
         def set_timesteps(self, num_inference_steps=None, device=None, **kwargs):
             super().set_timesteps(device=device, sigmas=list(sigmas))
 
-    base = WanPipeline if image is None else WanImageToVideoPipeline
-    cfg_on = guidance_high != 1.0 or guidance_low != 1.0
-
-    class Pipeline(base):
-        do_classifier_free_guidance = property(lambda self: cfg_on)
-
-    components = dict(tokenizer=model.tokenizer, text_encoder=model.text_encoder, vae=model.vae,
-                      scheduler=Explicit(shift=1.0), transformer=model.transformer,
-                      transformer_2=model.transformer_2, boundary_ratio=model.boundary_ratio)
-    call = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=NUM_FRAMES,
-                num_inference_steps=len(sigmas), guidance_scale=guidance_high, guidance_scale_2=guidance_low,
-                max_sequence_length=512, output_type="np", generator=torch.Generator("cpu").manual_seed(SEED))
-    if image is None:
-        pipe = Pipeline(**components)
-    else:
-        pipe = Pipeline(**components, image_encoder=None, image_processor=None)
-        with Image.open(image) as im:
-            call["image"] = im.convert("RGB")
-    pipe.set_progress_bar_config(disable=True)
-    with torch.no_grad():
-        return to_uint8(pipe(**call).frames[0])
+    return reference_frames(model, image, steps=len(sigmas), scheduler=Explicit(shift=1.0),
+                            cfg_on=guidance_high != 1.0 or guidance_low != 1.0, guidance_scale=guidance_high,
+                            guidance_scale_2=guidance_low)
 
 
 def overrides_for(ckpt, model, *extra):
