@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from . import first_block, magcache_calibration, taylor
-from .plan import COMPUTE, PREDICT, PROBE, REUSE, CacheStep, skipped_steps
+from .plan import PREDICT, PROBE, REUSE, CacheStep, skipped_steps
 from .settings import CacheSettings
 
 
@@ -192,9 +192,9 @@ def cache_record(settings: CacheSettings, plan: list[CacheStep], layers: int, lo
     ran = log >= 0
     out["block_forwards"] = int(np.sum(np.where(log == 1, blocks_when_skipped, layers) * ran))
     out["block_forwards_dense"] = int(np.sum(ran) * layers)
-    if s.kind == "fbcache" and shared_rows:
+    if s.kind == "fbcache":  # present on every mesh, so records compare alike (0 when no rows are shared)
         split = (log == 1).any(axis=1) & (log == 0).any(axis=1)
-        out["block_forwards_discarded"] = int(np.sum(split[:, None] * (log == 1)) * (layers - 1))
+        out["block_forwards_discarded"] = int(np.sum(split[:, None] * (log == 1)) * (layers - 1)) if shared_rows else 0
     if s.kind == "magcache" and not s.calibrate:
         out["planned_skips"] = skipped_steps(plan)
     if s.calibrate:
