@@ -100,13 +100,34 @@ def gen_summary(gen, paths) -> str:
     return timing_summary(phases, gen.timings["total"], extra)
 
 
-def validate(raw: dict, world_size: int):
+def validate(raw: dict, world_size: int, node_size: int | None = None):
     """Settings and checkpoint headers → (spec, checkpoint description). Raises ConfigError;
     loads nothing, compiles nothing."""
     from .pipeline import preflight
 
-    spec = resolve(raw, world_size)
+    spec = resolve(raw, world_size, node_size)
     return spec, preflight(spec)
+
+
+def choose_backend(raw: dict) -> str | None:
+    """backend=auto → torch or jax (launch/backend_choice.py), written into `raw`; returns why
+    (None when the backend was named)."""
+    if backend_name(raw) != "auto":
+        return None
+    from .launch import detect
+    from .launch.backend_choice import choose_backend as choose
+
+    name, why = choose(detect())
+    raw["backend"] = {**(raw.get("backend") or {}), "name": name}
+    return why
+
+
+def _log_choices(why: str | None, spec) -> None:
+    if why is not None:
+        log.info("backend=auto → %s (%s)", spec.backend, why)
+    if spec.mesh.name.startswith("auto:"):
+        log.info("mesh=auto → %s (dp=%d, ulysses=%d, ring=%d)", spec.mesh.name.removeprefix("auto:"), spec.mesh.dp,
+                 spec.mesh.ulysses, spec.mesh.ring)
 
 
 def _refuse(exc: ConfigError, speaks: bool) -> None:
@@ -117,7 +138,7 @@ def _refuse(exc: ConfigError, speaks: bool) -> None:
     sys.exit(2)
 
 
-def main_jax(raw: dict) -> None:
+def main_jax(raw: dict, why: str | None = None) -> None:
     import warnings
 
     from .backends.jax import multihost
@@ -135,12 +156,13 @@ def main_jax(raw: dict) -> None:
         spec, ckpt = validate(raw, len(visible_devices(str(raw.get("device") or "auto"))))
     except ConfigError as exc:
         _refuse(exc, launch.process_index == 0)
+    _log_choices(why, spec)
     if launch.process_count > 1:
         log.info("JAX multi-host: process %d of %d (%s)", launch.process_index, launch.process_count, launch.how)
     run(spec, ckpt)
 
 
-def main_torch(raw: dict) -> None:
+def main_torch(raw: dict, why: str | None = None) -> None:
     from .backends.torch.distributed import launch_from_env, shutdown
 
     try:
@@ -149,12 +171,15 @@ def main_torch(raw: dict) -> None:
         _refuse(exc, True)
     setup_logging(launch.rank, bool(raw.get("log_all_ranks")))
     try:
-        spec, ckpt = validate(raw, launch.world_size)
+        from .launch.backend_choice import node_size
+
+        spec, ckpt = validate(raw, launch.world_size, node_size())
         from .backends.torch.backend import pick_device
 
         pick_device(spec.device, launch.local_rank, launch.world_size)  # no CUDA, cuda:N on many ranks
     except ConfigError as exc:
         _refuse(exc, launch.rank == 0)
+    _log_choices(why, spec)
     try:
         run(spec, ckpt, launch)
     except Exception as exc:
@@ -174,10 +199,11 @@ def main_torch(raw: dict) -> None:
 def main(cfg: DictConfig) -> None:
     raw = OmegaConf.to_container(cfg, resolve=True)
     try:
+        why = choose_backend(raw)
         name = backend_name(raw)
     except ConfigError as exc:
         _refuse(exc, True)
-    (main_jax if name == "jax" else main_torch)(raw)
+    (main_jax if name == "jax" else main_torch)(raw, why)
 
 
 if __name__ == "__main__":

@@ -324,10 +324,8 @@ def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
     equal the resident run's under the same stopping, bit for bit."""
     from parallel_wan.backends.torch import predictor as predictor_module
     from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.swap import HostExpert
     from parallel_wan.pipeline import generate
-    from parallel_wan.pipeline.checkpoint import HIGH, LOW
-    from parallel_wan.weights.tree import iter_leaves
+    from parallel_wan.pipeline.checkpoint import HIGH
 
     real_choice = predictor_module.expert_runner
 
@@ -336,20 +334,42 @@ def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
         return params, PrefixRunner(runner, stop)
 
     monkeypatch.setattr(predictor_module, "expert_runner", stopping_choice)
-    high_refs, host_low, seen = [], [], []
+    overrides = BASE + ["steps=8"]
+    ref = generate(_spec(overrides), TorchBackend("cpu"))
+    probe = swap_probe()
+    got = generate(_spec(overrides + ["memory=swap"]), probe)
+    np.testing.assert_array_equal(got.latents, ref.latents)
+    switch = next(i for i, expert, _, _ in probe.seen if expert != HIGH)
+    assert_swapped_at(probe, switch)
+    freed = len(probe.high_refs)
+    print(f"swap stopped after {stop} block(s): switch at step {switch}, {freed} high-noise tensors freed")
+
+
+def swap_probe():
+    """A CPU backend that, before every step, records in `seen` (index, expert, how many of the
+    high-noise expert's device tensors are alive, the low-noise expert when it is on the
+    device), and keeps the low-noise expert's host copy (`host_low`) and the predictor's swap."""
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.swap import HostExpert
+    from parallel_wan.pipeline.checkpoint import LOW
+    from parallel_wan.weights.tree import iter_leaves
 
     class Probe(TorchBackend):
+        def __init__(self):
+            super().__init__("cpu")
+            self.high_refs, self.host_low, self.seen, self.swap = [], [], [], None
+
         def place(self, tree, dtype, keep_fp32=None, where="device", full_rows=None):
             out = super().place(tree, dtype, keep_fp32, where, full_rows)
-            if where == "device" and isinstance(tree, dict) and "blocks" in tree and not high_refs:
-                high_refs.extend(weakref.ref(t) for _, t in iter_leaves(out))
+            if where == "device" and isinstance(tree, dict) and "blocks" in tree and not self.high_refs:
+                self.high_refs.extend(weakref.ref(t) for _, t in iter_leaves(out))
             if where == "host":
-                host_low.append(out.tree)
+                self.host_low.append(out.tree)
             return out
 
         def noise_predictor(self, task):
             predict = super().noise_predictor(task)
-            inner = predict.before_step
+            inner, seen, high_refs = predict.before_step, self.seen, self.high_refs
 
             def before_step(step):
                 inner(step)
@@ -358,20 +378,21 @@ def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
                 seen.append((step.index, step.expert, sum(r() is not None for r in high_refs),
                              None if isinstance(low, HostExpert) else low))
             predict.before_step = before_step
+            self.swap = predict.swap
             return predict
 
-    overrides = BASE + ["steps=8"]
-    ref = generate(_spec(overrides), TorchBackend("cpu"))
-    got = generate(_spec(overrides + ["memory=swap"]), Probe("cpu"))
-    np.testing.assert_array_equal(got.latents, ref.latents)
-    switch = next(i for i, expert, _, _ in seen if expert != HIGH)
-    assert all(alive == len(high_refs) for i, _, alive, _ in seen if i < switch)
-    for i, _, alive, low in seen:
-        if i >= switch:
+    return Probe()
+
+
+def assert_swapped_at(probe, switch: int) -> None:
+    """Before step `switch` every high-noise tensor is alive; from it on none is, and the
+    low-noise expert is whole on the device, every block equal to its host copy."""
+    for i, _, alive, low in probe.seen:
+        if i < switch:
+            assert alive == len(probe.high_refs), (i, alive)
+        else:
             assert alive == 0, (i, alive)  # every high-noise tensor freed
-            # the low-noise expert whole on the device, every block equal to its host copy
-            assert same_tree(low, host_low[0])
-    print(f"swap stopped after {stop} block(s): switch at step {switch}, {len(high_refs)} high-noise tensors freed")
+            assert low is not None and same_tree(low, probe.host_low[0]), i
 
 
 def same_tree(a, b) -> bool:

@@ -24,11 +24,37 @@ from typing import Callable
 import numpy as np
 
 from . import first_block, magcache_calibration, taylor
-from .plan import COMPUTE, PREDICT, PROBE, REUSE, CacheStep, skipped_steps
+from .plan import PREDICT, PROBE, REUSE, CacheStep, skipped_steps
 from .settings import CacheSettings
 
 
-class StepCache:
+class CacheLogs:
+    """The host logs a step cache keeps beside its arrays in LoopState.cache: `log_skipped`
+    (steps × branches, int8) and, when calibrating, `log_calibration` (float64 means)."""
+
+    settings: CacheSettings
+    log: np.ndarray
+    calibration: np.ndarray
+
+    def with_logs(self, arrays: dict) -> dict:
+        """The loop state's cache: the arrays and copies of the logs."""
+        out = dict(arrays)
+        out["log_skipped"] = self.log.copy()
+        if self.settings.calibrate:
+            out["log_calibration"] = self.calibration.copy()
+        return out
+
+    def take_logs(self, state: dict | None) -> dict:
+        """Adopt a loop state's logs; returns its other entries (the arrays)."""
+        state = dict(state or {})
+        if "log_skipped" in state:
+            self.log = np.asarray(state.pop("log_skipped"), np.int8).copy()
+        if "log_calibration" in state:
+            self.calibration = np.asarray(state.pop("log_calibration"), np.float64).copy()
+        return state
+
+
+class StepCache(CacheLogs):
     def __init__(self, settings: CacheSettings, plan: list[CacheStep], branches: list[str], batch: int, layers: int,
                  valid, reduce: Callable, ops):
         """branches: the CFG branch names of this controller's rows, in row order ("cond",
@@ -62,19 +88,10 @@ class StepCache:
         return self.step.action == PREDICT
 
     def state(self) -> dict:
-        out = dict(self.arrays)
-        out["log_skipped"] = self.log.copy()
-        if self.settings.calibrate:
-            out["log_calibration"] = self.calibration.copy()
-        return out
+        return self.with_logs(self.arrays)
 
     def load(self, state: dict) -> None:
-        state = dict(state or {})
-        if "log_skipped" in state:
-            self.log = np.asarray(state.pop("log_skipped"), np.int8).copy()
-        if "log_calibration" in state:
-            self.calibration = np.asarray(state.pop("log_calibration"), np.float64).copy()
-        self.arrays = {k: v for k, v in state.items() if v is not None}
+        self.arrays = {k: v for k, v in self.take_logs(state).items() if v is not None}
 
     def _mark(self, skipped: list[bool]) -> None:
         self.log[self.index, :len(skipped)] = np.asarray(skipped, np.int8)
@@ -161,25 +178,40 @@ class StepCache:
         """The sidecar's "cache" record. `log`/`branches`/`calibration`: the whole run's
         (steps × branch) arrays when the branches live on several controllers (CFG parallel),
         else this one's."""
-        log = self.log if log is None else log
-        branches = self.branches if branches is None else branches
-        s = self.settings
-        out = {"kind": s.kind, **s.record()}
-        out["skipped"] = {name: [int(i) for i in np.flatnonzero(log[:, b] == 1)] for b, name in enumerate(branches)}
-        blocks_when_skipped = 1 if s.kind == "fbcache" else 0
-        ran = log >= 0
-        out["block_forwards"] = int(np.sum(np.where(log == 1, blocks_when_skipped, self.layers) * ran))
-        out["block_forwards_dense"] = int(np.sum(ran) * self.layers)
-        if s.kind == "fbcache" and len(self.branches) > 1:
-            split = (self.log == 1).any(axis=1) & (self.log == 0).any(axis=1)
-            out["block_forwards_discarded"] = int(np.sum(split[:, None] * (self.log == 1)) * (self.layers - 1))
-        if s.kind == "magcache" and not s.calibrate:
-            out["planned_skips"] = skipped_steps(self.plan)
-        if s.calibrate:
-            out["measured_ratios"] = self.calibration_curve(calibration)
-        return out
+        return cache_record(self.settings, self.plan, self.layers, self.log if log is None else log,
+                            self.branches if branches is None else branches,
+                            self.calibration if calibration is None else calibration,
+                            shared_rows=len(self.branches) > 1)
 
     def calibration_curve(self, calibration=None) -> list[float]:
         """The measured curve (official format) from steps 1 … N−1."""
-        calibration = self.calibration if calibration is None else calibration
-        return magcache_calibration.official_curve([list(row) for row in calibration[1:]])
+        return measured_curve(self.calibration if calibration is None else calibration)
+
+
+def cache_record(settings: CacheSettings, plan: list[CacheStep], layers: int, log, branches: list[str],
+                 calibration, shared_rows: bool) -> dict:
+    """The sidecar's "cache" record from a run's (steps × branches) log (1 skipped, 0 computed,
+    −1 not run) — one function for every backend, so their records read alike. `shared_rows`:
+    one device group runs both branches' rows, so a First-Block step where they decide
+    differently runs the stack for the skipping branch too (`block_forwards_discarded`)."""
+    s = settings
+    out = {"kind": s.kind, **s.record()}
+    out["skipped"] = {name: [int(i) for i in np.flatnonzero(log[:, b] == 1)] for b, name in enumerate(branches)}
+    blocks_when_skipped = 1 if s.kind == "fbcache" else 0
+    ran = log >= 0
+    out["block_forwards"] = int(np.sum(np.where(log == 1, blocks_when_skipped, layers) * ran))
+    out["block_forwards_dense"] = int(np.sum(ran) * layers)
+    if s.kind == "fbcache":  # present on every mesh, so records compare alike (0 when no rows are shared)
+        split = (log == 1).any(axis=1) & (log == 0).any(axis=1)
+        out["block_forwards_discarded"] = int(np.sum(split[:, None] * (log == 1)) * (layers - 1)) if shared_rows else 0
+    if s.kind == "magcache" and not s.calibrate:
+        out["planned_skips"] = skipped_steps(plan)
+    if s.calibrate:
+        out["measured_ratios"] = measured_curve(calibration)
+    return out
+
+
+def measured_curve(calibration) -> list[float]:
+    """A calibration run's (steps × branches) means → the curve (official format), from steps
+    1 … N−1."""
+    return magcache_calibration.official_curve([list(row) for row in calibration[1:]])

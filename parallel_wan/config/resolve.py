@@ -20,18 +20,24 @@ from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, S
 
 def backend_name(cfg: Mapping) -> str:
     """The `backend` choice of a composed config, validated (cheap: run.py needs it before
-    it knows how to count the world)."""
-    return _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS)
+    it knows how to count the world): torch, jax, or auto (run.py decides: launch/backend_choice.py)."""
+    return _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS + ("auto",))
 
 
-def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
+def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> RunSpec:
     """Validate the composed config and fill model defaults. Raises ConfigError.
-    `world_size`: processes started (torch), or JAX devices visible (backend=jax)."""
+    `world_size`: processes started (torch), or JAX devices visible (backend=jax); `node_size`:
+    processes per node (mesh=auto keeps Ulysses inside one)."""
     # recipe= lays a few-step recipe over the preset (config/few_step.py); the keys below override both
     recipe = cfg.get("recipe")
     model = model_preset(cfg["model"] if recipe is None else {**cfg["model"], "recipe": _as(str, "recipe", recipe)})
     backend = backend_name(cfg)
-    mesh = mesh_spec(cfg.get("mesh") or {}, world_size, backend=backend)
+    if backend == "auto":
+        # run.py decides backend=auto from the launcher and the host's devices before it gets
+        # here (launch/backend_choice.py); other callers (the planner, tests) plan for torch.
+        backend = "torch"
+    mesh_cfg = dict(cfg.get("mesh") or {})
+    mesh = None if mesh_cfg.get("name") == "auto" else mesh_spec(mesh_cfg, world_size, backend=backend)
 
     num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
     height = _as(int, "height", _pick(cfg, "height", model.height))
@@ -89,6 +95,9 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
     uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
     prompts = _prompts(cfg.get("prompt"))
     memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
+    if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
+        cfg_everywhere = guidance_high != 1.0 and (model.experts == 1 or guidance_low != 1.0)
+        mesh = _auto_mesh(mesh_cfg, model, world_size, cfg_everywhere, len(prompts), node_size, backend)
     if mesh.dp > 1:
         if len(prompts) == 1 and not (mesh.dp == 2 and uses_guidance):
             raise ConfigError(
@@ -133,7 +142,7 @@ def resolve(cfg: Mapping, world_size: int = 1) -> RunSpec:
         memory=memory,
         swap_prefetch_steps=swap_prefetch_steps,
         compile=_torch_compile(cfg, backend),
-        cache=cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image)),
+        cache=_cache(cfg, model, image, backend, guidance_high, guidance_low),
         sigmas=sigmas,
         timesteps=timesteps,
         recipe=model.recipe,
@@ -152,6 +161,32 @@ def _check_cfg_parallel(mesh, model: ModelPreset, guidance_high: float, guidance
                 f"the {name} (one row per step); use a sequence-parallel mesh of the same size "
                 f"(mesh=cp{mesh.world_size} or mesh.dp=1 with ulysses × ring = {mesh.world_size})"
             )
+
+
+def _cache(cfg: Mapping, model: ModelPreset, image, backend: str, guidance_high: float, guidance_low: float):
+    """The step-cache settings. On JAX one set of cache arrays serves both experts' programs, so
+    their forwards must have the same rows: guidance 1.0 on one expert only is refused there."""
+    cache = cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image))
+    if cache.on and backend == "jax" and model.experts == 2 and (guidance_high == 1.0) != (guidance_low == 1.0):
+        raise ConfigError(f"cache={cache.kind} on backend=jax keeps one set of arrays for both experts, but guidance "
+                          f"{guidance_high:g} (high) / {guidance_low:g} (low) runs CFG on one of them only; use "
+                          "backend=torch, or guidance 1.0 on both experts or on neither")
+    return cache
+
+
+def _auto_mesh(mesh_cfg: Mapping, model: ModelPreset, world_size: int, cfg_everywhere: bool, prompts: int,
+               node_size: int | None, backend: str):
+    from ..models.registry import ARCHITECTURES, for_task
+    from ..parallel.auto_mesh import auto_mesh
+
+    unknown = set(mesh_cfg) - {"name"}
+    if unknown:
+        raise ConfigError(f"mesh=auto picks every degree itself but {sorted(unknown)} were set; name a mesh "
+                          "(e.g. mesh=usp2x2) or drop those keys")
+    arch = ARCHITECTURES.get(model.name) or for_task(model.task, model.builtin)
+    mesh = auto_mesh(world_size, arch.transformer.num_attention_heads, cfg_everywhere, prompts, node_size)
+    fields = {"name": mesh.name, "dp": mesh.dp, "cp": mesh.cp, "ulysses": mesh.ulysses, "ring": mesh.ring}
+    return mesh_spec(fields, world_size, backend=backend)
 
 
 def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:

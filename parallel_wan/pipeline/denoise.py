@@ -69,16 +69,17 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
     if not 0 <= state.step <= stop <= schedule.steps:
         raise ValueError(f"cannot run steps {state.step}..{stop} of a {schedule.steps}-step schedule")
     plan = step_plan(spec, schedule)
-    if spec.scan_loop:
-        latents, sampler_state = predict.run_steps(state.latents, state.sampler, plan, sampler, held, state.step, stop)
-        return LoopState(stop, latents, sampler_state, state.cache)
-    x, sampler_state = state.latents, state.sampler
-    # A predictor that moves weights between steps (memory=swap) or runs a step cache says so
-    # with `before_step`; a step cache's arrays travel in the state.
-    before_step = getattr(predict, "before_step", None)
+    # A step cache's arrays travel in the state (the scanned loop carries them too).
     cache = getattr(predict, "cache", None)
     if cache is not None:
         cache.load(state.cache)
+    if spec.scan_loop:
+        latents, sampler_state = predict.run_steps(state.latents, state.sampler, plan, sampler, held, state.step, stop)
+        return LoopState(stop, latents, sampler_state, state.cache if cache is None else cache.state())
+    x, sampler_state = state.latents, state.sampler
+    # A predictor that moves weights between steps (memory=swap) or runs a step cache says so
+    # with `before_step`.
+    before_step = getattr(predict, "before_step", None)
     for i in progress(range(state.step, stop)):
         step = plan[i]
         if before_step is not None:

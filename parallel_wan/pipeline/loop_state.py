@@ -61,10 +61,11 @@ def save_loop_state(stem: str | Path, state: LoopState, meta: dict | None = None
 
     `to_host` makes a host numpy array of each array; the default takes host arrays, CPU
     tensors and JAX arrays this process holds whole. Pass `backend.to_host` for device tensors
-    or a JAX array sharded over several hosts (it gathers them first).
+    or a JAX array sharded over several hosts (it gathers them first). Arrays already on the
+    host (a step cache's logs, which stay there) are written as they are.
     """
     stem = Path(stem)
-    host = state.map(lambda a: np.ascontiguousarray(to_host(a)))
+    host = state.map(lambda a: np.ascontiguousarray(a if isinstance(a, np.ndarray) else to_host(a)))
     arrays = {"latents": host.latents}
     for group in ("sampler", "cache"):
         arrays.update({f"{group}/{k}": v for k, v in getattr(host, group).items() if v is not None})

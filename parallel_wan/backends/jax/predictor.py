@@ -5,13 +5,14 @@ A single controller holds the whole problem: tokens (B, cp·Lc, F) padded at the
 sharded ("dp", ring × ulysses); the forward batch is [cond rows…, uncond rows…] (the one CFG
 layout, parallel/cfg_rows.py), sharded over "dp" — so with one prompt and dp = 2 the two CFG
 halves run on the two dp groups. An expert whose guidance is 1.0 has a program of its own with
-the cond rows only (task.halves), reading a context of the prompts alone. The CFG combine runs inside
-the program; the host only passes the step's timestep and guidance scale (traced scalars, so
+the cond rows only (task.halves), reading a context of the prompts alone. The CFG combine runs
+inside the program; the host only passes the step's timestep and guidance scale (traced scalars, so
 one compiled program serves every step, and both experts when their shapes agree).
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import jax
@@ -21,26 +22,30 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
-from ...parallel.cfg_rows import both_halves, context_rows, guided
+from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided
 from . import ops, placement
+from .cached_blocks import BlockCache, CacheSpec
+from .cached_step import STEP_NAME, cached_step
 from .programs import cached_program, mesh_key
 from .scan_loop import ScannedLoop
 from .sequence_parallel import CP, shard_forward
-
-STEP_NAME = "noise_prediction_step"  # the compiled program's name, as compile logs show it
+from .step_cache import JaxStepCache
 
 def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halves: int, per_token: bool,
-              kernel: str):
+              kernel: str, cache: CacheSpec | None = None):
     """The pure step: (params, x, t, guidance, context, cos, sin, cond, t_mask) → guided
     prediction, on global arrays: `shard_forward` maps the forward onto the mesh and XLA places
     the CFG combine. It closes over plain values only (no arrays), so a cached program keeps
-    no weights alive."""
+    no weights alive. With a step cache (`cache`): cached_step.py's step, which also takes the
+    step's plan row and the cache arrays and returns (prediction, arrays, decisions)."""
     forward = shard_forward(
         lambda p, x, t, c, rope, attn, run_blocks: dit.forward(p, x, t, c, rope, tcfg, ops, attn, run_blocks),
         mesh, valid, per_token_timestep=per_token, param_specs=param_specs, kernel=kernel,
+        block_seam=BlockCache(cache) if cache is not None and cache.kind != "taylorseer" else None,
     )
 
-    def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask):
+    def forward_rows(x, t, cond, t_mask):
+        """The forward's input rows and their timesteps."""
         x_in = x
         if cond is not None:
             x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])],
@@ -48,11 +53,18 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
         x_in = both_halves(x_in, halves, ops)  # [x…, x…] against [prompts…, negative × B]
         rows = x_in.shape[0]
         if per_token:
-            ts = jnp.full((rows, padded), t, jnp.float32) * t_mask[None]
-        else:
-            ts = jnp.full((rows,), t, jnp.float32)
-        out = ops.cast(forward(params, x_in, ts, context, cos, sin), "float32")
+            return x_in, jnp.full((rows, padded), t, jnp.float32) * t_mask[None]
+        return x_in, jnp.full((rows,), t, jnp.float32)
+
+    def combine(out, guidance):
         return out if halves == 1 else guided(out, batch, guidance)
+
+    if cache is not None:
+        return cached_step(cache, forward, forward_rows, combine)
+
+    def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask):
+        x_in, ts = forward_rows(x, t, cond, t_mask)
+        return combine(ops.cast(forward(params, x_in, ts, context, cos, sin), "float32"), guidance)
 
     noise_prediction_step.__name__ = STEP_NAME
     return noise_prediction_step
@@ -96,6 +108,9 @@ class JaxNoisePredictor:
         mask = np.ones((self.padded,), np.float32) if task.fixed_mask is None else task.fixed_mask[:, 0]
         self.t_mask = put(mask, NamedSharding(mesh, P(CP))) if task.per_token_timestep else None
         self.specs = {name: placement.param_specs(p) if fsdp else None for name, (_, p) in task.experts.items()}
+        self.cache_spec = self.cache = None
+        if task.cache_plan is not None:
+            self.cache_spec, self.cache = self._step_cache(task, tcfg)
         self.programs: dict[str, object] = {}  # expert → jitted step (experts with equal shapes share one)
         self.compiled: dict[str, object] = {}  # expert → its compiled executable
         self.scanned = None  # scan_loop=true: the whole loop as one program (scan_loop.py)
@@ -111,27 +126,63 @@ class JaxNoisePredictor:
         """The context rows `expert`'s step reads."""
         return self.contexts[self.halves[expert]]
 
+    def _step_cache(self, task, tcfg) -> tuple[CacheSpec, JaxStepCache]:
+        """The step cache's static description (part of the programs' keys) and its host side.
+        Its arrays hold every forward row, sharded as the tokens are: the hidden states'
+        (MagCache, First-Block Cache; the weights' dtype) or the output's (TaylorSeer, fp32)."""
+        # one set of arrays serves both experts, so their CFG halves agree (config.resolve refuses
+        # a JAX step cache with guidance 1.0 on one expert only)
+        halves, = set(self.halves.values())
+        settings, rows = task.cache, halves * self.batch
+        spec = CacheSpec(settings.kind, settings.threshold, settings.order, settings.calibrate, self.batch,
+                         halves, self.valid)
+        for other, _ in task.experts.values():
+            if (other.dim, other.out_channels, other.patch_size) != (tcfg.dim, tcfg.out_channels, tcfg.patch_size):
+                raise ValueError("a step cache keeps one set of arrays for both experts, so they must agree in "
+                                 "dim, out_channels and patch_size")
+        if settings.kind == "taylorseer":
+            shape, dtype = (rows, self.padded, tcfg.out_channels * math.prod(tcfg.patch_size)), jnp.float32
+        else:
+            weight = next(iter(task.experts.values()))[1]["patch_embedding"]["weight"]
+            shape, dtype = (rows, self.padded, tcfg.dim), weight.dtype
+        sharding = self.token_sharding(rows)
+        zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+        # The block stack runs on every device when any branch computes (cached_blocks.py), so
+        # with two branches a split decision discards work, as on one torch device.
+        cache = JaxStepCache(settings, task.cache_plan, branch_names(task.uses_guidance), tcfg.num_layers,
+                             {name: zeros() for name in spec.state_names()}, shared_rows=halves == 2)
+        return spec, cache
+
     def program_key(self, expert: str) -> tuple:
         """Everything the step's trace depends on besides the arguments' shapes."""
         tcfg = self.task.experts[expert][0]
         return (tcfg, repr(self.specs[expert]), mesh_key(self.mesh), self.valid, self.padded, self.batch,
-                self.halves[expert], self.task.per_token_timestep, self.kernel)
+                self.halves[expert], self.task.per_token_timestep, self.kernel, self.cache_spec)
 
     def step_function(self, expert: str):
         tcfg = self.task.experts[expert][0]
         return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves[expert],
-                         self.task.per_token_timestep, self.kernel)
+                         self.task.per_token_timestep, self.kernel, self.cache_spec)
+
+    def out_shardings(self):
+        """The step's: the prediction like x; with a cache, its arrays like the forward rows and
+        its decisions replicated."""
+        if self.cache is None:
+            return self.x_sharding
+        return (self.x_sharding, {k: v.sharding for k, v in self.cache.zeros.items()},
+                NamedSharding(self.mesh, P()))
 
     def _build_programs(self) -> None:
         for name in self.task.experts:
             self.programs[name] = cached_program(
                 ("step",) + self.program_key(name),
-                lambda: jax.jit(self.step_function(name), out_shardings=self.x_sharding))
+                lambda: jax.jit(self.step_function(name), out_shardings=self.out_shardings()))
 
     def _inputs(self, expert: str, x, t, guidance):
         _, params = self.task.experts[expert]
-        return (params, x, np.float32(t), np.float32(guidance), self.context_for(expert), self.cos, self.sin, self.cond,
-                self.t_mask)
+        inputs = (params, x, np.float32(t), np.float32(guidance), self.context_for(expert), self.cos, self.sin,
+                  self.cond, self.t_mask)
+        return inputs if self.cache is None else inputs + (self.cache.row(), self.cache.arrays)
 
     def token_sharding(self, rows: int) -> NamedSharding:
         """(rows, tokens, F): rows over dp when they split evenly — else replicated over dp (one
@@ -165,10 +216,23 @@ class JaxNoisePredictor:
             seconds[f"step[{'+'.join(names)}]"] = time.perf_counter() - t0
         return seconds
 
+    def before_step(self, step) -> None:
+        """Called by the denoise loop before each step: the step cache's step."""
+        if self.cache is not None:
+            self.cache.begin(step.index)
+
     def __call__(self, expert: str, x, t: float, guidance: float):
         x = self.shard(x)
         program = self.compiled.get(expert) or self.programs[expert]
-        return program(*self._inputs(expert, x, t, guidance))
+        if self.cache is None:
+            return program(*self._inputs(expert, x, t, guidance))
+        prediction, arrays, decisions = program(*self._inputs(expert, x, t, guidance))
+        self.cache.after_step(arrays, decisions)  # read on the host only when the loop ends
+        return prediction
+
+    def cache_report(self) -> dict | None:
+        """The sidecar's "cache" record (caching/step_cache.cache_record, as torch writes it)."""
+        return None if self.cache is None else self.cache.report()
 
     def run_steps(self, x, sampler_state: dict, plan, sampler, held, start: int, stop: int):
         """Steps [start, stop) of `plan` in one compiled program (scan_loop=true), from the

@@ -173,6 +173,7 @@ def shard_forward(
     per_token_timestep: bool = False,
     param_specs=None,
     kernel: str = "auto",
+    block_seam=None,
 ) -> Callable:
     """Wrap `forward(params, tokens, timestep, context, rope, attention, run_blocks) → tokens`
     (e.g. `lambda p, x, t, c, rope, attn, run: transformer.forward(p, x, t, c, rope, cfg, ops,
@@ -187,6 +188,10 @@ def shard_forward(
     non-layer params are gathered on entry and each layer's inside the layer scan: the block
     runner handed to `forward` is then `ops.scan_layers` with the layer gather bound (None,
     the forward's default, otherwise).
+
+    `block_seam` (a step cache, cached_blocks.BlockCache) takes over the block runner: the
+    result then takes one more argument, the seam's inputs (`block_seam.in_specs`), and returns
+    (tokens, the seam's outputs) (`block_seam.out_specs`).
     """
     seq = P("dp", CP)
     in_specs = (
@@ -197,21 +202,27 @@ def shard_forward(
         P(CP, None),
         P(CP, None),
     )
+    out_specs = P("dp", CP, None)
+    if block_seam is not None:
+        in_specs, out_specs = in_specs + (block_seam.in_specs,), (out_specs, block_seam.out_specs)
     attend = sequence_parallel_attention(mesh, valid_tokens, kernel=kernel)
 
-    def on_shard(params, tokens, timestep, context, cos, sin):
-        run_blocks = None  # the forward's default: its ops' scan over resident layers
+    def on_shard(params, tokens, timestep, context, cos, sin, *seam_inputs):
+        run_blocks = gather_layer = None  # None: the forward's default, its ops' scan over resident layers
         if param_specs is not None:
             params, gather_layer = all_gather_params(params, param_specs)
             run_blocks = functools.partial(ops.scan_layers, gather=gather_layer)
-        return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks)
+        if block_seam is None:
+            return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks)
+        run_blocks, results = block_seam.bind(gather_layer, *seam_inputs)
+        return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks), results()
 
     mapped = jax.jit(jax.shard_map(
-        on_shard, mesh=mesh, in_specs=in_specs, out_specs=P("dp", CP, None), check_vma=check_vma(kernel)
+        on_shard, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma(kernel)
     ))
     dp, cp = mesh.shape["dp"], cp_size(mesh)
 
-    def step(params, tokens, timestep, context, cos, sin):
+    def step(params, tokens, timestep, context, cos, sin, *seam_inputs):
         batch, length = tokens.shape[0], tokens.shape[1]
         if batch % dp:
             raise ValueError(
@@ -223,7 +234,7 @@ def shard_forward(
                 f"tokens must be the {valid_tokens} valid tokens padded at the end to a multiple of "
                 f"cp={cp} (e.g. {cp * local_tokens(valid_tokens, cp)}), got {length}"
             )
-        return mapped(params, tokens, timestep, context, cos, sin)
+        return mapped(params, tokens, timestep, context, cos, sin, *seam_inputs)
 
     step.lower = mapped.lower  # for inspecting or AOT-compiling the program
     return step
