@@ -56,13 +56,18 @@ class CacheLogs:
 
 class StepCache(CacheLogs):
     def __init__(self, settings: CacheSettings, plan: list[CacheStep], branches: list[str], batch: int, layers: int,
-                 valid, reduce: Callable, ops):
+                 valid, reduce: Callable, ops, lockstep: int | None = None):
         """branches: the CFG branch names of this controller's rows, in row order ("cond",
         "uncond"). valid: (1, L, 1) float32 device array, 1 on this shard's valid tokens.
         reduce(array) → host numpy array summed over every controller whose rows share these
-        branches' decisions (the sequence-parallel group)."""
+        branches' decisions (the sequence-parallel group). lockstep: this controller's one
+        branch when every controller must run the same block passes whatever its branch
+        decides (memory=sharded's gathers span the world under CFG parallel): First-Block
+        Cache's reduced sums then hold every branch, the stack runs when any branch
+        computes, and a skipping branch takes its cached result."""
         self.settings, self.plan, self.branches = settings, plan, branches
         self.batch, self.layers, self.valid, self.reduce, self.ops = batch, layers, valid, reduce, ops
+        self.lockstep = lockstep
         self.arrays: dict = {}
         self.log = np.full((len(plan), len(branches)), -1, np.int8)
         self.calibration = np.full((len(plan), len(branches)), np.nan, np.float64)
@@ -150,12 +155,14 @@ class StepCache(CacheLogs):
         h0 = blocks_pass.run(block, x, stop=1)
         residual = h0 - x
         if "fb_reference" not in self.arrays:
-            compute = [True] * n
+            compute = anyone = [True] * n
         else:
             sums = self.reduce(first_block.branch_sums(residual, self.arrays["fb_reference"], self.valid, n, ops))
-            compute = first_block.computes(sums, self.settings.threshold)
+            compute = anyone = first_block.computes(sums, self.settings.threshold)
+            if self.lockstep is not None:
+                compute = [anyone[self.lockstep]]
         self._mark([not c for c in compute])
-        if not any(compute):
+        if not any(anyone):
             return h0 + self.arrays["fb_tail"]
         out = blocks_pass.run(block, h0)
         tail = out - h0

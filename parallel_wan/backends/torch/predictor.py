@@ -16,6 +16,7 @@ from ...caching.step_cache import StepCache
 from ...models import transformer as dit
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided, halves_in_forward
+from .fsdp import ShardedExpert
 from .runners import CachedRunner, Compiler, expert_runner
 from .swap import ExpertSwap
 
@@ -67,9 +68,25 @@ class EagerNoisePredictor:
         work, backend = task.work, self.backend
         valid = (work.token_index() < work.shards.tokens).astype(np.float32)[None, :, None]
         axis = "cp" if work.cfg_branch is not None or backend.mesh.size("dp") == 1 else "world"
+
+        def reduce(local):
+            return backend.collectives.sum_to_host(local, axis)
+
+        # memory=sharded under CFG parallel: FSDP's block gathers span both dp halves, so the
+        # halves must run the same block passes. Each rank puts its branch's sums in its row
+        # of a (2, 2) array summed over the world: every rank gets both branches' group sums
+        # (the same bits as the cp sums: the other half adds zeros).
+        lockstep = None
+        if task.cache.kind == "fbcache" and work.cfg_branch is not None and any(
+                isinstance(placed, ShardedExpert) for _, placed in task.experts.values()):
+            lockstep = work.cfg_branch
+
+            def reduce(local):
+                zero = torch.zeros_like(local)
+                both = torch.cat([local, zero] if lockstep == 0 else [zero, local])
+                return backend.collectives.sum_to_host(both, "world")
         return StepCache(task.cache, task.cache_plan, branch_names(task.uses_guidance, work.cfg_branch), self.batch,
-                         tcfg.num_layers, backend.to_device(valid),
-                         lambda local: backend.collectives.sum_to_host(local, axis), self.ops)
+                         tcfg.num_layers, backend.to_device(valid), reduce, self.ops, lockstep)
 
     def cache_report(self) -> dict | None:
         """The sidecar's "cache" record; every rank calls it (CFG parallel: the two branches'
