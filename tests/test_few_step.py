@@ -119,6 +119,8 @@ def one_line(overrides, words, world_size=1):
     (["sigmas=[1.0,0.5]", "steps=3"], ["steps=3", "2 sigmas", "drop steps="]),
     (["model=tiny_lightning", "steps=8"], ["steps=8", "4 sigmas", "model preset"]),
     (["recipe=turbo"], ["recipe='turbo'", "lightning"]),
+    # one set of JAX cache arrays serves both experts' programs: their rows must agree
+    (["backend=jax", "cache=fbcache", "guidance_high=1.0"], ["cache=fbcache", "backend=jax", "backend=torch"]),
 ])
 def test_bad_schedules_stop_in_one_line(overrides, words):
     one_line(overrides, words)
