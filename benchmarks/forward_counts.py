@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from parallel_wan.caching.plan import COMPUTE
-from parallel_wan.pipeline.steps import make_schedule, step_cache_plan, step_plan
+from parallel_wan.pipeline.steps import pick_schedule, step_cache_plan, step_plan
 
 from .tiny_generation import compose_spec
 
@@ -30,7 +30,7 @@ def forwards(overrides: list[str]) -> tuple[int, int]:
     """(forwards, steps) of the run these settings describe."""
     spec = compose_spec(["checkpoint_dir=/tmp", "schedule=official", *overrides], 1)
     spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, builtin=True))
-    plan = step_plan(spec, make_schedule("official", spec.steps, spec.shift))
+    plan = step_plan(spec, pick_schedule(spec, NoScheduler())[1])  # official, or a recipe's explicit sigmas
     cache = step_cache_plan(spec, NoScheduler(), plan)
     total = 0
     for i, step in enumerate(plan):
