@@ -9,7 +9,7 @@ cache's own cost: 1.00 means the loop got exactly as much faster as the work it 
 First-Block Cache's block 0 and its metric, TaylorSeer's prediction, the residual adds).
 
     python -m benchmarks.caching
-    python -m benchmarks.caching --steps 20 --tokens 64 --threads 1
+    python -m benchmarks.caching --steps 20 --tokens 128 --threads 1
 
 The loop is the production one (pipeline/denoise.py with the torch backend's predictor and
 StepCache); only the weights and the conditioning are random. Random weights change fast from
@@ -93,7 +93,7 @@ def run_loop(kind: str, steps: int, built) -> dict:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--tokens", type=int, default=128, help="patch tokens (a multiple of 8)")
+    p.add_argument("--tokens", type=int, default=64, help="patch tokens (a multiple of 8)")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--caches", nargs="+", default=list(CACHES))

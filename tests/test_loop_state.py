@@ -153,7 +153,10 @@ class FakePredictor:
 
         self.x_sharding = NamedSharding(jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("dp",)), PartitionSpec())
         self.task = type("Task", (), {"experts": {"high": (None, jnp.float32(0.7)), "low": (None, jnp.float32(1.3))}})
-        self.context = self.cos = self.sin = self.cond = self.t_mask = None
+        self.cos = self.sin = self.cond = self.t_mask = None
+
+    def context_for(self, name):
+        return None
 
     @staticmethod
     def velocity(w, x, t, guidance):

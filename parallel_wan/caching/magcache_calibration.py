@@ -32,7 +32,8 @@ def official_curve(per_step: list[list[float]]) -> list[float]:
     out = []
     for means in per_step:
         cond = means[0]
-        uncond = means[1] if len(means) > 1 else cond
+        # one branch measured (an unguided run, or a step whose expert had guidance 1.0): both
+        uncond = means[1] if len(means) > 1 and means[1] == means[1] else cond
         out += [float(cond), float(uncond)]
     return out
 

@@ -7,7 +7,8 @@ Its arrays are the `cache` of the loop's LoopState (the loop loads them at the s
 them back at the end), so a stopped and resumed run continues with the same residuals and
 factors. Names: `residual` (MagCache), `taylor_f0…` (TaylorSeer), `fb_reference` and `fb_tail`
 (First-Block Cache), and `log_skipped`, a host array (steps × CFG branches here: 1 skipped,
-0 computed, −1 not run yet).
+0 computed, −1 not run — yet, or at all: a step whose expert has guidance 1.0 runs the cond
+branch only, `begin(i, active=1)`, and its uncond column stays −1).
 
 The forward's rows are [branch 0 rows…, branch 1 rows…] (parallel/cfg_rows.py), `batch` rows
 each; First-Block Cache decides per branch. When a controller holds both branches and they
@@ -23,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from . import first_block, magcache_calibration, taylor
-from .plan import COMPUTE, PREDICT, PROBE, REUSE, CacheStep, skipped_steps
+from .plan import PREDICT, PROBE, REUSE, CacheStep, skipped_steps
 from .settings import CacheSettings
 
 
@@ -55,21 +56,30 @@ class CacheLogs:
 
 class StepCache(CacheLogs):
     def __init__(self, settings: CacheSettings, plan: list[CacheStep], branches: list[str], batch: int, layers: int,
-                 valid, reduce: Callable, ops):
+                 valid, reduce: Callable, ops, lockstep: int | None = None):
         """branches: the CFG branch names of this controller's rows, in row order ("cond",
         "uncond"). valid: (1, L, 1) float32 device array, 1 on this shard's valid tokens.
         reduce(array) → host numpy array summed over every controller whose rows share these
-        branches' decisions (the sequence-parallel group)."""
+        branches' decisions (the sequence-parallel group). lockstep: this controller's one
+        branch when every controller must run the same block passes whatever its branch
+        decides (memory=sharded's gathers span the world under CFG parallel): First-Block
+        Cache's reduced sums then hold every branch, the stack runs when any branch
+        computes, and a skipping branch takes its cached result."""
         self.settings, self.plan, self.branches = settings, plan, branches
         self.batch, self.layers, self.valid, self.reduce, self.ops = batch, layers, valid, reduce, ops
+        self.lockstep = lockstep
         self.arrays: dict = {}
         self.log = np.full((len(plan), len(branches)), -1, np.int8)
         self.calibration = np.full((len(plan), len(branches)), np.nan, np.float64)
         self.index = 0
+        self.active = len(branches)  # branches this step's forward runs: the first `active`
 
     # ------------------------------------------------------------ loop
-    def begin(self, index: int) -> None:
-        self.index = index
+    def begin(self, index: int, active: int) -> None:
+        """Step `index`, whose forward runs the first `active` branches (2 → 1 where an expert's
+        guidance is 1.0). Branches change only at the expert switch, where each expert starts
+        fresh — so an array kept from an earlier step always has this step's rows."""
+        self.index, self.active = index, active
         if self.plan[index].fresh and not self.settings.calibrate:
             self.arrays = {}  # a new expert: nothing of the previous one's cache is used
 
@@ -89,12 +99,12 @@ class StepCache(CacheLogs):
         self.arrays = {k: v for k, v in self.take_logs(state).items() if v is not None}
 
     def _mark(self, skipped: list[bool]) -> None:
-        self.log[self.index] = np.asarray(skipped, np.int8)
+        self.log[self.index, :len(skipped)] = np.asarray(skipped, np.int8)
 
     # ------------------------------------------------------------ TaylorSeer: the whole output
     def predicted(self):
         """The predicted float32 output of this step's forward."""
-        self._mark([True] * len(self.branches))
+        self._mark([True] * self.active)
         return taylor.predict(self._factors(), self.step, self.ops)
 
     def computed(self, output) -> None:
@@ -102,7 +112,7 @@ class StepCache(CacheLogs):
         if self.settings.kind == "taylorseer":
             self.arrays.update(zip(taylor.factor_names(self.settings.order),
                                    taylor.update(self._factors(like=output), output, self.step, self.ops)))
-            self._mark([False] * len(self.branches))
+            self._mark([False] * self.active)
 
     def _factors(self, like=None) -> list:
         names = taylor.factor_names(self.settings.order)
@@ -115,7 +125,7 @@ class StepCache(CacheLogs):
         """Blocks [0, n) on x as this step's cache says; the caller closes the pass."""
         step, kind = self.step, self.settings.kind
         if step.action == REUSE:
-            self._mark([True] * len(self.branches))
+            self._mark([True] * self.active)
             return x + self.arrays["residual"]
         if step.action == PROBE:
             return self._first_block(blocks_pass, block, x)
@@ -123,11 +133,15 @@ class StepCache(CacheLogs):
         if kind == "magcache":
             residual = out - x
             if self.settings.calibrate and "residual" in self.arrays:
+                # across a switch between a guided and an unguided expert the two residuals'
+                # branches differ: the ratio is measured on the branches both ran (cond)
+                common = min(self.active, self.arrays["residual"].shape[0] // self.batch)
+                rows = common * self.batch
                 sums = self.reduce(magcache_calibration.branch_ratio_sums(
-                    residual, self.arrays["residual"], self.valid, len(self.branches), self.ops))
-                self.calibration[self.index] = sums / self._valid_count()
+                    residual[:rows], self.arrays["residual"][:rows], self.valid, common, self.ops))
+                self.calibration[self.index, :common] = sums / self._valid_count()
             self.arrays["residual"] = residual
-            self._mark([False] * len(self.branches))
+            self._mark([False] * self.active)
         return out
 
     def _valid_count(self) -> float:
@@ -137,16 +151,18 @@ class StepCache(CacheLogs):
         return self._count
 
     def _first_block(self, blocks_pass, block: Callable, x):
-        ops, n = self.ops, len(self.branches)
+        ops, n = self.ops, self.active
         h0 = blocks_pass.run(block, x, stop=1)
         residual = h0 - x
         if "fb_reference" not in self.arrays:
-            compute = [True] * n
+            compute = anyone = [True] * n
         else:
             sums = self.reduce(first_block.branch_sums(residual, self.arrays["fb_reference"], self.valid, n, ops))
-            compute = first_block.computes(sums, self.settings.threshold)
+            compute = anyone = first_block.computes(sums, self.settings.threshold)
+            if self.lockstep is not None:
+                compute = [anyone[self.lockstep]]
         self._mark([not c for c in compute])
-        if not any(compute):
+        if not any(anyone):
             return h0 + self.arrays["fb_tail"]
         out = blocks_pass.run(block, h0)
         tail = out - h0
@@ -192,9 +208,9 @@ def cache_record(settings: CacheSettings, plan: list[CacheStep], layers: int, lo
     ran = log >= 0
     out["block_forwards"] = int(np.sum(np.where(log == 1, blocks_when_skipped, layers) * ran))
     out["block_forwards_dense"] = int(np.sum(ran) * layers)
-    if s.kind == "fbcache" and shared_rows:
+    if s.kind == "fbcache":  # present on every mesh, so records compare alike (0 when no rows are shared)
         split = (log == 1).any(axis=1) & (log == 0).any(axis=1)
-        out["block_forwards_discarded"] = int(np.sum(split[:, None] * (log == 1)) * (layers - 1))
+        out["block_forwards_discarded"] = int(np.sum(split[:, None] * (log == 1)) * (layers - 1)) if shared_rows else 0
     if s.kind == "magcache" and not s.calibrate:
         out["planned_skips"] = skipped_steps(plan)
     if s.calibrate:

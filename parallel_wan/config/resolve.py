@@ -14,6 +14,7 @@ from ..caching.settings import cache_settings
 from ..lora.settings import lora_settings
 from ..parallel.mesh import ConfigError, mesh_spec
 from .checks import check_known_keys, check_seed, writable_folder
+from .few_step import explicit_schedule_settings
 from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
     _as, _choice, _pick, model_preset
 
@@ -29,7 +30,9 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     `world_size`: processes started (torch), or JAX devices visible (backend=jax); `node_size`:
     processes per node (mesh=auto keeps Ulysses inside one)."""
     check_known_keys(cfg)
-    model = model_preset(cfg["model"])
+    # recipe= lays a few-step recipe over the preset (config/few_step.py); the keys below override both
+    recipe = cfg.get("recipe")
+    model = model_preset(cfg["model"] if recipe is None else {**cfg["model"], "recipe": _as(str, "recipe", recipe)})
     backend = backend_name(cfg)
     if backend == "auto":
         # run.py decides backend=auto from the launcher and the host's devices before it gets
@@ -41,7 +44,9 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
     height = _as(int, "height", _pick(cfg, "height", model.height))
     width = _as(int, "width", _pick(cfg, "width", model.width))
-    steps = _as(int, "steps", _pick(cfg, "steps", model.steps))
+    sigmas, timesteps, steps = explicit_schedule_settings(
+        {**cfg, "steps": None if cfg.get("steps") is None else _as(int, "steps", cfg["steps"])},
+        model.sigmas, model.timesteps, model.steps)
     guidance_high = _as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high))
     guidance_low = _as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low))
     shift = _as(float, "shift", _pick(cfg, "shift", model.shift))
@@ -100,6 +105,8 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
                 f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
                 f"dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=[\"…\",\"…\"]) or use a mesh with dp=1"
             )
+        if len(prompts) == 1:
+            _check_cfg_parallel(mesh, model, guidance_high, guidance_low)
         if len(prompts) > 1 and len(prompts) % mesh.dp:
             raise ConfigError(
                 f"mesh={mesh.name} splits prompts over dp={mesh.dp} but {len(prompts)} prompts were given; "
@@ -120,7 +127,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         guidance_high=guidance_high,
         guidance_low=guidance_low,
         shift=shift,
-        sampler=_choice("sampler", str(_pick(cfg, "sampler", "unipc")), SAMPLERS),
+        sampler=_choice("sampler", str(_pick(cfg, "sampler", model.sampler)), SAMPLERS),
         schedule=_choice("schedule", str(_pick(cfg, "schedule", "auto")), SCHEDULES),
         dtype=dtype,
         device=_as(str, "device", _pick(cfg, "device", "auto")),
@@ -137,9 +144,36 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         memory=memory,
         swap_prefetch_steps=swap_prefetch_steps,
         compile=_torch_compile(cfg, backend),
-        cache=cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image)),
+        cache=_cache(cfg, model, image, backend, guidance_high, guidance_low),
+        sigmas=sigmas,
+        timesteps=timesteps,
+        recipe=model.recipe,
         loras=lora_settings(cfg, model.experts, model.name),
     )
+
+
+def _check_cfg_parallel(mesh, model: ModelPreset, guidance_high: float, guidance_low: float) -> None:
+    """CFG parallel puts each CFG half of every forward on one dp group; an expert with
+    guidance 1.0 runs one half only, which would leave a group idle and the other doing it all."""
+    for key, value, expert in (("guidance_high", guidance_high, "high-noise"), ("guidance_low", guidance_low, "low-noise")):
+        if value == 1.0 and (key == "guidance_high" or model.experts == 2):
+            name = expert + " expert" if model.experts == 2 else "model"
+            raise ConfigError(
+                f"mesh={mesh.name} runs the two CFG halves on dp={mesh.dp} groups, but {key}=1.0 turns CFG off for "
+                f"the {name} (one row per step); use a sequence-parallel mesh of the same size "
+                f"(mesh=cp{mesh.world_size} or mesh.dp=1 with ulysses × ring = {mesh.world_size})"
+            )
+
+
+def _cache(cfg: Mapping, model: ModelPreset, image, backend: str, guidance_high: float, guidance_low: float):
+    """The step-cache settings. On JAX one set of cache arrays serves both experts' programs, so
+    their forwards must have the same rows: guidance 1.0 on one expert only is refused there."""
+    cache = cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image))
+    if cache.on and backend == "jax" and model.experts == 2 and (guidance_high == 1.0) != (guidance_low == 1.0):
+        raise ConfigError(f"cache={cache.kind} on backend=jax keeps one set of arrays for both experts, but guidance "
+                          f"{guidance_high:g} (high) / {guidance_low:g} (low) runs CFG on one of them only; use "
+                          "backend=torch, or guidance 1.0 on both experts or on neither")
+    return cache
 
 
 def _auto_mesh(mesh_cfg: Mapping, model: ModelPreset, world_size: int, cfg_everywhere: bool, prompts: int,

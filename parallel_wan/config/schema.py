@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ..caching.settings import CacheSettings
 from ..parallel.mesh import ConfigError, MeshSpec
+from .few_step import apply_recipe, schedule_values
 
 INT_LIMIT = 2**63
 TASKS = ("t2v", "i2v", "ti2v")
@@ -47,6 +48,11 @@ class ModelPreset:
     # the text-only or the image curve, picked by whether an image is given), threshold,
     # max_skips, retention} — the published settings. None: no shipped curve.
     magcache: dict | None = None
+    sampler: str = "unipc"  # the preset's (or recipe's) sampler; `sampler=` overrides it
+    # An explicit schedule (config/few_step.py), used as given; its length is `steps`.
+    sigmas: tuple[float, ...] | None = None
+    timesteps: tuple[float, ...] | None = None
+    recipe: str | None = None  # a few_step.RECIPES name whose values this preset carries
 
 
 @dataclass(frozen=True)
@@ -82,11 +88,20 @@ class RunSpec:
     swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
     compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/qkv_fusion.py, runners/compiled.py)
     cache: CacheSettings = CacheSettings()  # step caching (caching/settings.py); kind "none": off
+    sigmas: tuple[float, ...] | None = None  # explicit schedule (sampling/explicit.py), used as given
+    timesteps: tuple[float, ...] | None = None  # … or as timesteps (σ = t/1000); at most one of the two
+    recipe: str | None = None  # the few-step recipe applied to the preset (config/few_step.py)
     loras: tuple = ()  # ((role all|high|low, path, scale, setting), …): merged at load (lora/)
 
     @property
     def uses_guidance(self) -> bool:
+        """Some expert runs CFG (its scale is not 1.0): the negative prompt is encoded."""
         return self.guidance_high != 1.0 or (self.model.experts == 2 and self.guidance_low != 1.0)
+
+    @property
+    def guides_every_step(self) -> bool:
+        """Every expert runs CFG, so every forward has both halves (what CFG parallel needs)."""
+        return self.guidance_high != 1.0 and (self.model.experts == 1 or self.guidance_low != 1.0)
 
     @property
     def prompt(self) -> str:
@@ -144,7 +159,11 @@ def model_preset(cfg: Mapping) -> ModelPreset:
     missing = [n for n, f in fields.items() if n not in cfg and f.default is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"model preset {cfg.get('name')!r} lacks {missing}")
-    cfg = dict(cfg)
+    cfg = apply_recipe(cfg, cfg.get("recipe"))
+    for key in ("sigmas", "timesteps"):
+        cfg[key] = schedule_values(f"model.{key}", cfg.get(key))
+    if cfg["sigmas"] is not None and cfg["timesteps"] is not None:
+        raise ConfigError(f"model preset {cfg.get('name')!r} gives both sigmas and timesteps; keep one")
     if cfg.get("magcache") is not None:
         magcache = dict(cfg["magcache"])
         unknown = set(magcache) - {"curve", "threshold", "max_skips", "retention"}
@@ -153,6 +172,11 @@ def model_preset(cfg: Mapping) -> ModelPreset:
         cfg["magcache"] = magcache
     preset = ModelPreset(**cfg)
     _choice("model.task", preset.task, TASKS)
+    _choice("model.sampler", preset.sampler, SAMPLERS)
+    explicit = preset.sigmas if preset.sigmas is not None else preset.timesteps
+    if explicit is not None and len(explicit) != preset.steps:
+        raise ConfigError(f"model preset {preset.name}: steps={preset.steps} but {len(explicit)} explicit "
+                          "sigmas/timesteps; make them agree")
     if preset.experts not in (1, 2):
         raise ConfigError(f"model.experts={preset.experts} must be 1 or 2")
     if preset.experts == 2 and preset.boundary is None:

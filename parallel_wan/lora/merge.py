@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -32,6 +33,17 @@ from .read import LoraFile
 log = logging.getLogger("parallel_wan")
 
 
+_local = threading.local()
+
+
+def _scratch(numel: int) -> torch.Tensor:
+    """This thread's float32 scratch of at least `numel` elements."""
+    buffer = getattr(_local, "buffer", None)
+    if buffer is None or buffer.numel() < numel:
+        buffer = _local.buffer = torch.empty(numel, dtype=torch.float32)
+    return buffer[:numel]
+
+
 @dataclass
 class Contribution:
     file: LoraFile
@@ -39,12 +51,14 @@ class Contribution:
     scale: float  # everything the tensor product is multiplied by: s·α/r, or s
     keys: tuple[str, ...]  # pair: (up, down); bias and delta: (tensor,)
 
-    def delta(self, rows: tuple[int, int] | None) -> torch.Tensor:
+    def add_to(self, acc: torch.Tensor, rows: tuple[int, int] | None) -> None:
+        """acc += the change, in place (float32): no tensor of the weight's size is allocated."""
         if self.kind == "pair":
-            up = self.file.tensor(self.keys[0], rows)  # only the rows this load keeps
+            up = self.file.tensor(self.keys[0], rows)
             down = self.file.tensor(self.keys[1])
-            return (up @ down) * self.scale
-        return self.file.tensor(self.keys[0], rows) * self.scale
+            acc.view(up.shape[0], down.shape[1]).addmm_(up, down, alpha=self.scale)
+        else:
+            acc.add_(self.file.tensor(self.keys[0], rows).view(acc.shape), alpha=self.scale)
 
 
 @dataclass
@@ -60,21 +74,19 @@ class ExpertLora:
     def __contains__(self, name: str) -> bool:
         return name in self.targets
 
-    def delta(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """The float32 change of parameter `name` (rows [b, e) of it when given)."""
-        parts = [c.delta(rows) for c in self.targets[name]]
-        out = parts[0]
-        for p in parts[1:]:
-            out = out + p
-        return out
-
     def merged_source(self, name: str, source: Callable[[], torch.Tensor],
                       rows: tuple[int, int] | None) -> Callable[[], torch.Tensor]:
         """A loader copy source that yields the weight with its LoRA change, in float32 (the
-        loader's copy casts it)."""
+        loader's copy casts it). The float32 sum lives in a scratch buffer kept per copy
+        thread: the copy consumes it before the thread takes its next tensor, and fresh memory
+        for every weight would cost more in page faults than the merge's arithmetic."""
         def merged() -> torch.Tensor:
             base = source()
-            return base.float().reshape(base.shape) + self.delta(name, rows).reshape(base.shape)
+            acc = _scratch(base.numel()).view(base.shape)
+            acc.copy_(base)  # widened to float32 in the copy
+            for contribution in self.targets[name]:
+                contribution.add_to(acc, rows)  # W + s·(α/r)·up·down as one GEMM into acc
+            return acc
 
         return merged
 

@@ -15,6 +15,13 @@ from typing import Sequence
 COND, UNCOND = 0, 1  # dp index of each half under CFG parallel
 
 
+def guides(guidance: float) -> bool:
+    """Whether a step with this scale runs CFG. At 1.0 the guided prediction is the conditional
+    one (uncond + 1·(cond − uncond)), so the step runs the cond rows only, as the Lightning
+    reference decides per step (`use_cfg`); diffusers decides once per run, from guidance_scale."""
+    return guidance != 1.0
+
+
 def context_rows(prompts: Sequence[int], n_prompts: int, uses_guidance: bool,
                  cfg_branch: int | None = None) -> list[int]:
     """Which row of the text context (every prompt, then the negative at index `n_prompts`)

@@ -15,6 +15,7 @@ import numpy as np
 from ..config import RunSpec
 from ..errors import NonFiniteLatents
 from ..models import transformer as dit
+from ..parallel.cfg_rows import halves_in_forward
 from ..sampling import make_sampler
 from .loop_state import LoopState
 from .steps import Step, expert_for, pick_schedule, step_plan
@@ -42,6 +43,14 @@ class DenoiseTask:
     fixed_mask: np.ndarray | None = None  # TI2V image: (L, 1) host array, 0 where a token is held (t = 0)
     cache: object | None = None  # caching.CacheSettings when cache != none
     cache_plan: list | None = None  # caching.plan.CacheStep per step (None: no step cache)
+    # Experts whose guidance is 1.0 (pipeline/steps.unguided_experts): their forwards run the
+    # cond rows only. `uses_guidance` says whether any expert guides (the context then holds
+    # the negative prompt after the prompts).
+    unguided: frozenset = frozenset()
+
+    def halves(self, expert: str) -> int:
+        """CFG halves in this controller's forward for `expert` (parallel/cfg_rows.py)."""
+        return halves_in_forward(self.uses_guidance and expert not in self.unguided, self.work.cfg_branch)
 
 
 def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, start: LoopState | None = None,

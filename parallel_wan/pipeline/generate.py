@@ -16,7 +16,7 @@ from ..report.timing import PhaseTimer
 from .checkpoint import load_components, materialize_tiny, preflight
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise, pick_schedule, step_plan
-from .steps import step_cache_plan
+from .steps import plan_record, step_cache_plan, unguided_experts
 from .loop_state import LoopState
 from .work import gather_latent_tokens, plan_work
 
@@ -39,13 +39,14 @@ class Generation:
 
 def encode_text(spec: RunSpec, loaded, backend):
     """Prompts and the negative prompt through UMT5 in one batched call on the main rank,
-    then broadcast; the encoder is released."""
+    then broadcast; the encoder is released. No expert guiding (every guidance 1.0): no
+    negative prompt is encoded, and no forward reads one."""
     context = None
     if backend.is_main:
         from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
 
         negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
-        context = loaded.text_encoder.encode([*spec.prompts, negative])
+        context = loaded.text_encoder.encode([*spec.prompts, negative] if spec.uses_guidance else list(spec.prompts))
         loaded.text_encoder.release()
     return backend.ops.cast(backend.broadcast_from_main(context), spec.dtype)
 
@@ -93,7 +94,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         task = DenoiseTask(loaded.experts, context, len(spec.prompts), work, grid, spec.uses_guidance,
                            per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond_tokens,
                            fixed_mask=fixed_mask, cache=spec.cache if spec.cache.on else None,
-                           cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)))
+                           cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
+                           unguided=unguided_experts(spec))
         predict = backend.noise_predictor(task)
         decoder = backend.video_decoder(loaded.vae_params, vcfg)
         x = predict.shard(work.local(draw_noise(spec, work.rows, latent_shape, backend, tcfg.patch_size), backend))
@@ -125,13 +127,16 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
             videos = decoder(latents)
 
     steps_per_expert = {}
-    for step in step_plan(spec, schedule):
+    plan = step_plan(spec, schedule)
+    for step in plan:
         steps_per_expert[step.expert] = steps_per_expert.get(step.expert, 0) + 1
     info = {
         "checkpoint": {"layout": ckpt.layout, "path": spec.checkpoint_dir or "built-in tiny model"},
         "schedule": schedule_kind,
         "timesteps": [float(t) for t in schedule.timesteps],
+        "sigmas": [float(s) for s in schedule.sigmas],  # steps + 1: the last is 0
         "steps_per_expert": steps_per_expert,
+        "steps_plan": plan_record(plan, schedule),
         "latent_shape": list(latent_shape),
         "device": str(backend.device),
         "mesh": {"name": spec.mesh.name, "dp": spec.mesh.dp, "cp": spec.mesh.cp, "ulysses": spec.mesh.ulysses,

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from ..caching.plan import cache_plan
 from ..config import RunSpec
-from ..sampling import make_schedule, schedule_from_scheduler_config
+from ..parallel.cfg_rows import guides
+from ..sampling import explicit_schedule, make_schedule, schedule_from_scheduler_config
 from .checkpoint import HIGH, LOW, SINGLE
 
 
@@ -26,6 +27,10 @@ class Step:
 
 
 def pick_schedule(spec: RunSpec, ckpt):
+    """(kind, Schedule): an explicit sigmas/timesteps list as given, else the `schedule=` kind's."""
+    if spec.sigmas is not None or spec.timesteps is not None:
+        schedule = explicit_schedule(spec.sampler, spec.sigmas, spec.timesteps)
+        return schedule.kind, schedule
     kind = spec.schedule
     if kind == "auto":
         kind = "diffusers" if ckpt.scheduler_config is not None else "official"
@@ -38,6 +43,19 @@ def expert_for(t: float, spec: RunSpec) -> str:
     if spec.model.experts == 1:
         return SINGLE
     return HIGH if t >= spec.model.boundary * 1000 else LOW
+
+
+def unguided_experts(spec: RunSpec) -> frozenset[str]:
+    """The experts whose guidance is 1.0: no CFG in their steps, one forward row per prompt."""
+    names = (HIGH, LOW) if spec.model.experts == 2 else (SINGLE,)
+    return frozenset(n for n in names if not guides(spec.guidance_low if n == LOW else spec.guidance_high))
+
+
+def plan_record(plan: list[Step], schedule) -> list[dict]:
+    """The sidecar's "steps_plan": per step its timestep, sigma, expert, guidance and whether
+    CFG ran (a second, negative-prompt row)."""
+    return [{"t": s.t, "sigma": float(schedule.sigmas[s.index]), "expert": s.expert, "guidance": s.guidance,
+             "cfg": guides(s.guidance)} for s in plan]
 
 
 def step_plan(spec: RunSpec, schedule) -> list[Step]:
@@ -81,7 +99,8 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
     split = None
     if settings.kind == "magcache" and settings.curve is not None and settings.split is None \
             and spec.model.experts == 2:
-        calibration = dataclasses.replace(spec, steps=len(settings.curve) // 2 + 1)
+        # the curve's own schedule: the model's, not an explicit few-step list
+        calibration = dataclasses.replace(spec, steps=len(settings.curve) // 2 + 1, sigmas=None, timesteps=None)
         _, schedule = pick_schedule(calibration, ckpt)
         split = sum(expert_for(float(t), spec) == HIGH for t in schedule.timesteps)
     return cache_plan(settings, [step.expert for step in plan], split)

@@ -35,6 +35,7 @@ def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     pt, ph, pw = tcfg.patch_size
     tokens = (latent_frames // pt) * (latent_shape[3] // ph) * (latent_shape[4] // pw)
     work = rank_work(spec.mesh, len(spec.prompts), tokens, rank=0)
+    # the widest forward: both CFG halves when any expert guides (an unguided expert runs one)
     halves = halves_in_forward(spec.uses_guidance, work.cfg_branch)
     batch = len(work.rows)
     return RankShapes(tokens, work.shards.local, batch * halves, latent_shape, batch, halves, work.cfg_branch)
@@ -98,8 +99,9 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     params = _meta_expert(tcfg, spec.dtype)
     patch = math.prod(tcfg.patch_size)
     n = len(spec.prompts)
-    # generate casts the context to the run's dtype
-    context = torch.empty((n + 1, tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.dtype), device=META)
+    # generate casts the context to the run's dtype; the negative prompt only when some expert guides
+    context = torch.empty((n + int(spec.uses_guidance), tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.dtype),
+                          device=META)
     extra_channels = tcfg.in_channels - tcfg.out_channels
     task_cond = None
     if extra_channels:  # I2V: the condition's channels, joined to the noise tokens

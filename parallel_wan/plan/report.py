@@ -60,8 +60,8 @@ def plan(spec: RunSpec) -> MemoryPlan:
     kept = dn.held + shapes.batch * shapes.local * token_features * 4
     if spec.mesh.world_size > 1:
         kept += prompts * shapes.tokens * token_features * 4
-    return MemoryPlan(spec, shapes, eb, weight_bytes(spec, eb), dn, text_encoder_bytes(text_cfg, prompts),
-                      vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size), kept)
+    return MemoryPlan(spec, shapes, eb, weight_bytes(spec, eb), dn,
+                      text_encoder_bytes(text_cfg, prompts, spec.uses_guidance), vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size), kept)
 
 
 def _gb(n: int) -> str:

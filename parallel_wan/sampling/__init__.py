@@ -14,6 +14,7 @@ exactly the whole-array result. The state is explicit, so a loop can start at an
 euler.py / unipc.py   each sampler's coefficient table and update
 sampler.py            `Sampler` (table + update + state names) and `make_sampler`
 schedules.py          the sigmas and timesteps; the expert boundary
+explicit.py           a schedule given as explicit sigmas or timesteps (few-step recipes)
 scheduler_config.py   diffusers' scheduler_config.json → Schedule
 diffusers_flags.py    the diffusers scheduler settings we reproduce, and the check
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from .diffusers_flags import check_diffusers_unipc_flags
 from .euler import euler_update
+from .explicit import EXPLICIT_KINDS, explicit_schedule
 from .sampler import SAMPLERS, Sampler, make_sampler
 from .scheduler_config import schedule_from_scheduler_config
 from .schedules import (
@@ -35,6 +37,7 @@ from .schedules import (
 from .unipc import unipc_update
 
 __all__ = [
+    "EXPLICIT_KINDS",
     "SAMPLERS",
     "Sampler",
     "Schedule",
@@ -42,6 +45,7 @@ __all__ = [
     "count_high_noise_steps",
     "diffusers_schedule",
     "euler_update",
+    "explicit_schedule",
     "is_high_noise_step",
     "make_sampler",
     "make_schedule",

@@ -40,17 +40,22 @@ def cuda_branches(sim: Simulation, at_least: dict[str, int]) -> list[str]:
             for r in sim.ranks for name, n in at_least.items() if r.calls.get(name, 0) < n]
 
 
-def quiet_loop(sim: Simulation) -> list[str]:
+def quiet_loop(sim: Simulation, host_decision: tuple | None = None) -> list[str]:
     """Inside the denoising loop: no read of device data on the host, no copy to the host, and
     no copy from pageable host memory after the first step (each one a stall on a GPU); copies
-    from pinned memory (memory=swap) are asynchronous."""
+    from pinned memory (memory=swap) are asynchronous. `host_decision`: the shape of the one
+    copy to the host a step may make to decide on (First-Block Cache's group sums, the one
+    sync its decision costs), at most once per step."""
     problems = []
     for run in sim.ranks:
         rec = run.recorder
         problems += [f"rank {run.rank}: host read {what} of {device} data in {phase}"
                      for phase, what, device in rec.loop_host_reads()]
+        decided = set()
         for t in rec.loop_transfers():
-            if t.target == "cpu":
+            if t.target == "cpu" and t.shape == host_decision and t.phase not in decided:
+                decided.add(t.phase)
+            elif t.target == "cpu":
                 problems.append(f"rank {run.rank}: copy to the host {t}")
             elif t.pinned and not t.non_blocking:
                 problems.append(f"rank {run.rank}: blocking copy from pinned memory {t}")
@@ -119,10 +124,12 @@ def attention_kernels(sim: Simulation) -> set[str]:
     return set().union(*(r.recorder.attention_kernels() for r in sim.ranks))
 
 
-def all_problems(sim: Simulation, at_least: dict | None = None, bf16: bool = True) -> list[str]:
-    """Every rule above; `at_least`: CUDA runtime calls the configuration must make."""
+def all_problems(sim: Simulation, at_least: dict | None = None, bf16: bool = True,
+                 host_decision: tuple | None = None) -> list[str]:
+    """Every rule above; `at_least`: CUDA runtime calls the configuration must make;
+    `host_decision`: quiet_loop's."""
     problems = sim.problems()
     if problems:  # a rank failed: the other rules would only repeat it
         return problems
-    problems = one_gpu_per_rank(sim) + quiet_loop(sim) + cuda_branches(sim, {"synchronize": 1, **(at_least or {})})
+    problems = one_gpu_per_rank(sim) + quiet_loop(sim, host_decision) + cuda_branches(sim, {"synchronize": 1, **(at_least or {})})
     return problems + (bf16_loop(sim, sim.checkpoint_folder) if bf16 else [])

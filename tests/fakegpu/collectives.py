@@ -4,10 +4,13 @@ collective returns at once, nothing moves) plus the checks the fake group does n
 `checked_collectives(ledger, rank, runtime)` wraps the collectives at the torch.distributed
 level (the project's collectives call these, whatever object carries them) to
 - refuse what NCCL refuses: a tensor that is not on this rank's current GPU (a CPU receive
-  buffer, a tensor on another rank's GPU), sizes that do not add up;
+  buffer, a tensor on another rank's GPU), a dtype NCCL has no type for (int16, uint16/32/64),
+  sizes that do not add up;
 - record each call in the ledger for the cross-rank comparison;
-- hand a receiver what the fake group cannot: rank 0's broadcast_object_list payloads, and the
-  values of small int tensors a peer sent (shape headers read with .tolist()).
+- hand a receiver what the fake group cannot: rank 0's broadcast_object_list payloads, the
+  values of small int tensors a peer sent (shape headers read with .tolist()), and each
+  member's values in an all_gather of tensors that carry host values (a step cache's sums;
+  `Ledger.gathered`).
 `nccl_as_fake` replaces init_process_group: a request for NCCL is checked as torch checks it
 (device_id a cuda device with an index, the current one) and joins the fake group.
 """
@@ -25,27 +28,40 @@ from .fake_mode import patched
 from .ledger import Call, Ledger
 
 
+# torch's map from dtypes to NCCL's (c10d/NCCLUtils.hpp, torch 2.13): any other dtype is
+# "Unsupported data type for NCCL process group". Complex tensors are viewed as real pairs by
+# torch.distributed before they reach the process group.
+NCCL_DTYPES = {torch.int8, torch.uint8, torch.bool, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+               torch.float32, torch.float64, torch.float8_e5m2, torch.float8_e4m3fn, torch.float8_e4m3fnuz,
+               torch.float8_e5m2fnuz, torch.complex64, torch.complex128}
+
+
 def _meta(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), str(t.dtype).replace("torch.", ""), str(t.device))
 
 
 def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True):
     """A context manager: dist.* wrapped for `rank` (call after ledger.start_rank(rank))."""
+    # FSDP2 (torch 2.13) gathers and reduces with all_gather_single / reduce_scatter_single,
+    # the same NCCL collectives as the *_tensor forms: checked and recorded under those names.
     real = {name: getattr(dist, name) for name in ("all_to_all_single", "all_gather", "all_gather_into_tensor",
-                                                   "reduce_scatter_tensor", "all_reduce", "broadcast",
+                                                   "all_gather_single", "reduce_scatter_tensor",
+                                                   "reduce_scatter_single", "all_reduce", "broadcast",
                                                    "batch_isend_irecv", "barrier")}
     replay = iter(copy.deepcopy(ledger.objects)) if rank != 0 else None
 
     def ranks_of(group) -> tuple[int, ...]:
         return tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
 
-    def record(op, group, tensors, peer=None, values=None):
+    def record(op, group, tensors, peer=None, values=None, received=None):
         if nccl:
             want = torch.device("cuda", runtime.current_device())
             for t in tensors:
                 if t.device != want:
                     raise CollectiveError(f"{op}: tensor on {t.device}; NCCL on this rank needs {want}")
-        ledger.calls[rank].append(Call(op, ranks_of(group), tuple(_meta(t) for t in tensors), peer, values))
+                if t.dtype not in NCCL_DTYPES:
+                    raise CollectiveError(f"{op}: {t.dtype} tensor; NCCL has no such data type")
+        ledger.calls[rank].append(Call(op, ranks_of(group), tuple(_meta(t) for t in tensors), peer, values, received))
 
     def size_of(group) -> int:
         return len(ranks_of(group))
@@ -63,20 +79,31 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True):
                                                      for t in tensor_list):
             raise CollectiveError(f"all_gather: {len(tensor_list)} outputs for {size_of(group)} ranks, "
                                   "or their shapes/dtypes differ from the input's")
-        record("all_gather", group, [tensor, *tensor_list])
-        return real["all_gather"](tensor_list, tensor, group, async_op)
+        values = getattr(tensor, "_fake_values", None)
+        received = None if values is None else ledger.gathered(rank, ranks_of(group), values)
+        out = real["all_gather"](tensor_list, tensor, group, async_op)
+        for part, got in zip(tensor_list, received or ()):
+            if got is not None:
+                part._fake_values = got
+        record("all_gather", group, [tensor, *tensor_list], values=values, received=received)
+        return out
 
-    def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-        if output_tensor.numel() != size_of(group) * input_tensor.numel() or output_tensor.dtype != input_tensor.dtype:
-            raise CollectiveError("all_gather_into_tensor: the output is not world × input")
-        record("all_gather_into_tensor", group, [input_tensor, output_tensor])
-        return real["all_gather_into_tensor"](output_tensor, input_tensor, group, async_op)
+    def gather_into(name):
+        def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+            if output_tensor.numel() != size_of(group) * input_tensor.numel() or \
+                    output_tensor.dtype != input_tensor.dtype:
+                raise CollectiveError(f"{name}: the output is not world × input")
+            record("all_gather_into_tensor", group, [input_tensor, output_tensor])
+            return real[name](output_tensor, input_tensor, group, async_op)
+        return all_gather_into_tensor
 
-    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        if input.numel() != size_of(group) * output.numel() or output.dtype != input.dtype:
-            raise CollectiveError("reduce_scatter_tensor: the input is not world × output")
-        record("reduce_scatter_tensor", group, [input, output])
-        return real["reduce_scatter_tensor"](output, input, op, group, async_op)
+    def scatter_from(name):
+        def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+            if input.numel() != size_of(group) * output.numel() or output.dtype != input.dtype:
+                raise CollectiveError(f"{name}: the input is not world × output")
+            record("reduce_scatter_tensor", group, [input, output])
+            return real[name](output, input, op, group, async_op)
+        return reduce_scatter_tensor
 
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
         record("all_reduce", group, [tensor])
@@ -121,8 +148,10 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True):
         return src
 
     table = {(dist, name): fn for name, fn in dict(
-        all_to_all_single=all_to_all_single, all_gather=all_gather, all_gather_into_tensor=all_gather_into_tensor,
-        reduce_scatter_tensor=reduce_scatter_tensor, all_reduce=all_reduce, broadcast=broadcast, barrier=barrier,
+        all_to_all_single=all_to_all_single, all_gather=all_gather,
+        all_gather_into_tensor=gather_into("all_gather_into_tensor"), all_gather_single=gather_into("all_gather_single"),
+        reduce_scatter_tensor=scatter_from("reduce_scatter_tensor"),
+        reduce_scatter_single=scatter_from("reduce_scatter_single"), all_reduce=all_reduce, broadcast=broadcast, barrier=barrier,
         broadcast_object_list=broadcast_object_list, batch_isend_irecv=batch_isend_irecv, send=send,
         recv=recv).items()}
     return patched(table)

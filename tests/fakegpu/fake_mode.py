@@ -12,7 +12,9 @@ a cpu/cuda or cuda:0/cuda:1 mix. Around it, for a CPU-only build (torch 2.13):
 - matmul, conv and attention get the one-dtype / one-device check the CUDA kernels make and the
   meta functions skip (bf16 activations times an fp32 weight would pass silently otherwise);
 - host reads (.numpy(), .item(), .tolist()) make the real call's checks, are recorded, and
-  return zeros; small int tensors made from host values (shape headers) keep their values;
+  return zeros; small int tensors made from host values (shape headers) keep their values, and
+  so does a tensor a test gave host values (`_fake_values`) through copies, additions and cat —
+  a rank's First-Block Cache sums, which the group adds and reads on the host;
 - ThreadPoolExecutor work runs inline: dispatch modes are thread-local, a worker thread would
   run real kernels on the absent GPU.
 """
@@ -34,6 +36,8 @@ _TO = {torch.ops.aten.to.device, torch.ops.aten.to.dtype_layout, torch.ops.aten.
 _ONE_DTYPE_OPS = MATMUL_OPS | set(ATTENTION_OPS) | {"aten.scaled_dot_product_attention", "aten.linear", "aten.matmul"}
 _VALUE_KEEPING = {"aten._to_copy.default", "aten.detach.default", "aten.clone.default", "aten.alias.default",
                   "aten.lift_fresh.default"}
+_VALUE_ADDING = {"aten.add.Tensor", "aten.add.Scalar"}
+_VALUE_JOINING = {"aten.cat.default"}
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
           torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8,
           torch.bool: np.bool_}
@@ -49,11 +53,21 @@ def _check_one_dtype(func, args) -> None:
 
 
 def _keep_values(func, args, out) -> None:
+    if isinstance(out, torch.Tensor) and str(func) in _VALUE_JOINING:
+        _join_values(args, out)
+        return
+    if isinstance(out, torch.Tensor) and str(func) == "aten.zeros_like.default" and out.dtype in _NUMPY \
+            and getattr(args[0], "_fake_values", None) is not None:
+        out._fake_values = np.zeros(tuple(out.shape), _NUMPY[out.dtype]).tolist()  # zeros of a valued tensor
+        return
     if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
         return
     src = args[0]
     if getattr(src, "_fake_pinned", False) and func.is_view:
         out._fake_pinned = True  # a view of pinned memory is pinned memory
+    if str(func) in _VALUE_ADDING:
+        _add_values(args, out)
+        return
     if str(func) not in _VALUE_KEEPING:
         return
     values = getattr(src, "_fake_values", None)
@@ -64,6 +78,30 @@ def _keep_values(func, args, out) -> None:
         values = src.tolist()
     if values is not None:
         out._fake_values = values
+
+
+def _add_values(args, out) -> None:
+    """a + b where every tensor operand carries host values: the sum's values, computed in
+    the output's dtype (float64 sums of float32 parts add as a device would)."""
+    if out.dtype not in _NUMPY or any(isinstance(a, torch.Tensor) and getattr(a, "_fake_values", None) is None
+                                      for a in args[:2]):
+        return
+    dtype = _NUMPY[out.dtype]
+    terms = [np.asarray(a._fake_values if isinstance(a, torch.Tensor) else a, dtype) for a in args[:2]]
+    out._fake_values = np.broadcast_to(terms[0] + terms[1], tuple(out.shape)).astype(dtype).tolist()
+
+
+def _join_values(args, out) -> None:
+    """cat of tensors that all carry host values (a step cache's logs, met over dp)."""
+    parts, dim = args[0], args[1] if len(args) > 1 else 0
+    if out.dtype in _NUMPY and all(getattr(p, "_fake_values", None) is not None for p in parts):
+        out._fake_values = np.concatenate([_host_values(p, _NUMPY[out.dtype]) for p in parts], axis=dim).tolist()
+
+
+def _host_values(t, dtype):
+    """The values a test gave tensor `t` (np array of `dtype`), or None."""
+    values = getattr(t, "_fake_values", None)
+    return None if values is None else np.asarray(values, dtype).reshape(tuple(t.shape))
 
 
 def _transfer(func, args, kwargs, out, recorder: Recorder) -> None:
@@ -140,7 +178,8 @@ def _host_read_patches(recorder: Recorder) -> dict:
         if self.dtype not in _NUMPY:
             raise FakeCudaError(f"Got unsupported ScalarType {str(self.dtype).replace('torch.', '').capitalize()}")
         recorder.host_reads.append((recorder.phase, f"numpy() {tuple(self.shape)}", str(self.device)))
-        return np.zeros(tuple(self.shape), dtype=_NUMPY[self.dtype])
+        values = _host_values(self, _NUMPY[self.dtype])
+        return np.zeros(tuple(self.shape), dtype=_NUMPY[self.dtype]) if values is None else values
 
     def item(self):
         if not isinstance(self, FakeTensor):

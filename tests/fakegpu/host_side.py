@@ -6,6 +6,9 @@ None of these is a GPU path of the project; each is host bookkeeping or a third-
   output becomes a fake tensor on the run's device (so its own .to(device) is not exercised);
 - torch's DeviceMesh (FSDP2) keeps its rank layout in a CPU tensor and looks ranks up with
   nonzero(): built outside the fake mode;
+- First-Block Cache decides from activations, which fake tensors do not have: a test may give
+  each rank's local sums as host values (`first_block_values`), which the harness carries
+  through the group's all_gather and sum to the host read the decision is made from;
 - process-wide caches (module-level dicts, lists and sets of parallel_wan) would carry the
   previous simulated rank's process group and fake tensors into the next rank: each rank
   starts from the state the package had before the first rank, as a fresh process would.
@@ -54,6 +57,29 @@ def host_device_mesh():
             return real(*args, **kwargs)
 
     return patched({(DeviceMesh, "from_group"): staticmethod(from_group)})
+
+
+def first_block_values(metric, rank: int, recorder):
+    """caching.first_block.branch_sums as the project computes it (the same fake tensor:
+    device, dtype and shape are the project's), carrying `metric(rank, step, branches)` as its
+    host values: what this rank's shard would give at that step. None: no values (the sums
+    read as zeros, every step computes)."""
+    if metric is None:
+        return contextlib.nullcontext()
+    import numpy as np
+
+    from parallel_wan.caching import first_block
+
+    real = first_block.branch_sums
+
+    def branch_sums(residual, reference, valid, branches, ops):
+        out = real(residual, reference, valid, branches, ops)
+        step = int(recorder.phase.split()[1])  # "step i", set by the loop's progress callback
+        local = np.asarray(metric(rank, step, branches), np.float32)
+        out._fake_values = local.reshape(tuple(out.shape)).tolist()
+        return out
+
+    return patched({(first_block, "branch_sums"): branch_sums})
 
 
 _CONTAINERS = (dict, list, set)

@@ -17,7 +17,8 @@ class Call:
     group: tuple[int, ...]  # global ranks of the group
     tensors: tuple[tuple, ...]  # (shape, dtype, device) per tensor argument, inputs first
     peer: int | None = None  # p2p: the other rank; broadcast: the source
-    values: tuple | None = None  # p2p: host values a small int tensor carried (shape headers)
+    values: tuple | None = None  # host values the (first) tensor carried: shape headers, a cache's sums
+    received: tuple | None = None  # all_gather of valued tensors: the values taken for each member
 
     @property
     def signature(self) -> tuple:
@@ -34,6 +35,43 @@ class Ledger:
         self.calls[rank] = []
         if rank == 0:
             self.objects = []
+
+    def valued_gathers(self, rank: int, group: tuple) -> list[Call]:
+        """`rank`'s all_gathers on `group` of tensors that carried host values, in order."""
+        return [c for c in self.calls.get(rank, []) if c.op == "all_gather" and c.group == group
+                and c.values is not None]
+
+    def gathered(self, rank: int, group: tuple, values) -> list:
+        """What `rank`'s next valued all_gather on `group` receives from each member, given
+        that it sends `values`: the values of the member's all_gather at the same position
+        among its valued ones as the member's last run sent them, else None (it has not run
+        yet). `stale_gathers` finds the parts that differ from what the members now send."""
+        k = len(self.valued_gathers(rank, group))
+        out = []
+        for member in group:
+            theirs = self.valued_gathers(member, group)
+            if member == rank:
+                out.append(values)
+            elif k < len(theirs):
+                out.append(theirs[k].values)
+            else:
+                out.append(None)
+        return out
+
+    def stale_gathers(self) -> list[tuple]:
+        """(rank, group, k, member, received, sent) for each part of a valued all_gather that
+        is not what its member sent at that position (sent before the member ran, or the
+        member's values changed since): simulate runs such a rank again."""
+        out = []
+        for rank, calls in self.calls.items():
+            for group in {c.group for c in calls}:
+                for k, call in enumerate(self.valued_gathers(rank, group)):
+                    for member, got in zip(group, call.received or ()):
+                        theirs = self.valued_gathers(member, group)
+                        sent = theirs[k].values if k < len(theirs) else None
+                        if got != sent:
+                            out.append((rank, group, k, member, got, sent))
+        return out
 
     def sent(self, src: int, dst: int) -> list[Call]:
         return [c for c in self.calls.get(src, []) if c.op == "send" and c.peer == dst]
@@ -59,6 +97,8 @@ class Ledger:
                 if len({c.signature for c in calls}) > 1:
                     seen = {r: c.signature for r, c in zip(members, calls)}
                     problems.append(f"group {group} call #{k}: ranks disagree {seen}")
+        problems += [f"group {group} valued all_gather #{k}: rank {rank} took {got} from rank {member}, "
+                     f"which sent {sent}" for rank, group, k, member, got, sent in self.stale_gathers()]
         pairs = {(r, c.peer) for r, calls in self.calls.items() for c in calls if c.op == "send"}
         pairs |= {(c.peer, r) for r, calls in self.calls.items() for c in calls if c.op == "recv"}
         for a, b in sorted(pairs):

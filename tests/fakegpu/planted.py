@@ -1,7 +1,7 @@
 """Plant GPU-only bugs in a scratch copy of the repository and show who catches them: the
 fake-GPU tests must fail, the CPU tests of the same area still pass (they cannot see it).
 
-    cd tests && python -m fakegpu.planted [BUG ...]      # all four by default; minutes each
+    cd tests && python -m fakegpu.planted [BUG ...]      # all five by default; minutes each
 
 Each bug is a one-line edit of the project, made in a temporary copy only.
 """
@@ -45,6 +45,11 @@ BUGS = {
         "parallel_wan/backends/torch/predictor.py", "self.rope = (backend.to_device(cos), backend.to_device(sin))",
         'self.rope = (__import__("torch").as_tensor(cos), __import__("torch").as_tensor(sin))',
         ("tests/test_end_to_end.py", "-k", "same_seed"), ONE_GPU_BF16),
+    "First-Block Cache decided on each rank's own shard": Bug(
+        "parallel_wan/backends/torch/predictor.py",
+        "return backend.collectives.sum_to_host(local, axis)", "return local.double().cpu().numpy()",
+        ("tests/test_magcache_schedule.py",),
+        "tests/test_fake_gpu_cache.py::test_first_block_cache_ranks_decide_together[cp2]"),
 }
 
 

@@ -7,7 +7,8 @@ Each simulated rank is a torchrun worker: LOCAL_RANK = rank, the project's own b
 (run.make_backend) picks its device, joins "NCCL" (the fake group, checked) and runs the
 whole generation: load, text, denoise, decode. Rank 0 runs first (its broadcast objects are
 replayed to the others) and once more at the end when it receives values from peers that had
-not run yet (the VAE's shape headers).
+not run yet (the VAE's shape headers); so does every rank that gathered host values other
+than its peers sent (First-Block Cache's sums, `first_block_metric`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class RankRun:
     calls: dict = field(default_factory=dict)  # fake CUDA runtime calls made, by name
     recorder: Recorder = field(default_factory=Recorder)
     latents: tuple | None = None
+    info: dict | None = None  # the generation's record (the sidecar's), e.g. info["cache"]
     error: BaseException | None = None
 
     def describe_error(self) -> str:
@@ -112,7 +114,7 @@ def _progress(recorder: Recorder):
 
 
 def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPER,
-             compile_backend: str | None = None) -> RankRun:
+             compile_backend: str | None = None, first_block_metric=None) -> RankRun:
     from parallel_wan.launch import TORCHRUN, Launch
     from parallel_wan.pipeline import generate
     from parallel_wan.run import make_backend
@@ -124,14 +126,15 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
     with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
             host_side.host_text_encoder(mode), host_side.host_device_mesh(), \
             nccl_as_fake(rank, world, runtime) as requests, \
-            checked_collectives(ledger, rank, runtime, nccl=spec.device != "cpu"):
+            checked_collectives(ledger, rank, runtime, nccl=spec.device != "cpu"), \
+            host_side.first_block_values(first_block_metric, rank, out.recorder):
         try:
             backend = make_backend(spec, launch)
             out.device = str(backend.device)
             if compile_backend:
                 backend.compile_backend = compile_backend
             gen = generate(spec, backend, ckpt, progress=_progress(out.recorder))
-            out.latents = tuple(gen.latents.shape)
+            out.latents, out.info = tuple(gen.latents.shape), gen.info
         except Exception as exc:  # noqa: BLE001 - reported by Simulation.problems
             out.error = exc
     out.init_requests, out.calls = list(requests), dict(runtime.calls)
@@ -139,13 +142,26 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
 
 
 def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, capability=HOPPER,
-             compile_backend: str | None = None, device: str = "auto") -> Simulation:
+             compile_backend: str | None = None, device: str = "auto", first_block_metric=None) -> Simulation:
+    """`first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
+    each rank's shard gives at each step, as host values (host_side.first_block_values)."""
     spec = spec_of([*SMALL, *overrides, f"device={device}"], world)
     checkpoints = checkpoints or Checkpoints(tempfile.mkdtemp(prefix="fakegpu_ckpt_"))
     ckpt = checkpoints.for_spec(spec)
     host_side.import_torch_side()
     ledger = Ledger()
-    ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend) for r in range(world)]
+    ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric)
+             for r in range(world)]
+    # Rank 0 runs again when it received from peers that had not run yet (the VAE's shape
+    # headers) and so does every rank whose gathered host values are not what its peers sent
+    # (First-Block Cache's sums): until they are, at most `world` rounds.
+    again = {r for r, *_ in ledger.stale_gathers()}
     if world > 1 and (ranks[0].error is not None or ledger.mismatches()):
-        ranks[0] = run_rank(spec, ckpt, 0, world, ledger, capability, compile_backend)
+        again.add(0)
+    for _ in range(world):
+        for r in sorted(again):
+            ranks[r] = run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric)
+        again = {r for r, *_ in ledger.stale_gathers()}
+        if not again:
+            break
     return Simulation(list(overrides), world, capability, ranks, ledger, checkpoints.folder_for(spec))

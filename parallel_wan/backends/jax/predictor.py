@@ -4,8 +4,9 @@ global token array.
 A single controller holds the whole problem: tokens (B, cp·Lc, F) padded at the end and
 sharded ("dp", ring × ulysses); the forward batch is [cond rows…, uncond rows…] (the one CFG
 layout, parallel/cfg_rows.py), sharded over "dp" — so with one prompt and dp = 2 the two CFG
-halves run on the two dp groups. The CFG combine runs inside
-the program; the host only passes the step's timestep and guidance scale (traced scalars, so
+halves run on the two dp groups. An expert whose guidance is 1.0 has a program of its own with
+the cond rows only (task.halves), reading a context of the prompts alone. The CFG combine runs
+inside the program; the host only passes the step's timestep and guidance scale (traced scalars, so
 one compiled program serves every step, and both experts when their shapes agree).
 """
 
@@ -96,12 +97,13 @@ class JaxNoisePredictor:
         work = task.work
         self.valid, self.padded = work.shards.tokens, work.shards.padded
         self.batch = len(work.rows)
-        self.halves = 2 if task.uses_guidance else 1
+        self.halves = {name: task.halves(name) for name in task.experts}  # CFG halves per expert
         self.x_sharding = self.token_sharding(self.batch)
         tcfg = next(iter(task.experts.values()))[0]
         cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
         self.cos, self.sin = put(cos, NamedSharding(mesh, P(CP, None))), put(sin, NamedSharding(mesh, P(CP, None)))
-        self.context = put(self._forward_rows(task), NamedSharding(mesh, P("dp", None, None)))
+        self.contexts = {h: put(self._forward_rows(task, h), NamedSharding(mesh, P("dp", None, None)))
+                         for h in set(self.halves.values())}
         self.cond = None if task.cond_tokens is None else put(task.cond_tokens, NamedSharding(mesh, P(None, CP, None)))
         mask = np.ones((self.padded,), np.float32) if task.fixed_mask is None else task.fixed_mask[:, 0]
         self.t_mask = put(mask, NamedSharding(mesh, P(CP))) if task.per_token_timestep else None
@@ -115,17 +117,25 @@ class JaxNoisePredictor:
         self._build_programs()
 
     # ------------------------------------------------------------ set-up
-    def _forward_rows(self, task) -> np.ndarray:
-        """Context rows of the forward batch, in the one CFG layout: [prompts…, negative × B]."""
-        return host_copy(task.context)[context_rows(task.work.rows, task.prompts, task.uses_guidance)]
+    def _forward_rows(self, task, halves: int) -> np.ndarray:
+        """Context rows of a forward batch with `halves` CFG halves, in the one CFG layout:
+        [prompts…, negative × B], or [prompts…]."""
+        return host_copy(task.context)[context_rows(task.work.rows, task.prompts, halves == 2)]
+
+    def context_for(self, expert: str):
+        """The context rows `expert`'s step reads."""
+        return self.contexts[self.halves[expert]]
 
     def _step_cache(self, task, tcfg) -> tuple[CacheSpec, JaxStepCache]:
         """The step cache's static description (part of the programs' keys) and its host side.
         Its arrays hold every forward row, sharded as the tokens are: the hidden states'
         (MagCache, First-Block Cache; the weights' dtype) or the output's (TaylorSeer, fp32)."""
-        settings, rows = task.cache, self.halves * self.batch
+        # one set of arrays serves both experts, so their CFG halves agree (config.resolve refuses
+        # a JAX step cache with guidance 1.0 on one expert only)
+        halves, = set(self.halves.values())
+        settings, rows = task.cache, halves * self.batch
         spec = CacheSpec(settings.kind, settings.threshold, settings.order, settings.calibrate, self.batch,
-                         self.halves, self.valid)
+                         halves, self.valid)
         for other, _ in task.experts.values():
             if (other.dim, other.out_channels, other.patch_size) != (tcfg.dim, tcfg.out_channels, tcfg.patch_size):
                 raise ValueError("a step cache keeps one set of arrays for both experts, so they must agree in "
@@ -140,18 +150,18 @@ class JaxNoisePredictor:
         # The block stack runs on every device when any branch computes (cached_blocks.py), so
         # with two branches a split decision discards work, as on one torch device.
         cache = JaxStepCache(settings, task.cache_plan, branch_names(task.uses_guidance), tcfg.num_layers,
-                             {name: zeros() for name in spec.state_names()}, shared_rows=self.halves == 2)
+                             {name: zeros() for name in spec.state_names()}, shared_rows=halves == 2)
         return spec, cache
 
     def program_key(self, expert: str) -> tuple:
         """Everything the step's trace depends on besides the arguments' shapes."""
         tcfg = self.task.experts[expert][0]
         return (tcfg, repr(self.specs[expert]), mesh_key(self.mesh), self.valid, self.padded, self.batch,
-                self.halves, self.task.per_token_timestep, self.kernel, self.cache_spec)
+                self.halves[expert], self.task.per_token_timestep, self.kernel, self.cache_spec)
 
     def step_function(self, expert: str):
         tcfg = self.task.experts[expert][0]
-        return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves,
+        return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves[expert],
                          self.task.per_token_timestep, self.kernel, self.cache_spec)
 
     def out_shardings(self):
@@ -170,8 +180,8 @@ class JaxNoisePredictor:
 
     def _inputs(self, expert: str, x, t, guidance):
         _, params = self.task.experts[expert]
-        inputs = (params, x, np.float32(t), np.float32(guidance), self.context, self.cos, self.sin, self.cond,
-                  self.t_mask)
+        inputs = (params, x, np.float32(t), np.float32(guidance), self.context_for(expert), self.cos, self.sin,
+                  self.cond, self.t_mask)
         return inputs if self.cache is None else inputs + (self.cache.row(), self.cache.arrays)
 
     def token_sharding(self, rows: int) -> NamedSharding:

@@ -30,12 +30,13 @@ def make_loop(steps: list, update, cached: bool = False):
     steps are step-cache steps (cached_step.py): `cache` is their arrays, `plan["cache"]`
     their rows, and the loop also returns the arrays and the per-step decisions."""
 
-    def denoise_scan(params, x, state, plan, held, aux, cache, finish: bool):
+    def denoise_scan(params, x, state, plan, held, contexts, aux, cache, finish: bool):
         def hold(x):
             return x if held is None else jnp.where(held[1] > 0, x, held[0])
 
         def branch(k):
-            return lambda params, x, t, g, *row_cache: steps[k](params[k], x, t, g, *aux, *row_cache)
+            # each expert its own context rows: an unguided expert's are the prompts alone
+            return lambda params, x, t, g, *row_cache: steps[k](params[k], x, t, g, contexts[k], *aux, *row_cache)
 
         def body(carry, s):
             x, state, cache = carry
@@ -94,7 +95,8 @@ class ScannedLoop:
         if self.cache is not None:
             plan["cache"], cache = self.cache.rows(start, stop), self.cache.arrays
         state = {k: None if v is None else p.shard(v) for k, v in state.items()}
-        return params, p.shard(x), state, plan, self.held, (p.context, p.cos, p.sin, p.cond, p.t_mask), cache
+        contexts = tuple(p.context_for(name) for name in self.experts)
+        return params, p.shard(x), state, plan, self.held, contexts, (p.cos, p.sin, p.cond, p.t_mask), cache
 
     def compile(self, x, state) -> None:
         self.compiled = self.program.lower(*self._args(x, state, 0, self.steps), finish=True).compile()

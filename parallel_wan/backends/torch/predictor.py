@@ -2,8 +2,9 @@
 
 Each rank runs the forward on its Lc tokens for its rows: [cond rows ‖ negative × B] (both CFG
 halves here), or one half under CFG parallel over dp, whose two predictions meet once per step
-(`exchange_dp`). Self-attention is the backend's sequence-parallel callable; the blocks run
-through the block runner `runners.expert_runner` picks for the expert as placed.
+(`exchange_dp`); an expert whose guidance is 1.0 runs the cond rows only (task.halves).
+Self-attention is the backend's sequence-parallel callable; the blocks run through the block
+runner `runners.expert_runner` picks for the expert as placed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ...caching.step_cache import StepCache
 from ...models import transformer as dit
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided, halves_in_forward
+from .fsdp import ShardedExpert
 from .runners import CachedRunner, Compiler, expert_runner
 from .swap import ExpertSwap
 
@@ -47,7 +49,8 @@ class EagerNoisePredictor:
         self.attention = backend.self_attention_for(work.shards)
         if self.compiler is not None:
             self.attention = self.compiler.attention(self.attention)
-        self.context, self.halves = guidance_context(task.context, work, task.prompts, task.uses_guidance, ops)
+        # The widest forward's context rows; an unguided expert reads the first B (the cond rows)
+        self.context, _ = guidance_context(task.context, work, task.prompts, task.uses_guidance, ops)
         self.batch = len(work.rows)
         self.cond_tokens = None
         if task.cond_tokens is not None:
@@ -65,9 +68,25 @@ class EagerNoisePredictor:
         work, backend = task.work, self.backend
         valid = (work.token_index() < work.shards.tokens).astype(np.float32)[None, :, None]
         axis = "cp" if work.cfg_branch is not None or backend.mesh.size("dp") == 1 else "world"
+
+        def reduce(local):
+            return backend.collectives.sum_to_host(local, axis)
+
+        # memory=sharded under CFG parallel: FSDP's block gathers span both dp halves, so the
+        # halves must run the same block passes. Each rank puts its branch's sums in its row
+        # of a (2, 2) array summed over the world: every rank gets both branches' group sums
+        # (the same bits as the cp sums: the other half adds zeros).
+        lockstep = None
+        if task.cache.kind == "fbcache" and work.cfg_branch is not None and any(
+                isinstance(placed, ShardedExpert) for _, placed in task.experts.values()):
+            lockstep = work.cfg_branch
+
+            def reduce(local):
+                zero = torch.zeros_like(local)
+                both = torch.cat([local, zero] if lockstep == 0 else [zero, local])
+                return backend.collectives.sum_to_host(both, "world")
         return StepCache(task.cache, task.cache_plan, branch_names(task.uses_guidance, work.cfg_branch), self.batch,
-                         tcfg.num_layers, backend.to_device(valid),
-                         lambda local: backend.collectives.sum_to_host(local, axis), self.ops)
+                         tcfg.num_layers, backend.to_device(valid), reduce, self.ops, lockstep)
 
     def cache_report(self) -> dict | None:
         """The sidecar's "cache" record; every rank calls it (CFG parallel: the two branches'
@@ -87,7 +106,7 @@ class EagerNoisePredictor:
         step cache's step."""
         self.swap.before_step(step)
         if self.cache is not None:
-            self.cache.begin(step.index)
+            self.cache.begin(step.index, self.task.halves(step.expert))
 
     def shard(self, x):
         """The rank already holds its own shard."""
@@ -97,18 +116,18 @@ class EagerNoisePredictor:
         ops, task = self.ops, self.task
         tcfg, placed = task.experts[expert]
         params, run_blocks = expert_runner(expert, placed, self.compiler)
-        cache = self.cache
+        cache, halves = self.cache, task.halves(expert)
         if cache is not None and cache.skips_forward:  # TaylorSeer predicts the whole output
             with run_blocks.open(params["blocks"]):
                 pass  # nothing runs; a swap exchange due this step still completes on close
             out = cache.predicted()
-            return self._combine(out, guidance)
+            return self._combine(out, guidance, halves)
         if cache is not None:
             run_blocks = CachedRunner(run_blocks, cache)
         batch, n_tokens = x.shape[0], x.shape[1]
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
-        x_in = both_halves(x_in, self.halves, ops)
-        rows = self.halves * batch
+        x_in = both_halves(x_in, halves, ops)
+        rows = halves * batch
         # The timesteps are made on the device (a fill, and the TI2V mask uploaded once in
         # __init__): uploading a host array every step would wait for the device's queue.
         if task.per_token_timestep:
@@ -117,16 +136,18 @@ class EagerNoisePredictor:
                 ts = ts * self.timestep_mask
         else:
             ts = ops.zeros((rows,), "float32", like=x) + t
-        out = dit.forward(params, x_in, ts, self.context, self.rope, tcfg, ops, self.attention, run_blocks)
+        out = dit.forward(params, x_in, ts, self.context[:rows], self.rope, tcfg, ops, self.attention, run_blocks)
         out = ops.cast(out, "float32")
         if cache is not None:
             cache.computed(out)
-        return self._combine(out, guidance)
+        return self._combine(out, guidance, halves)
 
-    def _combine(self, out, guidance: float):
-        """The forward's float32 rows → the guided prediction (CFG parallel: the halves meet)."""
+    def _combine(self, out, guidance: float, halves: int):
+        """The forward's float32 rows → the guided prediction (CFG parallel: the halves meet;
+        one half here and no CFG parallel: the cond rows are the prediction)."""
         ops, task = self.ops, self.task
         batch = len(task.work.rows)
         if task.work.cfg_branch is not None:
             out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
-        return guided(out, batch, guidance) if task.uses_guidance else out
+            halves = 2
+        return guided(out, batch, guidance) if halves == 2 else out
