@@ -18,19 +18,12 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from .conf_dir import conf_dir
 from .config import ConfigError, RunSpec, backend_name, resolve
 from .errors import OutputWriteError, RunError
 
 log = logging.getLogger("parallel_wan")
-def _conf_dir() -> str:
-    """The Hydra configs: the repository's conf/ (a source checkout or an editable install),
-    else the copy a wheel installs as parallel_wan/conf (pyproject.toml)."""
-    package = os.path.dirname(os.path.abspath(__file__))
-    repository = os.path.join(os.path.dirname(package), "conf")
-    return repository if os.path.isfile(os.path.join(repository, "config.yaml")) else os.path.join(package, "conf")
-
-
-CONF_DIR = _conf_dir()
+CONF_DIR = conf_dir()
 
 
 def setup_logging(rank: int = 0, all_ranks: bool = False) -> None:

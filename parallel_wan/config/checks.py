@@ -9,11 +9,11 @@ import os
 import tempfile
 from typing import Mapping
 
+from ..conf_dir import conf_dir
 from ..parallel.mesh import ConfigError
 from .schema import INT_LIMIT
 
-CONFIG_YAML = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf",
-                           "config.yaml")
+CONFIG_YAML = os.path.join(conf_dir(), "config.yaml")
 
 
 @functools.lru_cache(maxsize=1)
