@@ -19,6 +19,12 @@ MESHES = sorted(name[:-5] for name in os.listdir(os.path.join(CONF, "mesh")) if 
 def mesh_degrees(mesh: str) -> dict:
     import yaml
 
+    if mesh == "auto":  # no degrees of its own: on 4 GPUs the rule picks dp2 × ulysses2 for the tiny model
+        from parallel_wan.parallel.auto_mesh import auto_mesh
+
+        picked = auto_mesh(4, heads=8, cfg_on_every_expert=True, prompts=1)
+        return {"dp": picked.dp, "cp": picked.cp}
+
     with open(os.path.join(CONF, "mesh", f"{mesh}.yaml")) as f:
         return yaml.safe_load(f)
 
