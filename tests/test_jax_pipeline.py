@@ -98,6 +98,10 @@ def compile_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_device():
+    # Tests run earlier in this process (tests/test_jax_cache.py) may have compiled the same
+    # step program: JAX would reuse it and log no compile. Start from empty caches so the
+    # compile counts below are this run's.
+    jax.clear_caches()
     return generate(BASE + ["backend=jax", "mesh=single"])
 
 
