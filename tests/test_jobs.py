@@ -301,8 +301,10 @@ def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):
     assert job_of(*args)[0].entries[0].name == "fox"
 
 
-def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path):
-    args = ["steps=6", f"output_dir={tmp_path / 'cut'}", "save_frames=true", "backend=torch"]
+@pytest.mark.parametrize("cache", ["none", "taylorseer"])
+def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache):
+    # A step cache's state (TaylorSeer's factors, its skip log) travels in the saved state too.
+    args = ["steps=6", f"output_dir={tmp_path / 'cut'}", "save_frames=true", "backend=torch", f"cache={cache}"]
     job, ckpt = job_of(*args)
     backend = make_backend(job.base)
     SignalAtVote(backend, at=3)
@@ -310,10 +312,12 @@ def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path):
         run_job(job, ckpt, backend=backend)
     report = run_job(*job_of(*args))
     assert report.resumed == {"video": 2}
-    spec, _ = validate(compose_settings(["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true"]), 1)
+    spec, _ = validate(compose_settings(["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true",
+                                         f"cache={cache}"]), 1)
     run(spec)
     assert np.array_equal(np.load(tmp_path / "cut" / "frames.npy"), np.load(tmp_path / "full" / "frames.npy"))
-    assert json.loads((tmp_path / "cut" / "video.json").read_text())["resumed_from_step"] == 2
+    cut, full = (json.loads((tmp_path / d / "video.json").read_text()) for d in ("cut", "full"))
+    assert cut["resumed_from_step"] == 2 and cut.get("cache") == full.get("cache")
 
 
 # ------------------------------------------------------------------ JAX, 8 CPU devices
