@@ -161,16 +161,27 @@ def _stub(folder, name, body):
 
 
 def _fake_slurm(tmp_path, **slurm):
-    """A PATH whose srun records its arguments (NUL-separated) and whose scontrol expands host
-    lists with our parser; SLURM variables as sbatch would set them."""
+    """A PATH whose srun records its arguments (NUL-separated) and the preemption variables it
+    sees, sleeps SRUN_SLEEP s, touches $PARALLEL_WAN_PREEMPTED_FILE when SRUN_PREEMPTED is set
+    and exits SRUN_EXIT; whose scontrol expands host lists with our parser, says the job is
+    JOB_STATE (default RUNNING) and records requeues; whose scancel records its arguments. SLURM
+    variables as sbatch would set them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _stub(bin_dir, "srun", 'printf "%s\\0" "$@" > "$SRUN_RECORD"\n')
-    _stub(bin_dir, "scontrol", f'[[ $1 == show && $2 == hostnames ]] || exit 9\n'
+    _stub(bin_dir, "srun", 'printf "%s\\0" "$@" > "$SRUN_RECORD"\n'
+          'echo "${PARALLEL_WAN_PREEMPTED_FILE-unset} ${SLURM_GPUS_PER_NODE-unset}" > "$SRUN_RECORD.env"\n'
+          'sleep "${SRUN_SLEEP:-0}"\n'
+          '[[ -z ${SRUN_PREEMPTED:-} ]] || touch "$PARALLEL_WAN_PREEMPTED_FILE"\n'
+          'exit "${SRUN_EXIT:-0}"\n')
+    _stub(bin_dir, "scontrol", f'if [[ $1 == show && $2 == job ]]; then echo "   JobId=$3 JobState=${{JOB_STATE:-RUNNING}} Reason=None"; exit 0; fi\n'
+          f'if [[ $1 == requeue ]]; then echo "requeue $2" >> "$SRUN_RECORD.calls"; exit 0; fi\n'
+          f'[[ $1 == show && $2 == hostnames ]] || exit 9\n'
           f'"{sys.executable}" -c "import sys; from parallel_wan.launch import expand_hostlist; '
           f'print(*expand_hostlist(sys.argv[1]), sep=chr(10))" "$3"\n')
+    _stub(bin_dir, "scancel", 'echo "scancel $*" >> "$SRUN_RECORD.calls"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=REPO, SRUN_RECORD=str(tmp_path / "srun.args"), **slurm)
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=REPO, SRUN_RECORD=str(tmp_path / "srun.args"),
+               SLURM_GPUS_PER_NODE="8", **slurm)
     return env
 
 
@@ -178,21 +189,31 @@ def _srun_args(tmp_path):
     return (tmp_path / "srun.args").read_text().split("\0")[:-1]
 
 
+def _calls(tmp_path):
+    path = tmp_path / "srun.args.calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def test_sbatch_starts_one_torchrun_agent_per_node(tmp_path):
     env = _fake_slurm(tmp_path, SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_JOB_NODELIST="gpu[07-08]",
-                      SLURM_GPUS_ON_NODE="4")
+                      SLURM_GPUS_ON_NODE="4", SLURM_NTASKS="4")
     proc = subprocess.run(["bash", TORCHRUN_SBATCH, "mesh=dp2_cp4", "prompt=a cat surfing"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     job = "outputs/slurm-4242"
     port = str(61440 + 4242 % 4096)
+    # One agent per node even when the job has more tasks (--ntasks), and the step asks for
+    # no GPU count of its own (SLURM_GPUS_PER_NODE unset): it gets all of the job's.
     assert _srun_args(tmp_path) == [
-        "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", f"--output={job}/logs/node-%n.out",
+        "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+        f"--output={job}/logs/restart-0.node-%n.out",
         "torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"gpu07:{port}", "--rdzv-id", "4242", "-m", "parallel_wan.run",
         f"output_dir={job}", f"hydra.run.dir={job}", "mesh=dp2_cp4", "prompt=a cat surfing",
     ]
-    assert (tmp_path / job / "logs").is_dir()
+    assert (tmp_path / "srun.args.env").read_text().split() == [f"{job}/logs/restart-0.preempted", "unset"]
+    assert (tmp_path / job / "logs").is_dir() and _calls(tmp_path) == []
+    assert "job 4242, restart 0: 2 nodes × 4 GPUs" in proc.stdout
     # The settings: workers per node, rendezvous port, output root.
     env.update(GPUS_PER_NODE="8", RDZV_PORT="29500", OUTPUT_ROOT="/scratch/me")
     subprocess.run(["bash", TORCHRUN_SBATCH], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
@@ -211,9 +232,81 @@ def test_sbatch_srun_starts_one_task_per_gpu(tmp_path):
     subprocess.run(["bash", SRUN_SBATCH, "mesh=cp8", "mesh.dp=2"], cwd=tmp_path, env=env, check=True, capture_output=True,
                    timeout=60)
     assert _srun_args(tmp_path) == [
-        "--kill-on-bad-exit=1", "--output=outputs/slurm-99/logs/task-%t.out", "python", "-m", "parallel_wan.run",
-        "output_dir=outputs/slurm-99", "hydra.run.dir=outputs/slurm-99", "mesh=cp8", "mesh.dp=2",
+        "--kill-on-bad-exit=1", "--output=outputs/slurm-99/logs/restart-0.task-%t.out", "python", "-m",
+        "parallel_wan.run", "output_dir=outputs/slurm-99", "hydra.run.dir=outputs/slurm-99", "mesh=cp8", "mesh.dp=2",
     ]
+    assert (tmp_path / "srun.args.env").read_text().split() == ["outputs/slurm-99/logs/restart-0.preempted", "unset"]
+
+
+@pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+def test_sbatch_array_tasks_share_a_folder_and_restarts_keep_their_logs(tmp_path, script):
+    env = _fake_slurm(tmp_path, SLURM_JOB_ID="51", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
+                      SLURM_ARRAY_JOB_ID="47", SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="4",
+                      SLURM_RESTART_COUNT="2", GPUS_PER_NODE="1")
+    proc = subprocess.run(["bash", script, "prompts=p.txt"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "job 51 (array 47 task 3), restart 2:" in proc.stdout
+    args = _srun_args(tmp_path)
+    kind = "node-%n" if script == TORCHRUN_SBATCH else "task-%t"
+    assert f"--output=outputs/slurm-47/logs/array-3.restart-2.{kind}.out" in args
+    assert args[-3:] == ["output_dir=outputs/slurm-47", "hydra.run.dir=outputs/slurm-47", "prompts=p.txt"]
+    assert (tmp_path / "srun.args.env").read_text().split()[0] == "outputs/slurm-47/logs/array-3.restart-2.preempted"
+
+
+@pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+@pytest.mark.parametrize("exit_code, preempted_file, state, requeued, script_exit", [
+    (0, False, "RUNNING", False, 0),
+    (75, False, "RUNNING", True, 75),        # the ranks stopped for preemption (srun passes 75 on)
+    (1, True, "RUNNING", True, 75),          # torchrun exits 1 after a SIGTERM; the app's file tells
+    (75, False, "COMPLETING", False, 75),    # scancel / scontrol requeue / time limit: not requeued here
+    (3, False, "RUNNING", False, 3),         # a real failure
+])
+def test_sbatch_requeues_a_preempted_job_itself(tmp_path, script, exit_code, preempted_file, state, requeued,
+                                                 script_exit):
+    env = _fake_slurm(tmp_path, SLURM_JOB_ID="7", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
+                      SRUN_EXIT=str(exit_code), JOB_STATE=state, GPUS_PER_NODE="1",
+                      **({"SRUN_PREEMPTED": "1"} if preempted_file else {}))
+    proc = subprocess.run(["bash", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == script_exit, proc.stdout + proc.stderr
+    assert _calls(tmp_path) == (["requeue 7"] if requeued else [])
+    if requeued:
+        assert "requeueing it to resume" in proc.stdout
+    elif script_exit == 75:
+        assert "not requeued here" in proc.stdout
+
+
+def _start_until_srun(script, env, tmp_path):
+    """Start the script; return once its (stub) srun runs."""
+    proc = subprocess.Popen(["bash", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "srun.args.env").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+def test_sbatch_passes_a_signal_to_its_shell_on_to_the_tasks(tmp_path, script):
+    # --signal=B:USR1@120 signals only the batch shell: it sends SIGTERM to the step's tasks
+    # (scancel --signal, which leaves the step running) and waits for srun again.
+    env = _fake_slurm(tmp_path, SLURM_JOB_ID="8", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
+                      SRUN_SLEEP="3", SRUN_EXIT="75", GPUS_PER_NODE="1")
+    proc = _start_until_srun(script, env, tmp_path)
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75, out + err
+    assert _calls(tmp_path) == ["scancel --signal=TERM 8", "scancel --signal=TERM 8", "requeue 8"], out + err
+    assert "got SIGUSR1: passing SIGTERM" in out and "got SIGTERM: passing SIGTERM" in out
+    # When the job is already ending, SLURM signals the tasks itself: nothing is passed on.
+    (tmp_path / "srun.args.calls").unlink()
+    (tmp_path / "srun.args.env").unlink()
+    proc = _start_until_srun(script, env | {"JOB_STATE": "COMPLETING"}, tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75 and _calls(tmp_path) == [], out + err
 
 
 XPK_REQUIRED = ["--cluster", "wan-cluster", "--workload", "wan-t2v-1", "--tpu-type", "v5p-16",
