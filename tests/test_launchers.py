@@ -326,12 +326,18 @@ def test_xpk_dry_run_prints_every_flag():
     assert args[:3] == ["xpk", "workload", "create"]
     flags = dict(zip(args[3::2], args[4::2]))
     assert flags == {"--cluster": "wan-cluster", "--workload": "wan-t2v-1", "--tpu-type": "v5p-16",
-                     "--num-slices": "2", "--docker-image": "gcr.io/p/parallel_wan:1", "--zone": "us-east5-a",
-                     "--command": flags["--command"]}
-    # The container's shell reads every override back as one argument.
-    assert shlex.split(flags["--command"]) == ["python", "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4",
-                                               "prompt=a cat's \"boat\""]
-    assert "dp spans the slices" in proc.stderr
+                     "--num-slices": "2", "--max-restarts": "3", "--docker-image": "gcr.io/p/parallel_wan:1",
+                     "--zone": "us-east5-a", "--command": flags["--command"]}
+    # The container's shell reads every override back as one argument; with restarts the run
+    # goes in the background of a shell that passes SIGTERM on (test_xpk_restarts_a_preempted_run).
+    run = flags["--command"].split(" & ", 1)[0]
+    assert shlex.split(run) == ["python", "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4",
+                                "prompt=a cat's \"boat\""]
+    assert "dp spans the slices" in proc.stderr and "--max-restarts 3: a restarted workload resumes" in proc.stderr
+    plain = _xpk(*XPK_REQUIRED, "--max-restarts", "0", "--dry-run", "--", "mesh=dp2_cp4", "prompt=a b")
+    args = shlex.split(plain.stdout)
+    assert args[args.index("--max-restarts") + 1] == "0" and "resumes" not in plain.stderr
+    assert shlex.split(args[-1]) == ["python", "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4", "prompt=a b"]
     base = _xpk(*XPK_REQUIRED[:6], "--base-docker-image", "gcr.io/p/deps:1", "--dry-run")
     args = shlex.split(base.stdout)
     assert args[args.index("--base-docker-image") + 1] == "gcr.io/p/deps:1"
@@ -350,9 +356,36 @@ def test_xpk_missing_flag_is_a_clear_error(drop, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("run_exit, signalled, command_exit", [(75, True, 143), (0, False, 0), (2, False, 2)])
+def test_xpk_restarts_a_preempted_run(tmp_path, run_exit, signalled, command_exit):
+    # The --command as xpk's container runs it: `(COMMAND) & PID=$!`, SIGTERM to that subshell
+    # when the pod is told to stop. A stub python exits RUN_EXIT (on SIGTERM when signalled).
+    proc = _xpk(*XPK_REQUIRED, "--dry-run", "--", "output_dir=/gcs/bucket/run1", "steps=4")
+    assert proc.returncode == 0 and "resumes" not in proc.stderr, proc.stderr  # output_dir given: no note
+    command = shlex.split(proc.stdout)[-1]
+    _stub(tmp_path, "python", f'echo "$*" > {tmp_path}/python.args\n'
+          f'trap \'echo TERM >> {tmp_path}/python.args; sleep 0.5; exit {run_exit}\' TERM\n'
+          f'[[ {int(signalled)} == 1 ]] || exit {run_exit}\n'
+          'for i in $(seq 100); do sleep 0.1; done; exit 9\n')
+    env = {**os.environ, "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    container = subprocess.Popen(["bash", "-c", f"({command}) & PID=$!; echo $PID > {tmp_path}/pid; wait $PID"],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "python.args").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if signalled:
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)
+    out, err = container.communicate(timeout=30)
+    assert container.returncode == command_exit, out + err
+    assert (tmp_path / "python.args").read_text().splitlines() == (
+        ["-m parallel_wan.run backend=jax output_dir=/gcs/bucket/run1 steps=4"] + ["TERM"] * signalled)
+    assert ("exit 143 so that the workload restarts" in out) == signalled
+
+
 def test_xpk_bad_values_and_running_without_dry_run(tmp_path):
     assert "use lowercase letters" in _xpk(*XPK_REQUIRED[:2], "--workload", "Wan_1", *XPK_REQUIRED[4:]).stderr
     assert "whole number" in _xpk(*XPK_REQUIRED, "--num-slices", "0", "--dry-run").stderr
+    assert "whole number ≥ 0" in _xpk(*XPK_REQUIRED, "--max-restarts", "-1", "--dry-run").stderr
     assert "both given" in _xpk(*XPK_REQUIRED, "--base-docker-image", "b", "--dry-run").stderr
     assert "unknown option --priority" in _xpk(*XPK_REQUIRED, "--priority", "high").stderr
     assert "xpk is not on PATH" in _xpk(*XPK_REQUIRED).stderr
@@ -362,7 +395,8 @@ def test_xpk_bad_values_and_running_without_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     ran = (tmp_path / "xpk.args").read_text().split("\0")[:-1]
     assert ran == shlex.split(_xpk(*XPK_REQUIRED, "--xpk-flag", "--priority=high", "steps=4", "--dry-run").stdout)[1:]
-    assert ran[-3:] == ["--priority=high", "--command", "python -m parallel_wan.run backend=jax steps=4"]
+    assert ran[-3:-1] == ["--priority=high", "--command"]
+    assert ran[-1].startswith("python -m parallel_wan.run backend=jax steps=4 & pid=$!;")
 
 
 # ---------------------------------------------------------------- whole runs
