@@ -54,28 +54,35 @@ def make_backend(spec: RunSpec, launch=None):
 
 
 def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
-    """Generate and, on the process that writes, write outputs; returns the paths written
-    (None elsewhere)."""
-    from . import __version__
-    from .report.outputs import save_generation
-    from .pipeline import generate
+    """One generation (the command line's, without prompts=) and, on the process that writes,
+    its outputs; returns the paths written (None elsewhere)."""
+    from .jobs import Entry, Job, result_key, run_job
 
-    backend = make_backend(spec, launch)
+    job = Job((Entry("video", spec, result_key(spec)),), spec.output_dir)
+    return run_job(job, ckpt, launch).paths
+
+
+def log_run(spec: RunSpec, backend) -> None:
     count = spec.mesh.world_size
     unit = ("device" if count == 1 else "devices") if spec.backend == "jax" else ("process" if count == 1 else "processes")
     log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s)",
              spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps, spec.dtype,
              spec.backend, backend.device, spec.mesh.name, count, unit)
-    show = backend.writes_outputs and not spec.scan_loop  # a scanned loop has no steps to show
-    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=show))
-    if not backend.writes_outputs:
-        return None
+
+
+def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = "video") -> dict:
+    """The mp4(s) and the JSON sidecar STEM.json of a finished generation, atomically; returns
+    the paths written. `extra`: more sidecar records (a job's entry, resumed_from_step)."""
+    from . import __version__
+    from .report.outputs import save_generation
+
     sidecar = {
         "parallel_wan": __version__,
         "config": spec.to_dict(),
         "seed": spec.seed,
         "timings_s": gen.timings,
         **gen.info,
+        **(extra or {}),
         "frames_shape": list(gen.frames.shape),
     }
     cache = gen.info.get("cache") or {}
@@ -84,12 +91,10 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
 
         sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output_dir, cache["measured_ratios"]))}
     try:
-        paths = save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames)
+        return save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames, stem=stem)
     except OSError as exc:  # full disk, I/O error: save_generation has removed what it wrote
         raise OutputWriteError(f"could not write the outputs to output_dir={spec.output_dir} ({exc.strerror or exc}); "
                                "nothing was kept; free space there or set another output_dir") from exc
-    print(gen_summary(gen, paths), file=sys.stderr)
-    return paths
 
 
 def gen_summary(gen, paths) -> str:
@@ -121,6 +126,35 @@ def validate(raw: dict, world_size: int, node_size: int | None = None, local_ran
     ckpt = preflight(spec)
     check_fits(spec, ckpt)
     return spec, ckpt
+
+
+def validate_job(raw: dict, world_size: int, node_size: int | None = None, local_rank: int = 0, env=os.environ):
+    """`validate` for every entry of the job (prompts=FILE: each line; else the one run) and
+    every saved state it would resume → (job, checkpoint description). Raises ConfigError
+    naming the line; loads nothing, writes nothing."""
+    from .jobs import check_saved_states, plan_job
+    from .pipeline import preflight
+    from .pipeline.checkpoint import check_compatible
+    from .plan.fits import check_fits
+
+    first = {}
+
+    def check(spec):
+        if not first:
+            if spec.backend == "torch":
+                from .backends.torch.backend import pick_device
+
+                pick_device(spec.device, local_rank, world_size)
+            first["ckpt"] = preflight(spec)
+        elif first["ckpt"] is None:
+            preflight(spec)  # the built-in tiny model: nothing read
+        else:
+            check_compatible(spec, first["ckpt"])
+        check_fits(spec, first["ckpt"])
+
+    job = plan_job(raw, world_size, node_size, env, check)
+    check_saved_states(job)
+    return job, first.get("ckpt")
 
 
 def compose_settings(overrides: list[str]) -> dict:
@@ -203,14 +237,16 @@ def main_jax(raw: dict, why: str | None = None) -> None:
     try:
         from .backends.jax.backend import visible_devices
 
-        spec, ckpt = validate(raw, len(visible_devices(str(raw.get("device") or "auto"))))
+        job, ckpt = validate_job(raw, len(visible_devices(str(raw.get("device") or "auto"))))
     except ConfigError as exc:
         _refuse(exc, launch.process_index == 0)
-    _log_choices(why, spec)
+    _log_choices(why, job.base)
     if launch.process_count > 1:
         log.info("JAX multi-host: process %d of %d (%s)", launch.process_index, launch.process_count, launch.how)
     try:
-        run(spec, ckpt)
+        from .jobs import run_job
+
+        run_job(job, ckpt)
     except BaseException as exc:
         _fail(exc, launch.process_index, launch.process_count)
 
@@ -226,12 +262,14 @@ def main_torch(raw: dict, why: str | None = None) -> None:
     try:
         from .launch.backend_choice import node_size
 
-        spec, ckpt = validate(raw, launch.world_size, node_size(), launch.local_rank)
+        job, ckpt = validate_job(raw, launch.world_size, node_size(), launch.local_rank)
     except ConfigError as exc:
         _refuse(exc, launch.rank == 0)
-    _log_choices(why, spec)
+    _log_choices(why, job.base)
     try:
-        run(spec, ckpt, launch)
+        from .jobs import run_job
+
+        run_job(job, ckpt, launch)
     except BaseException as exc:
         _fail(exc, launch.rank, launch.world_size)
     shutdown()
@@ -241,6 +279,7 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
     """How a started run ends when it cannot finish; nothing is half-written either way (outputs
     are staged and renamed only once all of them are written: report/outputs.py).
 
+    Preempted (SIGTERM/SIGUSR1: jobs/preemption.py): the state is saved; exit 75, every rank.
     Ctrl-C: exit 130 (128 + SIGINT, the shell's code). A RunError (non-finite latents, outputs
     that could not be written): its one line, exit 1. Anything else on one process: Python's
     traceback. On several: the traceback, each line tagged with the rank, in this rank's log,
@@ -251,8 +290,14 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
 
     if isinstance(exc, SystemExit):
         raise exc
+    from .jobs import PREEMPTED_EXIT, Preempted
+
     tag = f" (rank {rank}/{world})" if world > 1 else ""
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, Preempted):
+        if rank == 0:
+            print(f"parallel_wan: {exc}", file=sys.stderr, flush=True)
+        code = PREEMPTED_EXIT
+    elif isinstance(exc, KeyboardInterrupt):
         if rank == 0:
             print(f"parallel_wan: interrupted{tag}; nothing was written", file=sys.stderr, flush=True)
         code = 130

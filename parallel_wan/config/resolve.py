@@ -132,7 +132,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         dtype=dtype,
         device=_as(str, "device", _pick(cfg, "device", "auto")),
         checkpoint_dir=checkpoint_dir or None,
-        output_dir=writable_folder("output_dir", _as(str, "output_dir", _pick(cfg, "output_dir", "outputs")),
+        output_dir=writable_folder("output_dir", _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
                                    "e.g. output_dir=outputs/run1"),
         save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
         attention_impl=attention_impl,
@@ -231,6 +231,13 @@ def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, 
             raise ConfigError("memory=swap is implemented for backend=torch only; on JAX use memory=sharded "
                               "(weights sharded over the mesh) or memory=resident")
     return memory, jax_fsdp, prefetch
+
+
+def _timestamped() -> str:
+    """The default output folder of a single run: outputs/<date_time> (local time)."""
+    import time
+
+    return time.strftime("outputs/%Y-%m-%d_%H-%M-%S")
 
 
 def _cache_dir(value) -> str | None:

@@ -115,6 +115,7 @@ class Loaded:
     vae_params: object
     text_encoder: object
     loras: dict | None = None  # expert → lora.merge.ExpertLora merged into it (None: none)
+    texts: dict | None = None  # a job's texts encoded up front: text → (text_len, dim) rows (jobs/texts.py)
 
 
 def load_components(spec: RunSpec, ckpt, backend) -> Loaded:

@@ -54,7 +54,7 @@ class DenoiseTask:
 
 
 def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, start: LoopState | None = None,
-            stop_after: int | None = None) -> LoopState:
+            stop_after: int | None = None, should_stop=None) -> LoopState:
     """Run the steps of `schedule` on this controller's tokens (B prompts × L tokens) from the
     noise `x` — or, with `start`, from that state (x is then unused) — until `stop_after` steps
     are done (default: all). Returns the state after the last step run.
@@ -63,6 +63,10 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
     denoised — held tokens are re-imposed before each step and once after the last.
     spec.scan_loop (JAX) hands the whole range to the backend's one `lax.scan` program; it runs
     the same sampler update.
+
+    `should_stop()` (a preemption vote that every rank answers alike: jobs/preemption.py) is
+    asked after each step but the last; True ends the loop there, and the state returned is
+    the one to save. The scanned loop is one program: it is not asked.
     """
     sampler = make_sampler(spec.sampler, schedule)
     state = LoopState.begin(x, sampler) if start is None else start
@@ -94,6 +98,9 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
             x = ops.where(held[1] > 0, x, held[0])
         pred = predict(step.expert, x, step.t, step.guidance)
         x, sampler_state = sampler.update(sampler.coefs(i), sampler_state, pred, x, ops)
+        if should_stop is not None and i + 1 < stop and should_stop():
+            stop = i + 1
+            break
     if held is not None and stop == schedule.steps:
         x = ops.where(held[1] > 0, x, held[0])
     if stop > state.step:

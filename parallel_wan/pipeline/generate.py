@@ -37,35 +37,52 @@ class Generation:
         return self.videos[0] if self.videos else None
 
 
+def texts_of(spec: RunSpec) -> list[str]:
+    """What the forward reads, in order: every prompt, then the negative prompt when some
+    expert guides. No expert guiding (every guidance 1.0): no negative prompt is encoded."""
+    from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
+
+    negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
+    return [*spec.prompts, negative] if spec.uses_guidance else list(spec.prompts)
+
+
 def encode_text(spec: RunSpec, loaded, backend):
     """Prompts and the negative prompt through UMT5 in one batched call on the main rank,
-    then broadcast; the encoder is released. No expert guiding (every guidance 1.0): no
-    negative prompt is encoded, and no forward reads one."""
+    then broadcast; the encoder is released. A job of many entries encodes every text once
+    up front (jobs/texts.py) and hands the rows over in `loaded.texts`."""
     context = None
     if backend.is_main:
-        from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
-
-        negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
-        context = loaded.text_encoder.encode([*spec.prompts, negative] if spec.uses_guidance else list(spec.prompts))
-        loaded.text_encoder.release()
+        if loaded.texts is not None:
+            context = loaded.texts[tuple(texts_of(spec))].to(backend.text_device)
+        else:
+            context = loaded.text_encoder.encode(texts_of(spec))
+            loaded.text_encoder.release()
     return backend.ops.cast(backend.broadcast_from_main(context), spec.dtype)
 
 
 def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState | None = None,
-             stop_after: int | None = None) -> Generation:
+             stop_after: int | None = None, components=None, should_stop=None) -> Generation:
     """One generation; with `start` (host or device arrays, `load_loop_state`) the loop resumes
     from that state, and with `stop_after` it stops once that many steps are done: a stop
-    before the last step returns the loop's state (in `Generation.state`) and decodes nothing."""
+    before the last step returns the loop's state (in `Generation.state`) and decodes nothing.
+    `should_stop()` may end the loop after any step the same way (preemption: jobs/).
+
+    `components`: what `load_components` loaded, for a job that loads once and generates many
+    times (jobs/runner.py); the load phase is then skipped."""
     ops = backend.ops
     timer = PhaseTimer(backend.synchronize)
     progress = progress or (lambda it: it)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
-        with timer.phase("load"):
-            if ckpt is None:
-                ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
-            loaded = load_components(spec, ckpt, backend)
-        log.info("loaded %s checkpoint (%s) in %.1f s", ckpt.layout, ", ".join(sorted(loaded.experts)),
-                 timer.seconds["load"])
+        if components is None:
+            with timer.phase("load"):
+                if ckpt is None:
+                    ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
+                loaded = load_components(spec, ckpt, backend)
+            log.info("loaded %s checkpoint (%s) in %.1f s", ckpt.layout, ", ".join(sorted(loaded.experts)),
+                     timer.seconds["load"])
+        else:
+            loaded = components
+            ckpt = loaded.ckpt
 
         with timer.phase("text"):
             context = encode_text(spec, loaded, backend)
@@ -114,7 +131,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
                 compiled.update(decoder.compile(latent_shape))
 
         with timer.phase("denoise"):
-            state = denoise(spec, schedule, x, predict, progress, ops, held, start=start, stop_after=stop_after)
+            state = denoise(spec, schedule, x, predict, progress, ops, held, start=start, stop_after=stop_after,
+                            should_stop=should_stop)
             if state.step < schedule.steps:  # stopped early: the caller keeps the state
                 return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
             tokens = gather_latent_tokens(state.latents, work, spec, backend)

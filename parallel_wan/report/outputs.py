@@ -17,6 +17,14 @@ def frames_sha256(frames: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(frames).tobytes()).hexdigest()
 
 
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _atomic_path(final: str) -> str:
     folder, base = os.path.split(final)
     stem, ext = os.path.splitext(base)
@@ -115,10 +123,12 @@ def write_npy(path: str, array: np.ndarray) -> None:
     write_atomic(path, _npy_writer(array))
 
 
-def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool) -> dict:
-    """Write the videos (video.mp4, or video_000.mp4 … for a prompt batch), optional raw frames
-    and, last, the JSON sidecar — so a sidecar on disk means the job finished. Returns the
-    paths written.
+def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool,
+                    stem: str = "video") -> dict:
+    """Write the videos (STEM.mp4, or STEM_000.mp4 … for a prompt batch), optional raw frames
+    and, last, the JSON sidecar STEM.json — so a sidecar on disk means the job finished. Each
+    video's record holds the sha256 of its uint8 frames and of the mp4 file's bytes (a re-run
+    checks the latter: jobs/resume.py). Returns the paths written.
 
     All or nothing: every file is written under a temporary name first and renamed only when
     all are written; a failure (ENOSPC, an I/O error, Ctrl-C) removes the temporary files —
@@ -130,17 +140,20 @@ def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save
     try:
         for i, frames in enumerate(videos):
             suffix = f"_{i:03d}" if many else ""
-            entry = {"video": os.path.join(output_dir, f"video{suffix}.mp4"), "frames_sha256": frames_sha256(frames)}
+            entry = {"video": os.path.join(output_dir, f"{stem}{suffix}.mp4"), "frames_sha256": frames_sha256(frames)}
             if save_frames:
-                entry["frames"] = os.path.join(output_dir, f"frames{suffix}.npy")
+                frames_stem = "frames" if stem == "video" else f"{stem}.frames"
+                entry["frames"] = os.path.join(output_dir, f"{frames_stem}{suffix}.npy")
                 staged.append((stage(entry["frames"], _npy_writer(frames)), entry["frames"]))
             staged.append((stage(entry["video"], _mp4_writer(frames, fps)), entry["video"]))
+            entry["mp4_sha256"] = _file_sha256(staged[-1][0])
             entries.append(entry)
         if many:
             sidecar = {**sidecar, "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)]}
         else:
-            sidecar = {**sidecar, "frames_sha256": entries[0]["frames_sha256"], "files": entries[0]}
-        paths = {"sidecar": os.path.join(output_dir, "video.json"), "video": entries[0]["video"],
+            sidecar = {**sidecar, "frames_sha256": entries[0]["frames_sha256"], "mp4_sha256": entries[0]["mp4_sha256"],
+                       "files": entries[0]}
+        paths = {"sidecar": os.path.join(output_dir, f"{stem}.json"), "video": entries[0]["video"],
                  "videos": [e["video"] for e in entries]}
         staged.append((stage(paths["sidecar"], _json_writer(sidecar)), paths["sidecar"]))
         commit(staged)

@@ -92,6 +92,15 @@ class JaxBackend:
             x = multihost_utils.process_allgather(x, tiled=True)
         return ops.to_numpy(x)
 
+    def any_rank(self, flag: bool) -> bool:
+        """True in every controller when `flag` is true in any (the preemption vote:
+        jobs/preemption.py); one process decides alone."""
+        if jax.process_count() == 1:
+            return flag
+        from jax.experimental import multihost_utils
+
+        return bool(np.max(multihost_utils.process_allgather(np.array([int(flag)], np.int32))))
+
     def synchronize(self) -> None:
         """Wait for the work queued so far (dispatch is asynchronous), so phases are timed
         by what they ran."""

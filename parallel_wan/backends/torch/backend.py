@@ -86,6 +86,29 @@ class TorchBackend:
     def rank(self) -> int:
         return self.mesh.rank
 
+    def same_on_every_rank(self, value):
+        """Rank 0's `value` (a small picklable object) on every rank."""
+        if self.mesh.world_size == 1:
+            return value
+        return self.collectives.comm.broadcast_object(value, 0)
+
+    _vote_group = False  # not made yet (None: the default group)
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when `flag` is true on any (the preemption vote, once per step:
+        jobs/preemption.py). One int all-reduced over gloo on the host, never a device tensor:
+        asking costs no GPU sync. Under NCCL a gloo group over every rank is made at the first
+        vote, which every rank reaches at the same point. Also a barrier."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return flag
+        if self._vote_group is False:
+            self._vote_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        vote = torch.tensor([int(flag)], dtype=torch.int32)
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self._vote_group)
+        return bool(vote.item())
+
     @property
     def is_main(self) -> bool:
         return self.mesh.rank == 0

@@ -1,0 +1,69 @@
+"""What identifies a generation's result, as hashes (no torch).
+
+`result_key`: what the video is — model, checkpoint, prompt, image content, seed, size, steps,
+guidance, sampler, schedule, dtype, cache, LoRAs. Not how it is made (mesh, backend, memory
+mode, compile): a job re-run on another number of GPUs still skips what is done. Default entry
+names carry its first 8 hex digits, so changing a setting makes new files, never overwrites.
+
+`state_key`: everything a saved loop state depends on — the result key's settings plus the
+mesh, backend and memory mode (a rank's state is its own token shard) and this version of
+parallel_wan. A state is only resumed under the same state key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .. import __version__
+from ..config import RunSpec
+
+# Settings that change neither the frames nor the loop state's layout.
+NOT_DECIDING = ("output_dir", "save_frames", "log_all_ranks", "dist_timeout_s", "weights_cache_dir")
+# Settings that decide how (and where) the result is computed, not what it is.
+HOW = ("mesh", "backend", "device", "attention_impl", "compile", "memory", "swap_prefetch_steps", "jax_fsdp",
+       "scan_loop")
+
+
+def deciding_settings(spec: RunSpec) -> dict:
+    settings = {k: v for k, v in spec.to_dict().items() if k not in NOT_DECIDING}
+    settings["image_sha256"] = file_sha256(spec.image) if spec.image else None
+    return settings
+
+
+def result_settings(spec: RunSpec) -> dict:
+    return {k: v for k, v in deciding_settings(spec).items() if k not in HOW}
+
+
+def state_settings(spec: RunSpec, world: int) -> dict:
+    return {**deciding_settings(spec), "world": world, "parallel_wan": __version__}
+
+
+def digest(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def result_key(spec: RunSpec) -> str:
+    return digest(result_settings(spec))
+
+
+def file_sha256(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def differences(saved: dict, now: dict, limit: int = 4) -> str:
+    """'steps 40 → 50, seed 1 → 2' for the keys whose values differ (nested dicts by their
+    top-level key), at most `limit` of them. Both sides as JSON holds them (tuples are lists)."""
+    saved, now = (json.loads(json.dumps(d, sort_keys=True, default=str)) for d in (saved, now))
+    keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    shown = [f"{k} {_short(saved.get(k))} → {_short(now.get(k))}" for k in keys[:limit]]
+    return ", ".join(shown) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "…"

@@ -1,0 +1,259 @@
+"""Running a job: the model loads once, the entries run in order, each is written as soon as it
+is done; a re-run skips what is finished and resumes what was interrupted; SIGTERM/SIGUSR1
+stops every rank after the same step, saves the loop state and exits 75 (preemption.py).
+
+Every rank walks the same list (the decisions read files on the shared output folder and
+votes taken over the ranks), so no rank waits in a collective another rank skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..pipeline.checkpoint import load_components, materialize_tiny
+from ..pipeline.loop_state import load_loop_state, rank_stem, save_loop_state
+from .job import Entry, Job, with_output_dir
+from .keys import digest, result_settings, state_settings
+from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, write_marker
+from .texts import encode_job_texts
+from .resume import drop_state, finished, saved_state, state_dir
+
+log = logging.getLogger("parallel_wan")
+
+
+def state_files(job: Job) -> int:
+    """Loop-state files per entry: one per torch rank; one for JAX's controllers (the global arrays)."""
+    return 1 if job.base.backend == "jax" else job.base.mesh.world_size
+
+
+def state_key(spec, world: int) -> tuple[str, dict]:
+    settings = state_settings(spec, world)
+    return digest(settings), settings
+
+
+def check_saved_states(job: Job) -> dict:
+    """Entry name → (step the saved state is at) for entries with a usable saved state; raises
+    ConfigError (before anything loads) for a state that must not be used. Every rank checks
+    every rank's files, so all ranks agree."""
+    from .resume import check_named_outputs
+
+    found = {}
+    for entry in job.entries:
+        if not job.single and entry.line is not None:
+            check_named_outputs(job.output_dir, entry, job.prompts_file)
+        key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
+        for rank in range(state_files(job)):
+            saved = saved_state(job.output_dir, entry, rank, key, settings)
+            if saved is not None:
+                found[entry.name] = saved[1]
+    return found
+
+
+@dataclass
+class JobReport:
+    made: list = field(default_factory=list)  # names written this run
+    skipped: list = field(default_factory=list)  # finished before this run
+    resumed: dict = field(default_factory=dict)  # name → step resumed from
+    timings: dict = field(default_factory=dict)  # phase → seconds, summed over entries
+    paths: dict | None = None  # the single run's paths (run.run's return value)
+
+
+def run_job(job: Job, ckpt=None, launch=None, backend=None) -> JobReport:
+    from ..run import log_run, make_backend
+
+    backend = backend or make_backend(job.base, launch)
+    agree = getattr(backend, "same_on_every_rank", None)
+    if agree is not None:  # a default outputs/<date_time> may differ by a second between ranks
+        output_dir = agree(job.output_dir)
+        if output_dir != job.output_dir:
+            job = with_output_dir(job, output_dir)
+    log_run(job.base, backend)
+    flag = PreemptionFlag().install()
+    try:
+        return _run(job, ckpt, backend, flag)
+    finally:
+        flag.uninstall()
+
+
+def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
+    report, started = JobReport(), time.perf_counter()
+    todo = _todo(job, report)
+    if not job.entries:
+        log.info("array task %d of %d: no entries (the file has %d); nothing to do", *job.share, job.total)
+        return report
+    if not todo:
+        log.info("job complete: all %d %s in %s are done; nothing to do", len(job.entries), _entries_word(job),
+                 job.output_dir)
+        _summary(job, report, time.perf_counter() - started, backend)
+        return report
+
+    def should_stop() -> bool:
+        return backend.any_rank(flag.raised)
+
+    with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir:
+        loaded = None
+        if not job.single:  # one load for every entry (a single run loads inside generate, timed there)
+            t0 = time.perf_counter()
+            if ckpt is None and job.base.checkpoint_dir is None:
+                ckpt = materialize_tiny(job.base, tiny_dir)
+            loaded = load_components(job.base, ckpt, backend)
+            report.timings["load"] = time.perf_counter() - t0
+            log.info("loaded the model once for %d %s in %.1f s", len(todo), _entries_word(job), report.timings["load"])
+            t0 = time.perf_counter()
+            loaded.texts = encode_job_texts([e.spec for e in todo], loaded, backend) or {}
+            report.timings["text"] = time.perf_counter() - t0
+        for number, entry in enumerate(todo, start=1):
+            if should_stop():  # a signal while loading or writing: stop before the next entry
+                raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job))
+            if loaded is not None and number > 1 and job.base.memory == "swap":
+                # memory=swap frees the high-noise expert during each video: load again
+                # (from the page cache), keeping the encoded texts.
+                texts, t0 = loaded.texts, time.perf_counter()
+                loaded = load_components(job.base, ckpt, backend)
+                loaded.text_encoder, loaded.texts = None, texts
+                report.timings["load"] = report.timings.get("load", 0.0) + time.perf_counter() - t0
+            _one(job, entry, number, len(todo), ckpt, loaded, backend, flag, should_stop, report)
+    _summary(job, report, time.perf_counter() - started, backend)
+    return report
+
+
+def _todo(job: Job, report: JobReport) -> list:
+    if job.single:
+        return list(job.entries)
+    todo = []
+    for entry in job.entries:
+        done, why = finished(job.output_dir, entry)
+        if done:
+            report.skipped.append(entry.name)
+            continue
+        if why != "not made yet" and not state_dir(job.output_dir, entry.name).is_dir():
+            log.info("%s: making it again (%s)", entry.name, why)
+        todo.append(entry)
+    share = f" (array task {job.share[0]} of {job.share[1]}: {len(job.entries)} of {job.total} entries)" if job.share else ""
+    log.info("job: %d %s from %s%s; %d done before, %d to make; outputs in %s", len(job.entries),
+             _entries_word(job), job.prompts_file, share, len(report.skipped), len(todo), job.output_dir)
+    if report.skipped:
+        log.info("skipped (finished, checksums verified): %s", _names(report.skipped))
+    return todo
+
+
+def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend, flag, should_stop,
+         report: JobReport) -> None:
+    from ..pipeline import generate
+    from ..run import progress_bar
+
+    spec = entry.spec
+    start, resumed = None, None
+    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(job, backend))
+    if state_dir(job.output_dir, entry.name).is_dir():
+        start, meta = load_loop_state(stem)
+        resumed = start.step
+        log.info("%s: resuming from step %d of %d (saved after %s)", entry.name, resumed, spec.steps,
+                 meta.get("signal", "a stop"))
+    t0 = time.perf_counter()
+    show = backend.writes_outputs and not spec.scan_loop
+    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=show), start=start,
+                   components=loaded, should_stop=should_stop)
+    if gen.state is not None:  # stopped for a signal: save and go
+        _save_state(job, entry, gen.state, backend, flag)
+        raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.steps} of {entry.name}; the loop "
+                                               f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
+    for phase, seconds in gen.timings.items():
+        if phase in ("total", "text"):  # the job times its own total; the texts were encoded up front
+            continue
+        report.timings[phase] = report.timings.get(phase, 0.0) + seconds
+    if resumed is not None:
+        report.resumed[entry.name] = resumed
+    if backend.writes_outputs:
+        report.paths = _write(job, entry, gen, resumed)
+        drop_state(job.output_dir, entry.name)
+    report.made.append(entry.name)
+    if not job.single:
+        log.info("[%d/%d] %s.mp4 written (line %d, %.1f s%s)", number, count, entry.name, entry.line,
+                 time.perf_counter() - t0, f", resumed from step {resumed}" if resumed is not None else "")
+
+
+def _state_rank(job: Job, backend) -> int:
+    return 0 if job.base.backend == "jax" else backend.rank
+
+
+def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
+    """Every torch rank saves its shard; JAX gathers the global arrays (a collective on several
+    hosts, so every controller takes part) and process 0 writes them. Then the ranks meet, so
+    no rank exits (and no launcher requeues) before every file is on disk."""
+    key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
+    meta = {"entry": entry.name, "line": entry.line, "state_key": key, "settings": settings,
+            "steps": entry.spec.steps, "signal": flag.name, "saved_at": time.time()}
+    host = state.map(lambda a: a if isinstance(a, np.ndarray) else backend.to_host(a))
+    if job.base.backend != "jax" or backend.writes_outputs:
+        save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(job, backend)), host, meta)
+    backend.any_rank(False)  # a barrier
+    if backend.writes_outputs:
+        write_marker({"entry": entry.name, "step": state.step, "steps": entry.spec.steps, "signal": flag.name,
+                      "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
+
+
+def _stopped_message(flag, where: str, job: Job) -> str:
+    return (f"preempted ({flag.name}): stopped {where}; run the same command again to resume "
+            f"(exit code {PREEMPTED_EXIT})")
+
+
+def _write(job: Job, entry: Entry, gen, resumed: int | None) -> dict:
+    from ..run import gen_summary, write_generation
+
+    extra = {}
+    if resumed is not None:
+        extra["resumed_from_step"] = resumed
+    if not job.single:
+        extra["job"] = {"prompts_file": job.prompts_file, "line": entry.line, "name": entry.name,
+                        "result_key": entry.key, "settings": result_settings(entry.spec),
+                        "share": list(job.share) if job.share else None}
+    paths = write_generation(entry.spec, gen, extra, stem=entry.name)
+    if job.single:
+        print(gen_summary(gen, paths), file=sys.stderr)
+    return paths
+
+
+def _summary(job: Job, report: JobReport, seconds: float, backend) -> None:
+    if job.single or not backend.writes_outputs:
+        return
+    from ..report.timing import timing_summary
+
+    made = len(report.made)
+    extra = {"entries": f"{made} made, {len(report.skipped)} skipped (done before), {len(report.resumed)} resumed "
+                        f"of {len(job.entries)}" + (f" (array task {job.share[0]} of {job.share[1]})" if job.share else ""),
+             "outputs": job.output_dir}
+    if made:
+        extra["per video"] = f"{(seconds - report.timings.get('load', 0.0)) / made:.1f} s after loading"
+    print(timing_summary(report.timings, seconds, extra), file=sys.stderr)
+    if backend.writes_outputs:
+        _write_job_record(job, report)
+
+
+def _write_job_record(job: Job, report: JobReport) -> None:
+    """OUTPUT_DIR/job.json (job-<i>-of-<n>.json for an array task): what this run made and skipped."""
+    from ..report.outputs import write_json
+
+    name = "job.json" if job.share is None else f"job-{job.share[0]}-of-{job.share[1]}.json"
+    write_json(os.path.join(job.output_dir, name), {
+        "prompts_file": job.prompts_file, "entries": [e.name for e in job.entries], "made": report.made,
+        "skipped": report.skipped, "resumed_from_step": report.resumed, "timings_s": report.timings,
+    })
+
+
+def _entries_word(job: Job) -> str:
+    return "entry" if len(job.entries) == 1 else "entries"
+
+
+def _names(names: list, limit: int = 8) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+__all__ = ["JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "run_job"]
