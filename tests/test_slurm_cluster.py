@@ -30,14 +30,16 @@ SETUP = os.path.join(REPO, "tests", "slurm", "setup_slurm.sh")
 SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "munged")
 # 16 fake GPUs a node, so that two jobs asking for the scripts' 8 GPUs a node fit side by side.
 # Short waits: SIGTERM to SIGKILL 10 s, a preempted job's grace 20 s, a requeued job may start
-# 6 s after the requeue (Slurm's default is 121 s) and is started within the next 5 s pass.
+# 6 s after the requeue (Slurm's default is 121 s) and is started within the next 2 s pass.
 CLUSTER = {"SLURM_TEST_GPUS": "16", "SLURM_TEST_KILLWAIT": "10", "SLURM_TEST_GRACETIME": "20",
-           "SLURM_TEST_REQUEUE_DELAY": "5"}
+           "SLURM_TEST_REQUEUE_DELAY": "5", "SLURM_TEST_SCHED_INTERVAL": "2"}
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
             "PREEMPTED"}
-# A run slow enough to preempt mid-denoise (about 40 steps/s on one CPU process): 400 steps.
-SLOW = ["num_frames=9", "height=128", "width=128", "steps=400", "dtype=float32", "dist_timeout_s=60"]
-PREEMPT_AT_STEP = 30
+# A run slow enough to preempt mid-denoise (about 40 steps/s on one CPU process): 300 steps,
+# preempted once past step 20 (an urgent job's preemption has come within 1-5 s).
+SLOW_STEPS = 300
+SLOW = ["num_frames=9", "height=128", "width=128", f"steps={SLOW_STEPS}", "dtype=float32", "dist_timeout_s=60"]
+PREEMPT_AT_STEP = 20
 
 
 @pytest.fixture(scope="session")
@@ -179,16 +181,22 @@ def test_an_array_job_spreads_a_prompt_file_over_its_tasks(slurm, tmp_path):
     (job_dir,) = (tmp_path / "out").iterdir()
     assert job_dir.name == f"slurm-{array_id}"
     files = sorted(p.name for p in job_dir.iterdir() if p.is_file())
-    assert files == sorted([f"{n}.mp4" for n in names] + [f"{n}.json" for n in names]), files
-    # Each array task has its own log, and each rendered its share: two of the four entries.
-    logs = sorted(p.name for p in (job_dir / "logs").iterdir() if p.name.endswith(".out"))
+    summaries = ["job-0-of-2.json", "job-1-of-2.json"]  # each array task's job summary
+    assert files == sorted([f"{n}.mp4" for n in names] + [f"{n}.json" for n in names] + summaries), files
+    # Each array task rendered its share, two of the four entries, and has its own log.
+    for task, summary in enumerate(summaries):
+        made = json.loads((job_dir / summary).read_text())["made"]
+        assert made == names[2 * task:2 * task + 2], (task, made)
+        for name in made:
+            assert json.loads((job_dir / f"{name}.json").read_text())["job"]["share"] == [task, 2]
+    logs = sorted(p.name for p in (job_dir / "logs").iterdir())
     assert logs == ["array-0.restart-0.task-0.out", "array-1.restart-0.task-0.out"], logs
     for task in (0, 1):
         text = (job_dir / "logs" / f"array-{task}.restart-0.task-0.out").read_text()
-        mine = [n for n in names if n in text]
-        assert mine == names[2 * task:2 * task + 2], (task, text[-3000:])
-    for name in names:
-        assert json.loads((job_dir / f"{name}.json").read_text())["frames_sha256"]
+        assert f"(array task {task} of 2: 2 of 4 entries)" in text, text[-3000:]
+    for task, info in tasks.items():
+        batch_log = (tmp_path / f"slurm-{info['JobId']}.out").read_text()
+        assert f"(array {array_id} task {task}), restart 0:" in batch_log, batch_log
 
 
 # ---------------------------------------------------------------- preemption
@@ -209,7 +217,7 @@ def wait_for_denoise_step(log, step, timeout_s=120):
     """Wait until the run's progress bar in `log` has passed `step` of the SLOW run's steps."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        done = [int(n) for n in re.findall(r"(\d+)/400", log.read_text())] if log.exists() else []
+        done = [int(n) for n in re.findall(rf"(\d+)/{SLOW_STEPS}", log.read_text())] if log.exists() else []
         if done and max(done) >= step:
             return max(done)
         time.sleep(0.2)

@@ -24,6 +24,8 @@
 #   SLURM_TEST_GRACETIME seconds from SIGTERM to SIGKILL when preempted (partition debug, default 15)
 #   SLURM_TEST_REQUEUE_DELAY  AuthInfo=cred_expire: a requeued job waits this + 1 s before it
 #                        may start again (default: unset, Slurm's 120 s)
+#   SLURM_TEST_SCHED_INTERVAL  seconds between the main scheduling passes, which start a requeued
+#                        job once it may start (default 5; Slurm's default is 60)
 #   SLURM_TEST_PROCTRACK cgroup | linuxproc | pgid (default: cgroup where a cgroup v1 freezer
 #                        hierarchy is writable, else linuxproc)
 #   SLURM_CONF           the slurm.conf to write (default /etc/slurm/slurm.conf, where the
@@ -38,6 +40,7 @@ MEMORY=${SLURM_TEST_MEMORY:-8000}
 KILLWAIT=${SLURM_TEST_KILLWAIT:-10}
 GRACETIME=${SLURM_TEST_GRACETIME:-15}
 REQUEUE_DELAY=${SLURM_TEST_REQUEUE_DELAY:-}
+SCHED_INTERVAL=${SLURM_TEST_SCHED_INTERVAL:-5}
 CONF=${SLURM_CONF:-/etc/slurm/slurm.conf}
 CONF_DIR=$(dirname "$CONF")
 TEMPLATE=$(dirname "$(readlink -f "$0")")/slurm.conf.template
@@ -96,7 +99,7 @@ render() {
     sed -e "s|@HOST@|$HOST|g" -e "s|@STATE@|$DIR/state|g" -e "s|@NODES@|$(nodelist)|g" \
         -e "s|@PORTS@|$ports|g" -e "s|@CPUS@|$CPUS|g" -e "s|@MEMORY@|$MEMORY|g" -e "s|@GRES@|$gres|g" \
         -e "s|@KILLWAIT@|$KILLWAIT|g" -e "s|@GRACETIME@|$GRACETIME|g" -e "s|@PROCTRACK@|$PROCTRACK|g" \
-        -e "s|@AUTHINFO@|$authinfo|g" "$TEMPLATE" |
+        -e "s|@AUTHINFO@|$authinfo|g" -e "s|@SCHED_INTERVAL@|$SCHED_INTERVAL|g" "$TEMPLATE" |
         if ((GPUS > 0)); then cat; else grep -v '^GresTypes='; fi
 }
 
