@@ -243,11 +243,13 @@ def test_sbatch_srun_starts_one_task_per_gpu(tmp_path):
 def test_sbatch_array_tasks_share_a_folder_and_restarts_keep_their_logs(tmp_path, script):
     env = _fake_slurm(tmp_path, SLURM_JOB_ID="51", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
                       SLURM_ARRAY_JOB_ID="47", SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="4",
-                      SLURM_RESTART_COUNT="2", GPUS_PER_NODE="1")
+                      SLURM_RESTART_COUNT="2", GPUS_PER_NODE="1", SRUN_EXIT="75")
     proc = subprocess.run(["bash", script, "prompts=p.txt"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 75, proc.stderr
     assert "job 51 (array 47 task 3), restart 2:" in proc.stdout
+    # Preempted: the task requeues itself by <array id>_<task> (job 47 alone is the whole array).
+    assert _calls(tmp_path) == ["requeue 47_3"]
     args = _srun_args(tmp_path)
     kind = "node-%n" if script == TORCHRUN_SBATCH else "task-%t"
     assert f"--output=outputs/slurm-47/logs/array-3.restart-2.{kind}.out" in args
