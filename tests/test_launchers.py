@@ -165,7 +165,7 @@ def _fake_slurm(tmp_path, **slurm):
     """A PATH whose srun records its arguments (NUL-separated) and the preemption variables it
     sees, sleeps SRUN_SLEEP s, touches $PARALLEL_WAN_PREEMPTED_FILE when SRUN_PREEMPTED is set
     and exits SRUN_EXIT; whose scontrol expands host lists with our parser, says the job is
-    JOB_STATE (default RUNNING) and records requeues; whose scancel records its arguments. SLURM
+    JOB_STATE (default RUNNING) and preempted at PREEMPT_TIME (default None) and records requeues; whose scancel records its arguments. SLURM
     variables as sbatch would set them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -174,7 +174,7 @@ def _fake_slurm(tmp_path, **slurm):
           'sleep "${SRUN_SLEEP:-0}"\n'
           '[[ -z ${SRUN_PREEMPTED:-} ]] || touch "$PARALLEL_WAN_PREEMPTED_FILE"\n'
           'exit "${SRUN_EXIT:-0}"\n')
-    _stub(bin_dir, "scontrol", f'if [[ $1 == show && $2 == job ]]; then echo "   JobId=$3 JobState=${{JOB_STATE:-RUNNING}} Reason=None"; exit 0; fi\n'
+    _stub(bin_dir, "scontrol", f'if [[ $1 == show && $2 == job ]]; then echo "   JobId=$3 JobState=${{JOB_STATE:-RUNNING}} Reason=None"; echo "   PreemptTime=${{PREEMPT_TIME:-None}} Suspend"; exit 0; fi\n'
           f'if [[ $1 == requeue ]]; then echo "requeue $2" >> "$SRUN_RECORD.calls"; exit 0; fi\n'
           f'[[ $1 == show && $2 == hostnames ]] || exit 9\n'
           f'"{sys.executable}" -c "import sys; from parallel_wan.launch import expand_hostlist; '
@@ -258,23 +258,28 @@ def test_sbatch_array_tasks_share_a_folder_and_restarts_keep_their_logs(tmp_path
 
 
 @pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
-@pytest.mark.parametrize("exit_code, preempted_file, state, requeued, script_exit", [
-    (0, False, "RUNNING", False, 0),
-    (75, False, "RUNNING", True, 75),        # the ranks stopped for preemption (srun passes 75 on)
-    (1, True, "RUNNING", True, 75),          # torchrun exits 1 after a SIGTERM; the app's file tells
-    (75, False, "COMPLETING", False, 75),    # scancel / scontrol requeue / time limit: not requeued here
-    (3, False, "RUNNING", False, 3),         # a real failure
+@pytest.mark.parametrize("exit_code, preempted_file, state, preempt_time, requeued, script_exit", [
+    (0, False, "RUNNING", None, False, 0),
+    (75, False, "RUNNING", None, True, 75),         # the ranks stopped for preemption (srun passes 75 on)
+    (1, True, "RUNNING", None, True, 75),           # torchrun exits 1 after a SIGTERM; the app's file tells
+    (143, False, "RUNNING", "2026-11-24T02:28:21", True, 75),  # SLURM preempts; a rank died of the SIGTERM
+    (0, False, "RUNNING", "2026-11-24T02:28:21", False, 0),    # ... or the run finished all the same
+    (75, False, "COMPLETING", None, False, 75),     # scancel / scontrol requeue / time limit: not requeued here
+    (3, False, "RUNNING", None, False, 3),          # a real failure
+    (143, False, "RUNNING", None, False, 143),      # killed, not preempted
 ])
-def test_sbatch_requeues_a_preempted_job_itself(tmp_path, script, exit_code, preempted_file, state, requeued,
-                                                 script_exit):
+def test_sbatch_requeues_a_preempted_job_itself(tmp_path, script, exit_code, preempted_file, state, preempt_time,
+                                                 requeued, script_exit):
     env = _fake_slurm(tmp_path, SLURM_JOB_ID="7", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
                       SRUN_EXIT=str(exit_code), JOB_STATE=state, GPUS_PER_NODE="1",
-                      **({"SRUN_PREEMPTED": "1"} if preempted_file else {}))
+                      **({"SRUN_PREEMPTED": "1"} if preempted_file else {}),
+                      **({"PREEMPT_TIME": preempt_time} if preempt_time else {}))
     proc = subprocess.run(["bash", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == script_exit, proc.stdout + proc.stderr
     assert _calls(tmp_path) == (["requeue 7"] if requeued else [])
     if requeued:
-        assert "requeueing it to resume" in proc.stdout
+        assert f"stopped for preemption (exit {exit_code}" in proc.stdout and "requeueing it to resume" in proc.stdout
+        assert (f"preempted at {preempt_time}" in proc.stdout) == bool(preempt_time)
     elif script_exit == 75:
         assert "not requeued here" in proc.stdout
 
@@ -293,8 +298,9 @@ def _start_until_srun(script, env, tmp_path):
 def test_sbatch_passes_a_signal_to_its_shell_on_to_the_tasks(tmp_path, script):
     # --signal=B:USR1@120 signals only the batch shell: it sends SIGTERM to the step's tasks
     # (scancel --signal, which leaves the step running) and waits for srun again.
+    # The run then fails (exit 1, no file): a stop asked for by this script, so it requeues.
     env = _fake_slurm(tmp_path, SLURM_JOB_ID="8", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
-                      SRUN_SLEEP="3", SRUN_EXIT="75", GPUS_PER_NODE="1")
+                      SRUN_SLEEP="3", SRUN_EXIT="1", GPUS_PER_NODE="1")
     proc = _start_until_srun(script, env, tmp_path)
     proc.send_signal(signal.SIGUSR1)
     time.sleep(0.5)
@@ -306,7 +312,7 @@ def test_sbatch_passes_a_signal_to_its_shell_on_to_the_tasks(tmp_path, script):
     # When the job is already ending, SLURM signals the tasks itself: nothing is passed on.
     (tmp_path / "srun.args.calls").unlink()
     (tmp_path / "srun.args.env").unlink()
-    proc = _start_until_srun(script, env | {"JOB_STATE": "COMPLETING"}, tmp_path)
+    proc = _start_until_srun(script, env | {"JOB_STATE": "COMPLETING", "SRUN_EXIT": "75"}, tmp_path)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 75 and _calls(tmp_path) == [], out + err
