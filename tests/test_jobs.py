@@ -195,6 +195,27 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
     assert frames(out, "boat").shape == (5, 64, 64, 3) and frames(out, job.entries[2].name).shape == (9, 96, 64, 3)
 
 
+def test_an_i2v_job_takes_each_entrys_image_and_equals_its_single_runs(tmp_path):
+    write_png(tmp_path / "a.png", 64, 64)
+    write_png(tmp_path / "b.png", 96, 48)
+    prompts = write_lines(tmp_path / "p.jsonl", {"prompt": "a fox", "image": "a.png", "num_frames": 5, "height": 64, "width": 64},
+                          {"prompt": "a boat", "image": str(tmp_path / "b.png"), "num_frames": 9, "height": 48,
+                           "width": 96, "seed": 4})
+    job, ckpt = job_of(f"prompts={prompts}", "model=tiny_i2v", "steps=2", "save_frames=true", f"output_dir={tmp_path / 'job'}",
+                       "backend=torch")
+    assert run_job(job, ckpt).made == [e.name for e in job.entries]
+    for entry in job.entries:
+        spec, _ = validate(compose_settings(["model=tiny_i2v", "steps=2", "save_frames=true", "backend=torch",
+                                             f"output_dir={tmp_path / entry.name}", f"image={entry.spec.image}",
+                                             f"prompt='{entry.spec.prompt}'", f"seed={entry.spec.seed}",
+                                             f"num_frames={entry.spec.num_frames}", f"height={entry.spec.height}",
+                                             f"width={entry.spec.width}"]), 1)
+        run(spec)
+        assert np.array_equal(frames(tmp_path / "job", entry.name), np.load(tmp_path / entry.name / "frames.npy"))
+    images = [json.loads((tmp_path / "job" / f"{e.name}.json").read_text())["image"] for e in job.entries]
+    assert images[0] != images[1]
+
+
 def test_rerun_skips_verified_entries_and_redoes_a_damaged_one(ti2v_job, monkeypatch, caplog):
     from parallel_wan.jobs import runner
 
@@ -327,3 +348,29 @@ def test_jax_job_compiles_each_shape_once_and_resumes_bit_for_bit(tmp_path):
     assert report.resumed == {"fox": 2} and len(report.made) == 3
     for entry in job.entries:
         assert np.array_equal(frames(tmp_path / "cut", entry.name), frames(tmp_path / "full", entry.name)), entry.name
+
+
+def test_the_vote_under_nccl_goes_over_a_gloo_group_on_the_host(monkeypatch):
+    """On GPUs the default group is NCCL, which takes CUDA tensors only: the per-step preemption
+    vote must use a gloo group made once (at the first vote, which every rank reaches at the same
+    step) and a CPU tensor — never a device tensor, so asking costs no GPU sync."""
+    import torch
+    import torch.distributed as dist
+
+    from parallel_wan.backends.torch.backend import TorchBackend
+
+    calls = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(dist, "new_group", lambda **kw: calls.append(("new_group", kw)) or "gloo-group")
+
+    def all_reduce(tensor, op=None, group=None):
+        calls.append(("all_reduce", tensor.device.type, tensor.dtype, op, group))
+        tensor.fill_(1 if len(calls) > 3 else int(tensor.item()))  # another rank saw a signal at the 3rd vote
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    backend = TorchBackend.__new__(TorchBackend)
+    assert [backend.any_rank(False), backend.any_rank(True), backend.any_rank(False)] == [False, True, True]
+    assert calls[0] == ("new_group", {"backend": "gloo"}) and sum(c[0] == "new_group" for c in calls) == 1
+    assert all(c[1:] == ("cpu", torch.int32, dist.ReduceOp.MAX, "gloo-group") for c in calls[1:])

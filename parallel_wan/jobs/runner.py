@@ -66,7 +66,7 @@ class JobReport:
 
 
 def run_job(job: Job, ckpt=None, launch=None, backend=None) -> JobReport:
-    from ..run import log_run, make_backend
+    from .generation import log_run, make_backend
 
     backend = backend or make_backend(job.base, launch)
     agree = getattr(backend, "same_on_every_rank", None)
@@ -147,7 +147,7 @@ def _todo(job: Job, report: JobReport) -> list:
 def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend, flag, should_stop,
          report: JobReport) -> None:
     from ..pipeline import generate
-    from ..run import progress_bar
+    from .generation import progress_bar
 
     spec = entry.spec
     start, resumed = None, None
@@ -206,7 +206,7 @@ def _stopped_message(flag, where: str, job: Job) -> str:
 
 
 def _write(job: Job, entry: Entry, gen, resumed: int | None) -> dict:
-    from ..run import gen_summary, write_generation
+    from .generation import gen_summary, write_generation
 
     extra = {}
     if resumed is not None:

@@ -1,0 +1,82 @@
+"""The parts of one generation around `pipeline.generate` that every entry point shares: the
+backend for a spec, the progress bar, the run's log line, writing the outputs and the TIMING
+SUMMARY line of one video."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from ..config import RunSpec
+from ..errors import OutputWriteError
+
+log = logging.getLogger("parallel_wan")
+
+
+def progress_bar(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    def wrap(iterable):
+        return tqdm(iterable, total=total, desc="denoise", unit="step", disable=not enabled, file=sys.stderr)
+
+    return wrap
+
+
+def make_backend(spec: RunSpec, launch=None):
+    if spec.backend == "jax":
+        from ..backends.jax.backend import JaxBackend
+
+        return JaxBackend(spec.mesh, spec.device, fsdp=spec.jax_fsdp)
+    from ..backends.torch.backend import TorchBackend
+
+    return TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl, spec.compile)
+
+
+def log_run(spec: RunSpec, backend) -> None:
+    count = spec.mesh.world_size
+    unit = ("device" if count == 1 else "devices") if spec.backend == "jax" else ("process" if count == 1 else "processes")
+    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s)",
+             spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps, spec.dtype,
+             spec.backend, backend.device, spec.mesh.name, count, unit)
+
+
+def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = "video") -> dict:
+    """The mp4(s) and the JSON sidecar STEM.json of a finished generation, atomically; returns
+    the paths written. `extra`: more sidecar records (a job's entry, resumed_from_step)."""
+    from .. import __version__
+    from ..report.outputs import save_generation
+
+    sidecar = {
+        "parallel_wan": __version__,
+        "config": spec.to_dict(),
+        "seed": spec.seed,
+        "timings_s": gen.timings,
+        **gen.info,
+        **(extra or {}),
+        "frames_shape": list(gen.frames.shape),
+    }
+    cache = gen.info.get("cache") or {}
+    if "measured_ratios" in cache:  # cache.calibrate=true: the curve, in the official format
+        from ..caching.magcache_calibration import write_curve
+
+        sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output_dir, cache["measured_ratios"]))}
+    try:
+        return save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames, stem=stem)
+    except OSError as exc:  # full disk, I/O error: save_generation has removed what it wrote
+        raise OutputWriteError(f"could not write the outputs to output_dir={spec.output_dir} ({exc.strerror or exc}); "
+                               "nothing was kept; free space there or set another output_dir") from exc
+
+
+def gen_summary(gen, paths) -> str:
+    from ..report.timing import timing_summary
+
+    phases = {k: v for k, v in gen.timings.items() if k != "total"}
+    where = paths["video"] if len(paths["videos"]) == 1 else f"{len(paths['videos'])} videos in {os.path.dirname(paths['video'])}"
+    extra = {"video": where}
+    cache = gen.info.get("cache")
+    if cache:
+        skipped = ", ".join(f"{name} {len(steps)}" for name, steps in cache["skipped"].items())
+        extra["cache"] = (f"{cache['kind']}: skipped {skipped} of {len(gen.info['timesteps'])} steps; "
+                          f"{cache['block_forwards']}/{cache['block_forwards_dense']} block forwards")
+    return timing_summary(phases, gen.timings["total"], extra)
