@@ -1,12 +1,12 @@
 """The SLURM scripts, run for real: a SLURM cluster on this machine (tests/slurm/setup_slurm.sh:
-Debian's slurm-wlm + munge, two slurmd "nodes" n1 and n2 on localhost with 8 CPUs and 8 fake
+Debian's slurm-wlm + munge, two slurmd "nodes" n1 and n2 on localhost with 8 CPUs and 16 fake
 GPUs each, partitions `debug` (default, preemptable with a grace time) and `urgent`), and
 launchers/slurm/{srun,torchrun}.sbatch submitted as users submit them, the tiny model on CPU
 (torch, gloo). Checked: 1 and 2 nodes, `--ntasks-per-node`, `--gres=gpu:N` end COMPLETED with
 the one-process video; a job array over a prompt file writes every video into one folder; a
-job preempted mid-denoise (`scontrol requeue`; an `urgent` job preempting the `debug`
-partition) is requeued, resumes from the saved step, ends COMPLETED with the uninterrupted
-run's frames and keeps the logs of both runs.
+job stopped mid-denoise (`scontrol requeue`; an `urgent` job preempting the `debug` partition;
+a signal to the batch shell, as `--signal=B:USR1@...` sends) is requeued, resumes from the
+saved step, ends COMPLETED with the uninterrupted run's frames and keeps both runs' logs.
 
 The cluster needs root and the packages (installed with apt-get when missing): the tests skip,
 saying why, only where the machine cannot provide them. Jobs are submitted with
@@ -286,3 +286,20 @@ def test_a_job_preempted_by_an_urgent_one_requeues_itself_and_resumes(slurm, uni
         batch_log
     assert (job_dir / "logs" / "restart-0.preempted").exists()
     assert not (job_dir / "logs" / "restart-1.preempted").exists()
+
+
+def test_a_signal_to_the_batch_shell_is_passed_on_and_the_job_resumes(slurm, uninterrupted, tmp_path):
+    # What `--signal=B:USR1@120` does before a time limit, sent at once: `scancel -b` signals
+    # only the batch shell. torchrun.sbatch traps it and passes SIGTERM on to the agent
+    # (SIGUSR1 would kill it), whose worker saves its state; the script requeues the job.
+    prompts, reference = uninterrupted
+    job = sbatch(tmp_path, "--nodes", "1", TORCHRUN_SBATCH, f"prompts={prompts}", *SLOW, "backend=torch",
+                 GPUS_PER_NODE="1")
+    log = tmp_path / "out" / f"slurm-{job}" / "logs" / "restart-0.node-0.out"
+    wait_for_denoise_step(log, PREEMPT_AT_STEP)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=60, env=_no_slurm_vars())
+    info = assert_completed(tmp_path, job, restarts=1)
+    assert_resumed(tmp_path, job, reference, ["restart-0.node-0.out"], info)
+    batch_log = (tmp_path / f"slurm-{job}.out").read_text()
+    assert f"job {job} got SIGUSR1: passing SIGTERM to the agents" in batch_log, batch_log
+    assert "stopped for preemption (exit 1): requeueing it to resume" in batch_log, batch_log
