@@ -236,34 +236,41 @@ def wait_for_denoise_step(log, step, timeout_s=120):
                          f"{log.read_text()[-3000:] if log.exists() else '(no log)'}")
 
 
-def assert_resumed(folder, job, uninterrupted, first_logs, info):
+def stop_mid_denoise_and_resume(folder, uninterrupted, script, stop, **env):
+    """Submit the slow one-entry job with `script` (one process), call stop(job) once it is past
+    PREEMPT_AT_STEP, wait until it has been requeued once and has ended COMPLETED; check that
+    it resumed from the saved step with the uninterrupted run's frames and kept both runs'
+    logs. Returns (job id, job folder, batch log)."""
+    prompts, reference = uninterrupted
+    options = ["--nodes", "1"] + (["--ntasks-per-node", "1"] if script == SRUN_SBATCH else [])
+    job = sbatch(folder, *options, script, f"prompts={prompts}", *SLOW, "backend=torch", **env)
     job_dir = folder / "out" / f"slurm-{job}"
+    log = "restart-0.task-0.out" if script == SRUN_SBATCH else "restart-0.node-0.out"
+    wait_for_denoise_step(job_dir / "logs" / log, PREEMPT_AT_STEP)
+    stop(job)
+    info = assert_completed(folder, job, restarts=1)
     assert int(info["Restarts"]) == 1, info
     sidecar = json.loads((job_dir / "dog.json").read_text())
     resumed = sidecar.get("resumed_from_step")
     assert isinstance(resumed, int) and resumed >= PREEMPT_AT_STEP, (resumed, _logs(folder, job))
     # Identical frames: the same mesh (one process), resumed from the saved loop state.
-    assert sidecar["frames_sha256"] == uninterrupted["frames_sha256"], (sidecar, uninterrupted)
+    assert sidecar["frames_sha256"] == reference["frames_sha256"], (sidecar, reference)
     logs = sorted(p.name for p in (job_dir / "logs").iterdir())
-    for name in first_logs:  # both runs' logs are kept
-        assert name in logs and name.replace("restart-0", "restart-1") in logs, logs
-    return job_dir
+    assert log in logs and log.replace("restart-0", "restart-1") in logs, logs  # both runs' logs are kept
+    batch_log = (folder / f"slurm-{job}.out").read_text()
+    assert f"job {job}, restart 0:" in batch_log and f"job {job}, restart 1:" in batch_log, batch_log
+    return job, job_dir, batch_log
 
 
 def test_a_job_requeued_mid_denoise_resumes(slurm, uninterrupted, tmp_path):
     # srun.sbatch, one task. `scontrol requeue` signals the task (and the batch shell), the
     # run stops at a step, saves its state and exits 75; SLURM requeues the job (same id, same
     # folder), and the second run resumes from that step.
-    prompts, reference = uninterrupted
-    job = sbatch(tmp_path, "--nodes", "1", "--ntasks-per-node", "1", SRUN_SBATCH, f"prompts={prompts}", *SLOW,
-                 "backend=torch")
-    log = tmp_path / "out" / f"slurm-{job}" / "logs" / "restart-0.task-0.out"
-    wait_for_denoise_step(log, PREEMPT_AT_STEP)
-    subprocess.run(["scontrol", "requeue", job], check=True, timeout=60, env=_no_slurm_vars())
-    info = assert_completed(tmp_path, job, restarts=1)
-    assert_resumed(tmp_path, job, reference, ["restart-0.task-0.out"], info)
-    batch_log = (tmp_path / f"slurm-{job}.out").read_text()
-    assert f"job {job}, restart 0:" in batch_log and f"job {job}, restart 1:" in batch_log, batch_log
+    def requeue(job):
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=60, env=_no_slurm_vars())
+
+    _, _, batch_log = stop_mid_denoise_and_resume(tmp_path, uninterrupted, SRUN_SBATCH, requeue)
+    assert "requeueing it to resume" not in batch_log, batch_log  # SLURM requeued it
 
 
 def test_a_job_preempted_by_an_urgent_one_requeues_itself_and_resumes(slurm, uninterrupted, tmp_path):
@@ -272,16 +279,15 @@ def test_a_job_preempted_by_an_urgent_one_requeues_itself_and_resumes(slurm, uni
     # which passes it to its worker; the worker saves its state, leaves the preempted file and
     # exits 75, torchrun exits 1. A job ending within its grace time is not requeued by SLURM:
     # the batch script requeues it itself; the urgent job runs, then the job resumes.
-    prompts, reference = uninterrupted
-    job = sbatch(tmp_path, "--nodes", "1", TORCHRUN_SBATCH, f"prompts={prompts}", *SLOW, "backend=torch",
-                 GPUS_PER_NODE="1")
-    log = tmp_path / "out" / f"slurm-{job}" / "logs" / "restart-0.node-0.out"
-    wait_for_denoise_step(log, PREEMPT_AT_STEP)
-    urgent = sbatch(tmp_path, "--partition", "urgent", "--nodes", "2", "--cpus-per-task", "8", "--wrap", "sleep 1")
-    info = assert_completed(tmp_path, job, restarts=1)
-    assert wait_for(urgent)["JobState"] == "COMPLETED"
-    job_dir = assert_resumed(tmp_path, job, reference, ["restart-0.node-0.out"], info)
-    batch_log = (tmp_path / f"slurm-{job}.out").read_text()
+    urgent = []
+
+    def preempt(job):
+        urgent.append(sbatch(tmp_path, "--partition", "urgent", "--nodes", "2", "--cpus-per-task", "8",
+                             "--wrap", "sleep 1"))
+
+    _, job_dir, batch_log = stop_mid_denoise_and_resume(tmp_path, uninterrupted, TORCHRUN_SBATCH, preempt,
+                                                        GPUS_PER_NODE="1")
+    assert wait_for(urgent[0])["JobState"] == "COMPLETED"
     assert re.search(r"stopped for preemption \(exit 1, preempted at [-0-9T:]+\): requeueing it to resume", batch_log), \
         batch_log
     assert (job_dir / "logs" / "restart-0.preempted").exists()
@@ -292,14 +298,10 @@ def test_a_signal_to_the_batch_shell_is_passed_on_and_the_job_resumes(slurm, uni
     # What `--signal=B:USR1@120` does before a time limit, sent at once: `scancel -b` signals
     # only the batch shell. torchrun.sbatch traps it and passes SIGTERM on to the agent
     # (SIGUSR1 would kill it), whose worker saves its state; the script requeues the job.
-    prompts, reference = uninterrupted
-    job = sbatch(tmp_path, "--nodes", "1", TORCHRUN_SBATCH, f"prompts={prompts}", *SLOW, "backend=torch",
-                 GPUS_PER_NODE="1")
-    log = tmp_path / "out" / f"slurm-{job}" / "logs" / "restart-0.node-0.out"
-    wait_for_denoise_step(log, PREEMPT_AT_STEP)
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=60, env=_no_slurm_vars())
-    info = assert_completed(tmp_path, job, restarts=1)
-    assert_resumed(tmp_path, job, reference, ["restart-0.node-0.out"], info)
-    batch_log = (tmp_path / f"slurm-{job}.out").read_text()
+    def signal_batch_shell(job):
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=60, env=_no_slurm_vars())
+
+    job, _, batch_log = stop_mid_denoise_and_resume(tmp_path, uninterrupted, TORCHRUN_SBATCH, signal_batch_shell,
+                                                    GPUS_PER_NODE="1")
     assert f"job {job} got SIGUSR1: passing SIGTERM to the agents" in batch_log, batch_log
     assert "stopped for preemption (exit 1): requeueing it to resume" in batch_log, batch_log
