@@ -271,7 +271,9 @@ def test_preempted_mid_denoise_saves_exits_75_and_resumes_to_the_same_frames(tmp
     assert report.made == [] and len(report.skipped) == 2
 
 
-def test_a_signal_between_entries_stops_before_the_next_with_nothing_to_save(tmp_path):
+def test_a_signal_between_entries_stops_before_the_next_with_nothing_to_save(tmp_path, monkeypatch):
+    marker = tmp_path / "marker.json"
+    monkeypatch.setenv("PARALLEL_WAN_PREEMPTED_FILE", str(marker))  # written on this path too (torchrun's agent exits 1)
     prompts = write_lines(tmp_path / "p.txt", "a fox", "a dog")
     job, ckpt = job_of(f"prompts={prompts}", "steps=2", f"output_dir={tmp_path}", "backend=torch")
     backend = make_backend(job.base)
@@ -279,6 +281,7 @@ def test_a_signal_between_entries_stops_before_the_next_with_nothing_to_save(tmp
     with pytest.raises(Preempted, match=r"SIGUSR1.*before 0002-"):
         run_job(job, ckpt, backend=backend)
     assert (tmp_path / f"{job.entries[0].name}.mp4").exists() and not (tmp_path / ".parallel_wan").exists()
+    assert json.loads(marker.read_text())["entry"] == job.entries[1].name
 
 
 def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):

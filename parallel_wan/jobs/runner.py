@@ -111,6 +111,9 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
             report.timings["text"] = time.perf_counter() - t0
         for number, entry in enumerate(todo, start=1):
             if should_stop():  # a signal while loading or writing: stop before the next entry
+                if backend.writes_outputs:
+                    write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.steps, "signal": flag.name,
+                                  "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
                 raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job))
             if loaded is not None and number > 1 and job.base.memory == "swap":
                 # memory=swap frees the high-noise expert during each video: load again
