@@ -52,8 +52,9 @@ def encode_text(spec: RunSpec, loaded, backend):
     up front (jobs/texts.py) and hands the rows over in `loaded.texts`."""
     context = None
     if backend.is_main:
-        if loaded.texts is not None:
-            context = loaded.texts[tuple(texts_of(spec))].to(backend.text_device)
+        texts = getattr(loaded, "texts", None)  # a caller's own components may not have the field
+        if texts is not None:
+            context = texts[tuple(texts_of(spec))].to(backend.text_device)
         else:
             context = loaded.text_encoder.encode(texts_of(spec))
             loaded.text_encoder.release()
