@@ -17,6 +17,7 @@ import json
 
 from .. import __version__
 from ..config import RunSpec
+from ..report.outputs import file_sha256
 
 # Settings that change neither the frames nor the loop state's layout.
 NOT_DECIDING = ("output_dir", "save_frames", "log_all_ranks", "dist_timeout_s", "weights_cache_dir")
@@ -46,14 +47,6 @@ def digest(settings: dict) -> str:
 
 def result_key(spec: RunSpec) -> str:
     return digest(result_settings(spec))
-
-
-def file_sha256(path: str, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def differences(saved: dict, now: dict, limit: int = 4) -> str:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..pipeline.loop_state import rank_stem
-from .keys import differences, file_sha256
+from ..report.outputs import file_sha256
+from .keys import differences
 
 RESUME_DIR = os.path.join(".parallel_wan", "resume")
 

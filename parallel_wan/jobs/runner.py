@@ -84,10 +84,10 @@ def run_job(job: Job, ckpt=None, launch=None, backend=None) -> JobReport:
 
 def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
     report, started = JobReport(), time.perf_counter()
-    todo = _todo(job, report)
     if not job.entries:
         log.info("array task %d of %d: no entries (the file has %d); nothing to do", *job.share, job.total)
         return report
+    todo = _todo(job, report)
     if not todo:
         log.info("job complete: all %d %s in %s are done; nothing to do", len(job.entries), _entries_word(job),
                  job.output_dir)
@@ -114,7 +114,7 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
                 if backend.writes_outputs:
                     write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.steps, "signal": flag.name,
                                   "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
-                raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job))
+                raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)"))
             if loaded is not None and number > 1 and job.base.memory == "swap":
                 # memory=swap frees the high-noise expert during each video: load again
                 # (from the page cache), keeping the encoded texts.
@@ -167,7 +167,7 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
     if gen.state is not None:  # stopped for a signal: save and go
         _save_state(job, entry, gen.state, backend, flag)
         raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.steps} of {entry.name}; the loop "
-                                               f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
+                                               f"state is saved in {state_dir(job.output_dir, entry.name)}"))
     for phase, seconds in gen.timings.items():
         if phase in ("total", "text"):  # the job times its own total; the texts were encoded up front
             continue
@@ -203,7 +203,7 @@ def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
                       "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
 
 
-def _stopped_message(flag, where: str, job: Job) -> str:
+def _stopped_message(flag, where: str) -> str:
     return (f"preempted ({flag.name}): stopped {where}; run the same command again to resume "
             f"(exit code {PREEMPTED_EXIT})")
 
@@ -236,8 +236,7 @@ def _summary(job: Job, report: JobReport, seconds: float, backend) -> None:
     if made:
         extra["per video"] = f"{(seconds - report.timings.get('load', 0.0)) / made:.1f} s after loading"
     print(timing_summary(report.timings, seconds, extra), file=sys.stderr)
-    if backend.writes_outputs:
-        _write_job_record(job, report)
+    _write_job_record(job, report)
 
 
 def _write_job_record(job: Job, report: JobReport) -> None:

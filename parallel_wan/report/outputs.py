@@ -17,7 +17,8 @@ def frames_sha256(frames: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(frames).tobytes()).hexdigest()
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes, read in 4 MB blocks (a video's checksum in its sidecar)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 22):
@@ -146,7 +147,7 @@ def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save
                 entry["frames"] = os.path.join(output_dir, f"{frames_stem}{suffix}.npy")
                 staged.append((stage(entry["frames"], _npy_writer(frames)), entry["frames"]))
             staged.append((stage(entry["video"], _mp4_writer(frames, fps)), entry["video"]))
-            entry["mp4_sha256"] = _file_sha256(staged[-1][0])
+            entry["mp4_sha256"] = file_sha256(staged[-1][0])
             entries.append(entry)
         if many:
             sidecar = {**sidecar, "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)]}
