@@ -164,3 +164,49 @@ def test_first_block_and_dense_plans():
     actions = [s.action for s in cache_plan(mag, ["high"] * 5 + ["low"] * 5)]
     # each expert: step 0 computes (no residual yet), then K = 2 skips, a compute, …
     assert actions == [COMPUTE, REUSE, REUSE, COMPUTE, REUSE] * 2
+
+
+# A ratios file is checked against the run it serves before anything loads (issue 22 item 3):
+# the curve's own schedule must give each expert a part, and the run's plan is built from it.
+@pytest.mark.parametrize("content, extra, words", [
+    # 2 ratios = a 2-step curve; at 2 steps the tiny T2V's schedule runs both on the high-noise expert
+    ([1.0, 0.99], ["steps=2"], ["holds a curve of 2 ratios", "2-step run", "high-noise", "cache.calibrate=true steps=2"]),
+    ([1.0, 0.99], ["steps=20"], ["holds a curve of 2 ratios", "no part for the other expert"]),
+])
+def test_a_ratios_file_that_cannot_serve_the_run_is_refused_before_loading(tmp_path, content, extra, words):
+    from parallel_wan.run import compose_settings, validate
+
+    path = ratios_file(tmp_path, content)
+    raw = compose_settings(["cache=magcache", f"cache.ratios={path}", f"output_dir={tmp_path / 'out'}", *extra])
+    with pytest.raises(ConfigError) as err:
+        validate(raw, 1)
+    msg = str(err.value)
+    assert "\n" not in msg and not (tmp_path / "out").exists()
+    for w in [f"cache.ratios={path}", *words]:
+        assert w in msg, msg
+
+
+def test_a_short_ratios_file_stops_the_cli_in_one_line_with_exit_2(tmp_path):
+    """The user's case: `cache.ratios=` a JSON [1.0, 0.99] with steps=2 ended in a ValueError
+    traceback after the model loaded (exit 1)."""
+    path = ratios_file(tmp_path, [1.0, 0.99])
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", "cache=magcache", f"cache.ratios={path}",
+                           "steps=2", f"output_dir={out}"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("parallel_wan: error: cache.ratios="), proc.stderr[-3000:]
+    assert "loaded" not in proc.stderr and not out.exists()
+
+
+def test_a_two_expert_curve_serves_a_run_on_one_expert_with_that_experts_part():
+    """A run whose steps all fall on the high-noise (or low-noise) expert reads that expert's part
+    of a two-expert curve, as a run on both experts does — not the whole curve."""
+    curve = (1.0, 1.0) * 4 + (0.5, 0.5) * 5  # high part: ratios 1 (skippable); low part: 0.5 (never skip)
+    mag = CacheSettings("magcache", threshold=0.1, max_skips=3, retention=0.0, curve=curve, split=5)
+    order = ("high", "low")
+    assert [s.action for s in cache_plan(mag, ["high"] * 4, expert_order=order)] == [COMPUTE, REUSE, REUSE, REUSE]
+    assert [s.action for s in cache_plan(mag, ["low"] * 4, expert_order=order)] == [COMPUTE] * 4
+    both = cache_plan(mag, ["high"] * 4 + ["low"] * 4, expert_order=order)
+    assert [s.action for s in both] == [COMPUTE, REUSE, REUSE, REUSE] + [COMPUTE] * 4

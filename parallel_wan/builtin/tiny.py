@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import save_file
 
 from parallel_wan.models import registry
+from parallel_wan.builtin.scheduler import TINY_SCHEDULER_CONFIG
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights import t5_keymap, transformer_keymap
 
@@ -107,7 +108,7 @@ def _build(kind: str, seed: int) -> TinyModel:
         _randomize(module, torch.Generator().manual_seed(seed * 16 + index))
         module.eval().requires_grad_(False)
 
-    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=arch.shift)
+    scheduler = UniPCMultistepScheduler(**TINY_SCHEDULER_CONFIG, flow_shift=arch.shift)
     scheduler_config = {k: v for k, v in dict(scheduler.config).items() if not k.startswith("_")}
     return TinyModel(
         kind=kind,

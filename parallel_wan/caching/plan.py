@@ -52,9 +52,12 @@ def expert_runs(experts: list[str]) -> list[tuple[str, int]]:
     return runs
 
 
-def cache_plan(settings: CacheSettings, experts: list[str], split: int | None = None) -> list[CacheStep]:
+def cache_plan(settings: CacheSettings, experts: list[str], split: int | None = None,
+               expert_order: tuple[str, str] | None = None) -> list[CacheStep]:
     """One CacheStep per step of a run whose step i runs expert `experts[i]`. `split`: for a
-    two-expert MagCache curve without one, the high-noise steps of its calibration run."""
+    two-expert MagCache curve without one, the high-noise steps of its calibration run.
+    `expert_order`: a two-expert model's (high, low) names, so that a run whose steps all fall
+    on one expert reads that expert's part of a two-expert curve (not the whole curve)."""
     runs = expert_runs(experts)
     fresh = [i == 0 or experts[i] != experts[i - 1] for i in range(len(experts))]
     if not settings.skips:
@@ -64,7 +67,10 @@ def cache_plan(settings: CacheSettings, experts: list[str], split: int | None = 
     if settings.kind == "magcache":
         mag = MagCacheSettings(settings.threshold, settings.max_skips, settings.retention, settings.curve,
                                settings.split if settings.split is not None else split)
-        skips = skip_schedule(mag, [steps for _, steps in runs])
+        per_expert = [steps for _, steps in runs]
+        if expert_order is not None and mag.calibration_split is not None:
+            per_expert = [experts.count(name) for name in expert_order]  # [n, 0] / [0, n] when one runs
+        skips = skip_schedule(mag, per_expert)
         return [CacheStep(REUSE if s else COMPUTE, f) for s, f in zip(skips, fresh)]
     plan = []
     for _, steps in runs:

@@ -28,6 +28,7 @@ def preflight(spec: RunSpec):
         check_heads(spec, transformer_config(spec.model.task))
         experts = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]
         expert_loras(spec, {name: transformer_config(spec.model.task) for name in experts})  # checked now
+        _check_step_plan(spec, None)
         return None
     from ..weights.layout import CheckpointError, describe_checkpoint
 
@@ -38,6 +39,12 @@ def preflight(spec: RunSpec):
     check_compatible(spec, ckpt)
     expert_loras(spec, ckpt.transformers)  # every LoRA file checked against the model, headers only
     return ckpt
+
+
+def _check_step_plan(spec: RunSpec, ckpt) -> None:
+    from .steps import check_step_plan  # steps.py imports this module's expert names
+
+    check_step_plan(spec, ckpt)
 
 
 def expert_loras(spec: RunSpec, transformers: dict) -> dict:
@@ -75,6 +82,7 @@ def check_compatible(spec: RunSpec, ckpt) -> None:
         raise ConfigError(
             f"height={spec.height} width={spec.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
         )
+    _check_step_plan(spec, ckpt)  # every entry of a job: its steps decide whether a cache curve fits
 
 
 def check_heads(spec: RunSpec, tcfg) -> None:

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..caching.plan import cache_plan
-from ..config import RunSpec
+from ..config import ConfigError, RunSpec
 from ..parallel.cfg_rows import guides
 from ..sampling import explicit_schedule, make_schedule, schedule_from_scheduler_config
 from .checkpoint import HIGH, LOW, SINGLE
@@ -92,7 +92,8 @@ def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
 def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
     """The step cache's host decisions for every step (caching/plan.py), or None (cache=none).
     A two-expert MagCache curve given as a plain list splits where this model's schedule
-    switches experts when run for the curve's own number of steps (the calibration run)."""
+    switches experts when run for the curve's own number of steps (the calibration run).
+    A curve that cannot serve this run raises ConfigError naming the file and the fix."""
     settings = spec.cache
     if not settings.on:
         return None
@@ -100,7 +101,39 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
     if settings.kind == "magcache" and settings.curve is not None and settings.split is None \
             and spec.model.experts == 2:
         # the curve's own schedule: the model's, not an explicit few-step list
-        calibration = dataclasses.replace(spec, steps=len(settings.curve) // 2 + 1, sigmas=None, timesteps=None)
+        steps = len(settings.curve) // 2 + 1
+        calibration = dataclasses.replace(spec, steps=steps, sigmas=None, timesteps=None)
         _, schedule = pick_schedule(calibration, ckpt)
         split = sum(expert_for(float(t), spec) == HIGH for t in schedule.timesteps)
-    return cache_plan(settings, [step.expert for step in plan], split)
+        if not 0 < split < steps:
+            which = "high-noise" if split == steps else "low-noise"
+            raise ConfigError(
+                f"{_curve_setting(settings)} holds a curve of {len(settings.curve)} ratios, i.e. for a {steps}-step "
+                f"run, and model={spec.model.name} runs all {steps} of those steps on its {which} expert, so the "
+                "curve has no part for the other expert; calibrate a curve with as many steps as you run "
+                f"(cache.calibrate=true steps={spec.steps}), or give the file a \"split\"")
+    try:
+        return cache_plan(settings, [step.expert for step in plan], split,
+                          (HIGH, LOW) if spec.model.experts == 2 else None)
+    except ValueError as exc:
+        raise ConfigError(f"{_curve_setting(settings)} cannot serve this run of {spec.steps} steps: {exc}") from None
+
+
+def _curve_setting(settings) -> str:
+    return f"cache.ratios={settings.ratios}" if settings.ratios else f"cache=magcache (curve {settings.curve_name})"
+
+
+def check_step_plan(spec: RunSpec, ckpt) -> None:
+    """Build this run's schedule, step plan and step-cache plan now, on the host, so that a cache
+    curve that does not fit the run's steps or expert split stops the run before anything loads.
+    `ckpt` None: the built-in tiny model, whose checkpoint will carry TINY_SCHEDULER_CONFIG."""
+    if not spec.cache.on:
+        return
+    if ckpt is None:
+        from types import SimpleNamespace
+
+        from ..builtin.scheduler import TINY_SCHEDULER_CONFIG
+
+        ckpt = SimpleNamespace(scheduler_config=TINY_SCHEDULER_CONFIG)
+    _, schedule = pick_schedule(spec, ckpt)
+    step_cache_plan(spec, ckpt, step_plan(spec, schedule))
