@@ -323,6 +323,31 @@ def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache
     assert cut["resumed_from_step"] == 2 and cut.get("cache") == full.get("cache")
 
 
+def test_a_single_run_without_output_dir_names_its_folder_to_resume(tmp_path, monkeypatch):
+    """Without output_dir= a run makes a folder of its own, and the same command would make a new
+    one and start over (issue 22 item 5): the message names the folder to pass back, and passing
+    it resumes. A stop before anything was saved leaves no folder behind."""
+    monkeypatch.chdir(tmp_path)
+    args = ["steps=4", "num_frames=1", "height=32", "width=32", "backend=torch"]
+    job, ckpt = job_of(*args)
+    backend = make_backend(job.base)
+    SignalAtVote(backend, at=3)
+    with pytest.raises(Preempted) as stop:
+        run_job(job, ckpt, backend=backend)
+    (folder,) = (tmp_path / "outputs").iterdir()
+    assert f"run it again with output_dir={folder} to resume" in str(stop.value), str(stop.value)
+    assert "run the same command again" not in str(stop.value)
+    report = run_job(*job_of(*args, f"output_dir={folder}"))
+    assert report.resumed == {"video": 2} and (folder / "video.mp4").is_file()
+
+    job, ckpt = job_of(*args)
+    backend = make_backend(job.base)
+    SignalAtVote(backend, at=1)  # the vote before the entry: nothing to save
+    with pytest.raises(Preempted, match=r"nothing to save\); run the same command again to start it"):
+        run_job(job, ckpt, backend=backend)
+    assert list((tmp_path / "outputs").iterdir()) == [folder]  # its empty folder was removed
+
+
 # ------------------------------------------------------------------ JAX, 8 CPU devices
 
 

@@ -35,6 +35,7 @@ class Job:
     total: int = 1  # entries in the whole file
     share: tuple[int, int] | None = None  # (index, count) of a SLURM array task
     first: RunSpec | None = None  # the file's first entry's settings (an array task may have no entry)
+    fresh_output: bool = False  # output_dir is the single run's default outputs/<date_time>: claim a new folder
 
     @property
     def base(self) -> RunSpec:
@@ -73,7 +74,8 @@ def plan_job(raw: dict, world_size: int, node_size: int | None = None, env=os.en
     if path is None:
         spec = resolve(raw, world_size, node_size)
         check(spec)
-        return Job((Entry(SINGLE_NAME, spec, result_key(spec)),), spec.output_dir)
+        return Job((Entry(SINGLE_NAME, spec, result_key(spec)),), spec.output_dir,
+                   fresh_output=raw.get("output_dir") in (None, ""))
     raw = default_output_dir(raw, path)
     file_entries = read_prompt_file(path)
     share = array_share(env)  # checked before the entries: a bad array setting is one line too

@@ -21,6 +21,7 @@ from ..pipeline.checkpoint import load_components, materialize_tiny
 from ..pipeline.loop_state import load_loop_state, rank_stem, save_loop_state
 from .job import Entry, Job, with_output_dir
 from .keys import digest, result_settings, state_settings
+from .output_folder import claim_folder, release_if_empty
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, write_marker
 from .texts import encode_job_texts
 from .resume import drop_state, finished, saved_state, state_dir
@@ -45,6 +46,8 @@ def check_saved_states(job: Job) -> dict:
     from .resume import check_named_outputs
 
     found = {}
+    if job.fresh_output:  # a folder of its own, made when the run starts: nothing in it to resume
+        return found
     for entry in job.entries:
         if not job.single and entry.line is not None:
             check_named_outputs(job.output_dir, entry, job.prompts_file)
@@ -69,15 +72,22 @@ def run_job(job: Job, ckpt=None, launch=None, backend=None) -> JobReport:
     from .generation import log_run, make_backend
 
     backend = backend or make_backend(job.base, launch)
+    output_dir = job.output_dir
+    if job.fresh_output and backend.writes_outputs:
+        output_dir = claim_folder(output_dir)  # never another run's folder (output_folder.py)
     agree = getattr(backend, "same_on_every_rank", None)
-    if agree is not None:  # a default outputs/<date_time> may differ by a second between ranks
-        output_dir = agree(job.output_dir)
-        if output_dir != job.output_dir:
-            job = with_output_dir(job, output_dir)
+    if agree is not None:  # the writer's folder; a default outputs/<date_time> may differ by a second between ranks
+        output_dir = agree(output_dir)
+    if output_dir != job.output_dir:
+        job = with_output_dir(job, output_dir)
     log_run(job.base, backend)
     flag = PreemptionFlag().install()
     try:
         return _run(job, ckpt, backend, flag)
+    except BaseException:
+        if job.fresh_output and backend.writes_outputs:
+            release_if_empty(job.output_dir)
+        raise
     finally:
         flag.uninstall()
 
@@ -114,7 +124,7 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
                 if backend.writes_outputs:
                     write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.steps, "signal": flag.name,
                                   "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
-                raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)"))
+                raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job, saved=False))
             if loaded is not None and number > 1 and job.base.memory == "swap":
                 # memory=swap frees the high-noise expert during each video: load again
                 # (from the page cache), keeping the encoded texts.
@@ -167,7 +177,7 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
     if gen.state is not None:  # stopped for a signal: save and go
         _save_state(job, entry, gen.state, backend, flag)
         raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.steps} of {entry.name}; the loop "
-                                               f"state is saved in {state_dir(job.output_dir, entry.name)}"))
+                                               f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
     for phase, seconds in gen.timings.items():
         if phase in ("total", "text"):  # the job times its own total; the texts were encoded up front
             continue
@@ -203,9 +213,16 @@ def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
                       "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
 
 
-def _stopped_message(flag, where: str) -> str:
-    return (f"preempted ({flag.name}): stopped {where}; run the same command again to resume "
-            f"(exit code {PREEMPTED_EXIT})")
+def _stopped_message(flag, where: str, job: Job, saved: bool = True) -> str:
+    """Where to resume from. A run without output_dir= made a folder of its own, and the same
+    command would make another and start over: name the folder to pass back."""
+    if job.fresh_output and saved:
+        how = f"run it again with output_dir={job.output_dir} to resume"
+    elif job.fresh_output:
+        how = "run the same command again to start it"
+    else:
+        how = "run the same command again to resume"
+    return f"preempted ({flag.name}): stopped {where}; {how} (exit code {PREEMPTED_EXIT})"
 
 
 def _write(job: Job, entry: Entry, gen, resumed: int | None) -> dict:
