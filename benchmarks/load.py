@@ -12,7 +12,8 @@ modulation kept fp32):
 - read() into fresh memory: the same, into a new buffer each time (4 KiB-page faults included,
   the cost every loader that allocates pays);
 - ours (`load_transformer(..., "bfloat16")`): one copy out of the mapped files with the cast
-  fused in (weights/copy_pool.py);
+  and the NaN/inf check fused in (weights/copy_pool.py, weights/finite.py), and the same load
+  without the check (the plain copy it replaced: what the check costs);
 - diffusers' `WanTransformer3DModel.from_pretrained(folder, torch_dtype=torch.bfloat16)` (it
   needs `accelerate` for this model: `pip install 'parallel_wan[bench]'`; the row is skipped
   without it). From fp32 files it casts each mapped tensor into new memory, one copy like
@@ -198,6 +199,24 @@ def without_huge_pages(fn):
         copy_pool.HUGE_PAGE = saved
 
 
+UNCHECKED = "the same load without the NaN/inf check"
+
+
+def without_finite_check(fn):
+    """The loader's copy as it was before weights/finite.py: one plain copy_, no chunks, no sums."""
+    saved = copy_pool.copy_into
+
+    def plain(destination, source):
+        destination.copy_(source)
+        return 0
+
+    copy_pool.copy_into = plain
+    try:
+        return fn()
+    finally:
+        copy_pool.copy_into = saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=4, help="A14B-shaped blocks (1.4 GB each in fp32, 0.70 in bf16)")
@@ -262,6 +281,7 @@ def main() -> None:
             (f"read(), {cores} threads, reused buffer", lambda: read_parallel(files, buffer, cores)),
             (READ_FRESH, lambda: read_into(files, None)),
             (ours_label, ours("bfloat16")),
+            (UNCHECKED, lambda: without_finite_check(ours("bfloat16"))),
         ]
         lora_label = None
         if args.lora_rank:
@@ -320,6 +340,8 @@ def main() -> None:
                   f"{nbytes / best[label] / 1e9:7.2f} | {peer / best[label]:15.2f} |")
         print(f"\nours vs the best read() of the same files: {peer / best[ours_label]:.2f} (target ≥ 0.5); "
               f"vs read() into fresh memory: {best[READ_FRESH] / best[ours_label]:.2f}")
+        print(f"the NaN/inf check (weights/finite.py): ours / the same load without it = "
+              f"{best[ours_label] / best[UNCHECKED]:.2f}× wall (medians {statistics.median(rows[ours_label]) / statistics.median(rows[UNCHECKED]):.2f}×)")
         if lora_label is not None:
             print(f"loading with the LoRA merged / without: {best[lora_label] / best[ours_label]:.2f}× (target ≤ 1.2×)")
         if diffusers_label in best:

@@ -1,9 +1,19 @@
-"""Failures during a run that have a one-line reason (run.py prints it and exits 1, no
-traceback). Bad settings and files found before the run are `ConfigError` (exit 2)."""
+"""Failures during a run that have a one-line reason (run.py prints it and exits with the
+error's `exit_code`, 1 unless it says otherwise, no traceback). Bad settings and files found
+before the run are `ConfigError` (exit 2)."""
 
 
 class RunError(RuntimeError):
     """The run stopped for a reason the message gives in full; nothing was written."""
+
+    exit_code = 1
+
+
+class BadWeights(RunError):
+    """A weights or LoRA file holds NaN or ±inf (found while loading: weights/finite.py). Bad
+    input like a bad setting, found as soon as its bytes are read: exit 2."""
+
+    exit_code = 2
 
 
 class NonFiniteLatents(RunError):

@@ -214,8 +214,8 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
 
     Preempted (SIGTERM/SIGUSR1: jobs/preemption.py): the state is saved; exit 75, every rank.
     Ctrl-C: exit 130 (128 + SIGINT, the shell's code). A RunError (non-finite latents, outputs
-    that could not be written): its one line, exit 1. Anything else on one process: Python's
-    traceback. On several: the traceback, each line tagged with the rank, in this rank's log,
+    that could not be written): its one line, exit 1; weights holding NaN/inf (BadWeights): its
+    one line, exit 2, like any bad input. Anything else on one process: Python's traceback. On several: the traceback, each line tagged with the rank, in this rank's log,
     then the one-line reason, and exit at once — a failing rank must end the job, not leave its
     peers blocked in a collective: their collectives then fail (peer gone) or time out after
     dist_timeout_s, and they exit through this same path."""
@@ -236,7 +236,7 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
         code = 130
     elif isinstance(exc, RunError):
         print(f"parallel_wan: error{tag}: {exc}", file=sys.stderr, flush=True)
-        code = 1
+        code = exc.exit_code
     elif world == 1:
         raise exc
     else:

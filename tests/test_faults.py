@@ -107,22 +107,24 @@ def test_a_run_that_cannot_write_says_so_in_one_line(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------ non-finite latents
 @pytest.fixture(scope="module")
-def nan_checkpoint(tmp_path_factory):
-    """The tiny T2V model with the high-noise expert's output projection full of NaN."""
+def overflow_checkpoint(tmp_path_factory):
+    """The tiny T2V model with the high-noise expert's output projection at 3e38: every weight is
+    finite (NaN weights are refused while they load: test_non_finite_weights.py), but its products
+    overflow to inf in the first forward — what the latents check is for."""
     import torch
 
     from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 
     model = build_tiny("t2v", seed=0)
     with torch.no_grad():
-        model.transformer.proj_out.weight.fill_(float("nan"))
-    return write_checkpoint(model, tmp_path_factory.mktemp("nan") / "ckpt", "diffusers")
+        model.transformer.proj_out.weight.fill_(3e38)
+    return write_checkpoint(model, tmp_path_factory.mktemp("overflow") / "ckpt", "diffusers")
 
 
-def test_nan_weights_stop_at_the_expert_switch_and_write_nothing(tmp_path, nan_checkpoint):
+def test_overflowing_weights_stop_at_the_expert_switch_and_write_nothing(tmp_path, overflow_checkpoint):
     from parallel_wan.run import run
 
-    spec, ckpt = spec_and_ckpt(tmp_path, *SMALL[1:], "steps=4", f"checkpoint_dir={nan_checkpoint}")
+    spec, ckpt = spec_and_ckpt(tmp_path, *SMALL[1:], "steps=4", f"checkpoint_dir={overflow_checkpoint}")
     with pytest.raises(NonFiniteLatents) as err:
         run(spec, ckpt)
     msg = str(err.value)
@@ -152,10 +154,10 @@ def test_the_scanned_loop_is_checked_after_the_scan():
         denoise(spec, schedule, torch.ones(1, 8, 4), Scanned(), lambda it: it, ops)
 
 
-def test_cli_nan_weights_exit_1_in_one_line(tmp_path, nan_checkpoint):
+def test_cli_overflowing_weights_exit_1_in_one_line(tmp_path, overflow_checkpoint):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *SMALL,
-                           f"checkpoint_dir={nan_checkpoint}"], cwd=tmp_path, capture_output=True, text=True,
+                           f"checkpoint_dir={overflow_checkpoint}"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr

@@ -292,7 +292,7 @@ def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):
     SignalAtVote(backend, at=3)
     with pytest.raises(Preempted):
         run_job(job, ckpt, backend=backend)
-    for change, what in (("steps=7", "steps 6 → 7"), ("shift=3.0", "shift 12.0 → 3.0"),
+    for change, what in (("steps=7", "steps: 6 → 7"), ("shift=3.0", "shift: 12.0 → 3.0"),
                          ("mesh=cp2", None), ("dtype=float32", "dtype")):
         with pytest.raises(ConfigError) as err:
             job_of(*args, change, world=2 if change == "mesh=cp2" else 1)
@@ -346,6 +346,38 @@ def test_a_single_run_without_output_dir_names_its_folder_to_resume(tmp_path, mo
     with pytest.raises(Preempted, match=r"nothing to save\); run the same command again to start it"):
         run_job(job, ckpt, backend=backend)
     assert list((tmp_path / "outputs").iterdir()) == [folder]  # its empty folder was removed
+
+
+def test_reruns_keep_every_runs_record_and_a_changed_named_entry_names_what_changed(tmp_path, caplog):
+    """Issue 22 items 8 and 12: job.json keeps each run's record (a re-run that only skips wrote
+    `made: []` over the first run's); a named entry whose settings changed is refused naming each
+    setting as `key: old → new` and the two ways out (before: truncated JSON); the log names the
+    built-in model (not "diffusers checkpoint") and the memory mode; prompts= a folder says so."""
+    prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "name": "fox"}, "a dog")
+    args = [f"prompts={prompts}", f"output_dir={tmp_path / 'out'}", "steps=2", "num_frames=1", "height=32",
+            "width=32", "backend=torch"]
+    with caplog.at_level("INFO", logger="parallel_wan"):
+        first = run_job(*job_of(*args))
+    assert "loaded the built-in tiny model (random weights) once for 2 entries" in caplog.text, caplog.text
+    assert "memory=resident" in caplog.text and "diffusers checkpoint" not in caplog.text
+    second = run_job(*job_of(*args))
+    assert second.made == [] and len(second.skipped) == 2
+    record = json.loads((tmp_path / "out" / "job.json").read_text())
+    assert [run["made"] for run in record["runs"]] == [first.made, []], record
+    assert [run["skipped"] for run in record["runs"]] == [[], second.skipped]
+    assert record["made"] == [] and all(run["started"] <= run["finished"] for run in record["runs"])
+
+    with pytest.raises(ConfigError) as err:
+        job_of(*args, "cache=taylorseer", "guidance_high=3.5")
+    message = str(err.value)
+    assert "\n" not in message and '{"' not in message, message
+    for words in ('cache.kind: "none" → "taylorseer"', "guidance_high: 4.0 → 3.5", f"prompts={prompts} line 1",
+                  'give this entry another "name"', "another output_dir", "delete fox.mp4 and fox.json"):
+        assert words in message, message
+
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ConfigError, match=r"prompts=\S+folder is a folder, not a file"):
+        job_of(f"prompts={tmp_path / 'folder'}")
 
 
 # ------------------------------------------------------------------ JAX, 8 CPU devices

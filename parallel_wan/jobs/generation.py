@@ -36,9 +36,10 @@ def make_backend(spec: RunSpec, launch=None):
 def log_run(spec: RunSpec, backend) -> None:
     count = spec.mesh.world_size
     unit = ("device" if count == 1 else "devices") if spec.backend == "jax" else ("process" if count == 1 else "processes")
-    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s)",
-             spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps, spec.dtype,
-             spec.backend, backend.device, spec.mesh.name, count, unit)
+    memory = spec.memory + (f" (swap_prefetch_steps={spec.swap_prefetch_steps})" if spec.memory == "swap" else "")
+    log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s), "
+             "memory=%s", spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps,
+             spec.dtype, spec.backend, backend.device, spec.mesh.name, count, unit, memory)
 
 
 def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = "video") -> dict:

@@ -50,14 +50,44 @@ def result_key(spec: RunSpec) -> str:
 
 
 def differences(saved: dict, now: dict, limit: int = 4) -> str:
-    """'steps 40 → 50, seed 1 → 2' for the keys whose values differ (nested dicts by their
-    top-level key), at most `limit` of them. Both sides as JSON holds them (tuples are lists)."""
+    """'steps: 40 → 50, cache.kind: none → magcache' — the settings whose values differ, nested
+    settings by their dotted leaf names, long values summarised, at most `limit` of them. Both
+    sides as JSON holds them (tuples are lists)."""
     saved, now = (json.loads(json.dumps(d, sort_keys=True, default=str)) for d in (saved, now))
-    keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-    shown = [f"{k} {_short(saved.get(k))} → {_short(now.get(k))}" for k in keys[:limit]]
-    return ", ".join(shown) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+    changed = list(_changed(saved, now, ""))
+    shown = [f"{key}: {_short(old)} → {_short(new)}" for key, old, new in changed[:limit]]
+    return ", ".join(shown) + (f" and {len(changed) - limit} more" if len(changed) > limit else "")
 
 
-def _short(value) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 40 else text[:37] + "…"
+_UNSET = object()
+
+
+def _changed(old, new, path: str):
+    """(dotted key, old, new) of every leaf that differs; a dict against a non-dict is one leaf,
+    and so is a settings section whose `kind` changed (cache=none → magcache, not its 11 fields)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        if "kind" in old and "kind" in new and old["kind"] != new["kind"]:
+            yield f"{path}.kind" if path else "kind", old["kind"], new["kind"]  # its other fields follow the kind
+            return
+        for key in sorted(set(old) | set(new)):
+            yield from _changed(old.get(key, _UNSET), new.get(key, _UNSET), f"{path}.{key}" if path else key)
+    elif old != new:
+        yield path, old, new
+
+
+def _short(value, width: int = 40) -> str:
+    """A value as the user wrote it, summarised when long: strings cut in the middle, lists of
+    numbers by their count and first values, objects by their keys."""
+    if value is _UNSET:
+        return "(not set)"
+    if isinstance(value, list) and len(value) > 4:
+        head = ", ".join(_short(v, 12) for v in value[:2])
+        return f"[{head}, … {len(value)} values]"
+    if isinstance(value, dict) and len(json.dumps(value)) > width:
+        keys = sorted(value)
+        return "{" + ", ".join(keys[:3]) + (f", … {len(keys)} keys" if len(keys) > 3 else "") + "}"
+    text = json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return text[:half] + "…" + text[-half:]

@@ -20,7 +20,10 @@ MAX_SUFFIX = 10_000
 def claim_folder(path: str) -> str:
     """Create `path` — or, when it exists, the first of `path-2`, `path-3`, … that does not —
     and return the one this call created. Raises OSError when none can be created."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        os.makedirs(parent, exist_ok=True)
+        _made_parents.add(os.path.abspath(parent))
     for number in range(1, MAX_SUFFIX + 1):
         candidate = path if number == 1 else f"{path}-{number}"
         try:
@@ -32,8 +35,15 @@ def claim_folder(path: str) -> str:
 
 
 def release_if_empty(path: str) -> None:
-    """Remove a claimed folder the run left empty (it failed or was stopped before writing)."""
-    try:
-        os.rmdir(path)  # refuses a folder that holds anything: what was written stays
-    except OSError:
-        pass
+    """Remove a claimed folder the run left empty (it failed or was stopped before writing),
+    and the `outputs/` above it when the claim made that and it is empty now."""
+    for folder in (path, os.path.dirname(os.path.abspath(path))):
+        if folder != path and folder not in _made_parents:
+            break
+        try:
+            os.rmdir(folder)  # refuses a folder that holds anything: what was written stays
+        except OSError:
+            break
+
+
+_made_parents: set[str] = set()  # parents claim_folder created in this process

@@ -30,6 +30,9 @@ class FileEntry:
 def read_prompt_file(path: str) -> list[FileEntry]:
     """The entries of `path`; raises ConfigError naming the file, the line and the fix."""
     where = f"prompts={path}"
+    if os.path.isdir(path):
+        raise ConfigError(f"{where} is a folder, not a file; give a text file with one prompt per line, or JSON "
+                          "Lines (e.g. prompts=examples/prompts.jsonl)")
     if not os.path.isfile(path):
         raise ConfigError(f"{where} does not exist; give a text file with one prompt per line, or JSON Lines")
     try:

@@ -72,9 +72,10 @@ def check_named_outputs(output_dir: str, entry, prompts_file: str) -> None:
     if saved_key != entry.key:
         from .keys import result_settings
 
-        raise ConfigError(f"prompts={prompts_file} line {entry.line}: {sidecar} was made with other settings "
-                          f"({differences(saved, result_settings(entry.spec))}); give this entry another name, use "
-                          "another output_dir, or delete that video to make it again")
+        raise ConfigError(f"prompts={prompts_file} line {entry.line}: {entry.name}.json in {output_dir} was made "
+                          f"with other settings ({differences(saved, result_settings(entry.spec))}); to keep that "
+                          f"video, give this entry another \"name\" (or set another output_dir); to replace it, "
+                          f"delete {entry.name}.mp4 and {entry.name}.json there")
 
 
 def saved_state(output_dir: str, entry, rank: int, state_key: str, settings: dict) -> tuple[Path, int] | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..pipeline.checkpoint import load_components, materialize_tiny
+from ..pipeline.checkpoint import load_components, loaded_what, materialize_tiny
 from ..pipeline.loop_state import load_loop_state, rank_stem, save_loop_state
 from .job import Entry, Job, with_output_dir
 from .keys import digest, result_settings, state_settings
@@ -115,7 +115,8 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
                 ckpt = materialize_tiny(job.base, tiny_dir)
             loaded = load_components(job.base, ckpt, backend)
             report.timings["load"] = time.perf_counter() - t0
-            log.info("loaded the model once for %d %s in %.1f s", len(todo), _entries_word(job), report.timings["load"])
+            log.info("loaded %s once for %d %s in %.1f s", loaded_what(job.base, ckpt), len(todo), _entries_word(job),
+                     report.timings["load"])
             t0 = time.perf_counter()
             loaded.texts = encode_job_texts([e.spec for e in todo], loaded, backend) or {}
             report.timings["text"] = time.perf_counter() - t0
@@ -253,18 +254,36 @@ def _summary(job: Job, report: JobReport, seconds: float, backend) -> None:
     if made:
         extra["per video"] = f"{(seconds - report.timings.get('load', 0.0)) / made:.1f} s after loading"
     print(timing_summary(report.timings, seconds, extra), file=sys.stderr)
-    _write_job_record(job, report)
+    _write_job_record(job, report, time.time() - seconds)
 
 
-def _write_job_record(job: Job, report: JobReport) -> None:
-    """OUTPUT_DIR/job.json (job-<i>-of-<n>.json for an array task): what this run made and skipped."""
+def _write_job_record(job: Job, report: JobReport, started: float) -> None:
+    """OUTPUT_DIR/job.json (job-<i>-of-<n>.json for an array task): what this run made, skipped
+    and resumed (top level), and under "runs" every run's record, oldest first — a re-run that
+    only skips must not erase what the first run made."""
+    import json
+
+    from .. import __version__
     from ..report.outputs import write_json
 
     name = "job.json" if job.share is None else f"job-{job.share[0]}-of-{job.share[1]}.json"
-    write_json(os.path.join(job.output_dir, name), {
-        "prompts_file": job.prompts_file, "entries": [e.name for e in job.entries], "made": report.made,
-        "skipped": report.skipped, "resumed_from_step": report.resumed, "timings_s": report.timings,
-    })
+    path = os.path.join(job.output_dir, name)
+    run = {"started": _iso(started), "finished": _iso(time.time()), "parallel_wan": __version__,
+           "made": report.made, "skipped": report.skipped, "resumed_from_step": report.resumed,
+           "timings_s": report.timings}
+    try:
+        with open(path) as f:
+            runs = json.load(f).get("runs", [])
+        runs = runs if isinstance(runs, list) else []
+    except (OSError, ValueError, AttributeError):
+        runs = []  # the first run, or a damaged record: start the history again
+    write_json(path, {"prompts_file": job.prompts_file, "entries": [e.name for e in job.entries],
+                      **{k: v for k, v in run.items() if k not in ("started", "finished", "parallel_wan")},
+                      "runs": [*runs, run]})
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
 
 
 def _entries_word(job: Job) -> str:

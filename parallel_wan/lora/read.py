@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..parallel.mesh import ConfigError
+from ..weights.finite import non_finite, refuse
 
 from .settings import SAFETENSORS
 # Where diffusers keeps a PEFT adapter's config (r, lora_alpha, patterns) in the header.
@@ -82,7 +83,15 @@ class LoraFile:
         return prefixed or config
 
     def tensor(self, key: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """The tensor (rows [begin, end) of dim 0 only, when given) as float32."""
+        """The tensor (rows [begin, end) of dim 0 only, when given) as float32; NaN or ±inf in
+        it (which would spread through the whole weight it changes) raises BadWeights."""
+        t = self._read(key, rows)
+        bad = non_finite(t)
+        if bad:
+            raise refuse(f"{self.setting}={self.path}", key, bad, t.numel())
+        return t
+
+    def _read(self, key: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
         if self._tensors is not None:
             t = self._tensors[key]
             t = t if rows is None else t[rows[0]:rows[1]]
@@ -92,7 +101,8 @@ class LoraFile:
         return t.float()
 
     def scalar(self, key: str) -> float:
-        t = self.tensor(key)
+        """An alpha, read while the run is checked (a bad one is a ConfigError, like a bad setting)."""
+        t = self._read(key)
         if t.numel() != 1:
             raise ConfigError(f"{self.setting}={self.path}: {key} should hold one number (an alpha), not shape "
                               f"{tuple(t.shape)}")

@@ -92,6 +92,14 @@ def check_heads(spec: RunSpec, tcfg) -> None:
               heads=tcfg.num_attention_heads)
 
 
+def loaded_what(spec: RunSpec, ckpt) -> str:
+    """What the load log line names: the built-in model (written to a temporary folder in the
+    diffusers layout, which is not the user's checkpoint), or the checkpoint's folder and layout."""
+    if spec.checkpoint_dir is None:
+        return f"the built-in {spec.model.name} model (random weights)"
+    return f"the {ckpt.layout}-layout checkpoint {spec.checkpoint_dir}"
+
+
 def materialize_tiny(spec: RunSpec, folder: str):
     from ..builtin.tiny import build_tiny, write_checkpoint
     from ..weights.layout import describe_checkpoint

@@ -13,7 +13,7 @@ import numpy as np
 from ..config import RunSpec
 from ..models import transformer as dit
 from ..report.timing import PhaseTimer
-from .checkpoint import load_components, materialize_tiny, preflight
+from .checkpoint import load_components, loaded_what, materialize_tiny, preflight
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise, pick_schedule, step_plan
 from .steps import plan_record, step_cache_plan, unguided_experts
@@ -79,7 +79,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
                 if ckpt is None:
                     ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
                 loaded = load_components(spec, ckpt, backend)
-            log.info("loaded %s checkpoint (%s) in %.1f s", ckpt.layout, ", ".join(sorted(loaded.experts)),
+            log.info("loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)),
                      timer.seconds["load"])
         else:
             loaded = components

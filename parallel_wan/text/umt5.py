@@ -96,7 +96,7 @@ def load_umt5(checkpoint: Checkpoint, dtype: str = "bfloat16"):
         config = UMT5Config(**t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official.items()}))
         mapped = t5_keymap.official_to_transformers(official)
         keep = _keep_fp32(target)
-        state = {name: cast(t, name, target, keep) for name, t in mapped.items()}
+        state = {name: cast(t, name, target, keep, checkpoint.text_encoder_path) for name, t in mapped.items()}
     # transformers ties the encoder's embedding to `shared`; filling both keeps them one table
     state.setdefault("encoder.embed_tokens.weight", state["shared.weight"])
     state.setdefault("shared.weight", state["encoder.embed_tokens.weight"])

@@ -51,7 +51,7 @@ log = logging.getLogger("parallel_wan")
 
 # Bump when the converted bytes for the same key would differ: a new fp32 policy that is not
 # visible in the target dtypes, a different stacking rule, a change of this file format.
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: written only from loads that refused NaN/inf (weights/finite.py)
 _MARK = "parallel_wan_weights_cache"
 
 Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -118,7 +118,7 @@ def read_entry(mapped: MappedFile, targets: Targets, shard: tuple[int, int] | No
         rows = chunk_rows(info.shape[0], *shard) if info.shape else None
         shape = info.shape if rows is None else (rows[1] - rows[0], *info.shape[1:])
         flat[name] = host_empty(shape, info.torch_dtype)
-        copies.append((flat[name], lambda info=info, rows=rows: mapped.view(info, rows)))
+        copies.append((flat[name], lambda info=info, rows=rows: mapped.view(info, rows), (str(mapped.path), name)))
     copy_all(copies)
     return {name: flat[name] for name in targets}
 

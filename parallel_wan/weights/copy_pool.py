@@ -1,7 +1,8 @@
 """The one place weight bytes are copied: a shared thread pool and huge-page host buffers.
 
 Every loader (the experts, the VAE, the text encoder) describes its work as copies — a
-destination buffer and a zero-copy view of the mapped file — and hands them to `copy_all`.
+destination buffer, a zero-copy view of the mapped file and where it comes from — and hands
+them to `copy_all`. Each copy checks what it writes for NaN/inf (weights/finite.py).
 torch's copy kernels release the GIL, so the pool's threads copy in parallel; the page
 faults of the source mapping overlap with the copying of other tensors, which is what hides
 a cold page cache.
@@ -36,6 +37,8 @@ from typing import Callable, Iterable
 
 import torch
 
+from parallel_wan.weights.finite import copy_checked, refuse
+
 HUGE_PAGE = 2 << 20
 # More copy threads than this only queue on memory bandwidth.
 MAX_THREADS = 16
@@ -43,7 +46,9 @@ MAX_THREADS = 16
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
-Copy = tuple[torch.Tensor, Callable[[], torch.Tensor]]  # (destination, source view maker)
+# (destination, source view maker, where the bytes come from: (file, tensor name) for the
+# message that refuses NaN/inf weights, or None for bytes already checked, e.g. our own cache)
+Copy = tuple[torch.Tensor, Callable[[], torch.Tensor], "tuple[str, str] | None"]
 
 
 def load_threads() -> int:
@@ -69,15 +74,16 @@ def copy_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def copy_into(destination: torch.Tensor, source: torch.Tensor) -> None:
-    """The single copy of a tensor's bytes, with the dtype cast fused in (tests instrument it)."""
-    destination.copy_(source)
+def copy_into(destination: torch.Tensor, source: torch.Tensor) -> int:
+    """The single copy of a tensor's bytes, with the dtype cast and the finite check fused in
+    (weights/finite.py); returns how many values were NaN/inf (tests instrument it)."""
+    return copy_checked(destination, source)
 
 
 def copy_all(copies: Iterable[Copy]) -> None:
     """Run every copy on the shared pool and wait; the first failure is raised after the rest
     have stopped, so no worker still writes into buffers the caller is dropping."""
-    futures: list[Future] = [copy_pool().submit(_run, destination, source) for destination, source in copies]
+    futures: list[Future] = [copy_pool().submit(_run, *copy) for copy in copies]
     error = None
     for future in futures:
         try:
@@ -88,8 +94,10 @@ def copy_all(copies: Iterable[Copy]) -> None:
         raise error
 
 
-def _run(destination: torch.Tensor, source: Callable[[], torch.Tensor]) -> None:
-    copy_into(destination, source())
+def _run(destination: torch.Tensor, source: Callable[[], torch.Tensor], origin=None) -> None:
+    bad = copy_into(destination, source())
+    if bad and origin is not None:
+        raise refuse(*origin, bad, destination.numel())
 
 
 def host_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -153,10 +153,10 @@ def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None,
     for name in order:
         info = sources[name]
         rows = chunk_rows(info.shape[0], *shard) if shard is not None and info.shape else None
-        source = copy_from(mapped[info.file], info, rows)
+        source, where = copy_from(mapped[info.file], info, rows), str(info.file)
         if lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
-            source = lora.merged_source(name, source, rows)
-        copies.append((buffers.flat[name], source))
+            source, where = lora.merged_source(name, source, rows), f"{info.file} (with its LoRA merged)"
+        copies.append((buffers.flat[name], source, (where, info.name or name)))
     copy_all(copies)
     return buffers
 
@@ -170,7 +170,7 @@ def load_vae(checkpoint: Checkpoint | str | Path, dtype: str = "float32") -> tup
     else:
         target = torch_dtype(dtype)
         mapped = vae_keymap.official_to_diffusers(load_pth_mapped(checkpoint.vae_path), checkpoint.vae_kind)
-        flat = {name: cast(tensor, name, target, None) for name, tensor in mapped.items()}
+        flat = {name: cast(tensor, name, target, None, checkpoint.vae_path) for name, tensor in mapped.items()}
     return checkpoint.vae_config, tree.unflatten(flat)
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Mapping
 import torch
 
 from parallel_wan.weights.copy_pool import Copy, copy_all, host_empty
+from parallel_wan.weights.finite import copy_checked, refuse
 from parallel_wan.weights.trust import listed_file
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -51,6 +52,7 @@ class TensorInfo:
     shape: tuple[int, ...]
     start: int = 0  # absolute byte range of the data in the file
     end: int = 0
+    name: str = ""  # its name in the file (messages name it)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -86,13 +88,16 @@ def torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     return DTYPES[dtype]
 
 
-def cast(tensor: torch.Tensor, name: str, dtype: torch.dtype | None, keep_fp32: KeepFp32 | None) -> torch.Tensor:
-    """The single copy of a (possibly memory-mapped) tensor, in the dtype this name should have."""
-    target = target_dtype(name, tensor.dtype, dtype, keep_fp32)
-    if target == tensor.dtype:
-        # clone, not the mapped view: the result must not pin (or die with) the file
-        return tensor.clone(memory_format=torch.contiguous_format)
-    return tensor.to(target, memory_format=torch.contiguous_format)
+def cast(tensor: torch.Tensor, name: str, dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
+         origin: str | Path | None = None) -> torch.Tensor:
+    """The single copy of a (possibly memory-mapped) tensor, in the dtype this name should have
+    (a new tensor: the result must not pin, or die with, the file), checked for NaN/inf in the
+    same copy; `origin`, the file it came from, names it when it holds any."""
+    out = torch.empty(tensor.shape, dtype=target_dtype(name, tensor.dtype, dtype, keep_fp32))
+    bad = copy_checked(out, tensor)
+    if bad:
+        raise refuse(str(origin or "a weights file"), name, bad, out.numel())
+    return out
 
 
 # ------------------------------------------------------------------------------ headers
@@ -139,7 +144,7 @@ def parse_header(path: str | Path, raw: bytes, file_size: int | None = None) -> 
         infos = {}
         for name, entry in header.items():
             begin, end = entry["data_offsets"]
-            infos[name] = TensorInfo(path, entry["dtype"], tuple(entry["shape"]), base + begin, base + end)
+            infos[name] = TensorInfo(path, entry["dtype"], tuple(entry["shape"]), base + begin, base + end, name)
             _check_entry(infos[name], name, begin, end)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
@@ -309,9 +314,9 @@ def read_safetensors(
             raise ValueError(f"{source}: the index lists {name} in {files[name].name} but that file does not hold it")
         new_name = rename(name) if rename else name
         out[new_name] = host_empty(info.shape, target_dtype(new_name, info.torch_dtype, target, keep_fp32))
-        copies.append((info.file, info.start, out[new_name], copy_from(mapped[files[name]], info)))
+        copies.append((info.file, info.start, out[new_name], copy_from(mapped[files[name]], info), name))
     copies.sort(key=lambda c: (c[0], c[1]))  # in file order: a cold disk streams
-    copy_all((destination, source) for _, _, destination, source in copies)
+    copy_all((destination, source, (str(file), name)) for file, _, destination, source, name in copies)
     return out
 
 
