@@ -13,3 +13,12 @@ vae_codec.py         VAE decode as a scan over latent frames, split by height; i
 multihost.py         `jax.distributed.initialize()` when launched on several hosts
 compile_log.py       which programs XLA compiled, from JAX's monitoring hook
 """
+
+from ...launch.backend_choice import keep_jax_off_libtpu
+
+# Every module of this package imports jax, so this runs before it does (JAX reads JAX_PLATFORMS
+# once, at import): on a host where JAX can only use the CPU, JAX is told so and does not load
+# libtpu to look for a TPU (libtpu's errors on stderr, its /tmp lock file). A TPU host and a
+# user's own JAX_PLATFORMS are left as they are; the AOT compile (aot.py) asks libtpu for a
+# topology directly, which works with CPU as JAX's platform (tests/test_tpu_aot.py runs so).
+keep_jax_off_libtpu()
