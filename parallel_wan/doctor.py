@@ -16,8 +16,6 @@ Exit status: 0 ready, 1 a problem (named on a line starting "PROBLEM"), 2 a bad 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sys
 
@@ -47,26 +45,14 @@ def kernel_verdict(kernel: str, capability: tuple[int, int] | None, dtype: str) 
     return f"{kernel} on {sm}{note}", False
 
 
-def _compose(overrides: list[str]) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from .run import CONF_DIR
-
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            cfg = compose(config_name="config", overrides=list(overrides))
-    except Exception as exc:  # Hydra's override errors (unknown group option, bad syntax)
-        raise ConfigError(str(exc).splitlines()[0]) from None
-    return OmegaConf.to_container(cfg, resolve=False)
-
-
 class Doctor:
     def __init__(self, overrides: list[str], out=sys.stdout):
         from .backends.torch.distributed import launch_from_env
 
+        from .config.compose import compose_settings
+
         self.overrides, self.out, self.problems = list(overrides), out, []
-        self.raw = _compose(overrides)
+        self.raw = compose_settings(overrides)
         degrees = self.raw.get("mesh") or {}
         try:
             world = int(degrees.get("dp", 1)) * int(degrees.get("cp", 1))
@@ -75,13 +61,18 @@ class Doctor:
         self.mesh = mesh_spec(degrees, world)  # validated against the world it needs, as the run is
         self.dtype = str(self.raw.get("dtype") or "bfloat16")
         self.launch = launch_from_env()
+        # Under torchrun every rank runs the same checks (each its own GPU, all the NCCL group),
+        # but only rank 0 reports; another rank prints only its problems, tagged with its rank.
+        self.reports = self.launch.rank == 0
+        self.tag = f"[rank {self.launch.rank}/{self.launch.world_size}] " if self.launch.world_size > 1 else ""
 
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        if self.reports:
+            print(line, file=self.out, flush=True)
 
     def problem(self, line: str) -> None:
         self.problems.append(line)
-        self.say(f"PROBLEM: {line}")
+        print(f"{self.tag if not self.reports else ''}PROBLEM: {line}", file=self.out, flush=True)
 
     # ------------------------------------------------------------ the checks
     def devices(self) -> torch.device | None:
@@ -162,15 +153,22 @@ class Doctor:
             gb = torch.cuda.get_device_properties(device).total_memory / 1e9
         else:
             gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-        report = io.StringIO()
-        with contextlib.redirect_stdout(report), contextlib.redirect_stderr(report):
-            status = plan.main([*self.overrides, f"device_memory_gb={gb:.1f}"])
-        lines = report.getvalue().strip().splitlines()
-        self.say("plan: " + (lines[-1] if lines else "(no output)"))
-        if status == 1:
-            self.problem("the planner says the run does not fit: " + (lines[-1] if lines else ""))
-        elif status == 2:
-            self.problem("the planner refused the settings: " + (lines[-1] if lines else ""))
+        gb = round(gb, 1)
+        from .config import ConfigError
+        from .plan.cli import plan_report
+
+        try:
+            text, fits = plan_report(self.raw, gb)
+        except ConfigError as exc:
+            self.problem(f"the planner refused the settings: {exc}")
+            return
+        lines = text.splitlines()
+        verdict = next((line for line in lines if line.startswith("peak ") and "GB of" in line), lines[-1])
+        self.say(f"plan for this device's {gb:.1f} GB: {verdict}")
+        if not fits:
+            self.say("  " + lines[-1])  # what to try
+            self.problem(f"the run does not fit: {verdict.removesuffix(': DOES NOT FIT')} "
+                         "(python -m parallel_wan.plan … prints every phase)")
 
     def run(self) -> int:
         device = self.devices()
@@ -183,8 +181,10 @@ class Doctor:
 
 
 def main(argv: list[str], out=sys.stdout) -> int:
+    from .cli import front
+
     try:
-        return Doctor(argv, out).run()
+        return Doctor(front("doctor", argv), out).run()
     except ConfigError as exc:
         print(f"parallel_wan.doctor: error: {exc}", file=sys.stderr)
         return 2

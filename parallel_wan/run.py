@@ -15,16 +15,12 @@ import logging
 import os
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
-from .conf_dir import conf_dir
 from .config import ConfigError, RunSpec, backend_name, resolve
+from .config.compose import CONF_DIR, compose_settings, hydra_error_line  # noqa: F401 (API)
 from .errors import RunError
 from .jobs.generation import gen_summary, log_run, make_backend, progress_bar, write_generation  # noqa: F401 (API)
 
 log = logging.getLogger("parallel_wan")
-CONF_DIR = conf_dir()
 
 
 def setup_logging(rank: int = 0, all_ranks: bool = False) -> None:
@@ -88,42 +84,6 @@ def validate_job(raw: dict, world_size: int, node_size: int | None = None, local
     job = plan_job(raw, world_size, node_size, env, check)
     check_saved_states(job)
     return job, first.get("ckpt")
-
-
-def compose_settings(overrides: list[str]) -> dict:
-    """conf/ composed with command-line overrides, as `main` gets it; Hydra's own errors (an
-    unknown key or option, bad override syntax) come back as one-line ConfigErrors instead of
-    Hydra's report and its HYDRA_FULL_ERROR hint."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            cfg = compose(config_name="config", overrides=overrides)
-        return OmegaConf.to_container(cfg, resolve=True)
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(hydra_error_line(exc)) from None
-
-
-def hydra_error_line(exc: Exception) -> str:
-    """One line from a Hydra/OmegaConf error, with the fix."""
-    import re
-
-    text = str(exc)
-    if m := re.match(r"Could not override '([^']+)'", text):
-        from .config.checks import _nearest, known_keys
-
-        key = m.group(1)
-        near = _nearest(key, known_keys()) if "." not in key else ""
-        return f"{key} is not a setting{near}; remove it (python -m parallel_wan.run --cfg job lists every setting)"
-    if m := re.search(r"Could not find '([^'/]+)/([^']+)'", text):
-        options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
-        return f"{m.group(1)}={m.group(2)} is not known; choose one of: {', '.join(options)}"
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith(("See https://", "Config search path", "provider=",
-                                                            "full_key:", "object_type="))]
-    return "; ".join(lines) + " (settings are key=value; quote values with spaces: key='a b')"
 
 
 def choose_backend(raw: dict) -> str | None:
@@ -249,23 +209,15 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
     sys.exit(code)
 
 
-def main() -> None:
-    """`python -m parallel_wan.run key=value …`: the overrides are composed once up front so that
-    Hydra's own errors are one line and exit 2 like every other bad setting; Hydra's flags
-    (--help, --cfg job, -m …) go to Hydra untouched."""
-    overrides = sys.argv[1:]
-    if not any(arg.startswith("-") for arg in overrides):
-        try:
-            compose_settings(overrides)
-        except ConfigError as exc:
-            _refuse(exc, True)
-    hydra_main()
+def main(argv: list[str] | None = None) -> None:
+    """`python -m parallel_wan.run key=value …` (and the `parallel-wan` script): the flags first
+    (cli.py: --help, --version, --nproc N, --cfg job), then the settings, composed once
+    (config/compose.py: Hydra's own errors are one line and exit 2 like every other bad setting)."""
+    from .cli import front
 
-
-@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
-def hydra_main(cfg: DictConfig) -> None:
-    raw = OmegaConf.to_container(cfg, resolve=True)
+    overrides = front("run", sys.argv[1:] if argv is None else list(argv))
     try:
+        raw = compose_settings(overrides)
         why = choose_backend(raw)
         name = backend_name(raw)
     except ConfigError as exc:

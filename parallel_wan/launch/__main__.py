@@ -2,11 +2,12 @@
 
 import sys
 
+from ..cli import front
 from ..config import ConfigError
 from . import main
 
 try:
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(front("launch", sys.argv[1:])))
 except ConfigError as exc:
     print(f"parallel_wan.launch: error: {exc}", file=sys.stderr)
     sys.exit(2)

@@ -11,42 +11,40 @@ from .report import plan, report
 
 
 def main(argv: list[str]) -> int:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from ..run import CONF_DIR
+    from ..cli import front
+    from ..config.compose import compose_settings
 
     overrides, budget = [], None
-    for arg in argv:
+    for arg in front("plan", argv):
         if arg.startswith("device_memory_gb="):
             budget = arg.split("=", 1)[1]
         else:
             overrides.append(arg)
     try:
         if budget is None:
-            raise ConfigError("device_memory_gb is missing; give the memory of one device, e.g. device_memory_gb=80")
+            raise ConfigError("device_memory_gb is missing; give the memory of one device, e.g. device_memory_gb=80 "
+                              "(python -m parallel_wan.plan --help)")
         try:
             budget = float(budget)
         except ValueError:
             raise ConfigError(f"device_memory_gb={budget!r} is not a number; give e.g. device_memory_gb=80") from None
         if budget <= 0:
             raise ConfigError(f"device_memory_gb={budget:g} must be positive, e.g. device_memory_gb=80")
-        try:
-            with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-                cfg = compose(config_name="config", overrides=overrides)
-        except Exception as exc:  # Hydra's override errors (unknown group option, bad syntax)
-            raise ConfigError(f"{str(exc).splitlines()[0]}") from None
-        raw = OmegaConf.to_container(cfg, resolve=False)
-        raw["output_dir"] = "unused"
-        mesh = raw.get("mesh") or {}
-        world = int(mesh.get("dp", 1)) * int(mesh.get("cp", 1)) if str(mesh.get("dp", 1)).isdigit() else 1
-        spec = planning_spec(raw, world)
-        text, fits = report(plan(spec), budget)
+        text, fits = plan_report(compose_settings(overrides), budget)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"parallel_wan.plan: error: {exc}", file=sys.stderr)
         return 2
     print(text)
     return 0 if fits else 1  # scripts can branch on it; a bad setting is 2
+
+
+def plan_report(raw: dict, budget_gb: float) -> tuple[str, bool]:
+    """(the plan as printed, whether it fits in `budget_gb`) for composed settings `raw`, on the
+    world its mesh names. Raises ConfigError for a bad setting."""
+    raw = {**raw, "output_dir": "unused"}
+    mesh = raw.get("mesh") or {}
+    world = int(mesh.get("dp", 1)) * int(mesh.get("cp", 1)) if str(mesh.get("dp", 1)).isdigit() else 1
+    return report(plan(planning_spec(raw, world)), budget_gb)
 
 
 def planning_spec(raw: dict, world: int) -> RunSpec:

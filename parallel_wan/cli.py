@@ -1,0 +1,186 @@
+"""What every entry point does with the words that are not settings: `--help`, `--version`, and
+for `parallel_wan.run` (the `parallel-wan` script) `--nproc N` and `--cfg job`. Settings are
+Hydra's `key=value` words and go to config/compose.py; this module never composes them.
+
+The help texts live here, side by side, so they name the same settings and point at each other;
+tests/test_cli.py composes every setting they show, so a renamed setting breaks the test, not
+the help.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+PROGRAMS = {
+    "run": "python -m parallel_wan.run",
+    "plan": "python -m parallel_wan.plan",
+    "doctor": "python -m parallel_wan.doctor",
+    "launch": "python -m parallel_wan.launch",
+}
+
+_OTHERS = """Other entry points:
+  parallel-wan / python -m parallel_wan.run   make videos
+  python -m parallel_wan.plan                 per-device memory of a run, before it runs (no weights read)
+  python -m parallel_wan.doctor               check this machine (devices, attention kernel, NCCL, plan)
+  python -m parallel_wan.launch               what a process started here would see (rank, world, launcher)
+Every one takes --help and --version; README.md has the whole story."""
+
+HELP = {
+    "run": f"""usage: parallel-wan [--nproc N] [key=value ...]
+       python -m parallel_wan.run [key=value ...]
+       torchrun --nproc-per-node N -m parallel_wan.run [key=value ...]
+
+Make Wan 2.2 videos: text-to-video, image-to-video, on one device or split across many (PyTorch
+under torchrun, or JAX on a device mesh), with the same settings. With no settings it runs the
+built-in tiny model (random weights, nothing downloaded) and writes outputs/<date>_<time>/video.mp4.
+
+Most used settings (every one: python -m parallel_wan.run --cfg job):
+  model=wan2.2_t2v_a14b checkpoint_dir=/ckpt/Wan2.2-T2V-A14B   model preset and its weights (either layout)
+  prompt="a corgi surfing at sunset" negative_prompt="blurry"  what to make
+  image=first_frame.png                                         the first frame (I2V, TI2V)
+  num_frames=81 height=720 width=1280 steps=40 seed=7           the video and the sampling
+  guidance_high=4 guidance_low=3                                each expert's CFG scale
+  prompts=examples/prompts.jsonl                                many videos from one load (re-run resumes)
+  mesh=dp2_cp4 backend=jax                                      how the work is split; JAX instead of PyTorch
+  memory=sharded cache=magcache lora=my_lora.safetensors        memory mode, step cache, LoRA
+  model=wan2.2_t2v_a14b_lightning                               4-step Lightning recipe
+  output_dir=outputs/run1 save_frames=true                      where the video and its sidecar go
+
+Options:
+  --nproc N     start N processes on this machine (torchrun --standalone --nproc-per-node N);
+                torchrun's own flag is --nproc-per-node: its --nproc is ambiguous and refused
+  --cfg job     print every setting as the run would see it, and exit
+  -h, --help    this text;  -V, --version  the version
+
+Exit codes: 0 done, 1 failed (one line says why), 2 a bad setting or input (nothing ran),
+75 preempted (state saved: run it again to resume), 130 Ctrl-C.
+
+{_OTHERS}""",
+    "plan": f"""usage: python -m parallel_wan.plan device_memory_gb=N [key=value ...]
+
+Print a run's memory per device before it runs — weights, the denoising loop, the text encoder,
+the VAE decode, the peak of each phase — and whether it fits in N GB, with what to try when it
+does not. The same settings and checks as parallel_wan.run; no weights are read (a preset's
+architecture is known; checkpoint_dir= reads only its configs).
+
+Examples:
+  python -m parallel_wan.plan model=wan2.2_t2v_a14b mesh=dp2_cp4 device_memory_gb=80
+  python -m parallel_wan.plan model=wan2.2_i2v_a14b memory=swap height=480 width=832 device_memory_gb=24
+  python -m parallel_wan.plan model=wan2.2_ti2v_5b mesh=cp4 memory=sharded device_memory_gb=40
+
+Exit codes: 0 fits, 1 does not fit, 2 a bad setting.
+
+{_OTHERS}""",
+    "doctor": f"""usage: python -m parallel_wan.doctor [key=value ...]
+       torchrun --nproc-per-node N -m parallel_wan.doctor [key=value ...]
+
+Check this machine before renting a big job, without loading weights: the devices torch sees and
+the one this process takes, the attention kernel sequence-parallel attention will run (run once on
+a small input; a slow fallback is a loud WARNING), whether the process group (NCCL, gloo on CPU)
+starts and one all_reduce completes, the mesh and its launch command, and the memory planner's
+verdict for this device's memory. Under torchrun rank 0 reports; another rank prints only its
+problems, tagged [rank r/world].
+
+Examples:
+  python -m parallel_wan.doctor model=wan2.2_t2v_a14b mesh=dp2_cp4
+  torchrun --nproc-per-node 8 -m parallel_wan.doctor model=wan2.2_t2v_a14b mesh=dp2_cp4 dtype=bfloat16
+
+Exit codes: 0 ready, 1 a problem (each on a line starting PROBLEM), 2 a bad setting.
+
+{_OTHERS}""",
+    "launch": f"""usage: python -m parallel_wan.launch [first-host HOSTLIST]
+
+Print who a process started here would be: its rank, the world size, its rank on the node and the
+coordinator, from torchrun, JAX, TPU/XPK or SLURM variables (the order parallel_wan.run reads them).
+`first-host HOSTLIST` prints the first host of a SLURM host list (the SLURM scripts use it).
+
+Examples:
+  python -m parallel_wan.launch
+  srun -N2 --ntasks-per-node 4 python -m parallel_wan.launch
+  python -m parallel_wan.launch first-host 'gpu[07-09,12]'
+
+{_OTHERS}""",
+}
+
+
+def version_line() -> str:
+    from . import __version__
+
+    return f"parallel_wan {__version__}"
+
+
+def front(program: str, argv: list[str]) -> list[str]:
+    """Handle `program`'s flags in `argv` and return the rest (its settings). --help and
+    --version print and exit 0; a flag the program does not have exits 2 with one line."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(HELP[program])
+        sys.exit(0)
+    if any(a in ("-V", "--version") for a in argv):
+        print(version_line())
+        sys.exit(0)
+    if program != "run":
+        return argv
+    nproc, rest = _take_nproc(argv)
+    if rest[:2] == ["--cfg", "job"]:
+        _print_settings(rest[2:])
+        sys.exit(0)
+    flags = [a for a in rest if a.startswith("-")]
+    if flags:
+        hint = ("; many videos in one run: prompts=FILE (README \"Prompt files\")" if flags[0] in ("-m", "--multirun")
+                else "")
+        _refuse(f"{flags[0]} is not an option of {PROGRAMS[program]}; it takes --nproc N, --cfg job, --help, "
+                f"--version and key=value settings{hint}")
+    if nproc is not None and nproc > 1:
+        _exec_torchrun(nproc, rest)
+    return rest
+
+
+def _take_nproc(argv: list[str]) -> tuple[int | None, list[str]]:
+    """(N, the other words) for `--nproc N`, `--nproc=N`, `--nproc-per-node N` (or its `_` spelling)."""
+    names = ("--nproc", "--nproc-per-node", "--nproc_per_node")
+    nproc, rest, words = None, [], iter(argv)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name not in names:
+            rest.append(word)
+            continue
+        if not eq:
+            value = next(words, None)
+        if value is None or not value.isdigit() or int(value) < 1:
+            _refuse(f"{name} {value if value is not None else ''}".rstrip() + " must be followed by a number of "
+                    "processes ≥ 1, e.g. --nproc 4")
+        nproc = int(value)
+    if nproc is not None and "LOCAL_RANK" in os.environ:
+        _refuse(f"--nproc {nproc} starts torchrun itself, but this process was already started by a launcher "
+                "(LOCAL_RANK is set); drop --nproc")
+    return nproc, rest
+
+
+def _exec_torchrun(nproc: int, settings: list[str]) -> None:
+    """Become torchrun with N workers of parallel_wan.run: exec, so the launcher's exit code
+    (75 after a preemption) and the signals a scheduler sends (SIGTERM) reach torchrun directly.
+    torch.distributed.run is what the `torchrun` script runs; through this interpreter it is the
+    one that has this environment's torch, on PATH or not."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "-m", "parallel_wan.run", *settings]
+    print(f"parallel_wan: starting {nproc} processes: torchrun --standalone --nproc-per-node {nproc} "
+          f"-m parallel_wan.run {' '.join(settings)}".rstrip(), file=sys.stderr, flush=True)
+    os.execv(sys.executable, argv)
+
+
+def _print_settings(overrides: list[str]) -> None:
+    from omegaconf import OmegaConf
+
+    from .config import ConfigError
+    from .config.compose import compose_settings
+
+    try:
+        print(OmegaConf.to_yaml(compose_settings(overrides)), end="")
+    except ConfigError as exc:
+        _refuse(str(exc))
+
+
+def _refuse(message: str) -> None:
+    print(f"parallel_wan: error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,46 @@
+"""The one place Hydra settings are composed: conf/ and command-line overrides → a plain dict,
+for every entry point (run, plan, doctor), test and benchmark. Hydra's own errors (an unknown
+key or group option, bad override syntax) come back as one-line ConfigErrors naming the fix,
+the same for every entry point."""
+
+from __future__ import annotations
+
+import re
+
+from ..conf_dir import conf_dir
+from ..parallel.mesh import ConfigError
+
+CONF_DIR = conf_dir()
+
+
+def compose_settings(overrides: list[str]) -> dict:
+    """conf/config.yaml with `overrides` (key=value …) applied, interpolations resolved."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+            cfg = compose(config_name="config", overrides=list(overrides))
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
+def hydra_error_line(exc: Exception) -> str:
+    """One line from a Hydra/OmegaConf error, with the fix."""
+    text = str(exc)
+    if m := re.match(r"Could not override '([^']+)'", text):
+        from .checks import _nearest, known_keys
+
+        key = m.group(1)
+        near = _nearest(key, known_keys()) if "." not in key else ""
+        return f"{key} is not a setting{near}; remove it (python -m parallel_wan.run --cfg job lists every setting)"
+    if m := re.search(r"Could not find '([^'/]+)/([^']+)'", text):
+        options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
+        return f"{m.group(1)}={m.group(2)} is not known; choose one of: {', '.join(options)}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("See https://", "Config search path", "provider=",
+                                                            "full_key:", "object_type="))]
+    return "; ".join(lines) + " (settings are key=value; quote values with spaces: key='a b')"
