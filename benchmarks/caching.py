@@ -20,7 +20,6 @@ the official T2V-A14B one (schedule-driven: it skips the same steps on any weigh
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import time
 
@@ -37,7 +36,7 @@ CACHES = {
 def build(tokens: int, layers: int):
     import torch
 
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.models import transformer as dit
     from parallel_wan.models.transformer_config import TransformerConfig
     from parallel_wan.parallel.shards import SequenceShards
@@ -48,7 +47,7 @@ def build(tokens: int, layers: int):
 
     cfg = TransformerConfig(num_attention_heads=16, attention_head_dim=64, ffn_dim=4096, num_layers=layers,
                             in_channels=16, out_channels=16, text_dim=256, freq_dim=256)
-    backend = TorchBackend("cpu")
+    backend = start_torch_backend("cpu")
     params = map_leaves(lambda name, a: torch.from_numpy(a * 0.1), tiny_params(cfg))  # tamer activations
     placed = backend.place(params, "float32", dit.keeps_fp32)
     latent = (1, 16, 2, 2 * 4, 2 * tokens // 8)  # (B, C, T, H, W): T·H·W / 4 patches = tokens
@@ -64,7 +63,8 @@ def run_loop(kind: str, steps: int, built) -> dict:
     import torch
 
     from benchmarks.tiny_generation import compose_spec
-    from parallel_wan.pipeline.denoise import DenoiseTask, denoise, step_plan
+    from parallel_wan.pipeline.denoise import DenoiseTask, denoise
+    from parallel_wan.pipeline.steps import step_plan
     from parallel_wan.pipeline.steps import step_cache_plan
     from parallel_wan.sampling import make_schedule
 

@@ -3,7 +3,7 @@
 The real `make_self_attention` runs on gloo processes with the A14B attention shape (40 heads
 of 128, bfloat16), its mesh built on `CountingCollectives` over torch.distributed (the real
 messages still travel, each counted as it is sent); the CFG exchange and the final gather run
-through the real `MeshCollectives`. Every count is proportional to the tokens a rank holds, so the run uses
+through the real `MeshExchanges`. Every count is proportional to the tokens a rank holds, so the run uses
 75,600 / SCALE tokens and multiplies by SCALE to give the 720p figures (exact: nothing in the
 count depends on the token count other than through that factor, and both sizes divide every cp).
 
@@ -117,7 +117,7 @@ def measure_on_rank(rank: int, world: int, presets: list[dict], tokens: int, sha
 
     from parallel_wan.backends.torch import ops
     from parallel_wan.backends.torch.collectives import CountingCollectives, ProcessGroupCollectives
-    from parallel_wan.backends.torch.distributed import MeshCollectives
+    from parallel_wan.backends.torch.exchanges import MeshExchanges
     from parallel_wan.backends.torch.mesh import TorchMesh
     from parallel_wan.backends.torch.sequence_parallel import make_self_attention
 
@@ -138,7 +138,7 @@ def measure_on_rank(rank: int, world: int, presets: list[dict], tokens: int, sha
         lc = local_tokens(tokens, spec)
         q, k, v = (torch.randn(batch_per_rank(spec), lc, shape.heads, shape.head_dim, dtype=dtype) for _ in range(3))
         attention = make_self_attention(mesh, tokens, lc)
-        collectives = MeshCollectives(mesh)
+        collectives = MeshExchanges(mesh)
         attn_sent = sent(lambda: attention(q, k, v))
         # The torch noise predictor casts the forward's output to float32 before exchange_dp
         # (backends/torch/predictor.py): mirrored here.

@@ -70,7 +70,7 @@ def render(overrides: list[str], dtype: str, compile_backend: str | None, emulat
 
     from benchmarks.tiny_generation import compose_spec
     from parallel_wan.pipeline import generate
-    from parallel_wan.run import make_backend
+    from parallel_wan.backends import make_backend
 
     compiled = ["compile=true"] if compile_backend else []
     spec = compose_spec([*overrides, f"dtype={dtype}", *compiled], 1)

@@ -1,6 +1,6 @@
 """Transformer forwards per video — work that does not depend on the hardware — for the real
 model presets, dense against the step caches and the Lightning recipe, from the runs' own plans
-(pipeline/steps.py, caching/plan.py; no weights needed). A forward is one CFG row through the
+(pipeline/steps.py, caching/decisions.py; no weights needed). A forward is one CFG row through the
 whole block stack; a CFG step costs two.
 
     python -m benchmarks.forward_counts
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from parallel_wan.caching.plan import COMPUTE
+from parallel_wan.caching.decisions import COMPUTE
 from parallel_wan.pipeline.steps import pick_schedule, step_cache_plan, step_plan
 
 from .tiny_generation import compose_spec

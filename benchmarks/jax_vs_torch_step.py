@@ -71,9 +71,9 @@ def measure(size: str, repeats: int) -> dict:
     import torch
 
     from parallel_wan.backends.jax.backend import JaxBackend
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.models.transformer_config import TransformerConfig
-    from parallel_wan.pipeline.work import RankWork
+    from parallel_wan.pipeline.local_work import RankWork
     from parallel_wan.parallel.shards import SequenceShards
 
     from .jax_compile import tiny_params
@@ -88,7 +88,7 @@ def measure(size: str, repeats: int) -> dict:
 
     # One backend after the other, not interleaved: each runtime's idle worker threads spin
     # for a while after a call, and interleaving made torch's steps ~10× slower here.
-    tb = TorchBackend("cpu")
+    tb = start_torch_backend("cpu")
     t_pred = tb.noise_predictor(task_for(tb, cfg, params, latent, RankWork(shards, 0, (0,), None)))
     tx = tb.to_device(x)
 

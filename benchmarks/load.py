@@ -49,8 +49,9 @@ import torch
 from parallel_wan.models.transformer import keeps_fp32
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights import copy_pool
-from parallel_wan.weights.layout import Checkpoint, expected_transformer_shapes
-from parallel_wan.weights.loader import load_transformer, load_transformer_cached
+from parallel_wan.models.transformer_shapes import param_shapes
+from parallel_wan.weights.layout import Checkpoint
+from parallel_wan.weights.loader import load_transformer
 from parallel_wan.weights.safetensors_io import read_header
 
 SHARD_BYTES = 1 << 30
@@ -66,7 +67,7 @@ def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch
 
     folder.mkdir(parents=True, exist_ok=True)
     config = {"_class_name": "WanTransformer3DModel", **A14B_BLOCK, "num_layers": layers}
-    shapes = expected_transformer_shapes(TransformerConfig.from_diffusers(config))
+    shapes = param_shapes(TransformerConfig.from_diffusers(config))
     generator = torch.Generator().manual_seed(0)
     groups: list[list[str]] = [[]]
     size = 0
@@ -267,7 +268,7 @@ def main() -> None:
             return lambda: load_transformer(ckpt, "single", dtype, keeps_fp32)
 
         def cached():
-            return load_transformer_cached(ckpt, "single", "bfloat16", keeps_fp32, cache_dir=cache_dir)
+            return load_transformer(ckpt, "single", "bfloat16", keeps_fp32, cache_dir=cache_dir)
 
         def cache_miss():
             shutil.rmtree(cache_dir, ignore_errors=True)
@@ -380,7 +381,7 @@ def expert_with(lora: Path, ckpt: Checkpoint):
     """The expert's LoRA, opened and checked as a run does (headers only)."""
     from parallel_wan.lora.merge import expert_lora
 
-    return expert_lora("single", [(str(lora), 1.0, "lora")], expected_transformer_shapes(ckpt.transformers["single"]))
+    return expert_lora("single", [(str(lora), 1.0, "lora")], param_shapes(ckpt.transformers["single"]))
 
 
 READ_REUSED = "read() into a reused buffer (page cache)"

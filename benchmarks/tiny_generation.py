@@ -6,19 +6,14 @@ The spec comes from Hydra's compose over conf/ with `key=value` overrides (what
 
 from __future__ import annotations
 
-from parallel_wan.run import CONF_DIR
 
 
 def compose_spec(overrides: list[str], world_size: int):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_spec
 
-    from parallel_wan.config import resolve
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
     # Nothing is written: generate() returns the frames and the caller keeps only numbers.
-    return resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world_size)
+    return compose_spec(list(overrides), world_size, output_dir="/tmp/unused")
 
 
 class _NoDecode:
@@ -41,8 +36,8 @@ def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=
     timestep iterator, as the CLI's progress bar does (a step ends when the next begins).
     comm: the collectives every exchange goes through (default torch.distributed's; counting
     ones measure the traffic). decode=False: the VAE decode is skipped (`_NoDecode`)."""
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.backends.torch.backend import TorchBackend, start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate, preflight
 
     class Backend(TorchBackend):
@@ -51,6 +46,6 @@ def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=
 
     spec = compose_spec(overrides, world_size)
     ckpt = preflight(spec)
-    backend = Backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"), spec.dist_timeout_s,
-                      spec.attention_impl, comm=comm)
+    backend = start_torch_backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"),
+                                  spec.dist_timeout_s, spec.attention_impl, comm=comm, cls=Backend)
     return spec, generate(spec, backend, ckpt, progress)

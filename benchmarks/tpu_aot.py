@@ -25,15 +25,11 @@ GB = 1e9
 
 def run_spec(*overrides: str, world: int = 8):
     """The RunSpec `parallel_wan.plan` resolves for these overrides (backend=jax, dp2_cp4 by default)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_settings
 
-    from parallel_wan import plan as planner
-    from parallel_wan.run import CONF_DIR
+    from parallel_wan import memory_plan as planner
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=["backend=jax", "mesh=dp2_cp4", *overrides])
-    raw = OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}
+    raw = compose_settings(["backend=jax", "mesh=dp2_cp4", *overrides]) | {"output_dir": "unused"}
     return planner.planning_spec(raw, world)
 
 
@@ -42,7 +38,7 @@ def shapes_of(spec):
     architecture as the planner reads it; no weights exist."""
     from diffusers import AutoencoderKLWan
 
-    from parallel_wan import plan as planner
+    from parallel_wan import memory_plan as planner
 
     tcfg, vcfg, _ = planner.architecture(spec)
     vae = planner.meta_module(lambda: AutoencoderKLWan(**vcfg.to_diffusers()))
@@ -51,7 +47,7 @@ def shapes_of(spec):
 
 def compile_model(spec, devices, vae_effort: float | None = None) -> dict:
     """Every program of `spec` compiled for `devices`, the planner's plan and the per-chip phases."""
-    from parallel_wan import plan as planner
+    from parallel_wan import memory_plan as planner
     from parallel_wan.backends.jax import aot
 
     tcfg, vcfg, tshapes, vshapes = shapes_of(spec)

@@ -79,12 +79,12 @@ def decode_on_rank(rank: int, world: int, cfg, state: dict, z: np.ndarray) -> di
     import torch
     import torch.profiler as tp
 
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.config import MeshSpec
     from parallel_wan.weights import tree
 
-    backend = TorchBackend("cpu", MeshSpec(name=f"cp{world}", cp=world, ulysses=world),
+    backend = start_torch_backend("cpu", MeshSpec(name=f"cp{world}", cp=world, ulysses=world),
                            Launch(rank, world, rank, "benchmark"))
     decoder = backend.video_decoder(tree.unflatten({k: torch.from_numpy(v) for k, v in state.items()}), cfg)
     latents = torch.from_numpy(z)

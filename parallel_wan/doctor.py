@@ -47,7 +47,7 @@ def kernel_verdict(kernel: str, capability: tuple[int, int] | None, dtype: str) 
 
 class Doctor:
     def __init__(self, overrides: list[str], out=sys.stdout):
-        from .backends.torch.distributed import launch_from_env
+        from .backends.torch.world import launch_from_env
 
         from .config.compose import compose_settings
 
@@ -76,7 +76,7 @@ class Doctor:
 
     # ------------------------------------------------------------ the checks
     def devices(self) -> torch.device | None:
-        from .backends.torch.backend import pick_device
+        from .backends.torch.world import pick_device
 
         self.say(f"torch {torch.__version__}; CUDA build: {torch.backends.cuda.is_built()}; "
                  f"CUDA devices: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
@@ -117,7 +117,7 @@ class Doctor:
     def communication(self, device: torch.device) -> None:
         import torch.distributed as dist
 
-        from .backends.torch.distributed import init_distributed
+        from .backends.torch.world import init_distributed
 
         backend = "nccl" if device.type == "cuda" else "gloo"
         try:
@@ -139,8 +139,6 @@ class Doctor:
                 dist.destroy_process_group()
 
     def mesh_and_plan(self, device: torch.device | None) -> None:
-        from . import plan
-
         m = self.mesh
         launch = "python -m parallel_wan.run" if m.world_size == 1 else \
             f"torchrun --nproc-per-node {m.world_size} -m parallel_wan.run"
@@ -155,7 +153,7 @@ class Doctor:
             gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
         gb = round(gb, 1)
         from .config import ConfigError
-        from .plan.cli import plan_report
+        from .memory_plan.cli import plan_report
 
         try:
             text, fits = plan_report(self.raw, gb)

@@ -3,6 +3,11 @@ error's `exit_code`, 1 unless it says otherwise, no traceback). Bad settings and
 before the run are `ConfigError` (exit 2)."""
 
 
+class ConfigError(ValueError):
+    """A setting or an input file is wrong, found before the run starts; the message is one
+    line a user can act on (setting, value, fix). Exit 2, nothing written."""
+
+
 class RunError(RuntimeError):
     """The run stopped for a reason the message gives in full; nothing was written."""
 

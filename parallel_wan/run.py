@@ -15,10 +15,10 @@ import logging
 import os
 import sys
 
-from .config import ConfigError, RunSpec, backend_name, resolve
+from .config import ConfigError, RunSpec, backend_name
 from .config.compose import CONF_DIR, compose_settings, hydra_error_line  # noqa: F401 (API)
 from .errors import RunError
-from .jobs.generation import gen_summary, log_run, make_backend, progress_bar, write_generation  # noqa: F401 (API)
+from .jobs.generation import gen_summary, log_run, progress_bar, write_generation  # noqa: F401 (API)
 
 log = logging.getLogger("parallel_wan")
 
@@ -40,40 +40,22 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
     return run_job(job, ckpt, launch).paths
 
 
-def validate(raw: dict, world_size: int, node_size: int | None = None, local_rank: int = 0):
-    """Settings, the device, the checkpoint's json/headers and the video's size against the
-    model and the device → (spec, checkpoint description). Raises ConfigError; loads nothing,
-    compiles nothing, writes nothing."""
-    from .pipeline import preflight
-    from .plan.fits import check_fits
-
-    spec = resolve(raw, world_size, node_size)
-    if spec.backend == "torch":
-        from .backends.torch.backend import pick_device
-
-        pick_device(spec.device, local_rank, world_size)  # no CUDA, cuda:N on many ranks
-    ckpt = preflight(spec)
-    check_fits(spec, ckpt)
-    return spec, ckpt
-
-
 def validate_job(raw: dict, world_size: int, node_size: int | None = None, local_rank: int = 0, env=os.environ):
-    """`validate` for every entry of the job (prompts=FILE: each line; else the one run) and
-    every saved state it would resume → (job, checkpoint description). Raises ConfigError
-    naming the line; loads nothing, writes nothing."""
-    from .jobs import check_saved_states, plan_job
+    """Every setting, the device, the checkpoint's json/headers and the video's size against the
+    model and the device, for every entry of the job (prompts=FILE: each line; else the one
+    run), and every saved state it would resume → (job, checkpoint description). Raises
+    ConfigError naming the line; loads nothing, compiles nothing, writes nothing."""
+    from .backends.process import check_device
+    from .jobs import check_saved_states, build_job
     from .pipeline import preflight
     from .pipeline.checkpoint import check_compatible
-    from .plan.fits import check_fits
+    from .memory_plan.fits import check_fits
 
     first = {}
 
     def check(spec):
         if not first:
-            if spec.backend == "torch":
-                from .backends.torch.backend import pick_device
-
-                pick_device(spec.device, local_rank, world_size)
+            check_device(spec, local_rank, world_size)
             first["ckpt"] = preflight(spec)
         elif first["ckpt"] is None:
             preflight(spec)  # the built-in tiny model: nothing read
@@ -81,7 +63,7 @@ def validate_job(raw: dict, world_size: int, node_size: int | None = None, local
             check_compatible(spec, first["ckpt"])
         check_fits(spec, first["ckpt"])
 
-    job = plan_job(raw, world_size, node_size, env, check)
+    job = build_job(raw, world_size, node_size, env, check)
     check_saved_states(job)
     return job, first.get("ckpt")
 
@@ -115,57 +97,29 @@ def _refuse(exc: ConfigError, speaks: bool) -> None:
     sys.exit(2)
 
 
-def main_jax(raw: dict, why: str | None = None) -> None:
-    import warnings
+def start(raw: dict, why: str | None = None) -> None:
+    """Join the job (backends/process.py), check every setting against it, then run the job."""
+    from .backends.process import join_job
 
-    from .backends.jax import multihost
-
-    # JAX warns on any fork; the only fork here is imageio's ffmpeg subprocess, which execs at once.
-    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     try:
-        launch = multihost.start()
+        process = join_job(backend_name(raw), str(raw.get("device") or "auto"))
     except ConfigError as exc:  # launcher variables that cannot be read
         _refuse(exc, True)
-    setup_logging(launch.process_index, bool(raw.get("log_all_ranks")))
+    setup_logging(process.rank, bool(raw.get("log_all_ranks")))
     try:
-        from .backends.jax.backend import visible_devices
-
-        job, ckpt = validate_job(raw, len(visible_devices(str(raw.get("device") or "auto"))))
+        job, ckpt = validate_job(raw, process.world, process.node_size, process.local_rank)
     except ConfigError as exc:
-        _refuse(exc, launch.process_index == 0)
+        _refuse(exc, process.rank == 0)
     _log_choices(why, job.base)
-    if launch.process_count > 1:
-        log.info("JAX multi-host: process %d of %d (%s)", launch.process_index, launch.process_count, launch.how)
+    if process.note:
+        log.info(process.note)
     try:
         from .jobs import run_job
 
-        run_job(job, ckpt)
+        run_job(job, ckpt, process.launch)
     except BaseException as exc:
-        _fail(exc, launch.process_index, launch.process_count)
-
-
-def main_torch(raw: dict, why: str | None = None) -> None:
-    from .backends.torch.distributed import launch_from_env, shutdown
-
-    try:
-        launch = launch_from_env()
-    except ConfigError as exc:  # launcher variables that cannot be read
-        _refuse(exc, True)
-    setup_logging(launch.rank, bool(raw.get("log_all_ranks")))
-    try:
-        from .launch.backend_choice import node_size
-
-        job, ckpt = validate_job(raw, launch.world_size, node_size(), launch.local_rank)
-    except ConfigError as exc:
-        _refuse(exc, launch.rank == 0)
-    _log_choices(why, job.base)
-    try:
-        from .jobs import run_job
-
-        run_job(job, ckpt, launch)
-    except BaseException as exc:
-        _fail(exc, launch.rank, launch.world_size)
-    shutdown()
+        _fail(exc, process.rank, process.count)
+    process.shutdown()
 
 
 def _fail(exc: BaseException, rank: int, world: int) -> None:
@@ -219,10 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         raw = compose_settings(overrides)
         why = choose_backend(raw)
-        name = backend_name(raw)
     except ConfigError as exc:
         _refuse(exc, True)
-    (main_jax if name == "jax" else main_torch)(raw, why)
+    start(raw, why)
 
 
 if __name__ == "__main__":

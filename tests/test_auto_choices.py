@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from parallel_wan.launch import Launch, detect
+from parallel_wan.launch import detect
 from parallel_wan.launch.backend_choice import choose_backend, node_size
 from parallel_wan.parallel.auto_mesh import auto_mesh
 from parallel_wan.parallel.mesh import check_heads, mesh_spec
@@ -19,7 +19,7 @@ HEADS = {"a14b": 40, "5b": 24, "tiny": 8}
 def test_auto_mesh_rule(model, world, guidance):
     heads = HEADS[model]
     mesh = auto_mesh(world, heads, guidance, prompts=1)
-    mesh_spec({"name": mesh.name, "dp": mesh.dp, "cp": mesh.cp, "ulysses": mesh.ulysses, "ring": mesh.ring}, world)
+    mesh_spec(mesh.to_dict(), world)
     check_heads(mesh, heads)
     assert mesh.world_size == world  # every process is used
     assert mesh.dp == (2 if guidance and world % 2 == 0 else 1)

@@ -1,6 +1,6 @@
 """The catalogue of bad input (issue 17): settings, meshes, checkpoints in both layouts, images,
 LoRA files and cache settings. Every case must stop in validation — the function run.py calls
-before anything loads (`compose_settings` + `validate`) — with ONE line naming the setting or
+before anything loads (`compose_settings` + `validate_job`) — with ONE line naming the setting or
 file and the fix, and leave nothing on disk. Most cases are checked in-process (a subprocess
 costs seconds of imports each); a sample goes through the real CLI to prove exit code 2, one
 line on stderr, no traceback and no files. A few unusual-but-valid inputs must render."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from parallel_wan.config import ConfigError
-from parallel_wan.run import CONF_DIR, compose_settings, validate
+from parallel_wan.run import CONF_DIR, compose_settings, validate_job
 
 REPO = os.path.dirname(CONF_DIR)
 BIG_SEED = 2**70
@@ -31,7 +31,7 @@ def refusal(overrides, tmp_path, world=1) -> str:
         raw = compose_settings(list(overrides))
         if not any(o.startswith("output_dir=") for o in overrides):
             raw["output_dir"] = str(out)
-        validate(raw, world)
+        validate_job(raw, world)
     msg = str(err.value)
     assert "\n" not in msg and msg.strip() == msg, msg
     assert not out.exists() and sorted(os.listdir(tmp_path)) == before
@@ -155,7 +155,7 @@ def test_weights_cache_dir_under_a_file(tmp_path):
 def test_a_video_too_large_for_the_device_gets_the_planners_verdict(tmp_path, monkeypatch):
     # The device is made small (100 kB) so that a tiny-model video exceeds it: the refusal quotes
     # the planner's peak and its suggestions, before anything loads.
-    from parallel_wan.plan import fits
+    from parallel_wan.memory_plan import fits
 
     monkeypatch.setattr(fits, "device_memory", lambda spec: (1e5, "a 100 kB test device"))
     msg = refusal(["num_frames=17", "height=128", "width=128", "dtype=float32"], tmp_path)

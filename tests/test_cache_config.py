@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from parallel_wan.caching.plan import COMPUTE, PREDICT, PROBE, REUSE, cache_plan, skipped_steps, taylor_expert_plan
+from parallel_wan.caching.decisions import COMPUTE, PREDICT, PROBE, REUSE, cache_plan, skipped_steps, taylor_expert_plan
 from parallel_wan.caching.settings import CacheSettings
 from parallel_wan.config import ConfigError
 from parallel_wan.pipeline.steps import make_schedule, step_cache_plan, step_plan
@@ -174,12 +174,12 @@ def test_first_block_and_dense_plans():
     ([1.0, 0.99], ["steps=20"], ["holds a curve of 2 ratios", "no part for the other expert"]),
 ])
 def test_a_ratios_file_that_cannot_serve_the_run_is_refused_before_loading(tmp_path, content, extra, words):
-    from parallel_wan.run import compose_settings, validate
+    from parallel_wan.run import compose_settings, validate_job
 
     path = ratios_file(tmp_path, content)
     raw = compose_settings(["cache=magcache", f"cache.ratios={path}", f"output_dir={tmp_path / 'out'}", *extra])
     with pytest.raises(ConfigError) as err:
-        validate(raw, 1)
+        validate_job(raw, 1)
     msg = str(err.value)
     assert "\n" not in msg and not (tmp_path / "out").exists()
     for w in [f"cache.ratios={path}", *words]:

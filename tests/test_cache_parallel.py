@@ -64,7 +64,7 @@ class FirstBlockLedger:
 
     def __enter__(self):
         from parallel_wan.caching import first_block
-        from parallel_wan.caching.step_cache import StepCache
+        from parallel_wan.caching.host_cache import StepCache
 
         self.records, self.saved = [], (first_block.branch_sums, first_block.computes, StepCache._first_block)
         real_sums, real_computes, real_first_block = self.saved
@@ -89,21 +89,16 @@ class FirstBlockLedger:
 
     def __exit__(self, *exc):
         from parallel_wan.caching import first_block
-        from parallel_wan.caching.step_cache import StepCache
+        from parallel_wan.caching.host_cache import StepCache
 
         first_block.branch_sums, first_block.computes, StepCache._first_block = self.saved
 
 
 def _spec(overrides, world):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_spec
 
-    from parallel_wan.config import resolve
-    from parallel_wan.run import CONF_DIR
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world)
+    return compose_spec(list(overrides), world, output_dir="/tmp/unused")
 
 
 def cached_runs(rank, world, runs):
@@ -112,8 +107,8 @@ def cached_runs(rank, world, runs):
     `state`; a `state` with stop=None resumes from the state saved there. Per run: the latents
     (rank 0; None when stopped), the sidecar's cache record, this rank's First-Block ledger and
     the names of the cache arrays in a stopped run's loop state."""
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate, preflight
     from parallel_wan.pipeline.loop_state import load_loop_state, rank_stem, save_loop_state
 
@@ -121,7 +116,7 @@ def cached_runs(rank, world, runs):
     for overrides, stop, state in runs:
         spec = _spec(overrides, world)
         if repr(spec.mesh) not in backends:
-            backends[repr(spec.mesh)] = TorchBackend(spec.device, spec.mesh, Launch(rank, world, rank, "test"))
+            backends[repr(spec.mesh)] = start_torch_backend(spec.device, spec.mesh, Launch(rank, world, rank, "test"))
             backends[repr(spec.mesh)].video_decoder = lambda params, cfg: NoDecode()
         backend = backends[repr(spec.mesh)]
         start = load_loop_state(rank_stem(state, rank))[0] if state and stop is None else None
@@ -192,7 +187,7 @@ def straddle():
     rank computes over its own shard (14 + 13 valid tokens); the threshold halfway between the
     group's metric and the rank further from it — the group (and the nearer rank) skip, the
     other rank alone would compute."""
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.caching import first_block
     from parallel_wan.parallel.shards import SequenceShards
     from parallel_wan.pipeline import generate
@@ -206,7 +201,7 @@ def straddle():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(first_block, "branch_sums", recording)
         # threshold 0: steps 0 and 1 compute, and step 1 compares its residual with step 0's
-        generate(_spec(BASE + ["cache=fbcache", "cache.threshold=0"], 1), TorchBackend("cpu"), stop_after=2)
+        generate(_spec(BASE + ["cache=fbcache", "cache.threshold=0"], 1), start_torch_backend("cpu"), stop_after=2)
     (residual, reference), = recorded
     sums = _shard_sums(residual, reference, SequenceShards(residual.shape[1], 2))
     local = sums[..., 0] / sums[..., 1]  # (ranks, branches)
@@ -325,7 +320,7 @@ def test_first_block_decides_on_the_group_sums_where_ranks_alone_would_differ(st
 def run_here(overrides, backend=None, compile_backend=None):
     """One run in this process (eager resident unless the overrides say otherwise)."""
     from parallel_wan.pipeline import generate
-    from parallel_wan.run import make_backend
+    from parallel_wan.backends import make_backend
 
     spec = _spec(overrides, 1)
     backend = backend or make_backend(spec)
@@ -371,7 +366,7 @@ def test_swap_with_each_cache_skipping_the_exchange_step(swap_caches, resident, 
     low-noise expert is whole on the device (equal to its host copy) and no high-noise tensor
     is alive. swap_prefetch_steps=0 is the block-by-block exchange during step 5; 1 copies the
     low-noise expert in before step 5 and frees the high-noise one at the switch."""
-    from parallel_wan.pipeline.checkpoint import HIGH, LOW
+    from parallel_wan.models.experts import HIGH, LOW
 
     overrides = swap_caches[kind]
     ref = resident(overrides)

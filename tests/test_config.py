@@ -5,19 +5,16 @@ import subprocess
 import sys
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from parallel_wan.config.compose import compose_spec
 
-from parallel_wan.config import ConfigError, resolve
+from parallel_wan.config import ConfigError
 from parallel_wan.run import CONF_DIR
 
 REPO = os.path.dirname(CONF_DIR)
 
 
 def spec_for(*overrides):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"})
+    return compose_spec(list(overrides), output_dir="/tmp/unused")
 
 
 def test_defaults_resolve_from_the_model_preset():
@@ -161,10 +158,8 @@ def test_cli_rejects_a_broken_checkpoint_before_loading(tmp_path, tiny_folder, c
     (["mesh=cp2", "mesh.dp=0"], 0, ["mesh.dp=0"]),
 ])
 def test_bad_meshes(overrides, world, words):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=overrides)
     with pytest.raises(ConfigError) as err:
-        resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world)
+        compose_spec(overrides, world, output_dir="/tmp/unused")
     for w in words:
         assert w in str(err.value), str(err.value)
 
@@ -203,9 +198,7 @@ def test_xfuser_without_cuda_is_refused_before_loading(tmp_path):
 
 
 def test_prompt_batches_must_split_evenly_over_dp():
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=["mesh=dp2", "prompt=[a,b,c]"])
     with pytest.raises(ConfigError, match="3 prompts were given; give a multiple of 2"):
-        resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, 2)
+        compose_spec(["mesh=dp2", "prompt=[a,b,c]"], 2, output_dir="/tmp/unused")
     spec = spec_for("prompt=[a,b]")
     assert spec.prompts == ("a", "b") and spec.seed_of(1) == spec.seed + 1

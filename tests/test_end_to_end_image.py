@@ -7,13 +7,11 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from parallel_wan.config.compose import compose_spec
 from PIL import Image
 
 from cli_harness import (HEIGHT, WIDTH, assert_frames_close, common, reference_frames, run, tiny_checkpoint,
                          to_uint8, write_png)
-from parallel_wan.run import CONF_DIR
 
 # The tiny presets' guidance: I2V 3.5 for both experts (we set the low-noise one to 3.0 so a
 # swapped guidance_scale / guidance_scale_2 shows); TI2V 5.0.
@@ -99,16 +97,13 @@ def test_ti2v_first_frame_is_the_image(tiny_ti2v, images, ti2v_runs, tmp_path):
     from diffusers.video_processor import VideoProcessor
 
     from parallel_wan import pipeline
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.config import resolve
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.models import vae
     from parallel_wan.weights.loader import load_vae
 
     model, ckpt = tiny_ti2v
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=common(ckpt, model="tiny_ti2v", image=images["resized"], steps=1))
-    spec = resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": str(tmp_path)})
-    backend, described = TorchBackend("cpu"), pipeline.preflight(spec)
+    spec = compose_spec(common(ckpt, model="tiny_ti2v", image=images["resized"], steps=1), output_dir=str(tmp_path))
+    backend, described = start_torch_backend("cpu"), pipeline.preflight(spec)
     latents = pipeline.generate(spec, backend, described).latents
 
     image, _ = pipeline.load_image(images["resized"], HEIGHT, WIDTH)

@@ -145,9 +145,9 @@ def test_ranks_deciding_on_their_own_shard_are_caught(files, monkeypatch):
     """The planted bug of fakegpu/planted.py, in-process: First-Block Cache decided from each
     rank's local sums (no group sum) — the last shard computes while the other skips, and the
     ledger reports the cp group's attention exchanges out of step."""
-    from parallel_wan.backends.torch.distributed import MeshCollectives
+    from parallel_wan.backends.torch.exchanges import MeshExchanges
 
-    monkeypatch.setattr(MeshCollectives, "sum_to_host", lambda self, local, axis: local.double().cpu().numpy())
+    monkeypatch.setattr(MeshExchanges, "sum_to_host", lambda self, local, axis: local.double().cpu().numpy())
     sim = simulate(["mesh=cp2", "cache=fbcache", f"steps={STEPS}"], 2, files, first_block_metric=planted_metric("cp2"))
     problems = sim.problems()
     assert problems and all("group (0, 1)" in p for p in problems), problems

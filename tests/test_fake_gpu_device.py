@@ -1,4 +1,4 @@
-"""Which GPU each process takes (backends/torch/backend.pick_device), on fake CUDA GPUs:
+"""Which GPU each process takes (backends/torch/world.pick_device), on fake CUDA GPUs:
 device=cuda is cuda:LOCAL_RANK, device=cuda:N is refused with several processes, and a run
 asking for CUDA where there is none stops in one line — each before anything loads."""
 
@@ -10,7 +10,7 @@ from fakegpu.checks import one_gpu_per_rank
 from fakegpu.cuda_runtime import FakeCudaRuntime
 from fakegpu.fake_mode import fake_gpus
 from fakegpu.simulate import Checkpoints, simulate
-from parallel_wan.backends.torch.backend import pick_device
+from parallel_wan.backends.torch.world import pick_device
 from parallel_wan.config import ConfigError
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
@@ -42,10 +42,10 @@ def test_device_cuda_puts_each_rank_on_its_own_gpu(tmp_path):
     assert one_gpu_per_rank(sim) == []  # cuda:0 and cuda:1, NCCL on each rank's own GPU
 
 
-def _main_torch(monkeypatch, capsys, overrides, env):
+def _start_torch(monkeypatch, capsys, overrides, env):
     from parallel_wan import run
 
-    # main_torch points the package logger at this test's captured stderr: give it back after
+    # run.start points the package logger at this test's captured stderr: give it back after
     for attr in ("handlers", "propagate", "level"):
         value = getattr(run.log, attr)
         monkeypatch.setattr(run.log, attr, list(value) if attr == "handlers" else value)
@@ -53,13 +53,9 @@ def _main_torch(monkeypatch, capsys, overrides, env):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=run.CONF_DIR, version_base=None):  # as @hydra.main composes
-        raw = OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    raw = run.compose_settings([*overrides, "backend=torch"])
     with pytest.raises(SystemExit) as exit_:
-        run.main_torch(raw)
+        run.start(raw)
     assert not dist.is_initialized(), "a process group started before the refusal"
     return exit_.value.code, capsys.readouterr().err.strip().splitlines()
 
@@ -69,7 +65,7 @@ def test_cuda_index_under_two_ranks_is_refused_before_loading(monkeypatch, capsy
     env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": "29511"}
     with fake_gpus(FakeCudaRuntime(devices=2)):
-        code, err = _main_torch(monkeypatch, capsys, ["mesh=cp2", "device=cuda:1", "steps=1"], env)
+        code, err = _start_torch(monkeypatch, capsys, ["mesh=cp2", "device=cuda:1", "steps=1"], env)
     assert code == 2
     if rank == 0:  # one process says why, in one line naming the setting, the value and the fix
         assert err == ["parallel_wan: error: device=cuda:1 with 2 processes would put every rank on GPU 1; "
@@ -80,7 +76,7 @@ def test_cuda_index_under_two_ranks_is_refused_before_loading(monkeypatch, capsy
 
 
 def test_cuda_on_a_machine_without_cuda_stops_in_one_line(monkeypatch, capsys):
-    code, err = _main_torch(monkeypatch, capsys, ["device=cuda", "steps=1"], {})
+    code, err = _start_torch(monkeypatch, capsys, ["device=cuda", "steps=1"], {})
     assert code == 2
     assert err == ["parallel_wan: error: device=cuda but this machine has no CUDA device torch can use; "
                    "use device=cpu or device=auto"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from parallel_wan.errors import NonFiniteLatents, OutputWriteError
-from parallel_wan.run import CONF_DIR, compose_settings, validate
+from parallel_wan.run import CONF_DIR, compose_settings, validate_job
 
 REPO = os.path.dirname(CONF_DIR)
 SMALL = ["steps=2", "num_frames=5", "height=32", "width=32"]
@@ -27,7 +27,8 @@ def enospc():
 
 def spec_and_ckpt(tmp_path, *overrides):
     raw = compose_settings([f"output_dir={tmp_path / 'out'}", *overrides])
-    return validate(raw, 1)
+    job, ckpt = validate_job(raw, 1)
+    return job.base, ckpt
 
 
 # ------------------------------------------------------------------------------ full disk
@@ -143,11 +144,14 @@ def test_the_scanned_loop_is_checked_after_the_scan():
     from parallel_wan.pipeline.denoise import denoise
     from parallel_wan.pipeline.steps import pick_schedule
 
-    class Scanned:  # stands in for the JAX predictor's one scanned program: it returns inf
+    from parallel_wan.backends.contract import NoisePredictor
+
+    class Scanned(NoisePredictor):  # stands in for the JAX predictor's one scanned program: it returns inf
         def run_steps(self, latents, sampler, plan, make, held, start, stop):
             return latents * float("inf"), sampler
 
-    spec, _ = validate(compose_settings(["output_dir=/tmp/unused", "steps=4"]), 1)
+    job, _ = validate_job(compose_settings(["output_dir=/tmp/unused", "steps=4"]), 1)
+    spec = job.base
     spec = dataclasses.replace(spec, scan_loop=True, schedule="official")
     _, schedule = pick_schedule(spec, None)
     with pytest.raises(NonFiniteLatents, match=r"after steps 1\.\.4 of 4 \(scan_loop; high_noise→low_noise\)"):

@@ -12,8 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from parallel_wan.config.compose import compose_settings
 
 from cli_harness import (HEIGHT, WIDTH, assert_frames_close, common, reference_frames, tiny_checkpoint,
                          write_png)
@@ -28,9 +27,7 @@ TIMESTEPS = (1000.0, 937.5, 833.3, 625.0)
 
 
 def raw(*overrides, world_size=1):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}
+    return compose_settings(list(overrides)) | {"output_dir": "/tmp/unused"}
 
 
 def spec_for(*overrides, world_size=1):
@@ -166,7 +163,7 @@ def run_counting_rows(monkeypatch, out, *overrides):
     """An in-process run (outputs written as the CLI writes them) that records the rows of every
     transformer forward and of the text context it reads."""
     from parallel_wan.models import transformer
-    from parallel_wan.run import run, validate
+    from parallel_wan.run import run, validate_job
 
     rows = []
     forward = transformer.forward
@@ -177,7 +174,8 @@ def run_counting_rows(monkeypatch, out, *overrides):
 
     monkeypatch.setattr(transformer, "forward", counting)
     cfg = raw(*overrides) | {"output_dir": str(out)}
-    spec, ckpt = validate(cfg, 1)
+    job, ckpt = validate_job(cfg, 1)
+    spec = job.base
     run(spec, ckpt)
     return rows, json.loads((out / "video.json").read_text()), np.load(out / "frames.npy")
 

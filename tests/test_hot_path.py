@@ -8,19 +8,16 @@ inductor-generated GPU kernels are checked on GPUs by benchmarks/step.py."""
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from parallel_wan.config.compose import compose_spec
 
-from parallel_wan.config import ConfigError, resolve
-from parallel_wan.run import CONF_DIR, make_backend
+from parallel_wan.config import ConfigError
+from parallel_wan.backends import make_backend
 
 BASE = ["dtype=float32", "steps=3", "num_frames=5", "height=48", "width=48", "seed=5", "prompt='a red kite'"]
 
 
 def spec_of(overrides):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=False)
-    return resolve(cfg | {"output_dir": "/tmp/unused"})
+    return compose_spec(list(overrides), output_dir="/tmp/unused")
 
 
 def run(overrides, compile_backend="aot_eager"):

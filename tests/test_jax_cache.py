@@ -118,9 +118,11 @@ def test_resumed_host_loop_equals_uninterrupted(torch_runs):
     log included) gives the uninterrupted run's latents and record."""
     from parallel_wan.pipeline import generate as run_generation
     from test_jax_pipeline import NoDecode, raw_config
-    from parallel_wan.run import make_backend, validate
+    from parallel_wan.backends import make_backend
+    from parallel_wan.run import validate_job
 
-    spec, ckpt = validate(raw_config(overrides("fbcache", "backend=jax", "mesh=single")), jax.device_count())
+    job, ckpt = validate_job(raw_config(overrides("fbcache", "backend=jax", "mesh=single")), jax.device_count())
+    spec = job.base
 
     def backend():
         b = make_backend(spec)

@@ -20,12 +20,12 @@ import sys
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from parallel_wan.config.compose import compose_settings
 
 from parallel_wan.backends.jax.compile_log import CompileLog
 from parallel_wan.config import ConfigError
-from parallel_wan.run import CONF_DIR, make_backend, validate
+from parallel_wan.backends import make_backend
+from parallel_wan.run import CONF_DIR, validate_job
 from jax_devices import rel_err, require_eight_devices
 
 REPO = os.path.dirname(CONF_DIR)
@@ -36,9 +36,7 @@ require_eight_devices()
 
 
 def raw_config(overrides) -> dict:
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}
+    return compose_settings(list(overrides)) | {"output_dir": "/tmp/unused"}
 
 
 class Window:
@@ -69,7 +67,8 @@ def generate(overrides, decode=True, monkeypatch=None, setup=None):
     from parallel_wan.pipeline import generate as run_generation
 
     backend_jax = "backend=jax" in overrides
-    spec, ckpt = validate(raw_config(overrides), jax.device_count() if backend_jax else 1)
+    job, ckpt = validate_job(raw_config(overrides), jax.device_count() if backend_jax else 1)
+    spec = job.base
     backend = make_backend(spec)
     if not decode:
         monkeypatch.setattr(backend, "video_decoder", lambda params, cfg: NoDecode())
@@ -208,7 +207,7 @@ BAD = [
 def test_bad_input_gets_torch_words_before_any_compile(overrides):
     def message(backend, world):
         with pytest.raises(ConfigError) as err:
-            validate(raw_config(overrides + [f"backend={backend}"]), world)
+            validate_job(raw_config(overrides + [f"backend={backend}"]), world)
         return str(err.value)
 
     world = 2 if any(o.startswith("mesh=dp2") and "cp" not in o for o in overrides) else 1
@@ -223,9 +222,9 @@ def test_bad_input_gets_torch_words_before_any_compile(overrides):
 def test_jax_only_settings_and_device_counts_are_refused_early():
     with pytest.raises(ConfigError, match="needs dp×cp=2×8=16 JAX devices but 8 are visible.*"
                                           "XLA_FLAGS=--xla_force_host_platform_device_count=16"):
-        validate(raw_config(["backend=jax", "mesh=cp8", "mesh.dp=2", "prompt=[a,b]"]), 8)
+        validate_job(raw_config(["backend=jax", "mesh=cp8", "mesh.dp=2", "prompt=[a,b]"]), 8)
     with pytest.raises(ConfigError, match="scan_loop=true is a JAX backend setting but backend=torch"):
-        validate(raw_config(["scan_loop=true"]), 1)
+        validate_job(raw_config(["scan_loop=true"]), 1)
 
 
 def test_cli_dp2_cp4_writes_the_in_process_video(dp2_cp4, compile_cache, tmp_path):

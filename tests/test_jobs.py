@@ -16,7 +16,8 @@ import pytest
 from parallel_wan.config import ConfigError
 from parallel_wan.jobs import PREEMPTED_EXIT, Preempted, run_job
 from parallel_wan.jobs.share import array_share, share_of
-from parallel_wan.run import CONF_DIR, compose_settings, make_backend, run, validate, validate_job
+from parallel_wan.backends import make_backend
+from parallel_wan.run import CONF_DIR, compose_settings, run, validate_job
 
 from cli_harness import write_png
 
@@ -177,8 +178,8 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
     out = folder / "out"
     job, ckpt = job_of(*overrides, f"output_dir={out}")
     loads = []
-    real_load = checkpoint.load_components
-    monkeypatch.setattr(runner, "load_components", lambda *a, **k: loads.append(1) or real_load(*a, **k))
+    real_load = checkpoint.load
+    monkeypatch.setattr(runner, "load", lambda *a, **k: loads.append(1) or real_load(*a, **k))
     report = run_job(job, ckpt)
     assert len(loads) == 1 and report.made == [e.name for e in job.entries] and not report.skipped
     names = [e.name for e in job.entries]
@@ -205,12 +206,11 @@ def test_an_i2v_job_takes_each_entrys_image_and_equals_its_single_runs(tmp_path)
                        "backend=torch")
     assert run_job(job, ckpt).made == [e.name for e in job.entries]
     for entry in job.entries:
-        spec, _ = validate(compose_settings(["model=tiny_i2v", "steps=2", "save_frames=true", "backend=torch",
-                                             f"output_dir={tmp_path / entry.name}", f"image={entry.spec.image}",
-                                             f"prompt='{entry.spec.prompt}'", f"seed={entry.spec.seed}",
-                                             f"num_frames={entry.spec.num_frames}", f"height={entry.spec.height}",
-                                             f"width={entry.spec.width}"]), 1)
-        run(spec)
+        run_job(*validate_job(compose_settings(["model=tiny_i2v", "steps=2", "save_frames=true", "backend=torch",
+                                                f"output_dir={tmp_path / entry.name}", f"image={entry.spec.image}",
+                                                f"prompt='{entry.spec.prompt}'", f"seed={entry.spec.seed}",
+                                                f"num_frames={entry.spec.num_frames}", f"height={entry.spec.height}",
+                                                f"width={entry.spec.width}"]), 1))
         assert np.array_equal(frames(tmp_path / "job", entry.name), np.load(tmp_path / entry.name / "frames.npy"))
     images = [json.loads((tmp_path / "job" / f"{e.name}.json").read_text())["image"] for e in job.entries]
     assert images[0] != images[1]
@@ -225,7 +225,7 @@ def test_rerun_skips_verified_entries_and_redoes_a_damaged_one(ti2v_job, monkeyp
     if not (out / "boat.json").exists():
         run_job(job, ckpt)
     before = frames(out, "boat")
-    monkeypatch.setattr(runner, "load_components", lambda *a, **k: pytest.fail("a finished job loaded the model"))
+    monkeypatch.setattr(runner, "load", lambda *a, **k: pytest.fail("a finished job loaded the model"))
     with caplog.at_level("INFO", logger="parallel_wan"):
         report = run_job(job, ckpt)
     assert report.made == [] and len(report.skipped) == 3 and "job complete" in caplog.text
@@ -315,9 +315,8 @@ def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache
         run_job(job, ckpt, backend=backend)
     report = run_job(*job_of(*args))
     assert report.resumed == {"video": 2}
-    spec, _ = validate(compose_settings(["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true",
-                                         f"cache={cache}"]), 1)
-    run(spec)
+    run_job(*validate_job(compose_settings(["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true",
+                                            f"cache={cache}"]), 1))
     assert np.array_equal(np.load(tmp_path / "cut" / "frames.npy"), np.load(tmp_path / "full" / "frames.npy"))
     cut, full = (json.loads((tmp_path / d / "video.json").read_text()) for d in ("cut", "full"))
     assert cut["resumed_from_step"] == 2 and cut.get("cache") == full.get("cache")
@@ -358,7 +357,7 @@ def test_reruns_keep_every_runs_record_and_a_changed_named_entry_names_what_chan
             "width=32", "backend=torch"]
     with caplog.at_level("INFO", logger="parallel_wan"):
         first = run_job(*job_of(*args))
-    assert "loaded the built-in tiny model (random weights) once for 2 entries" in caplog.text, caplog.text
+    assert "loaded the built-in tiny model (random weights)" in caplog.text and "one load for 2 entries" in caplog.text
     assert "memory=resident" in caplog.text and "diffusers checkpoint" not in caplog.text
     second = run_job(*job_of(*args))
     assert second.made == [] and len(second.skipped) == 2
@@ -422,6 +421,15 @@ def test_the_vote_under_nccl_goes_over_a_gloo_group_on_the_host(monkeypatch):
     import torch.distributed as dist
 
     from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.collectives import CountingCollectives, NullCollectives, ProcessGroupCollectives
+    from parallel_wan.backends.torch.mesh import TorchMesh
+    from parallel_wan.parallel.mesh import MeshSpec
+
+    # The backend's vote goes through the mesh's Collectives (so counting and fake-GPU collectives see it).
+    counted = CountingCollectives(NullCollectives(rank=0, world=2))
+    backend = TorchBackend(torch.device("cpu"), TorchMesh.build(MeshSpec(name="cp2", cp=2, ulysses=2), counted))
+    assert backend.any_rank(True) and not backend.any_rank(False)
+    assert counted.calls["vote"] == 2 and counted.by_call["vote"] == 8
 
     calls = []
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
@@ -434,7 +442,7 @@ def test_the_vote_under_nccl_goes_over_a_gloo_group_on_the_host(monkeypatch):
         tensor.fill_(1 if len(calls) > 3 else int(tensor.item()))  # another rank saw a signal at the 3rd vote
 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
-    backend = TorchBackend.__new__(TorchBackend)
-    assert [backend.any_rank(False), backend.any_rank(True), backend.any_rank(False)] == [False, True, True]
+    comm = ProcessGroupCollectives()
+    assert [comm.vote(False), comm.vote(True), comm.vote(False)] == [False, True, True]
     assert calls[0] == ("new_group", {"backend": "gloo"}) and sum(c[0] == "new_group" for c in calls) == 1
     assert all(c[1:] == ("cpu", torch.int32, dist.ReduceOp.MAX, "gloo-group") for c in calls[1:])

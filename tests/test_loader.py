@@ -19,7 +19,7 @@ from parallel_wan.models.transformer import keeps_fp32
 from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights import copy_pool, transformer_keymap, tree
 from parallel_wan.weights.layout import describe_checkpoint
-from parallel_wan.weights.loader import load_transformer, load_transformer_cached
+from parallel_wan.weights.loader import load_transformer
 from parallel_wan.weights.safetensors_io import DTYPES, read_safetensors
 
 EXPERT = "high_noise"
@@ -95,8 +95,8 @@ def test_blocks_are_views_of_one_stacked_buffer_per_name(checkpoints, tmp_path):
     assert len(layers) == 2
     # every layer lists its tensors in one order (JAX's placement stacks them leaf by leaf),
     # also when a layer is split over two files
-    load_transformer_cached(ckpt, expert, "bfloat16", keeps_fp32, cache_dir=tmp_path)
-    hit = load_transformer_cached(ckpt, expert, "bfloat16", keeps_fp32, cache_dir=tmp_path)
+    load_transformer(ckpt, expert, "bfloat16", keeps_fp32, cache_dir=tmp_path)
+    hit = load_transformer(ckpt, expert, "bfloat16", keeps_fp32, cache_dir=tmp_path)
     for tree_ in (params, hit):
         orders = [list(tree.flatten(layer)) for layer in tree_["blocks"]]
         assert orders[0] == orders[1]
@@ -151,7 +151,7 @@ def cache_files(folder: Path) -> list[Path]:
 def test_cache_hit_is_bit_equal_and_copies_nothing(checkpoints, tmp_path, monkeypatch):
     ckpt = checkpoints["official"]
     for dtype in ("bfloat16", "float32"):
-        fresh = tree.flatten(load_transformer_cached(ckpt, EXPERT, dtype, keeps_fp32, cache_dir=tmp_path))
+        fresh = tree.flatten(load_transformer(ckpt, EXPERT, dtype, keeps_fp32, cache_dir=tmp_path))
         assert_bitwise(fresh, plain_read(ckpt, EXPERT, dtype, keeps_fp32))
     files = cache_files(tmp_path)
     assert len(files) == 2  # one entry per dtype
@@ -164,7 +164,7 @@ def test_cache_hit_is_bit_equal_and_copies_nothing(checkpoints, tmp_path, monkey
 
     monkeypatch.setattr(copy_pool, "copy_into", no_copy)
     for dtype in ("bfloat16", "float32"):
-        hit = load_transformer_cached(ckpt, EXPERT, dtype, keeps_fp32, cache_dir=tmp_path)
+        hit = load_transformer(ckpt, EXPERT, dtype, keeps_fp32, cache_dir=tmp_path)
         assert_bitwise(tree.flatten(hit), plain_read(ckpt, EXPERT, dtype, keeps_fp32))
         a, b = (tree.flatten(layer)["ffn.net.0.proj.weight"] for layer in hit["blocks"])
         assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # still one stacked buffer
@@ -173,9 +173,9 @@ def test_cache_hit_is_bit_equal_and_copies_nothing(checkpoints, tmp_path, monkey
 
 def test_sharded_load_reads_its_rows_from_the_cache(checkpoints, tmp_path, copied_bytes):
     ckpt = checkpoints["diffusers"]
-    full = tree.flatten(load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path))
+    full = tree.flatten(load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path))
     copied_bytes.clear()
-    piece = tree.flatten(load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, shard=(1, 3), cache_dir=tmp_path))
+    piece = tree.flatten(load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, shard=(1, 3), cache_dir=tmp_path))
     assert_bitwise(piece, tree.flatten(load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, shard=(1, 3))))
     assert sum(copied_bytes[: len(piece)]) == sum(t.numel() * t.element_size() for t in piece.values())
     assert sum(t.numel() for t in piece.values()) < sum(t.numel() for t in full.values()) / 2
@@ -183,18 +183,18 @@ def test_sharded_load_reads_its_rows_from_the_cache(checkpoints, tmp_path, copie
 
 def test_cache_key_follows_files_and_dtype(checkpoints, tmp_path):
     ckpt = checkpoints["diffusers"]
-    load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
-    load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
+    load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
+    load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
     assert len(cache_files(tmp_path)) == 1  # same files, same dtype: the same entry
-    load_transformer_cached(ckpt, EXPERT, "bfloat16", None, cache_dir=tmp_path)
+    load_transformer(ckpt, EXPERT, "bfloat16", None, cache_dir=tmp_path)
     assert len(cache_files(tmp_path)) == 2  # other fp32 exceptions: another entry
-    load_transformer_cached(ckpt, EXPERT, "float32", keeps_fp32, cache_dir=tmp_path)
+    load_transformer(ckpt, EXPERT, "float32", keeps_fp32, cache_dir=tmp_path)
     assert len(cache_files(tmp_path)) == 3
     shard = next(ckpt.experts[EXPERT].glob("*.safetensors"))
     stat = shard.stat()
     try:
         os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # "the file changed"
-        load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
+        load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
         assert len(cache_files(tmp_path)) == 4
     finally:
         os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
@@ -203,7 +203,7 @@ def test_cache_key_follows_files_and_dtype(checkpoints, tmp_path):
 def test_broken_cache_entries_are_ignored_and_rewritten(checkpoints, tmp_path, caplog):
     ckpt = checkpoints["bf16"]
     want = plain_read(ckpt, EXPERT, "bfloat16", keeps_fp32)
-    load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
+    load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)
     (entry,) = cache_files(tmp_path)
     good = entry.read_bytes()
     leftover = entry.with_name(entry.name + ".4242.tmp")  # a crashed writer's temp file
@@ -212,7 +212,7 @@ def test_broken_cache_entries_are_ignored_and_rewritten(checkpoints, tmp_path, c
         entry.write_bytes(broken)
         with caplog.at_level(logging.WARNING, logger="parallel_wan"):
             caplog.clear()
-            got = tree.flatten(load_transformer_cached(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path))
+            got = tree.flatten(load_transformer(ckpt, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path))
         assert_bitwise(got, want)
         assert any("unusable" in r.getMessage() for r in caplog.records)
         assert entry.read_bytes() == good  # rewritten whole
@@ -221,12 +221,9 @@ def test_broken_cache_entries_are_ignored_and_rewritten(checkpoints, tmp_path, c
 
 
 def test_weights_cache_dir_setting(tmp_path):
-    from parallel_wan.run import CONF_DIR
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_settings
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = OmegaConf.to_container(compose(config_name="config"), resolve=False) | {"output_dir": str(tmp_path)}
+    cfg = compose_settings([]) | {"output_dir": str(tmp_path)}
     assert resolve(cfg).weights_cache_dir is None
     assert resolve(cfg | {"weights_cache_dir": str(tmp_path / "new" / "cache")}).weights_cache_dir == str(tmp_path / "new" / "cache")
     (tmp_path / "file").write_text("")
@@ -246,19 +243,16 @@ def mapped_file(tensor: torch.Tensor) -> str | None:
 
 
 def test_load_components_fills_and_then_hits_the_cache(checkpoints, tmp_path):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_settings
 
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.pipeline import load_components, preflight
-    from parallel_wan.run import CONF_DIR
 
     ckpt = checkpoints["official"]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = OmegaConf.to_container(compose(config_name="config", overrides=["device=cpu"]), resolve=False)
+    cfg = compose_settings(["device=cpu"])
     spec = resolve(cfg | {"output_dir": str(tmp_path / "out"), "checkpoint_dir": str(ckpt.root),
                           "weights_cache_dir": str(tmp_path / "cache")})
-    backend = TorchBackend("cpu")
+    backend = start_torch_backend("cpu")
     first = load_components(spec, preflight(spec), backend)
     assert first.text_encoder is not None and first.vae_params
     assert len(cache_files(tmp_path / "cache")) == 2  # one entry per expert

@@ -39,27 +39,24 @@ def run_part(rank, world_size, overrides, directory, part):
     """part "whole_then_stop": the uninterrupted run (rank 0 returns its latents), then a run
     stopped after STOP steps whose state each rank saves; part "resume": a run from the saved
     state (rank 0 returns its latents)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_settings
 
     from parallel_wan.config import resolve
     from parallel_wan.pipeline import generate, preflight
-    from parallel_wan.run import make_backend
+    from parallel_wan.backends import make_backend
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    raw = OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}
+    raw = compose_settings(list(overrides)) | {"output_dir": "/tmp/unused"}
     if "backend=jax" in overrides:
         import jax
 
         spec = resolve(raw, jax.device_count())
         backend = make_backend(spec)
     else:
-        from parallel_wan.backends.torch.backend import TorchBackend
-        from parallel_wan.backends.torch.distributed import Launch
+        from parallel_wan.backends.torch.backend import start_torch_backend
+        from parallel_wan.launch import Launch
 
         spec = resolve(raw, world_size)
-        backend = TorchBackend(spec.device, spec.mesh, Launch(rank, world_size, rank, "test"))
+        backend = start_torch_backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "test"))
     backend.video_decoder = lambda params, cfg: NoDecode()
     stem = rank_stem(directory, rank)
     if part == "resume":

@@ -72,9 +72,9 @@ def test_t2v_frames_equal_diffusers_with_a_lora_per_expert(tiny, tmp_path):
 
 def merged(ckpt, expert, path, scale=1.0, dtype="float32", shard=None, setting="lora"):
     from parallel_wan.lora.merge import expert_lora
-    from parallel_wan.weights.layout import expected_transformer_shapes
+    from parallel_wan.models.transformer_shapes import param_shapes
 
-    lora = expert_lora(expert, [(path, scale, setting)], expected_transformer_shapes(transformer_config("t2v")))
+    lora = expert_lora(expert, [(path, scale, setting)], param_shapes(transformer_config("t2v")))
     return load_transformer(ckpt, expert, dtype, None, shard, lora), lora
 
 
@@ -126,15 +126,15 @@ def test_a_sharded_load_merges_only_its_rows(tiny):
 
 
 def test_lora_changes_the_cache_key(tiny, tmp_path):
-    from parallel_wan.weights.loader import load_transformer_cached
+    from parallel_wan.weights.loader import load_transformer
 
     _, ckpt, files, _ = tiny
     _, lora = merged(ckpt, "high_noise", files["high"], 1.5)
     _, other_scale = merged(ckpt, "high_noise", files["high"], 1.0)
     for lo in (None, lora, other_scale):
-        load_transformer_cached(ckpt, "high_noise", "float32", None, None, lo, cache_dir=tmp_path)
+        load_transformer(ckpt, "high_noise", "float32", None, None, lo, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.safetensors"))) == 3
-    again = flat(load_transformer_cached(ckpt, "high_noise", "float32", None, None, lora, cache_dir=tmp_path))
+    again = flat(load_transformer(ckpt, "high_noise", "float32", None, None, lora, cache_dir=tmp_path))
     fresh = flat(merged(ckpt, "high_noise", files["high"], 1.5)[0])
     assert all(torch.equal(again[k], fresh[k]) for k in fresh)
 

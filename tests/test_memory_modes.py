@@ -14,20 +14,15 @@ import numpy as np
 import pytest
 
 from distributed import run_on_ranks
-from parallel_wan.run import CONF_DIR
 
 BASE = ["dtype=float32", "steps=3", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48", "width=48"]
 
 
 def _spec(overrides, world=1):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_spec
 
-    from parallel_wan.config import resolve
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world)
+    return compose_spec(list(overrides), world, output_dir="/tmp/unused")
 
 
 def _tree_bytes(tree):
@@ -39,13 +34,13 @@ def _tree_bytes(tree):
 def resident_and_sharded(rank, world, overrides):
     """Both modes on one set of ranks: (resident latents, sharded latents, resident weight
     bytes, sharded weight bytes before and after the first forward) on this rank."""
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate
     from parallel_wan.pipeline.checkpoint import load_components, materialize_tiny
 
     resident, sharded = _spec(overrides, world), _spec(overrides + ["memory=sharded"], world)
-    backend = TorchBackend(resident.device, resident.mesh, Launch(rank, world, rank, "test"))
+    backend = start_torch_backend(resident.device, resident.mesh, Launch(rank, world, rank, "test"))
     ref = generate(resident, backend)
     got = generate(sharded, backend)
     with tempfile.TemporaryDirectory() as folder, backend.inference_mode():
@@ -62,14 +57,14 @@ def resident_and_sharded(rank, world, overrides):
 
 @pytest.mark.parametrize("world, mesh", [(2, "cp2"), (4, "dp2_cp2")])
 def test_sharded_equals_resident(world, mesh):
-    from parallel_wan import plan as planner
+    from parallel_wan import memory_plan as planner
     from parallel_wan.builtin.tiny import transformer_config
 
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.pipeline import generate
 
     results = run_on_ranks(resident_and_sharded, world, BASE + [f"mesh={mesh}"], timeout_s=300)
-    one_rank = generate(_spec(BASE), TorchBackend("cpu")).frames  # the resident, one-rank path
+    one_rank = generate(_spec(BASE), start_torch_backend("cpu")).frames  # the resident, one-rank path
     eb = planner.expert_bytes(planner.transformer_shapes(transformer_config("t2v")), "float32", world)
     for rank, ((ref, ref_frames), (got, got_frames), whole, before, after) in enumerate(results):
         if rank == 0:
@@ -149,7 +144,7 @@ def stop_sharded_pass_early(rank, world):
     the pass) or go on. Returns what each case left behind, per stop."""
     import torch
 
-    from parallel_wan.backends.torch.distributed import Launch, init_distributed
+    from parallel_wan.backends.torch.world import Launch, init_distributed
     from parallel_wan.backends.torch.runners import ShardedRunner
 
     init_distributed(Launch(rank, world, rank, "test"), torch.device("cpu"), 60.0)
@@ -187,8 +182,8 @@ def test_sharded_runner_stopped_early_leaves_no_gather_pending():
 
 # ---------------------------------------------------------------- swap
 def test_swap_plan_marks():
-    from parallel_wan.pipeline.checkpoint import HIGH, LOW
-    from parallel_wan.pipeline.denoise import step_plan
+    from parallel_wan.models.experts import HIGH, LOW
+    from parallel_wan.pipeline.steps import step_plan
     from parallel_wan.sampling import make_schedule
 
     spec = _spec(BASE + ["steps=8", "memory=swap", "swap_prefetch_steps=2"])
@@ -207,9 +202,9 @@ def test_swap_plan_marks():
 
 def test_swap_equals_resident_and_frees_the_high_expert():
 
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import TorchBackend, start_torch_backend
     from parallel_wan.pipeline import generate
-    from parallel_wan.pipeline.checkpoint import HIGH
+    from parallel_wan.models.experts import HIGH
     from parallel_wan.weights.tree import iter_leaves
 
     class Probe(TorchBackend):
@@ -239,8 +234,8 @@ def test_swap_equals_resident_and_frees_the_high_expert():
 
     overrides = BASE + ["steps=8"]
     spec = _spec(overrides + ["memory=swap", "swap_prefetch_steps=2"])
-    ref = generate(_spec(overrides), TorchBackend("cpu"))
-    probe = Probe("cpu")
+    ref = generate(_spec(overrides), start_torch_backend("cpu"))
+    probe = start_torch_backend("cpu", cls=Probe)
     got = generate(spec, probe)
     np.testing.assert_array_equal(got.latents, ref.latents)
     np.testing.assert_array_equal(got.frames, ref.frames)
@@ -258,7 +253,7 @@ def test_swap_exchanges_block_by_block_in_the_last_high_noise_step(monkeypatch):
     """swap_prefetch_steps=0: while the last high-noise step runs block i, every earlier
     high-noise block is already freed and only the low-noise blocks before i have been copied
     in — never two experts; the result equals the resident run bit for bit."""
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import TorchBackend, start_torch_backend
     from parallel_wan.backends.torch.runners import ExchangeRunner
     from parallel_wan.models import transformer as dit
     from parallel_wan.pipeline import generate
@@ -292,8 +287,8 @@ def test_swap_exchanges_block_by_block_in_the_last_high_noise_step(monkeypatch):
 
     monkeypatch.setattr(dit, "transformer_block", block)
     overrides = BASE + ["steps=8"]
-    ref = generate(_spec(overrides), TorchBackend("cpu"))
-    got = generate(_spec(overrides + ["memory=swap"]), Probe("cpu"))
+    ref = generate(_spec(overrides), start_torch_backend("cpu"))
+    got = generate(_spec(overrides + ["memory=swap"]), start_torch_backend("cpu", cls=Probe))
     np.testing.assert_array_equal(got.latents, ref.latents)
     np.testing.assert_array_equal(got.frames, ref.frames)
     layers = len(high_blocks)
@@ -323,9 +318,9 @@ def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
     low-noise expert is whole on the device and no high-noise tensor is alive; the latents
     equal the resident run's under the same stopping, bit for bit."""
     from parallel_wan.backends.torch import predictor as predictor_module
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.pipeline import generate
-    from parallel_wan.pipeline.checkpoint import HIGH
+    from parallel_wan.models.experts import HIGH
 
     real_choice = predictor_module.expert_runner
 
@@ -335,7 +330,7 @@ def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
 
     monkeypatch.setattr(predictor_module, "expert_runner", stopping_choice)
     overrides = BASE + ["steps=8"]
-    ref = generate(_spec(overrides), TorchBackend("cpu"))
+    ref = generate(_spec(overrides), start_torch_backend("cpu"))
     probe = swap_probe()
     got = generate(_spec(overrides + ["memory=swap"]), probe)
     np.testing.assert_array_equal(got.latents, ref.latents)
@@ -349,9 +344,9 @@ def swap_probe():
     """A CPU backend that, before every step, records in `seen` (index, expert, how many of the
     high-noise expert's device tensors are alive, the low-noise expert when it is on the
     device), and keeps the low-noise expert's host copy (`host_low`) and the predictor's swap."""
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import TorchBackend, start_torch_backend
     from parallel_wan.backends.torch.swap import HostExpert
-    from parallel_wan.pipeline.checkpoint import LOW
+    from parallel_wan.models.experts import LOW
     from parallel_wan.weights.tree import iter_leaves
 
     class Probe(TorchBackend):
@@ -381,7 +376,7 @@ def swap_probe():
             self.swap = predict.swap
             return predict
 
-    return Probe()
+    return start_torch_backend(cls=Probe)
 
 
 def assert_swapped_at(probe, switch: int) -> None:
@@ -411,8 +406,8 @@ def test_swap_exchange_completes_when_the_step_skips_its_forward():
     import torch
 
     from parallel_wan.backends.torch.swap import ExpertSwap, HostExpert
-    from parallel_wan.pipeline.checkpoint import HIGH, LOW
-    from parallel_wan.pipeline.denoise import Step
+    from parallel_wan.models.experts import HIGH, LOW
+    from parallel_wan.pipeline.steps import Step
     from parallel_wan.weights.tree import iter_leaves
 
     g = torch.Generator().manual_seed(1)
@@ -438,13 +433,13 @@ def test_swap_exchange_completes_when_the_step_skips_its_forward():
 
 def test_text_encoder_is_freed_after_encoding():
 
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.pipeline.checkpoint import materialize_tiny
     from parallel_wan.pipeline.generate import encode_text
     from parallel_wan.text.umt5 import TextEncoder
 
     spec = _spec(BASE)
-    backend = TorchBackend("cpu")
+    backend = start_torch_backend("cpu")
     with tempfile.TemporaryDirectory() as folder:
         encoder = TextEncoder.load(materialize_tiny(spec, folder), "float32")
 

@@ -21,7 +21,7 @@ from parallel_wan.models.transformer import keeps_fp32
 from parallel_wan.run import CONF_DIR
 from parallel_wan.weights import finite
 from parallel_wan.weights.layout import describe_checkpoint
-from parallel_wan.weights.loader import load_transformer, load_transformer_cached, load_vae
+from parallel_wan.weights.loader import load_transformer, load_vae
 from parallel_wan.weights.safetensors_io import tensor_index
 
 from lora_files import lora_pairs, write_lora
@@ -117,7 +117,7 @@ def test_the_converted_weights_cache_never_holds_what_the_load_refused(checkpoin
     root = copy_of(checkpoints, "diffusers", tmp_path)
     poison(root / "transformer", TO_K["diffusers"], [3])
     with pytest.raises(BadWeights):
-        load_transformer_cached(describe_checkpoint(root), "high_noise", "bfloat16", keeps_fp32,
+        load_transformer(describe_checkpoint(root), "high_noise", "bfloat16", keeps_fp32,
                                 cache_dir=tmp_path / "cache")
     assert not list((tmp_path / "cache").rglob("*.safetensors"))
 

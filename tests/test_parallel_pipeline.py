@@ -22,19 +22,15 @@ RTOL = 1e-5
 
 def generate_on_rank(rank, world_size, overrides):
     """One rank's part of a generation; rank 0 returns its latents and frames."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_spec
 
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
-    from parallel_wan.config import resolve
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate, preflight
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    spec = resolve(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "/tmp/unused"}, world_size)
+    spec = compose_spec(list(overrides), world_size, output_dir="/tmp/unused")
     ckpt = preflight(spec)
-    backend = TorchBackend(spec.device, spec.mesh, Launch(rank, world_size, rank, "test"))
+    backend = start_torch_backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "test"))
     gen = generate(spec, backend, ckpt)
     if rank != 0:
         assert gen.frames is None

@@ -11,7 +11,8 @@ from test_layers import FORBIDDEN, imported_roots
 
 from parallel_wan.backends.torch.collectives import CountingCollectives, LoopbackCollectives, NullCollectives
 from parallel_wan.parallel import cfg_rows
-from parallel_wan.parallel.mesh import ConfigError, MeshSpec, mesh_spec
+from parallel_wan.errors import ConfigError
+from parallel_wan.parallel.mesh import MeshSpec, mesh_spec
 from parallel_wan.parallel.work import rank_work
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "parallel_wan"

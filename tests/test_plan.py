@@ -5,9 +5,8 @@ CLI reports, fits or not, with the run's one-line errors."""
 import pytest
 import torch
 
-from parallel_wan import plan as planner
+from parallel_wan import memory_plan as planner
 from parallel_wan.config import MeshSpec
-from parallel_wan.run import CONF_DIR
 
 
 
@@ -65,12 +64,9 @@ def test_weights_per_mode():
 
 
 def _spec(overrides, world=1):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_settings
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return planner.planning_spec(OmegaConf.to_container(cfg, resolve=False) | {"output_dir": "unused"}, world)
+    return planner.planning_spec(compose_settings(list(overrides)) | {"output_dir": "unused"}, world)
 
 
 # ---------------------------------------------------------------- planned vs measured
@@ -94,15 +90,15 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
     """One process, the run's loop for PLAN_STEPS steps; only the last step (the sampler's
     state full) runs the forward, the others return a prediction-shaped array, which the real
     predictor's output is (keeps the mid-size model's test to one forward)."""
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.measure.live_bytes import LiveBytes, held_bytes
     from parallel_wan.models import transformer as dit
     from parallel_wan.pipeline.denoise import DenoiseTask, denoise
-    from parallel_wan.pipeline.work import RankWork
+    from parallel_wan.pipeline.local_work import RankWork
     from parallel_wan.sampling import make_schedule
     from parallel_wan.parallel.shards import SequenceShards
 
-    backend = backend or TorchBackend("cpu")
+    backend = backend or start_torch_backend("cpu")
     ops = backend.ops
     g = torch.Generator().manual_seed(0)
     n = len(spec.prompts)
@@ -120,13 +116,18 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
         held = held_bytes([p for _, p in experts.values()], vae_params, context, predict.context, predict.rope, x,
                           cond, predict.cond_tokens)
 
+        from parallel_wan.backends.contract import NoisePredictor
+
         calls = []
 
-        def step(expert, x, t, guidance):
-            calls.append(t)
-            if len(calls) < planner.PLAN_STEPS:
-                return x * 0.5
-            return predict(expert, x, t, guidance)
+        class Step(NoisePredictor):  # the run's predictor on the last step only
+            def __call__(self, expert, x, t, guidance):
+                calls.append(t)
+                if len(calls) < planner.PLAN_STEPS:
+                    return x * 0.5
+                return predict(expert, x, t, guidance)
+
+        step = Step()
 
         with LiveBytes() as live:
             out = denoise(spec, make_schedule("official", planner.PLAN_STEPS, spec.shift), x, step, lambda it: it, ops)
@@ -135,11 +136,11 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
 
 
 def _measure_decode(vcfg, vae_params, latent_shape, prompts, backend=None):
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.measure.live_bytes import LiveBytes, held_bytes
 
     latents = torch.randn((prompts, *latent_shape[1:]), generator=torch.Generator().manual_seed(1))
-    decoder = (backend or TorchBackend("cpu")).video_decoder(vae_params, vcfg)
+    decoder = (backend or start_torch_backend("cpu")).video_decoder(vae_params, vcfg)
     with torch.inference_mode(), LiveBytes() as live:
         decoder(latents)
     return held_bytes(vae_params, latents) + live.peak
@@ -172,14 +173,14 @@ def _tiny_on_rank(rank, world, overrides):
     decode, measured; random weights (the same on every rank)."""
     from diffusers import AutoencoderKLWan
 
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.measure.live_bytes import held_bytes
 
     spec = _spec(overrides, world)
     tcfg, vcfg, _ = planner.architecture(spec)
     shapes = planner.rank_shapes(spec, tcfg, vcfg)
-    backend = TorchBackend("cpu", spec.mesh, Launch(rank, world, rank, "test"))
+    backend = start_torch_backend("cpu", spec.mesh, Launch(rank, world, rank, "test"))
     params = _random_tree(planner.transformer_shapes(tcfg), torch.float32)
     with torch.device("meta"):
         vae_shapes = {n: p.shape for n, p in AutoencoderKLWan(**vcfg.to_diffusers()).named_parameters()}
@@ -347,13 +348,13 @@ def test_bad_inputs_give_one_line(capsys, args, needle):
 def test_step_cache_arrays_are_counted(cache):
     """What a step cache keeps between steps in a real tiny run (the arrays it hands the loop
     state) is what the planner counts for it, to the byte."""
-    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.measure.live_bytes import held_bytes
     from parallel_wan.pipeline import generate
 
     spec = _spec(["model=tiny", "dtype=float32", "steps=6", *cache])
     tcfg, vcfg, _ = planner.architecture(spec)
-    gen = generate(spec, TorchBackend("cpu"), stop_after=4)
+    gen = generate(spec, start_torch_backend("cpu"), stop_after=4)
     arrays = [v for k, v in gen.state.cache.items() if not k.startswith("log_")]
     assert arrays and held_bytes(*arrays) == planner.cache_bytes(spec, tcfg, planner.rank_shapes(spec, tcfg, vcfg)) > 0
     plain = planner.plan(_spec(["model=tiny", "dtype=float32", "steps=6"]))

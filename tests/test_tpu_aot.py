@@ -91,7 +91,7 @@ def test_abstract_arguments_are_the_ones_the_run_passes():
     from parallel_wan.models import transformer as dit
     from parallel_wan.parallel.shards import SequenceShards
     from parallel_wan.pipeline.denoise import DenoiseTask
-    from parallel_wan.pipeline.work import RankWork
+    from parallel_wan.pipeline.local_work import RankWork
     from parallel_wan.weights.tree import unflatten
 
     for model, memory, width in (("tiny", "resident", 48), ("tiny_ti2v", "sharded", 64)):

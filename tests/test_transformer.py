@@ -106,3 +106,16 @@ def test_bf16_close_to_fp32():
         got = dit.unpatchify(out, grid, cfg.patch_size, ops)
     assert got.dtype == torch.bfloat16
     assert rel_err(got.float(), ref) < 3e-2  # a few bf16 ulps (2^-8) accumulated over 2 layers
+
+
+@pytest.mark.parametrize("name", ["wan2.2_t2v_a14b", "wan2.2_i2v_a14b", "wan2.2_ti2v_5b", "tiny", "tiny_i2v", "tiny_ti2v"])
+def test_the_models_parameter_table_is_diffusers_model(name):
+    """models/transformer_shapes.py is the one source of the DiT's parameters (checkpoint checks,
+    LoRA checks, the planner, AOT compiles); it must name exactly what diffusers' model holds."""
+    from parallel_wan.models.registry import ARCHITECTURES
+    from parallel_wan.models.transformer_shapes import param_shapes
+
+    cfg = ARCHITECTURES[name].transformer
+    with torch.device("meta"):
+        model = WanTransformer3DModel(**cfg.to_diffusers())
+    assert param_shapes(cfg) == {n: tuple(p.shape) for n, p in model.named_parameters()}

@@ -27,7 +27,7 @@ from parallel_wan.backends.torch import ops as torch_ops
 from parallel_wan.backends.torch.attention import attention_with_lse
 from parallel_wan.models import transformer as dit
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.plan import transformer_shapes
+from parallel_wan.memory_plan import transformer_shapes
 from parallel_wan.weights.tree import unflatten
 
 A14B = TransformerConfig(num_layers=1)  # the A14B expert's widths; one block is all that compiles

@@ -65,14 +65,14 @@ def decode_on_rank(rank, world, cases):
     """Per case: this rank's float band decoded with HeightBandOps (None when some rank has no
     rows) and the decoder's uint8 videos (whole on rank 0, [] elsewhere)."""
     from parallel_wan.backends.torch import ops
-    from parallel_wan.backends.torch.backend import TorchBackend
-    from parallel_wan.backends.torch.distributed import Launch
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.launch import Launch
     from parallel_wan.backends.torch.vae_decode import HeightBandOps, height_bands
     from parallel_wan.config import MeshSpec
     from parallel_wan.models import vae
     from parallel_wan.weights import tree
 
-    backend = TorchBackend("cpu", MeshSpec(name="test", cp=world, ulysses=world), Launch(rank, world, rank, "test"))
+    backend = start_torch_backend("cpu", MeshSpec(name="test", cp=world, ulysses=world), Launch(rank, world, rank, "test"))
     out = []
     for variant, state, z in cases:
         cfg, params = TINY[variant], tree.unflatten({k: torch.from_numpy(v) for k, v in state.items()})

@@ -1,0 +1,31 @@
+"""The backends a run can use, and the one place a backend is made for a run's settings.
+
+`make_backend(spec, launch)` starts what the backend needs process-wide first (torch: the device
+and the process group, backends/torch/world.py; JAX's hosts join in run.py before anything
+else) and then constructs the backend from a device and a mesh; the backend's interface is
+backends/contract.py. `single_controller(name)` answers, without importing torch or jax, the
+one question about a backend that is asked before it exists (how many loop states a saved job
+holds: jobs/runner.py).
+"""
+
+from __future__ import annotations
+
+# One process drives every device and holds global arrays (JAX), or one process per device,
+# each with its own shard (torch).
+SINGLE_CONTROLLER = {"torch": False, "jax": True}
+
+
+def single_controller(name: str) -> bool:
+    return SINGLE_CONTROLLER[name]
+
+
+def make_backend(spec, launch=None):
+    """The backend `spec.backend` names, on `spec.device` and `spec.mesh` (`launch`: who this
+    process is in the job, parallel_wan/launch; None: one process)."""
+    if spec.backend == "jax":
+        from .jax.backend import JaxBackend
+
+        return JaxBackend(spec.mesh, spec.device, fsdp=spec.jax_fsdp)
+    from .torch.backend import start_torch_backend
+
+    return start_torch_backend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl, spec.compile)

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 from . import magcache_curves
 
 KINDS = ("none", "magcache", "taylorseer", "fbcache")

@@ -10,7 +10,7 @@ import tempfile
 from typing import Mapping
 
 from ..conf_dir import conf_dir
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 from .schema import INT_LIMIT
 
 CONFIG_YAML = os.path.join(conf_dir(), "config.yaml")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from ..conf_dir import conf_dir
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 
 CONF_DIR = conf_dir()
 
@@ -44,3 +44,11 @@ def hydra_error_line(exc: Exception) -> str:
     lines = [line for line in lines if not line.startswith(("See https://", "Config search path", "provider=",
                                                             "full_key:", "object_type="))]
     return "; ".join(lines) + " (settings are key=value; quote values with spaces: key='a b')"
+
+
+def compose_spec(overrides: list[str], world_size: int = 1, node_size: int | None = None, **settings):
+    """`compose_settings` then `resolve`: the validated RunSpec of `overrides` for a world of
+    `world_size`. `settings`: values laid over the composed ones (a test's output_dir, …)."""
+    from .resolve import resolve
+
+    return resolve({**compose_settings(overrides), **settings}, world_size, node_size)

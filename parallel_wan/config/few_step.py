@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 
 # The Lightning 4-step distillation (lightx2v/Wan2.2-Lightning, wan/configs/wan_t2v_A14B.py and
 # wan/utils/fm_solvers_euler.py): Euler flow matching, 4 steps, shift 5, no CFG on either expert

@@ -12,7 +12,8 @@ from typing import Mapping
 
 from ..caching.settings import cache_settings
 from ..lora.settings import lora_settings
-from ..parallel.mesh import ConfigError, mesh_spec
+from ..errors import ConfigError
+from ..parallel.mesh import mesh_spec
 from .checks import check_known_keys, check_seed, writable_folder
 from .few_step import explicit_schedule_settings
 from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
@@ -187,8 +188,7 @@ def _auto_mesh(mesh_cfg: Mapping, model: ModelPreset, world_size: int, cfg_every
                           "(e.g. mesh=usp2x2) or drop those keys")
     arch = ARCHITECTURES.get(model.name) or for_task(model.task, model.builtin)
     mesh = auto_mesh(world_size, arch.transformer.num_attention_heads, cfg_everywhere, prompts, node_size)
-    fields = {"name": mesh.name, "dp": mesh.dp, "cp": mesh.cp, "ulysses": mesh.ulysses, "ring": mesh.ring}
-    return mesh_spec(fields, world_size, backend=backend)
+    return mesh_spec(mesh.to_dict(), world_size, backend=backend)
 
 
 def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:

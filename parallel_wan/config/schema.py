@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..caching.settings import CacheSettings
-from ..parallel.mesh import ConfigError, MeshSpec
+from ..errors import ConfigError
+from ..parallel.mesh import MeshSpec
 from .few_step import apply_recipe, schedule_values
 
 INT_LIMIT = 2**63
@@ -83,7 +84,7 @@ class RunSpec:
     log_all_ranks: bool = False
     scan_loop: bool = False  # JAX: every step in one lax.scan (lax.cond picks the expert)
     jax_fsdp: bool = False  # JAX: weights sharded over every mesh axis, gathered one layer at a time
-    weights_cache_dir: str | None = None  # converted-weights cache (weights/cache.py); None: off
+    weights_cache_dir: str | None = None  # converted-weights cache (weights/converted_weights.py); None: off
     memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
     swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
     compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/qkv_fusion.py, runners/compiled.py)

@@ -1,10 +1,10 @@
 """Jobs: many generations per command (prompt files), re-runs that resume, preemption that
 saves and exits 75, SLURM array shares. See README "Prompt files, resume and preemption"."""
 
-from .job import Entry, Job, plan_job, prompts_setting
+from .job import Entry, Job, build_job, prompts_setting
 from .keys import result_key
 from .preemption import PREEMPTED_EXIT, Preempted
 from .runner import JobReport, check_saved_states, run_job
 
-__all__ = ["Entry", "Job", "JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "plan_job",
+__all__ = ["Entry", "Job", "JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "build_job",
            "prompts_setting", "result_key", "run_job"]

@@ -1,5 +1,5 @@
 """The parts of one generation around `pipeline.generate` that every entry point shares: the
-backend for a spec, the progress bar, the run's log line, writing the outputs and the TIMING
+progress bar, the run's log line, writing the outputs and the TIMING
 SUMMARY line of one video."""
 
 from __future__ import annotations
@@ -23,19 +23,10 @@ def progress_bar(total: int, enabled: bool):
     return wrap
 
 
-def make_backend(spec: RunSpec, launch=None):
-    if spec.backend == "jax":
-        from ..backends.jax.backend import JaxBackend
-
-        return JaxBackend(spec.mesh, spec.device, fsdp=spec.jax_fsdp)
-    from ..backends.torch.backend import TorchBackend
-
-    return TorchBackend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl, spec.compile)
-
-
 def log_run(spec: RunSpec, backend) -> None:
     count = spec.mesh.world_size
-    unit = ("device" if count == 1 else "devices") if spec.backend == "jax" else ("process" if count == 1 else "processes")
+    unit = ("device" if count == 1 else "devices") if backend.single_controller else \
+        ("process" if count == 1 else "processes")
     memory = spec.memory + (f" (swap_prefetch_steps={spec.swap_prefetch_steps})" if spec.memory == "swap" else "")
     log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s), "
              "memory=%s", spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps,

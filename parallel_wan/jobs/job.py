@@ -65,9 +65,9 @@ def default_output_dir(raw: dict, prompts_file: str) -> dict:
     return {**raw, "output_dir": os.path.join("outputs", stem)}
 
 
-def plan_job(raw: dict, world_size: int, node_size: int | None = None, env=os.environ, check=None) -> Job:
+def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.environ, check=None) -> Job:
     """The job of `raw` (composed settings) for a world of `world_size`; `check(spec)` runs the
-    checkpoint-side checks of each entry (run.validate passes preflight's). Raises ConfigError;
+    checkpoint-side checks of each entry (run.validate_job passes preflight's). Raises ConfigError;
     an entry's error starts with `prompts=FILE line N:`."""
     check = check or (lambda spec: None)
     path = prompts_setting(raw)
@@ -92,7 +92,7 @@ def plan_job(raw: dict, world_size: int, node_size: int | None = None, env=os.en
             raise ConfigError(f"prompts={path} line {item.line}: {exc}") from None
         if mesh is None:
             m = spec.mesh
-            mesh = {"name": m.name, "dp": m.dp, "cp": m.cp, "ulysses": m.ulysses, "ring": m.ring}
+            mesh = m.to_dict()
         key = result_key(spec)
         name = item.fields.get("name") or f"{item.line:04d}-{key[:8]}"
         if name in names:

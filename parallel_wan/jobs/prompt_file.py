@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 
 # What an entry may set; everything else comes from the command line / conf/.
 ENTRY_KEYS = ("prompt", "negative_prompt", "seed", "image", "num_frames", "height", "width", "steps",

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..pipeline.checkpoint import load_components, loaded_what, materialize_tiny
+from ..backends import single_controller
+from ..pipeline.checkpoint import load
 from ..pipeline.loop_state import load_loop_state, rank_stem, save_loop_state
 from .job import Entry, Job, with_output_dir
 from .keys import digest, result_settings, state_settings
@@ -30,8 +31,9 @@ log = logging.getLogger("parallel_wan")
 
 
 def state_files(job: Job) -> int:
-    """Loop-state files per entry: one per torch rank; one for JAX's controllers (the global arrays)."""
-    return 1 if job.base.backend == "jax" else job.base.mesh.world_size
+    """Loop-state files per entry: one per rank of a one-process-per-device backend (torch); one
+    for a single controller's global arrays (JAX). Asked before the backend exists."""
+    return 1 if single_controller(job.base.backend) else job.base.mesh.world_size
 
 
 def state_key(spec, world: int) -> tuple[str, dict]:
@@ -69,15 +71,14 @@ class JobReport:
 
 
 def run_job(job: Job, ckpt=None, launch=None, backend=None) -> JobReport:
-    from .generation import log_run, make_backend
+    from ..backends import make_backend
+    from .generation import log_run
 
     backend = backend or make_backend(job.base, launch)
     output_dir = job.output_dir
     if job.fresh_output and backend.writes_outputs:
         output_dir = claim_folder(output_dir)  # never another run's folder (output_folder.py)
-    agree = getattr(backend, "same_on_every_rank", None)
-    if agree is not None:  # the writer's folder; a default outputs/<date_time> may differ by a second between ranks
-        output_dir = agree(output_dir)
+    output_dir = backend.same_on_every_rank(output_dir)  # the writer's; a default may differ by a second between ranks
     if output_dir != job.output_dir:
         job = with_output_dir(job, output_dir)
     log_run(job.base, backend)
@@ -107,16 +108,13 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
     def should_stop() -> bool:
         return backend.any_rank(flag.raised)
 
-    with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir:
-        loaded = None
-        if not job.single:  # one load for every entry (a single run loads inside generate, timed there)
-            t0 = time.perf_counter()
-            if ckpt is None and job.base.checkpoint_dir is None:
-                ckpt = materialize_tiny(job.base, tiny_dir)
-            loaded = load_components(job.base, ckpt, backend)
-            report.timings["load"] = time.perf_counter() - t0
-            log.info("loaded %s once for %d %s in %.1f s", loaded_what(job.base, ckpt), len(todo), _entries_word(job),
-                     report.timings["load"])
+    with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
+        # Load once, then generate every entry (a single run is a job of one entry).
+        t0 = time.perf_counter()
+        loaded, ckpt = load(job.base, backend, ckpt, tiny_dir)
+        report.timings["load"] = time.perf_counter() - t0
+        if not job.single:  # every entry's texts encoded once up front; the encoder is freed
+            log.info("one load for %d %s", len(todo), _entries_word(job))
             t0 = time.perf_counter()
             loaded.texts = encode_job_texts([e.spec for e in todo], loaded, backend) or {}
             report.timings["text"] = time.perf_counter() - t0
@@ -126,11 +124,11 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
                     write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.steps, "signal": flag.name,
                                   "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
                 raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job, saved=False))
-            if loaded is not None and number > 1 and job.base.memory == "swap":
+            if number > 1 and job.base.memory == "swap":
                 # memory=swap frees the high-noise expert during each video: load again
                 # (from the page cache), keeping the encoded texts.
                 texts, t0 = loaded.texts, time.perf_counter()
-                loaded = load_components(job.base, ckpt, backend)
+                loaded, _ = load(job.base, backend, ckpt)
                 loaded.text_encoder, loaded.texts = None, texts
                 report.timings["load"] = report.timings.get("load", 0.0) + time.perf_counter() - t0
             _one(job, entry, number, len(todo), ckpt, loaded, backend, flag, should_stop, report)
@@ -165,7 +163,7 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
 
     spec = entry.spec
     start, resumed = None, None
-    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(job, backend))
+    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend))
     if state_dir(job.output_dir, entry.name).is_dir():
         start, meta = load_loop_state(stem)
         resumed = start.step
@@ -179,8 +177,11 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
         _save_state(job, entry, gen.state, backend, flag)
         raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.steps} of {entry.name}; the loop "
                                                f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
+    if job.single:  # its sidecar and TIMING SUMMARY count the load, which the job did before generate
+        load_s = round(report.timings["load"], 4)
+        gen.timings = {"load": load_s, **gen.timings, "total": round(gen.timings["total"] + load_s, 4)}
     for phase, seconds in gen.timings.items():
-        if phase in ("total", "text"):  # the job times its own total; the texts were encoded up front
+        if phase in ("total", "text", "load"):  # the job times its own total, load and up-front texts
             continue
         report.timings[phase] = report.timings.get(phase, 0.0) + seconds
     if resumed is not None:
@@ -194,8 +195,8 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
                  time.perf_counter() - t0, f", resumed from step {resumed}" if resumed is not None else "")
 
 
-def _state_rank(job: Job, backend) -> int:
-    return 0 if job.base.backend == "jax" else backend.rank
+def _state_rank(backend) -> int:
+    return 0 if backend.single_controller else backend.rank
 
 
 def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
@@ -206,8 +207,8 @@ def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
     meta = {"entry": entry.name, "line": entry.line, "state_key": key, "settings": settings,
             "steps": entry.spec.steps, "signal": flag.name, "saved_at": time.time()}
     host = state.map(lambda a: a if isinstance(a, np.ndarray) else backend.to_host(a))
-    if job.base.backend != "jax" or backend.writes_outputs:
-        save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(job, backend)), host, meta)
+    if not backend.single_controller or backend.writes_outputs:
+        save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend)), host, meta)
     backend.any_rank(False)  # a barrier
     if backend.writes_outputs:
         write_marker({"entry": entry.name, "step": state.step, "steps": entry.spec.steps, "signal": flag.name,

@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 from . import names
 from .read import LoraFile
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 from ..weights import transformer_keymap
 
 # Wan 2.1 I2V's image branch, in official, musubi ("_"-joined) and diffusers names.

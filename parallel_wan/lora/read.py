@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 from ..weights.finite import non_finite, refuse
 
 from .settings import SAFETENSORS

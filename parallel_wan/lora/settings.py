@@ -14,7 +14,7 @@ import math
 import os
 from typing import Mapping
 
-from ..parallel.mesh import ConfigError
+from ..errors import ConfigError
 
 ROLES = {"lora": "all", "lora_high": "high", "lora_low": "low"}
 SAFETENSORS, PICKLED = (".safetensors",), (".pth", ".pt")

@@ -2,8 +2,8 @@
 
 Attention (Ulysses' all-to-all, the ring's point-to-point hops), the VAE decode (halo rows,
 the keys and values of its attention, the bands sent to rank 0) and the run's exchanges (text
-broadcast, dp exchange, token gather) call these methods on an object they are given, never a
-communication library directly. The run passes one over torch.distributed; the planner passes
+broadcast, dp exchange, token gather, the preemption vote) call these methods on an object they
+are given, never a communication library directly. The run passes one over torch.distributed; the planner passes
 one that sends nothing (so the real code runs on meta tensors), the benchmarks one that counts
 the bytes sent, or one that loops each message back to its sender (one rank's compute on one
 device). Implementations: backends/torch/collectives.py.
@@ -50,3 +50,7 @@ class Collectives(Protocol):
     def send(self, tensor, dst: int) -> None: ...
 
     def recv(self, tensor, src: int) -> None: ...
+
+    def vote(self, flag: bool) -> bool:
+        """True on every rank of the job when `flag` is true on any (the preemption vote: one
+        small host-side reduction, no device sync); every rank calls it at the same point."""

@@ -8,16 +8,12 @@ consecutive ranks (one node's NVLink, one chip's ICI) and only the ring crosses 
 
 from __future__ import annotations
 
+from ..errors import ConfigError
+
 from dataclasses import dataclass
 from typing import Mapping
 
 AXES = ("dp", "cp", "ring", "ulysses")
-
-
-class ConfigError(ValueError):
-    """A setting is wrong; the message is one line a user can act on. Defined here, at the bottom
-    of the layers that validate settings (the mesh is the first such check); `parallel_wan.config`
-    re-exports it for everything above."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +29,10 @@ class MeshSpec:
     @property
     def world_size(self) -> int:
         return self.dp * self.cp
+
+    def to_dict(self) -> dict:
+        """The mesh as settings (`mesh_spec` takes it back)."""
+        return {"name": self.name, "dp": self.dp, "cp": self.cp, "ulysses": self.ulysses, "ring": self.ring}
 
     def coords(self, rank: int) -> dict[str, int]:
         """This rank's index along each axis (and its index within cp)."""

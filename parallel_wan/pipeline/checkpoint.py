@@ -9,26 +9,22 @@ from dataclasses import dataclass
 
 from ..config import TASK_IN_CHANNELS, ConfigError, RunSpec, mesh_spec
 from ..models import transformer as dit
+from ..models.experts import HIGH, LOW, SINGLE
+from .steps import check_step_plan
 
 log = logging.getLogger("parallel_wan")
-HIGH, LOW, SINGLE = "high_noise", "low_noise", "single"
 
 
 def preflight(spec: RunSpec):
     """Cheap checks of the checkpoint against the run (json and safetensors headers only).
     Returns the checkpoint description, or None for the built-in tiny model."""
-    if spec.attention_impl == "xfuser":
-        from ..backends.torch.xfuser_attention import xfuser_unavailable_reason
-
-        if xfuser_unavailable_reason():
-            raise ConfigError(xfuser_unavailable_reason())
     if spec.checkpoint_dir is None:
         from ..builtin.tiny import transformer_config
 
         check_heads(spec, transformer_config(spec.model.task))
         experts = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]
         expert_loras(spec, {name: transformer_config(spec.model.task) for name in experts})  # checked now
-        _check_step_plan(spec, None)
+        check_step_plan(spec, None)
         return None
     from ..weights.layout import CheckpointError, describe_checkpoint
 
@@ -41,11 +37,6 @@ def preflight(spec: RunSpec):
     return ckpt
 
 
-def _check_step_plan(spec: RunSpec, ckpt) -> None:
-    from .steps import check_step_plan  # steps.py imports this module's expert names
-
-    check_step_plan(spec, ckpt)
-
 
 def expert_loras(spec: RunSpec, transformers: dict) -> dict:
     """expert → its `lora.merge.ExpertLora` (None without LoRA), checked against the expert's
@@ -54,10 +45,10 @@ def expert_loras(spec: RunSpec, transformers: dict) -> dict:
         return {name: None for name in transformers}
     from ..lora.merge import expert_lora
     from ..lora.settings import expert_sources
-    from ..weights.layout import expected_transformer_shapes
+    from ..models.transformer_shapes import param_shapes
 
     role = {HIGH: "high", LOW: "low", SINGLE: "all"}
-    return {name: expert_lora(name, expert_sources(spec.loras, role[name]), expected_transformer_shapes(tcfg))
+    return {name: expert_lora(name, expert_sources(spec.loras, role[name]), param_shapes(tcfg))
             for name, tcfg in transformers.items()}
 
 
@@ -82,14 +73,28 @@ def check_compatible(spec: RunSpec, ckpt) -> None:
         raise ConfigError(
             f"height={spec.height} width={spec.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
         )
-    _check_step_plan(spec, ckpt)  # every entry of a job: its steps decide whether a cache curve fits
+    check_step_plan(spec, ckpt)  # every entry of a job: its steps decide whether a cache curve fits
 
 
 def check_heads(spec: RunSpec, tcfg) -> None:
     """Ulysses splits attention heads: they must divide by the ulysses degree."""
-    m = spec.mesh
-    mesh_spec({"name": m.name, "dp": m.dp, "cp": m.cp, "ulysses": m.ulysses, "ring": m.ring}, m.world_size,
-              heads=tcfg.num_attention_heads)
+    mesh_spec(spec.mesh.to_dict(), spec.mesh.world_size, heads=tcfg.num_attention_heads)
+
+
+def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None):
+    """The one load of a run — a single generation's and a job's alike: the checkpoint (the
+    built-in tiny model written to `tiny_dir` first), every component onto `backend`, one log
+    line. Returns (Loaded, the checkpoint description)."""
+    import time
+
+    t0 = time.perf_counter()
+    if ckpt is None:
+        ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
+    loaded = load_components(spec, ckpt, backend)
+    backend.synchronize()
+    log.info("loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)),
+             time.perf_counter() - t0)
+    return loaded, ckpt
 
 
 def loaded_what(spec: RunSpec, ckpt) -> str:
@@ -144,7 +149,7 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
     pool of `weights.copy_pool` (about one worker per core), so loading concurrently does not
     oversubscribe the cores. The scheduler needs no loading: its config came with `ckpt`."""
     from ..text.umt5 import TextEncoder
-    from ..weights.loader import load_transformer, load_transformer_cached, load_vae
+    from ..weights.loader import load_transformer, load_vae
 
     shard = backend.weight_shard(spec.memory)  # memory=sharded on torch: (rank, world), each rank reads its rows
     cache_dir = spec.weights_cache_dir
@@ -157,10 +162,7 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     def expert(name):
         lora = loras[name]
-        if cache_dir is not None:
-            params = load_transformer_cached(ckpt, name, spec.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
-        else:
-            params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard, lora)
+        params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
         if lora is not None:
             log.info("%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read", name,
                      len(lora.files), len(lora.targets), lora.bytes_read / 1e6)

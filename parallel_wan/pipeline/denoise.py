@@ -12,19 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..backends.contract import NoisePredictor
 from ..config import RunSpec
 from ..errors import NonFiniteLatents
 from ..models import transformer as dit
 from ..parallel.cfg_rows import halves_in_forward
 from ..sampling import make_sampler
 from .loop_state import LoopState
-from .steps import Step, expert_for, pick_schedule, step_plan
-from .work import RankWork
+from .steps import step_plan
+from .local_work import RankWork
 
-# Step, expert_for, pick_schedule and step_plan live in steps.py; the memory runners import them
-# from here too.
-__all__ = ["DenoiseTask", "LoopState", "Step", "check_finite", "compile_loop", "denoise", "draw_noise", "expert_for",
-           "pick_schedule", "rehearse_loop", "step_plan"]
 
 
 @dataclass
@@ -75,7 +72,7 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
         raise ValueError(f"cannot run steps {state.step}..{stop} of a {schedule.steps}-step schedule")
     plan = step_plan(spec, schedule)
     # A step cache's arrays travel in the state (the scanned loop carries them too).
-    cache = getattr(predict, "cache", None)
+    cache = predict.cache
     if cache is not None:
         cache.load(state.cache)
     if spec.scan_loop:
@@ -85,15 +82,11 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
             check_finite(latents, ops, f"steps {state.step + 1}..{stop} of {schedule.steps} (scan_loop; {experts})")
         return LoopState(stop, latents, sampler_state, state.cache if cache is None else cache.state())
     x, sampler_state = state.latents, state.sampler
-    # A predictor that moves weights between steps (memory=swap) or runs a step cache says so
-    # with `before_step`.
-    before_step = getattr(predict, "before_step", None)
     for i in progress(range(state.step, stop)):
         step = plan[i]
         if i > state.step and step.expert != plan[i - 1].expert:  # the expert switch ends a phase
             check_finite(x, ops, f"step {i} of {schedule.steps} ({plan[i - 1].expert} expert)")
-        if before_step is not None:
-            before_step(step)
+        predict.before_step(step)  # memory=swap moves weights here; a step cache begins its step
         if held is not None:
             x = ops.where(held[1] > 0, x, held[0])
         pred = predict(step.expert, x, step.t, step.guidance)
@@ -139,9 +132,18 @@ def rehearse_loop(spec: RunSpec, schedule, x, ops, held=None, place=lambda a: a)
     the predictor places its output: the held tokens' `where` and the sampler update run once
     per step, so a backend that compiles each op on first use (JAX) compiles them here."""
     zero = ops.zeros_like(x)
-    prediction = place(zero)
-    denoise(dataclasses.replace(spec, scan_loop=False), schedule, zero, lambda expert, y, t, guidance: prediction,
-            lambda steps: steps, ops, held)
+    denoise(dataclasses.replace(spec, scan_loop=False), schedule, zero, _Constant(place(zero)), lambda steps: steps,
+            ops, held)
+
+
+class _Constant(NoisePredictor):
+    """A predictor that returns one array whatever it is asked (the rehearsal's)."""
+
+    def __init__(self, prediction):
+        self.prediction = prediction
+
+    def __call__(self, expert, x, t, guidance):
+        return self.prediction
 
 
 def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size):

@@ -13,12 +13,12 @@ import numpy as np
 from ..config import RunSpec
 from ..models import transformer as dit
 from ..report.timing import PhaseTimer
-from .checkpoint import load_components, loaded_what, materialize_tiny, preflight
+from .checkpoint import load
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
-from .denoise import DenoiseTask, compile_loop, denoise, draw_noise, pick_schedule, step_plan
-from .steps import plan_record, step_cache_plan, unguided_experts
+from .denoise import DenoiseTask, compile_loop, denoise, draw_noise
+from .steps import pick_schedule, plan_record, step_cache_plan, step_plan, unguided_experts
 from .loop_state import LoopState
-from .work import gather_latent_tokens, plan_work
+from .local_work import gather_latent_tokens, local_work
 
 log = logging.getLogger("parallel_wan")
 
@@ -74,13 +74,9 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     timer = PhaseTimer(backend.synchronize)
     progress = progress or (lambda it: it)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
-        if components is None:
+        if components is None:  # a caller that did not load (tests, benchmarks): the run's one load
             with timer.phase("load"):
-                if ckpt is None:
-                    ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
-                loaded = load_components(spec, ckpt, backend)
-            log.info("loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)),
-                     timer.seconds["load"])
+                loaded, ckpt = load(spec, backend, ckpt, tiny_dir)
         else:
             loaded = components
             ckpt = loaded.ckpt
@@ -94,7 +90,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         tcfg = next(iter(loaded.experts.values()))[0]
         latent_shape = (1, tcfg.out_channels, latent_frames, lh, lw)
         grid = dit.patch_grid(tcfg, latent_shape)
-        work = plan_work(spec, math.prod(grid), backend)
+        work = local_work(spec, math.prod(grid), backend)
 
         cond_tokens = fixed_tokens = fixed_mask = image_record = None
         if spec.image is not None:
@@ -158,8 +154,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         "steps_plan": plan_record(plan, schedule),
         "latent_shape": list(latent_shape),
         "device": str(backend.device),
-        "mesh": {"name": spec.mesh.name, "dp": spec.mesh.dp, "cp": spec.mesh.cp, "ulysses": spec.mesh.ulysses,
-                 "ring": spec.mesh.ring, "tokens": work.shards.tokens, "tokens_per_rank": work.shards.local,
+        "mesh": {**spec.mesh.to_dict(), "tokens": work.shards.tokens, "tokens_per_rank": work.shards.local,
                  "padding": work.shards.padding},
     }
     if compiled:

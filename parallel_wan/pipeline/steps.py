@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..caching.plan import cache_plan
+from ..caching.decisions import cache_plan
 from ..config import ConfigError, RunSpec
 from ..parallel.cfg_rows import guides
 from ..sampling import explicit_schedule, make_schedule, schedule_from_scheduler_config
-from .checkpoint import HIGH, LOW, SINGLE
+from ..models.experts import HIGH, LOW, SINGLE
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def _swap_marks(plan: list[Step], prefetch_steps: int) -> list[Step]:
 
 
 def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
-    """The step cache's host decisions for every step (caching/plan.py), or None (cache=none).
+    """The step cache's host decisions for every step (caching/decisions.py), or None (cache=none).
     A two-expert MagCache curve given as a plain list splits where this model's schedule
     switches experts when run for the curve's own number of steps (the calibration run).
     A curve that cannot serve this run raises ConfigError naming the file and the fix."""

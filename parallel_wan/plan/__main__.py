@@ -2,6 +2,6 @@
 
 import sys
 
-from . import main
+from ..memory_plan.cli import main
 
 sys.exit(main(sys.argv[1:]))

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from parallel_wan.models.experts import HIGH, LOW, SINGLE
 from parallel_wan.models.transformer_config import TransformerConfig
+from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import transformer_keymap
 from parallel_wan.weights.safetensors_io import load_pth_mapped, tensor_index
 from parallel_wan.weights.trust import check_links
 
-OFFICIAL_EXPERTS = {"high_noise": "high_noise_model", "low_noise": "low_noise_model"}
-DIFFUSERS_EXPERTS = {"high_noise": "transformer", "low_noise": "transformer_2"}
+OFFICIAL_EXPERTS = {HIGH: "high_noise_model", LOW: "low_noise_model"}
+DIFFUSERS_EXPERTS = {HIGH: "transformer", LOW: "transformer_2"}
 OFFICIAL_VAES = {"wan2.1": "Wan2.1_VAE.pth", "wan2.2": "Wan2.2_VAE.pth"}
 OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
 OFFICIAL_TOKENIZER = "google/umt5-xxl"
@@ -41,7 +42,7 @@ class CheckpointError(ValueError):
 class Checkpoint:
     root: Path
     layout: str  # "diffusers" | "official"
-    experts: dict[str, Path]  # {"high_noise": dir, "low_noise": dir} or {"single": dir}
+    experts: dict[str, Path]  # {HIGH: dir, LOW: dir} or {SINGLE: dir} (models/experts.py)
     transformers: dict[str, TransformerConfig]  # per expert
     vae_path: Path  # vae/ folder (diffusers) or the .pth file (official)
     vae_kind: str  # "wan2.1" | "wan2.2"
@@ -107,9 +108,9 @@ def _describe_diffusers(root: Path, where: str) -> Checkpoint:
         return path
 
     high = folder("transformer", "the (high-noise) transformer expert")
-    experts = {"single": high}
+    experts = {SINGLE: high}
     if listed("transformer_2"):
-        experts = {"high_noise": high, "low_noise": folder("transformer_2", "the low-noise transformer expert")}
+        experts = {HIGH: high, LOW: folder("transformer_2", "the low-noise transformer expert")}
     configs = {}
     for name, path in experts.items():
         cfg = _read_json(path / "config.json", where)
@@ -151,7 +152,7 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
         have = next(d for d in OFFICIAL_EXPERTS.values() if (root / d).is_dir())
         lack = next(d for d in OFFICIAL_EXPERTS.values() if not (root / d).is_dir())
         raise CheckpointError(f"{where}: {have}/ found but {lack}/ is missing; the A14B models need both experts")
-    experts = present or {"single": root}
+    experts = present or {SINGLE: root}
     configs = {}
     for name, path in experts.items():
         part = f"{path.name}/" if present else ""
@@ -230,37 +231,6 @@ def _official_vae_config(path: Path, kind: str, where: str) -> VaeConfig:
 
 
 # ------------------------------------------------------------------------------ shape checks
-def expected_transformer_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """Every diffusers parameter of a Wan 2.2 DiT with this config, and its shape."""
-    dim, ffn = cfg.dim, cfg.ffn_dim
-    shapes: dict[str, tuple[int, ...]] = {
-        "patch_embedding.weight": (dim, cfg.in_channels, *cfg.patch_size),
-        "patch_embedding.bias": (dim,),
-        "condition_embedder.time_embedder.linear_1.weight": (dim, cfg.freq_dim),
-        "condition_embedder.time_embedder.linear_2.weight": (dim, dim),
-        "condition_embedder.time_proj.weight": (6 * dim, dim),
-        "condition_embedder.text_embedder.linear_1.weight": (dim, cfg.text_dim),
-        "condition_embedder.text_embedder.linear_2.weight": (dim, dim),
-        "proj_out.weight": (cfg.out_channels * math.prod(cfg.patch_size), dim),
-        "scale_shift_table": (1, 2, dim),
-    }
-    for name in [n for n in shapes if n.endswith(".weight") and n != "patch_embedding.weight"]:
-        shapes[name[: -len("weight")] + "bias"] = shapes[name][:1]
-    block: dict[str, tuple[int, ...]] = {"scale_shift_table": (1, 6, dim)}
-    for attn in ("attn1", "attn2"):
-        for proj in ("to_q", "to_k", "to_v", "to_out.0"):
-            block[f"{attn}.{proj}.weight"], block[f"{attn}.{proj}.bias"] = (dim, dim), (dim,)
-        if cfg.qk_norm:
-            block[f"{attn}.norm_q.weight"] = block[f"{attn}.norm_k.weight"] = (dim,)
-    if cfg.cross_attn_norm:
-        block["norm2.weight"] = block["norm2.bias"] = (dim,)
-    block.update({"ffn.net.0.proj.weight": (ffn, dim), "ffn.net.0.proj.bias": (ffn,),
-                  "ffn.net.2.weight": (dim, ffn), "ffn.net.2.bias": (dim,)})
-    for i in range(cfg.num_layers):
-        shapes.update({f"blocks.{i}.{k}": v for k, v in block.items()})
-    return shapes
-
-
 def _check_transformer_shapes(folder: Path, part: str, cfg: TransformerConfig, where: str, official: bool) -> None:
     """part: the folder as the user sees it ("transformer/", "high_noise_model/", "" for the root)."""
     infos = _weights_or_error(folder, where)
@@ -272,7 +242,7 @@ def _check_transformer_shapes(folder: Path, part: str, cfg: TransformerConfig, w
             stored[transformer_keymap.official_to_diffusers_name(name) if official else name] = info.shape
         except KeyError as e:
             raise CheckpointError(f"{where}: {part} {e.args[0]}") from None
-    expected = expected_transformer_shapes(cfg)
+    expected = param_shapes(cfg)
     summary = (f"in_channels={cfg.in_channels}, out_channels={cfg.out_channels}, dim={cfg.dim}, "
                f"ffn_dim={cfg.ffn_dim}, text_dim={cfg.text_dim}, freq_dim={cfg.freq_dim}, num_layers={cfg.num_layers}")
     layers = {int(m.group(1)) for n in stored if (m := re.match(r"blocks\.(\d+)\.", n))}

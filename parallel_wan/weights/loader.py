@@ -11,7 +11,7 @@ modulation tables: `keep_fp32`) are decided per name before allocation.
 `torch.chunk` cuts (FSDP2's Shard(0)); only those rows' bytes are read. Sharded tensors are
 independent buffers, not stacked views, so a sharding wrapper may own or free each one.
 
-`load_transformer_cached` is the same load through the converted-weights cache (`cache.py`).
+`load_transformer(..., cache_dir=…)` is the same load through the converted-weights cache (`converted_weights.py`).
 The text encoder is a transformers module and loads in `parallel_wan/text/umt5.py`.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from parallel_wan.models.vae_config import VaeConfig
-from parallel_wan.weights import cache, transformer_keymap, tree, vae_keymap
+from parallel_wan.weights import converted_weights, transformer_keymap, tree, vae_keymap
 from parallel_wan.weights.copy_pool import copy_all
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
 from parallel_wan.weights.safetensors_io import (
@@ -54,6 +54,8 @@ def load_transformer(
     keep_fp32: KeepFp32 | None = None,
     shard: Shard | None = None,
     lora=None,
+    *,
+    cache_dir: str | Path | None = None,
 ) -> dict:
     """One expert's params tree: "high_noise" / "low_noise" (A14B) or "single" (TI2V-5B).
 
@@ -62,42 +64,27 @@ def load_transformer(
     keeps only dim-0 chunk `index` of `count` of each tensor (see the module docstring).
     lora: the expert's `lora.merge.ExpertLora`, merged into the tensors it changes in their one
     copy (a sharded load merges only its rows).
-    """
-    checkpoint = _as_checkpoint(checkpoint)
-    sources = expert_sources(checkpoint, expert)
-    targets = _targets(sources, torch_dtype(dtype), keep_fp32, shard)
-    return tree.unflatten(_read(sources, targets, shard, lora).flat)
 
-
-def load_transformer_cached(
-    checkpoint: Checkpoint | str | Path,
-    expert: str,
-    dtype: str = "bfloat16",
-    keep_fp32: KeepFp32 | None = None,
-    shard: Shard | None = None,
-    lora=None,
-    *,
-    cache_dir: str | Path,
-) -> dict:
-    """`load_transformer` through the converted-weights cache in `cache_dir`.
-
-    A hit maps the cached file and returns views of it (no rename, no cast, no copy; sharded:
-    a copy of this rank's rows only). A miss converts the checkpoint and, for a full load,
-    writes the cache for the next start; a sharded load never writes (it holds a piece).
+    cache_dir: the converted-weights cache (`converted_weights.py`). A hit maps the cached file and returns
+    views of it (no rename, no cast, no copy; sharded: a copy of this rank's rows only). A miss
+    converts the checkpoint and, for a full load, writes the cache for the next start; a sharded
+    load never writes (it holds a piece).
     """
     checkpoint = _as_checkpoint(checkpoint)
     sources = expert_sources(checkpoint, expert)
     target = torch_dtype(dtype)
+    if cache_dir is None:
+        return tree.unflatten(_read(sources, _targets(sources, target, keep_fp32, shard), shard, lora).flat)
     full = _targets(sources, target, keep_fp32, None)
-    key = cache.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout,
+    key = converted_weights.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout,
                           lora.identity() if lora is not None else None)
-    path = cache.entry_path(cache_dir, expert, target, key)
-    hit = cache.open_entry(path, key, full)
+    path = converted_weights.entry_path(cache_dir, expert, target, key)
+    hit = converted_weights.open_entry(path, key, full)
     if hit is not None:
-        return tree.unflatten(cache.read_entry(hit, full, shard))
+        return tree.unflatten(converted_weights.read_entry(hit, full, shard))
     buffers = _read(sources, _targets(sources, target, keep_fp32, shard), shard, lora)
     if shard is None:
-        cache.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
+        converted_weights.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
                                               "layout": checkpoint.layout, "dtype": str(target)})
     elif shard[0] == 0:
         log.info("weights cache: no entry for %s in %s; a sharded load holds only its rows and writes none "

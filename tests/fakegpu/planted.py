@@ -47,7 +47,7 @@ BUGS = {
         ("tests/test_end_to_end.py", "-k", "same_seed"), ONE_GPU_BF16),
     "First-Block Cache decided on each rank's own shard": Bug(
         "parallel_wan/backends/torch/predictor.py",
-        "return backend.collectives.sum_to_host(local, axis)", "return local.double().cpu().numpy()",
+        "return backend.exchanges.sum_to_host(local, axis)", "return local.double().cpu().numpy()",
         ("tests/test_magcache_schedule.py",),
         "tests/test_fake_gpu_cache.py::test_first_block_cache_ranks_decide_together[cp2]"),
 }

@@ -4,7 +4,7 @@
     sim.problems()   # [] when every rank ran and the ranks agree (ledger)
 
 Each simulated rank is a torchrun worker: LOCAL_RANK = rank, the project's own backend
-(run.make_backend) picks its device, joins "NCCL" (the fake group, checked) and runs the
+(backends.make_backend) picks its device, joins "NCCL" (the fake group, checked) and runs the
 whole generation: load, text, denoise, decode. Rank 0 runs first (its broadcast objects are
 replayed to the others) and once more at the end when it receives values from peers that had
 not run yet (the VAE's shape headers); so does every rank that gathered host values other
@@ -18,7 +18,6 @@ import tempfile
 import traceback
 from dataclasses import dataclass, field
 
-import torch
 
 from . import host_side
 from .collectives import checked_collectives, nccl_as_fake
@@ -33,15 +32,10 @@ HOPPER, BLACKWELL = (9, 0), (10, 0)
 
 def spec_of(overrides, world: int = 1):
     """The run's settings as `python -m parallel_wan.run` composes and validates them."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from parallel_wan.config.compose import compose_spec
 
-    from parallel_wan.config import resolve
-    from parallel_wan.run import CONF_DIR
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return resolve(OmegaConf.to_container(cfg, resolve=True) | {"output_dir": tempfile.gettempdir()}, world)
+    return compose_spec(list(overrides), world, output_dir=tempfile.gettempdir())
 
 
 @dataclass
@@ -117,7 +111,7 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
              compile_backend: str | None = None, first_block_metric=None) -> RankRun:
     from parallel_wan.launch import TORCHRUN, Launch
     from parallel_wan.pipeline import generate
-    from parallel_wan.run import make_backend
+    from parallel_wan.backends import make_backend
 
     out = RankRun(rank)
     runtime = FakeCudaRuntime(devices=max(world, 8), capability=capability)

@@ -12,7 +12,9 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ...parallel.mesh import ConfigError, MeshSpec, check_jax_devices
+from ...errors import ConfigError
+from ...parallel.mesh import MeshSpec, check_jax_devices
+from ..contract import Backend
 from . import ops, placement
 from .predictor import JaxNoisePredictor, put
 from .sequence_parallel import AXES, build_mesh
@@ -34,7 +36,7 @@ def visible_devices(setting: str = "auto") -> list:
                           f"(it has {jax.default_backend()}); use device=auto") from None
 
 
-class JaxBackend:
+class JaxBackend(Backend):
     name = "jax"
     single_controller = True  # work = the whole padded sequence and every prompt, as global arrays
     compiles_ahead = True  # a warm-up phase compiles every program before the timed run
@@ -57,6 +59,11 @@ class JaxBackend:
             f" (of {len(devices)})" if len(devices) > mesh.world_size else "")
         self._replicated = NamedSharding(self.mesh, P())
         self._encoders: dict = {}
+
+    @property
+    def rank(self) -> int:
+        """This controller's index among the job's hosts (0 on one host)."""
+        return jax.process_index()
 
     @property
     def writes_outputs(self) -> bool:

@@ -3,7 +3,7 @@ inside `shard_forward`'s `shard_map`, for MagCache (reuse the cached residual of
 stack, or run it and keep its residual) and First-Block Cache (run block 0, decide, then run
 or skip blocks 1…n−1).
 
-Everything the step decides is data: the step's plan row (caching/plan.py's numbers) comes in
+Everything the step decides is data: the step's plan row (caching/decisions.py's numbers) comes in
 as traced scalars and the choice is a `lax.cond`, so one compiled program serves every step.
 The cache arrays are this device's (rows, Lc, dim) shards, in and out of the map like the
 tokens.
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from ...caching.plan import ACTIONS, REUSE
+from ...caching.decisions import ACTIONS, REUSE
 from . import ops
 from .sequence_parallel import AXES, CP
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ...caching.plan import ACTIONS, PREDICT
+from ...caching.decisions import ACTIONS, PREDICT
 from .cached_blocks import ROW_KEYS, CacheSpec
 
 STEP_NAME = "noise_prediction_step"  # the compiled program's name, as compile logs show it

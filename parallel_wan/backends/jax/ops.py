@@ -63,12 +63,6 @@ def cast_like(x, like):
 
 
 # ---------------------------------------------------------------- creation and host transfer
-def set_default_device(device) -> None:
-    """The device `asarray`/`zeros` place new arrays on outside a traced function (inside
-    `jit`/`shard_map` arrays live where the computation runs)."""
-    jax.config.update("jax_default_device", device)
-
-
 def asarray(x, dtype_name: str | None = None, like=None):
     """Host data (numpy, python numbers) to a device array. `like` is accepted for the torch
     signature; JAX places constants where the computation runs."""

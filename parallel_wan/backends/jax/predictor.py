@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from ...models import transformer as dit
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided
+from ..contract import NoisePredictor
 from . import ops, placement
 from .cached_blocks import BlockCache, CacheSpec
 from .cached_step import STEP_NAME, cached_step
@@ -89,7 +90,7 @@ def put(array, sharding: NamedSharding):
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
-class JaxNoisePredictor:
+class JaxNoisePredictor(NoisePredictor):
     """`predict(expert, x, t, guidance)` → the guided prediction, float32, sharded like x."""
 
     def __init__(self, task, mesh, fsdp: bool = False, kernel: str = "auto"):

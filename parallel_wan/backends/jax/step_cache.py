@@ -1,8 +1,8 @@
-"""The JAX step cache as the host loop sees it: the duck interface of caching/step_cache.py's
+"""The JAX step cache as the host loop sees it: the duck interface of caching/host_cache.py's
 StepCache that pipeline/denoise.py drives (`begin(index)`, `load(state)`, `state()`), around
 arrays instead of work.
 
-The plan (caching/plan.py) becomes a table of per-step numbers the compiled step reads as data
+The plan (caching/decisions.py) becomes a table of per-step numbers the compiled step reads as data
 (`row(index)`; the scanned loop takes the whole table). The cache arrays (MagCache's residual,
 TaylorSeer's factors, First-Block Cache's reference and tail) always exist, zeros until a step
 fills them, so the program's signature never changes; a step that starts an expert ignores
@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from ...caching.plan import CacheStep
+from ...caching.decisions import CacheStep
 from ...caching.settings import CacheSettings
-from ...caching.step_cache import CacheLogs, cache_record
+from ...caching.host_cache import CacheLogs, cache_record
 
 
 def plan_table(plan: list[CacheStep], order: int) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...report.frames import to_uint8_frames
 from ...models import vae
+from ..contract import VideoDecoder
 from . import spmd_ops as ops  # partitioned by XLA, not shard_map: no Pallas kernels
 
 def decode_frames(params, z, cfg):
@@ -62,7 +63,7 @@ def height_split(latent_height: int, devices: int) -> int:
 _DECODERS: dict = {}  # (VAE config, latent shape, devices) → jitted decode, shared by generations
 
 
-class JaxVideoDecoder:
+class JaxVideoDecoder(VideoDecoder):
     """`decode(latents)` → [(T, H, W, 3) uint8 per video] on the host of every process."""
 
     def __init__(self, params, cfg, mesh: Mesh, to_host):

@@ -8,71 +8,44 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ...launch import Launch
 from ...parallel.collectives import Collectives
-from ...parallel.mesh import ConfigError, MeshSpec
+from ...parallel.mesh import MeshSpec
 from ...parallel.shards import SequenceShards
 from ...weights.tree import map_leaves
-from . import ops
-from .distributed import Launch, MeshCollectives, init_distributed
+from ..contract import Backend
+from . import ops as torch_ops
+from .exchanges import MeshExchanges
 from .mesh import TorchMesh
+from .world import start_world
 
 
-def pick_device(setting: str, local_rank: int = 0, world_size: int = 1) -> torch.device:
-    """The device of this process (one process per device under torchrun/srun).
-
-    auto: cuda:LOCAL_RANK when CUDA is present, else cpu. cuda: cuda:LOCAL_RANK, so every rank
-    of a node gets its own GPU (a bare torch.device("cuda") has no index, which
-    torch.cuda.set_device refuses, and would put every rank on GPU 0). cuda:N: GPU N, for one
-    process only: under a launcher every rank would take the same GPU and NCCL would fail at
-    the first collective, so it is refused here, before anything loads. Raises ConfigError
-    (one line naming the setting and the fix)."""
-    if setting == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        return torch.device("cpu")
-    try:
-        device = torch.device(setting)
-    except (RuntimeError, TypeError):
-        raise ConfigError(f"device={setting!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cpu":
-        return torch.device("cpu")
-    if device.type != "cuda":
-        raise ConfigError(f"device={setting} is not supported by backend=torch; use auto, cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise ConfigError(f"device={setting} but this machine has no CUDA device torch can use; "
-                          "use device=cpu or device=auto")
-    count = torch.cuda.device_count()
-    if device.index is None:
-        return torch.device("cuda", local_rank % count)
-    if world_size > 1:
-        raise ConfigError(f"device={setting} with {world_size} processes would put every rank on GPU {device.index}; "
-                          "use device=cuda (or auto): each rank takes cuda:LOCAL_RANK "
-                          "(choose GPUs with CUDA_VISIBLE_DEVICES)")
-    if device.index >= count:
-        raise ConfigError(f"device={setting} but this machine has {count} CUDA device{'s' if count > 1 else ''} "
-                          f"(cuda:0…cuda:{count - 1}); pick one of those or use device=auto")
-    return device
+def start_torch_backend(device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
+                        dist_timeout_s: float = 600.0, attention_impl: str = "ours", compile: bool = False,
+                        comm: Collectives | None = None, cls: type | None = None) -> "TorchBackend":
+    """A torch run's backend, made in torchtitan's order: the world (device, process group:
+    world.py), then the mesh over it, then the backend from the two. `comm`: the collectives
+    every exchange goes through (default torch.distributed's; the benchmarks pass counting ones);
+    `cls`: a subclass of TorchBackend to make (tests that watch a run)."""
+    chosen = start_world(launch, device, dist_timeout_s)
+    return (cls or TorchBackend)(chosen, TorchMesh.build(mesh or MeshSpec(), comm), attention_impl, compile)
 
 
-class TorchBackend:
+class TorchBackend(Backend):
+    """One process per device; each rank computes its own token shard. Constructing one changes
+    no process-wide state: its device and mesh come made (`start_torch_backend`, the planner's
+    meta backend), and its `ops` creates arrays only beside arrays it is given."""
+
     name = "torch"
     single_controller = False  # one process per device; each rank computes its own shard
     compiles_ahead = False  # eager: no warm-up phase
 
-    def __init__(self, device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
-                 dist_timeout_s: float = 600.0, attention_impl: str = "ours", compile: bool = False,
-                 comm: Collectives | None = None):
-        """comm: the collectives every exchange goes through (default torch.distributed's;
-        the benchmarks pass counting ones)."""
-        launch = launch or Launch(0, 1, 0, "single process")
-        self.device = pick_device(device, launch.local_rank, launch.world_size)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+    def __init__(self, device: torch.device, mesh: TorchMesh, attention_impl: str = "ours", compile: bool = False,
+                 ops=torch_ops):
+        self.device = torch.device(device)
         self.ops = ops
-        ops.set_default_device(self.device)
-        init_distributed(launch, self.device, dist_timeout_s)
-        self.mesh = TorchMesh.build(mesh or MeshSpec(), comm)
-        self.collectives = MeshCollectives(self.mesh)
+        self.mesh = mesh
+        self.exchanges = MeshExchanges(mesh)
         self.attention_impl = attention_impl
         # compile=true: the hot path — q/k/v fused at placement (qkv_fusion.py), the block
         # function compiled by torch.compile (runners/compiled.py; self-attention stays eager).
@@ -90,24 +63,15 @@ class TorchBackend:
         """Rank 0's `value` (a small picklable object) on every rank."""
         if self.mesh.world_size == 1:
             return value
-        return self.collectives.comm.broadcast_object(value, 0)
-
-    _vote_group = False  # not made yet (None: the default group)
+        return self.mesh.comm.broadcast_object(value, 0)
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank when `flag` is true on any (the preemption vote, once per step:
-        jobs/preemption.py). One int all-reduced over gloo on the host, never a device tensor:
-        asking costs no GPU sync. Under NCCL a gloo group over every rank is made at the first
-        vote, which every rank reaches at the same point. Also a barrier."""
-        import torch.distributed as dist
-
-        if not dist.is_initialized() or dist.get_world_size() == 1:
+        jobs/preemption.py), through the mesh's collectives (`Collectives.vote`: one int on
+        the host, no GPU sync). Also a barrier."""
+        if self.mesh.world_size == 1:
             return flag
-        if self._vote_group is False:
-            self._vote_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
-        vote = torch.tensor([int(flag)], dtype=torch.int32)
-        dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self._vote_group)
-        return bool(vote.item())
+        return self.mesh.comm.vote(flag)
 
     @property
     def is_main(self) -> bool:
@@ -135,14 +99,14 @@ class TorchBackend:
         return make_self_attention(self.mesh, shards.tokens, shards.local)
 
     def broadcast_from_main(self, tensor):
-        return self.collectives.broadcast_from_rank0(
+        return self.exchanges.broadcast_from_rank0(
             None if tensor is None else torch.as_tensor(tensor), self.device)
 
     def gather_tokens(self, local):
-        return self.collectives.gather_tokens(local)
+        return self.exchanges.gather_tokens(local)
 
     def exchange_dp(self, local):
-        return self.collectives.exchange_dp(local)
+        return self.exchanges.exchange_dp(local)
 
     # ------------------------------------------------------------ arrays
     def synchronize(self) -> None:
@@ -164,7 +128,7 @@ class TorchBackend:
         where="host": keep it in host memory (pinned on CUDA) as a swap.HostExpert, for
         memory=swap's low-noise expert. where="sharded": `tree` holds this rank's chunks (from
         `weight_shard`) and `full_rows` each tensor's whole dim 0 → an fsdp.ShardedExpert."""
-        target = ops.dtype(dtype)
+        target = torch_ops.dtype(dtype)
         if where == "host":
             from .swap import to_host
 
@@ -193,10 +157,10 @@ class TorchBackend:
 
     def to_device(self, array: np.ndarray | torch.Tensor, dtype: str | None = None) -> torch.Tensor:
         t = torch.as_tensor(array).to(self.device)
-        return t.to(ops.dtype(dtype)) if dtype else t
+        return t.to(torch_ops.dtype(dtype)) if dtype else t
 
     def to_host(self, x: torch.Tensor) -> np.ndarray:
-        return ops.to_numpy(x)
+        return torch_ops.to_numpy(x)
 
     def inference_mode(self):
         return torch.inference_mode()
@@ -218,4 +182,4 @@ class TorchBackend:
     def vae_encode(self, params, video: np.ndarray, cfg):
         from ...models import vae
 
-        return vae.encode(params, self.to_device(video), ops, cfg)
+        return vae.encode(params, self.to_device(video), torch_ops, cfg)

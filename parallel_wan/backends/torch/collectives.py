@@ -63,6 +63,20 @@ class ProcessGroupCollectives:
     def recv(self, tensor, src: int) -> None:
         dist.recv(tensor, src)
 
+    _vote_group = False  # not made yet (None: the default group)
+
+    def vote(self, flag: bool) -> bool:
+        """One int32 MAX all-reduced on the host, never a device tensor, so asking costs no GPU
+        sync. Under NCCL a gloo group over every rank is made at the first vote, which every
+        rank reaches at the same point."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return flag
+        if self._vote_group is False:
+            self._vote_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        ballot = torch.tensor([int(flag)], dtype=torch.int32)
+        dist.all_reduce(ballot, op=dist.ReduceOp.MAX, group=self._vote_group)
+        return bool(ballot.item())
+
 
 class NullCollectives:
     """Rank `rank` of a job of `world` ranks whose messages are left out: every operation
@@ -98,6 +112,9 @@ class NullCollectives:
 
     def recv(self, tensor, src: int) -> None:
         return None
+
+    def vote(self, flag: bool) -> bool:
+        return flag  # the other ranks' ballots are left out with their messages
 
 
 class LoopbackCollectives(NullCollectives):
@@ -185,6 +202,10 @@ class CountingCollectives:
     def send(self, tensor, dst: int) -> None:
         self._count("send", nbytes(tensor))
         self.inner.send(tensor, dst)
+
+    def vote(self, flag: bool) -> bool:
+        self._count("vote", 4)  # one int32 to the reduction
+        return self.inner.vote(flag)
 
     def recv(self, tensor, src: int) -> None:
         self._count("recv", 0)

@@ -50,13 +50,9 @@ def cast_like(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- creation and host transfer
-_default_device = torch.device("cpu")
-
-
-def set_default_device(device) -> None:
-    """The device `asarray`/`zeros` place new arrays on (the backend sets it per rank)."""
-    global _default_device
-    _default_device = torch.device(device)
+# New arrays go where the array they are made for lives (`like=`, which the model always
+# passes), else on the CPU: no process-wide default device to set.
+_HOST = torch.device("cpu")
 
 
 # Small host constants the model makes on every forward (the timestep frequencies, the VAE's
@@ -70,7 +66,7 @@ _CONSTANT_MAX_ELEMENTS = 1 << 16
 def asarray(x, dtype_name: str | None = None, like: torch.Tensor | None = None) -> torch.Tensor:
     """Host data (numpy, python numbers) to a device array; float64 numpy stays float64 unless
     a dtype is given. Small numpy constants bound for a non-CPU device are cached (read-only)."""
-    device = like.device if like is not None else _default_device
+    device = like.device if like is not None else _HOST
     torch_device = torch.device(device)
     if isinstance(x, np.ndarray) and torch_device.type != "cpu" and x.size <= _CONSTANT_MAX_ELEMENTS:
         key = (str(torch_device), x.dtype.str, x.shape, x.tobytes(), dtype_name)
@@ -89,7 +85,7 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
 
 
 def zeros(shape: Sequence[int], dtype_name: str = "float32", like: torch.Tensor | None = None) -> torch.Tensor:
-    device = like.device if like is not None else _default_device
+    device = like.device if like is not None else _HOST
     return torch.zeros(tuple(shape), dtype=_DTYPES[dtype_name], device=device)
 
 

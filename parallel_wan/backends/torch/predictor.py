@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...caching.step_cache import StepCache
+from ...caching.host_cache import StepCache
 from ...models import transformer as dit
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided, halves_in_forward
+from ..contract import NoisePredictor
 from .fsdp import ShardedExpert
 from .runners import CachedRunner, Compiler, expert_runner
 from .swap import ExpertSwap
@@ -28,7 +29,7 @@ def guidance_context(context, work, n_prompts: int, uses_guidance: bool, ops):
     return ops.take(context, rows, axis=0), halves_in_forward(uses_guidance, work.cfg_branch)
 
 
-class EagerNoisePredictor:
+class EagerNoisePredictor(NoisePredictor):
     """`predict(expert, x, t, guidance)` → the guided prediction (B, Lc, F) in float32.
 
     An expert's params may be a whole tree (memory=resident), an fsdp.ShardedExpert whose blocks
@@ -70,7 +71,7 @@ class EagerNoisePredictor:
         axis = "cp" if work.cfg_branch is not None or backend.mesh.size("dp") == 1 else "world"
 
         def reduce(local):
-            return backend.collectives.sum_to_host(local, axis)
+            return backend.exchanges.sum_to_host(local, axis)
 
         # memory=sharded under CFG parallel: FSDP's block gathers span both dp halves, so the
         # halves must run the same block passes. Each rank puts its branch's sums in its row
@@ -84,7 +85,7 @@ class EagerNoisePredictor:
             def reduce(local):
                 zero = torch.zeros_like(local)
                 both = torch.cat([local, zero] if lockstep == 0 else [zero, local])
-                return backend.collectives.sum_to_host(both, "world")
+                return backend.exchanges.sum_to_host(both, "world")
         return StepCache(task.cache, task.cache_plan, branch_names(task.uses_guidance, work.cfg_branch), self.batch,
                          tcfg.num_layers, backend.to_device(valid), reduce, self.ops, lockstep)
 

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ...parallel.collectives import Collectives
+from ..contract import VideoDecoder
 from . import ops
 
 
@@ -131,7 +132,7 @@ class HeightBandOps:
         return self.base.attention(q, k, v, scale)
 
 
-class EagerVideoDecoder:
+class EagerVideoDecoder(VideoDecoder):
     """`decode(latents)` → uint8 frames per video on rank 0, [] on the other ranks; every
     rank of the job must call it (each decodes a band)."""
 

@@ -1,4 +1,4 @@
-"""A step cache as a caller of the block pass: the cache (caching/step_cache.py) decides how
+"""A step cache as a caller of the block pass: the cache (caching/host_cache.py) decides how
 much of the stack runs — all of it, block 0 only (First-Block Cache skipping), or none
 (MagCache reusing its residual) — and the memory mode's runner underneath (resident, FSDP
 gathers, the swap exchange, compiled) closes its pass whatever prefix ran: no prefetched

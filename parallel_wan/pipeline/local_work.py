@@ -6,10 +6,10 @@ from __future__ import annotations
 from ..config import RunSpec
 from ..parallel.work import RankWork, rank_work
 
-__all__ = ["RankWork", "plan_work", "gather_latent_tokens"]
+__all__ = ["RankWork", "local_work", "gather_latent_tokens"]
 
 
-def plan_work(spec: RunSpec, tokens: int, backend) -> RankWork:
+def local_work(spec: RunSpec, tokens: int, backend) -> RankWork:
     """This controller's work: a rank's under torchrun, everything for a single controller."""
     return rank_work(spec.mesh, len(spec.prompts), tokens, None if backend.single_controller else backend.rank)
 

@@ -1,4 +1,5 @@
-"""torch.distributed start-up and the few exchanges the orchestrator makes over the mesh.
+"""The few exchanges the orchestrator makes over the mesh (the process group itself is started
+in world.py; the `Collectives` they go through are in collectives.py).
 
 Everything a rank exchanges in a generation: the text embeddings (broadcast once from rank 0),
 the two CFG halves' noise predictions (once per step, over dp), and the final tokens (once,
@@ -8,50 +9,15 @@ through the mesh's collectives (`mesh.comm`, parallel/collectives.py).
 
 from __future__ import annotations
 
-import datetime
-import logging
-import os
-
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from ...launch import SINGLE, TORCHRUN, Launch, detect, require_coordinator
 from .mesh import TorchMesh
 
-__all__ = ["Launch", "launch_from_env", "init_distributed", "shutdown", "MeshCollectives"]
-log = logging.getLogger("parallel_wan")
+__all__ = ["MeshExchanges"]
 
 
-def launch_from_env(env=os.environ) -> Launch:
-    """Rank, world size and coordinator from torchrun, srun (SLURM), JAX or TPU variables
-    (parallel_wan/launch/); one process when there are none."""
-    return require_coordinator(detect(env))
-
-
-def init_distributed(launch: Launch, device: torch.device, timeout_s: float) -> None:
-    """Join the process group (NCCL on CUDA, gloo on CPU). The timeout bounds how long a rank
-    waits on a peer that died, so a failure ends the job instead of hanging it.
-
-    Under torchrun the group starts from its variables (env://; torchrun's agent may host the
-    store). Every other launcher only says where rank 0 is, so the group starts from an
-    explicit tcp://host:port with this process's rank: rank 0 listens there, the rest connect."""
-    if launch.world_size == 1 or dist.is_initialized():
-        return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    if launch.kind not in (TORCHRUN, SINGLE):
-        kwargs.update(init_method=f"tcp://{launch.coordinator}", rank=launch.rank, world_size=launch.world_size)
-    log.info("distributed: %s; %s process group", launch.describe(), backend)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
-
-
-def shutdown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-class MeshCollectives:
+class MeshExchanges:
     """The run's exchanges along the mesh's axes, through `mesh.comm`."""
 
     def __init__(self, mesh: TorchMesh):

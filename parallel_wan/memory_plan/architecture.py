@@ -1,5 +1,6 @@
 """The run's model architecture, from its preset or its checkpoint's configs (no weights read),
-and the modules built on the meta device that give parameter names and shapes."""
+the modules built on the meta device that give the text encoder's and the VAE's parameters,
+and the transformer's (the model's own table)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,8 @@ def meta_module(build):
 
 
 def transformer_shapes(tcfg) -> dict:
-    """Diffusers name → shape of every parameter of one expert (the model built on the meta
-    device: the names and shapes a checkpoint of this config holds)."""
-    from diffusers import WanTransformer3DModel
+    """Diffusers name → shape of every parameter of one expert: the model's own table
+    (models/transformer_shapes.py), the names and shapes a checkpoint of this config holds."""
+    from ..models.transformer_shapes import param_shapes
 
-    model = meta_module(lambda: WanTransformer3DModel(**tcfg.to_diffusers()))
-    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+    return param_shapes(tcfg)

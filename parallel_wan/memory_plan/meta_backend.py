@@ -15,7 +15,6 @@ from ..backends.torch import ops as torch_ops
 from ..backends.torch.attention import lse_dtype
 from ..backends.torch.backend import TorchBackend
 from ..backends.torch.collectives import NullCollectives
-from ..backends.torch.distributed import MeshCollectives
 from ..backends.torch.mesh import TorchMesh
 from ..parallel.mesh import MeshSpec
 
@@ -44,17 +43,13 @@ class FusedAttentionOps:
 
 
 class MetaBackend(TorchBackend):
-    """`TorchBackend` for rank 0 of `mesh`, on meta tensors, with null collectives. Made
-    without TorchBackend.__init__: that would join a process group and set the process-wide
-    default device, which planning must leave alone."""
+    """`TorchBackend` for rank 0 of `mesh`, on meta tensors, with null collectives: an ordinary
+    construction (a backend changes no process-wide state), only the self-attention kernel
+    differs."""
 
     def __init__(self, mesh: MeshSpec):
-        self.device = META
-        self.ops = FusedAttentionOps()
-        self.mesh = TorchMesh.build(mesh, NullCollectives(rank=0, world=mesh.world_size))
-        self.collectives = MeshCollectives(self.mesh)
-        self.attention_impl = "ours"
-        self.compile = False
+        super().__init__(META, TorchMesh.build(mesh, NullCollectives(rank=0, world=mesh.world_size)),
+                         ops=FusedAttentionOps())
 
     def self_attention_for(self, shards):
         from ..backends.torch.sequence_parallel import make_self_attention

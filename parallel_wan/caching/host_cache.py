@@ -1,5 +1,5 @@
 """A step cache at work in a host loop (the torch ranks' loop), written against `ops` and the
-block-pass protocol (backends/torch/runners/block_pass.py): the plan (plan.py) says what each
+block-pass protocol (backends/torch/runners/block_pass.py): the decisions (decisions.py) say what each
 step does; this object holds the arrays that carry over between steps, runs the block stack for
 the cache, and logs what was skipped.
 
@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from . import first_block, magcache_calibration, taylor
-from .plan import PREDICT, PROBE, REUSE, CacheStep, skipped_steps
+from .decisions import PREDICT, PROBE, REUSE, CacheStep, skipped_steps
 from .settings import CacheSettings
 
 

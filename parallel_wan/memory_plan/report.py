@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from ..config import RunSpec
 from .architecture import architecture, transformer_shapes
-from .denoise import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
-from .text_encoder import text_encoder_bytes
-from .vae import VaeBytes, vae_decode_bytes
-from .weights import ExpertBytes, expert_bytes, weight_bytes
+from .denoise_bytes import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
+from .text_encoder_bytes import text_encoder_bytes
+from .vae_bytes import VaeBytes, vae_decode_bytes
+from .weight_bytes import ExpertBytes, expert_bytes, weight_bytes
 
 GB = 1e9
 

@@ -89,7 +89,7 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
 
     from ..measure.live_bytes import LiveBytes, held_bytes
     from ..models import transformer as dit
-    from ..pipeline.checkpoint import HIGH, LOW, SINGLE
+    from ..models.experts import HIGH, LOW, SINGLE
     from ..pipeline.denoise import DenoiseTask, denoise
     from ..sampling import make_schedule
     from .meta_backend import META, MetaBackend
