@@ -70,7 +70,7 @@ def run_loop(kind: str, steps: int, built) -> dict:
 
     cfg, backend, experts, context, grid, work, x = built
     spec = compose_spec([f"steps={steps}", "dtype=float32", *CACHES[kind]], 1)
-    schedule = make_schedule("official", steps, spec.shift)
+    schedule = make_schedule("official", steps, spec.sampling.shift)
 
     class NoScheduler:
         scheduler_config = None

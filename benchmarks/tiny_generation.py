@@ -46,6 +46,6 @@ def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=
 
     spec = compose_spec(overrides, world_size)
     ckpt = preflight(spec)
-    backend = start_torch_backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"),
-                                  spec.dist_timeout_s, spec.attention_impl, comm=comm, cls=Backend)
+    backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"),
+                                  spec.execution.dist_timeout_s, spec.execution.attention_impl, comm=comm, cls=Backend)
     return spec, generate(spec, backend, ckpt, progress)

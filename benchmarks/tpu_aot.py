@@ -72,8 +72,8 @@ def report(result: dict, topology: str) -> str:
         ("denoise phase, per chip", chip["denoise"], plan.phases["denoise"]),
         ("VAE decode phase, per chip", chip["vae decode"], plan.phases["vae decode"]),
     ]
-    lines = [f"{spec.model.name} {spec.width}x{spec.height}x{spec.num_frames} dtype={spec.dtype} mesh={spec.mesh.name} "
-             f"memory={spec.memory} on {topology}: step compiled in {programs['step'].seconds:.0f} s, {vae.name} in "
+    lines = [f"{spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} dtype={spec.execution.dtype} mesh={spec.mesh.name} "
+             f"memory={spec.memory.mode} on {topology}: step compiled in {programs['step'].seconds:.0f} s, {vae.name} in "
              f"{vae.seconds:.0f} s (effort {'default' if vae.effort is None else vae.effort}); planner "
              f"{result['plan_seconds']:.0f} s",
              f"  {'':<54} {'XLA':>9} {'planner':>9}"]

@@ -36,7 +36,7 @@ def run(spec: RunSpec, ckpt=None, launch=None) -> dict | None:
     its outputs; returns the paths written (None elsewhere)."""
     from .jobs import Entry, Job, result_key, run_job
 
-    job = Job((Entry("video", spec, result_key(spec)),), spec.output_dir)
+    job = Job((Entry("video", spec, result_key(spec)),), spec.output.dir)
     return run_job(job, ckpt, launch).paths
 
 
@@ -83,7 +83,7 @@ def choose_backend(raw: dict) -> str | None:
 
 def _log_choices(why: str | None, spec) -> None:
     if why is not None:
-        log.info("backend=auto → %s (%s)", spec.backend, why)
+        log.info("backend=auto → %s (%s)", spec.execution.backend, why)
     if spec.mesh.name.startswith("auto:"):
         log.info("mesh=auto → %s (dp=%d, ulysses=%d, ring=%d)", spec.mesh.name.removeprefix("auto:"), spec.mesh.dp,
                  spec.mesh.ulysses, spec.mesh.ring)

@@ -46,7 +46,7 @@ def test_nothing_above_backends_probes_a_backend_or_predictor_with_getattr():
 
 
 def test_nothing_above_backends_branches_on_a_backend_objects_name():
-    """`backend.name == "jax"` (or the same on spec.backend inside the run path) is a capability
+    """`backend.name == "jax"` (or the same on spec.execution.backend inside the run path) is a capability
     question the contract answers (single_controller, compiles_ahead, …)."""
     found = []
     for path in outside_backends():

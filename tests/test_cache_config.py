@@ -105,12 +105,12 @@ def real_model_plan(model, steps=None, **cache):
     if steps:
         overrides.append(f"steps={steps}")
     spec = spec_for(*overrides)
-    spec = spec.__class__(**{**spec.__dict__, "schedule": "official"})
+    spec = spec.replace(schedule="official")
 
     class NoScheduler:
         scheduler_config = None
 
-    plan = step_plan(spec, make_schedule("official", spec.steps, spec.shift))
+    plan = step_plan(spec, make_schedule("official", spec.sampling.steps, spec.sampling.shift))
     return spec, step_cache_plan(spec, NoScheduler(), plan)
 
 

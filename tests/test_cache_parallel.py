@@ -116,7 +116,7 @@ def cached_runs(rank, world, runs):
     for overrides, stop, state in runs:
         spec = _spec(overrides, world)
         if repr(spec.mesh) not in backends:
-            backends[repr(spec.mesh)] = start_torch_backend(spec.device, spec.mesh, Launch(rank, world, rank, "test"))
+            backends[repr(spec.mesh)] = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world, rank, "test"))
             backends[repr(spec.mesh)].video_decoder = lambda params, cfg: NoDecode()
         backend = backends[repr(spec.mesh)]
         start = load_loop_state(rank_stem(state, rank))[0] if state and stop is None else None

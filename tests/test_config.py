@@ -19,10 +19,10 @@ def spec_for(*overrides):
 
 def test_defaults_resolve_from_the_model_preset():
     spec = spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp")
-    assert (spec.num_frames, spec.height, spec.width, spec.steps) == (81, 720, 1280, 40)
-    assert (spec.guidance_high, spec.guidance_low, spec.shift) == (4.0, 3.0, 12.0)
+    assert (spec.video.num_frames, spec.video.height, spec.video.width, spec.sampling.steps) == (81, 720, 1280, 40)
+    assert (spec.sampling.guidance_high, spec.sampling.guidance_low, spec.sampling.shift) == (4.0, 3.0, 12.0)
     spec = spec_for("model=wan2.2_ti2v_5b", "checkpoint_dir=/tmp", "steps=7")
-    assert (spec.num_frames, spec.height, spec.steps, spec.model.fps) == (121, 704, 7, 24)
+    assert (spec.video.num_frames, spec.video.height, spec.sampling.steps, spec.model.fps) == (121, 704, 7, 24)
 
 
 @pytest.mark.parametrize(
@@ -201,4 +201,4 @@ def test_prompt_batches_must_split_evenly_over_dp():
     with pytest.raises(ConfigError, match="3 prompts were given; give a multiple of 2"):
         compose_spec(["mesh=dp2", "prompt=[a,b,c]"], 2, output_dir="/tmp/unused")
     spec = spec_for("prompt=[a,b]")
-    assert spec.prompts == ("a", "b") and spec.seed_of(1) == spec.seed + 1
+    assert spec.video.prompts == ("a", "b") and spec.video.seed_of(1) == spec.video.seed + 1

@@ -168,7 +168,7 @@ def test_the_xpk_image_installs_and_runs_from_what_it_copies(tmp_path):
     assert where.stdout.split() == [str(app / "parallel_wan" / "run.py"), str(app / "conf")], where.stdout
 
     helped = subprocess.run([*cmd, "--help"], cwd=app, env=env, capture_output=True, text=True, timeout=300)
-    assert helped.returncode == 0 and "Powered by Hydra" in helped.stdout, helped.stderr[-3000:]
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: parallel-wan"), helped.stderr[-3000:]
     # The image's command as xpk runs it (in WORKDIR, no output_dir=), on a tiny generation.
     made = subprocess.run([*cmd, "mesh=single", "steps=2", "num_frames=5", "height=48", "width=48"],
                           cwd=app, env=env, capture_output=True, text=True, timeout=600)

@@ -136,7 +136,6 @@ def test_overflowing_weights_stop_at_the_expert_switch_and_write_nothing(tmp_pat
 
 def test_the_scanned_loop_is_checked_after_the_scan():
     """scan_loop runs every step in one program: the check comes once, after it."""
-    import dataclasses
 
     import torch
 
@@ -152,7 +151,7 @@ def test_the_scanned_loop_is_checked_after_the_scan():
 
     job, _ = validate_job(compose_settings(["output_dir=/tmp/unused", "steps=4"]), 1)
     spec = job.base
-    spec = dataclasses.replace(spec, scan_loop=True, schedule="official")
+    spec = spec.replace(scan_loop=True, schedule="official")
     _, schedule = pick_schedule(spec, None)
     with pytest.raises(NonFiniteLatents, match=r"after steps 1\.\.4 of 4 \(scan_loop; high_noise→low_noise\)"):
         denoise(spec, schedule, torch.ones(1, 8, 4), Scanned(), lambda it: it, ops)
@@ -243,9 +242,8 @@ def test_twenty_generations_in_one_process_hold_memory_steady(tmp_path):
     spec, ckpt = spec_and_ckpt(tmp_path, *SMALL)
     rss = []
     for i in range(20):
-        import dataclasses
 
-        paths = run(dataclasses.replace(spec, output_dir=str(tmp_path / f"out{i}")), ckpt)
+        paths = run(spec.replace(output_dir=str(tmp_path / f"out{i}")), ckpt)
         assert os.path.isfile(paths["video"])
         rss.append(_rss_bytes())
     second, last = rss[1], rss[-1]

@@ -80,7 +80,7 @@ def test_lightning_recipe_is_the_lightning_schedule():
     s = 5.0 * s / (1 + (5.0 - 1) * s)
     for preset, extra in (("tiny_lightning", []), ("wan2.2_t2v_a14b_lightning", ["checkpoint_dir=/tmp"])):
         spec = spec_for(f"model={preset}", *extra)
-        assert (spec.sampler, spec.steps, spec.shift, spec.guidance_high, spec.guidance_low) == ("euler", 4, 5.0, 1.0, 1.0)
+        assert (spec.sampling.sampler, spec.sampling.steps, spec.sampling.shift, spec.sampling.guidance_high, spec.sampling.guidance_low) == ("euler", 4, 5.0, 1.0, 1.0)
         kind, schedule = pick_schedule(spec, None)
         assert kind == "sigmas"
         assert np.array_equal(schedule.timesteps, (s * 1000).numpy()[:-1])
@@ -92,7 +92,7 @@ def test_lightning_recipe_is_the_lightning_schedule():
     assert np.array_equal(ref.timesteps.numpy(), (s * 1000).numpy()[:-1])
     # recipe=lightning on any model; the command line still wins
     spec = spec_for("model=tiny", "recipe=lightning", "guidance_low=3")
-    assert (spec.sigmas, spec.guidance_high, spec.guidance_low, spec.recipe) == (LIGHTNING_SIGMAS, 1.0, 3.0, "lightning")
+    assert (spec.sampling.sigmas, spec.sampling.guidance_high, spec.sampling.guidance_low, spec.sampling.recipe) == (LIGHTNING_SIGMAS, 1.0, 3.0, "lightning")
 
 
 # ---------------------------------------------------------------- bad input

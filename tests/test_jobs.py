@@ -44,13 +44,13 @@ def test_plain_text_and_json_lines_entries_names_and_defaults(tmp_path):
     job, ckpt = job_of(f"prompts={prompts}", "model=tiny_ti2v", f"output_dir={tmp_path / 'out'}")
     assert ckpt is None and job.total == 3 and not job.single
     first, boat, kite = job.entries
-    assert first.line == 1 and first.name == f"0001-{first.key[:8]}" and first.spec.prompt == "a red fox in snow"
-    assert (boat.line, boat.name, boat.spec.seed, boat.spec.image) == (4, "boat", 7, str(tmp_path / "first.png"))
-    assert (kite.spec.height, kite.spec.width, kite.spec.steps, kite.spec.negative_prompt) == (96, 64, 3, "blur")
+    assert first.line == 1 and first.name == f"0001-{first.key[:8]}" and first.spec.video.prompt == "a red fox in snow"
+    assert (boat.line, boat.name, boat.spec.video.seed, boat.spec.video.image) == (4, "boat", 7, str(tmp_path / "first.png"))
+    assert (kite.spec.video.height, kite.spec.video.width, kite.spec.sampling.steps, kite.spec.video.negative_prompt) == (96, 64, 3, "blur")
     assert len({first.key, boat.key, kite.key}) == 3
     # One mesh for the job (the first entry's), every entry writes into the one output folder.
     assert {e.spec.mesh for e in job.entries} == {first.spec.mesh}
-    assert {e.spec.output_dir for e in job.entries} == {str(tmp_path / "out")}
+    assert {e.spec.output.dir for e in job.entries} == {str(tmp_path / "out")}
 
 
 def test_default_output_folder_is_named_after_the_file_so_a_rerun_finds_it(tmp_path, monkeypatch):
@@ -185,7 +185,7 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
     names = [e.name for e in job.entries]
     assert sorted(os.listdir(out)) == sorted(["job.json"] + [f"{n}{s}" for n in names for s in (".mp4", ".json", ".frames.npy")])
     for entry in job.entries:
-        single = run(entry.spec.__class__(**{**entry.spec.__dict__, "output_dir": str(folder / f"single_{entry.name}")}))
+        single = run(entry.spec.replace(output_dir=str(folder / f"single_{entry.name}")))
         ref = np.load(folder / f"single_{entry.name}" / "frames.npy")
         ours = frames(out, entry.name)
         assert ours.shape == ref.shape and np.array_equal(ours, ref), entry.name
@@ -207,10 +207,10 @@ def test_an_i2v_job_takes_each_entrys_image_and_equals_its_single_runs(tmp_path)
     assert run_job(job, ckpt).made == [e.name for e in job.entries]
     for entry in job.entries:
         run_job(*validate_job(compose_settings(["model=tiny_i2v", "steps=2", "save_frames=true", "backend=torch",
-                                                f"output_dir={tmp_path / entry.name}", f"image={entry.spec.image}",
-                                                f"prompt='{entry.spec.prompt}'", f"seed={entry.spec.seed}",
-                                                f"num_frames={entry.spec.num_frames}", f"height={entry.spec.height}",
-                                                f"width={entry.spec.width}"]), 1))
+                                                f"output_dir={tmp_path / entry.name}", f"image={entry.spec.video.image}",
+                                                f"prompt='{entry.spec.video.prompt}'", f"seed={entry.spec.video.seed}",
+                                                f"num_frames={entry.spec.video.num_frames}", f"height={entry.spec.video.height}",
+                                                f"width={entry.spec.video.width}"]), 1))
         assert np.array_equal(frames(tmp_path / "job", entry.name), np.load(tmp_path / entry.name / "frames.npy"))
     images = [json.loads((tmp_path / "job" / f"{e.name}.json").read_text())["image"] for e in job.entries]
     assert images[0] != images[1]
@@ -446,3 +446,15 @@ def test_the_vote_under_nccl_goes_over_a_gloo_group_on_the_host(monkeypatch):
     assert [comm.vote(False), comm.vote(True), comm.vote(False)] == [False, True, True]
     assert calls[0] == ("new_group", {"backend": "gloo"}) and sum(c[0] == "new_group" for c in calls) == 1
     assert all(c[1:] == ("cpu", torch.int32, dist.ReduceOp.MAX, "gloo-group") for c in calls[1:])
+
+
+def test_result_keys_are_the_same_as_before_the_settings_had_sections():
+    """Default entry names and the skip check hash the settings under their command-line names
+    (RunSpec.to_dict). Issue 23 gave RunSpec sections; this key was computed by the flat RunSpec
+    (commit 5586f3c) for the same settings, so outputs made before are still found. A new setting
+    changes every key (and every default name): then update this value on purpose."""
+    from parallel_wan.jobs.keys import result_key
+
+    job, _ = validate_job(compose_settings(["output_dir=/tmp/kk", "seed=5", "steps=7", "cache=taylorseer",
+                                            "prompt=a fox"]), 1, env={})
+    assert result_key(job.base) == "ce9759a83561871828ff64540cc7d1fcc4c4f240a430d4dd910238922336246d"

@@ -56,7 +56,7 @@ def run_part(rank, world_size, overrides, directory, part):
         from parallel_wan.launch import Launch
 
         spec = resolve(raw, world_size)
-        backend = start_torch_backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "test"))
+        backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world_size, rank, "test"))
     backend.video_decoder = lambda params, cfg: NoDecode()
     stem = rank_stem(directory, rank)
     if part == "resume":

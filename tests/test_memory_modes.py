@@ -40,7 +40,7 @@ def resident_and_sharded(rank, world, overrides):
     from parallel_wan.pipeline.checkpoint import load_components, materialize_tiny
 
     resident, sharded = _spec(overrides, world), _spec(overrides + ["memory=sharded"], world)
-    backend = start_torch_backend(resident.device, resident.mesh, Launch(rank, world, rank, "test"))
+    backend = start_torch_backend(resident.execution.device, resident.mesh, Launch(rank, world, rank, "test"))
     ref = generate(resident, backend)
     got = generate(sharded, backend)
     with tempfile.TemporaryDirectory() as folder, backend.inference_mode():
@@ -187,7 +187,7 @@ def test_swap_plan_marks():
     from parallel_wan.sampling import make_schedule
 
     spec = _spec(BASE + ["steps=8", "memory=swap", "swap_prefetch_steps=2"])
-    schedule = make_schedule("official", spec.steps, spec.shift)
+    schedule = make_schedule("official", spec.sampling.steps, spec.sampling.shift)
     plan = step_plan(spec, schedule)
     switch = next(s.index for s in plan if s.expert == LOW)
     assert switch >= 3, [s.expert for s in plan]

@@ -30,7 +30,7 @@ def generate_on_rank(rank, world_size, overrides):
 
     spec = compose_spec(list(overrides), world_size, output_dir="/tmp/unused")
     ckpt = preflight(spec)
-    backend = start_torch_backend(spec.device, spec.mesh, Launch(rank, world_size, rank, "test"))
+    backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world_size, rank, "test"))
     gen = generate(spec, backend, ckpt)
     if rank != 0:
         assert gen.frames is None

@@ -101,8 +101,8 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
     backend = backend or start_torch_backend("cpu")
     ops = backend.ops
     g = torch.Generator().manual_seed(0)
-    n = len(spec.prompts)
-    context = torch.randn((n + 1, tcfg.text_len, tcfg.text_dim), generator=g).to(ops.dtype(spec.dtype))
+    n = len(spec.video.prompts)
+    context = torch.randn((n + 1, tcfg.text_len, tcfg.text_dim), generator=g).to(ops.dtype(spec.execution.dtype))
     grid = dit.patch_grid(tcfg, shapes.latent_shape)
     work = RankWork(SequenceShards(shapes.tokens, spec.mesh.cp), backend.index("cp"), tuple(range(n)), None)
     cond = None
@@ -130,7 +130,7 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
         step = Step()
 
         with LiveBytes() as live:
-            out = denoise(spec, make_schedule("official", planner.PLAN_STEPS, spec.shift), x, step, lambda it: it, ops)
+            out = denoise(spec, make_schedule("official", planner.PLAN_STEPS, spec.sampling.shift), x, step, lambda it: it, ops)
             del out
     return held + live.peak
 
@@ -323,7 +323,7 @@ def test_does_not_fit_suggests():
     assert not fits and "DOES NOT FIT" in text and "memory=sharded" in text
     # memory=sharded changes the weights only (the loop's tensors are the same), so the plan
     # for it is this one with the sharded weights.
-    sharded = dataclasses.replace(spec, memory="sharded")
+    sharded = spec.replace(memory="sharded")
     p = dataclasses.replace(p, spec=sharded, weights=planner.weight_bytes(sharded, p.expert))
     assert planner.report(p, 80)[1]
 

@@ -60,3 +60,20 @@ def test_the_opening_says_what_the_project_does_today():
                     "Not yet"):
         assert feature in opening, feature
     assert "land" not in opening  # promises of what is to come belong in the issues, not the opening
+
+
+def test_the_architectures_folder_table_matches_the_tree():
+    """docs/architecture.md's folder table names every package of parallel_wan/ and nothing that
+    is not there (the left column: folders and top-level modules)."""
+    doc = (Path(CONF_DIR).parent / "docs" / "architecture.md").read_text()
+    table = doc.split("## Folders and the direction of imports", 1)[1].split("```", 2)[1]
+    named = set()
+    for line in table.splitlines():
+        left = line[:38]
+        named.update(w.rstrip(",") for w in left.split() if w.rstrip(",").endswith(("/", ".py")))
+    package = Path(CONF_DIR).parent / "parallel_wan"
+    folders = {p.name + "/" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {n for n in named if n.endswith("/")} - {"backends/torch", "backends/jax"} <= folders | {"torch/", "jax/"}
+    assert folders <= named, sorted(folders - named)
+    for module in (n for n in named if n.endswith(".py")):
+        assert (package / module).exists(), module

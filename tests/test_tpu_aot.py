@@ -97,13 +97,13 @@ def test_abstract_arguments_are_the_ones_the_run_passes():
     for model, memory, width in (("tiny", "resident", 48), ("tiny_ti2v", "sharded", 64)):
         spec = run_spec(f"model={model}", f"memory={memory}", "height=64", f"width={width}", "num_frames=5")
         tcfg, vcfg, tshapes, _ = shapes_of(spec)
-        backend = JaxBackend(spec.mesh, fsdp=spec.jax_fsdp)
+        backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
         host = unflatten({n: np.zeros(s, np.float32) for n, s in tshapes.items()})
-        placed = backend.place(host, spec.dtype, dit.keeps_fp32)
-        latent = (1, tcfg.out_channels, 2, spec.height // vcfg.scale_factor_spatial, spec.width // vcfg.scale_factor_spatial)
+        placed = backend.place(host, spec.execution.dtype, dit.keeps_fp32)
+        latent = (1, tcfg.out_channels, 2, spec.video.height // vcfg.scale_factor_spatial, spec.video.width // vcfg.scale_factor_spatial)
         grid = dit.patch_grid(tcfg, latent)
         shards = SequenceShards(int(np.prod(grid)), spec.mesh.cp)
-        context = backend.to_device(np.zeros((2, tcfg.text_len, tcfg.text_dim), np.float32), spec.dtype)
+        context = backend.to_device(np.zeros((2, tcfg.text_len, tcfg.text_dim), np.float32), spec.execution.dtype)
         task = DenoiseTask({"expert": (tcfg, placed)}, context, 1, RankWork(shards, None, (0,), None), grid,
                            spec.uses_guidance, per_token_timestep=spec.model.task == "ti2v")
         predictor = backend.noise_predictor(task)
@@ -111,9 +111,9 @@ def test_abstract_arguments_are_the_ones_the_run_passes():
         real = predictor._inputs("expert", x, 0.0, 1.0)
 
         mesh = aot.run_mesh(spec, jax.devices())
-        params = aot.transformer_params(tshapes, mesh, spec.dtype, spec.jax_fsdp)
+        params = aot.transformer_params(tshapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp)
         shapes = aot.StepShapes(shards.tokens, spec.mesh.cp, 1, spec.uses_guidance, spec.model.task == "ti2v", 0)
-        abstract, x_sharding = aot.step_arguments(tcfg, params, mesh, shapes, spec.dtype)
+        abstract, x_sharding = aot.step_arguments(tcfg, params, mesh, shapes, spec.execution.dtype)
 
         assert jax.tree.structure(real) == jax.tree.structure(abstract), model
         for (path, r), a in zip(jax.tree.leaves_with_path(real), jax.tree.leaves(abstract)):

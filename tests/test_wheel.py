@@ -35,4 +35,4 @@ def test_the_wheel_runs_from_any_folder(tmp_path):
     assert len(videos) == 1 and videos[0].stat().st_size > 0
     helped = subprocess.run([str(venv / "bin" / "parallel-wan"), "--help"], cwd=work, env=env, capture_output=True,
                             text=True, timeout=300)
-    assert helped.returncode == 0 and "Powered by Hydra" in helped.stdout, helped.stderr[-2000:]
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: parallel-wan"), helped.stderr[-2000:]

@@ -20,12 +20,12 @@ def single_controller(name: str) -> bool:
 
 
 def make_backend(spec, launch=None):
-    """The backend `spec.backend` names, on `spec.device` and `spec.mesh` (`launch`: who this
+    """The backend `spec.execution.backend` names, on `spec.execution.device` and `spec.mesh` (`launch`: who this
     process is in the job, parallel_wan/launch; None: one process)."""
-    if spec.backend == "jax":
+    if spec.execution.backend == "jax":
         from .jax.backend import JaxBackend
 
-        return JaxBackend(spec.mesh, spec.device, fsdp=spec.jax_fsdp)
+        return JaxBackend(spec.mesh, spec.execution.device, fsdp=spec.memory.jax_fsdp)
     from .torch.backend import start_torch_backend
 
-    return start_torch_backend(spec.device, spec.mesh, launch, spec.dist_timeout_s, spec.attention_impl, spec.compile)
+    return start_torch_backend(spec.execution.device, spec.mesh, launch, spec.execution.dist_timeout_s, spec.execution.attention_impl, spec.execution.compile)

@@ -57,12 +57,12 @@ def check_device(spec, local_rank: int = 0, world_size: int = 1) -> None:
     """The run's device and kernel settings against this machine, before anything loads (torch:
     no CUDA, cuda:N on many ranks, xfuser's attention without CUDA or the package; JAX checked
     its platform when it counted the devices). Raises ConfigError."""
-    if spec.backend == "torch":
+    if spec.execution.backend == "torch":
         from ..errors import ConfigError
         from .torch.world import pick_device
 
-        pick_device(spec.device, local_rank, world_size)
-        if spec.attention_impl == "xfuser":
+        pick_device(spec.execution.device, local_rank, world_size)
+        if spec.execution.attention_impl == "xfuser":
             from .torch.xfuser_attention import xfuser_unavailable_reason
 
             if xfuser_unavailable_reason():

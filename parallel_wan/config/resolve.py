@@ -16,14 +16,15 @@ from ..errors import ConfigError
 from ..parallel.mesh import mesh_spec
 from .checks import check_known_keys, check_seed, writable_folder
 from .few_step import explicit_schedule_settings
-from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ModelPreset, RunSpec, \
-    _as, _choice, _pick, model_preset
+from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ExecutionSettings, \
+    MemorySettings, ModelPreset, OutputSettings, RunSpec, SamplingSettings, VideoSettings, WeightSettings, _as, \
+    _choice, _pick, _setting, guides_every_step, model_preset, uses_guidance
 
 
 def backend_name(cfg: Mapping) -> str:
     """The `backend` choice of a composed config, validated (cheap: run.py needs it before
     it knows how to count the world): torch, jax, or auto (run.py decides: launch/backend_choice.py)."""
-    return _choice("backend", str(_pick(cfg.get("backend") or {}, "name", "torch")), BACKENDS + ("auto",))
+    return _choice("backend", str(_setting(cfg.get("backend") or {}, "name", "backend.name")), BACKENDS + ("auto",))
 
 
 def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> RunSpec:
@@ -42,6 +43,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     mesh_cfg = dict(cfg.get("mesh") or {})
     mesh = None if mesh_cfg.get("name") == "auto" else mesh_spec(mesh_cfg, world_size, backend=backend)
 
+    # conf/config.yaml holds every default; a null there means "the model preset's".
     num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
     height = _as(int, "height", _pick(cfg, "height", model.height))
     width = _as(int, "width", _pick(cfg, "width", model.width))
@@ -51,7 +53,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     guidance_high = _as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high))
     guidance_low = _as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low))
     shift = _as(float, "shift", _pick(cfg, "shift", model.shift))
-    seed = _as(int, "seed", _pick(cfg, "seed", 0))
+    seed = _as(int, "seed", _setting(cfg, "seed"))
 
     if num_frames < 1 or num_frames % 4 != 1:
         near = max(1, 4 * round((num_frames - 1) / 4) + 1)
@@ -89,19 +91,19 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
             "or run the built-in tiny model with model=tiny"
         )
 
-    dtype = _choice("dtype", str(_pick(cfg, "dtype", "bfloat16")), DTYPES)
-    attention_impl = _choice("attention_impl", str(_pick(cfg, "attention_impl", "ours")), ATTENTION_IMPLS)
+    dtype = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES)
+    attention_impl = _choice("attention_impl", str(_setting(cfg, "attention_impl")), ATTENTION_IMPLS)
     if attention_impl == "xfuser" and backend != "torch":
         raise ConfigError(f"attention_impl=xfuser is a PyTorch (CUDA) kernel but backend={backend}; use attention_impl=ours")
-    uses_guidance = guidance_high != 1.0 or (model.experts == 2 and guidance_low != 1.0)
+    guided = uses_guidance(guidance_high, guidance_low, model.experts)
     prompts = _prompts(cfg.get("prompt"))
     check_seed(seed, len(prompts))
     memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
     if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
-        cfg_everywhere = guidance_high != 1.0 and (model.experts == 1 or guidance_low != 1.0)
-        mesh = _auto_mesh(mesh_cfg, model, world_size, cfg_everywhere, len(prompts), node_size, backend)
+        mesh = _auto_mesh(mesh_cfg, model, world_size, guides_every_step(guidance_high, guidance_low, model.experts),
+                          len(prompts), node_size, backend)
     if mesh.dp > 1:
-        if len(prompts) == 1 and not (mesh.dp == 2 and uses_guidance):
+        if len(prompts) == 1 and not (mesh.dp == 2 and guided):
             raise ConfigError(
                 f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
                 f"dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=[\"…\",\"…\"]) or use a mesh with dp=1"
@@ -116,40 +118,32 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     return RunSpec(
         model=model,
         mesh=mesh,
-        backend=backend,
-        prompts=prompts,
-        negative_prompt=None if cfg.get("negative_prompt") is None else _as(str, "negative_prompt", cfg["negative_prompt"]),
-        image=image or None,
-        seed=seed,
-        num_frames=num_frames,
-        height=height,
-        width=width,
-        steps=steps,
-        guidance_high=guidance_high,
-        guidance_low=guidance_low,
-        shift=shift,
-        sampler=_choice("sampler", str(_pick(cfg, "sampler", model.sampler)), SAMPLERS),
-        schedule=_choice("schedule", str(_pick(cfg, "schedule", "auto")), SCHEDULES),
-        dtype=dtype,
-        device=_as(str, "device", _pick(cfg, "device", "auto")),
-        checkpoint_dir=checkpoint_dir or None,
-        output_dir=writable_folder("output_dir", _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
-                                   "e.g. output_dir=outputs/run1"),
-        save_frames=_as(bool, "save_frames", _pick(cfg, "save_frames", False)),
-        attention_impl=attention_impl,
-        dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _pick(cfg, "dist_timeout_s", 600.0))),
-        log_all_ranks=_as(bool, "log_all_ranks", _pick(cfg, "log_all_ranks", False)),
-        scan_loop=_jax_only(cfg, backend, "scan_loop"),
-        jax_fsdp=jax_fsdp,
-        weights_cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
-        memory=memory,
-        swap_prefetch_steps=swap_prefetch_steps,
-        compile=_torch_compile(cfg, backend),
+        video=VideoSettings(
+            prompts=prompts,
+            negative_prompt=None if cfg.get("negative_prompt") is None else _as(str, "negative_prompt",
+                                                                                  cfg["negative_prompt"]),
+            image=image or None, seed=seed, num_frames=num_frames, height=height, width=width),
+        sampling=SamplingSettings(
+            steps=steps, guidance_high=guidance_high, guidance_low=guidance_low, shift=shift,
+            sampler=_choice("sampler", str(_pick(cfg, "sampler", model.sampler)), SAMPLERS),
+            schedule=_choice("schedule", str(_setting(cfg, "schedule")), SCHEDULES),
+            sigmas=sigmas, timesteps=timesteps, recipe=model.recipe),
         cache=_cache(cfg, model, image, backend, guidance_high, guidance_low),
-        sigmas=sigmas,
-        timesteps=timesteps,
-        recipe=model.recipe,
-        loras=lora_settings(cfg, model.experts, model.name),
+        weights=WeightSettings(checkpoint_dir=checkpoint_dir or None,
+                               loras=lora_settings(cfg, model.experts, model.name),
+                               cache_dir=_cache_dir(cfg.get("weights_cache_dir"))),
+        memory=MemorySettings(mode=memory, swap_prefetch_steps=swap_prefetch_steps, jax_fsdp=jax_fsdp),
+        execution=ExecutionSettings(
+            backend=backend, device=_as(str, "device", _setting(cfg, "device")), dtype=dtype,
+            attention_impl=attention_impl, compile=_torch_compile(cfg, backend),
+            scan_loop=_jax_only(cfg, backend, "scan_loop"),
+            dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _setting(cfg, "dist_timeout_s")))),
+        output=OutputSettings(
+            # null (the default) → this run's own outputs/<date_time> (jobs/output_folder.py claims it)
+            dir=writable_folder("output_dir", _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
+                                "e.g. output_dir=outputs/run1"),
+            save_frames=_as(bool, "save_frames", _setting(cfg, "save_frames")),
+            log_all_ranks=_as(bool, "log_all_ranks", _setting(cfg, "log_all_ranks"))),
     )
 
 
@@ -192,14 +186,14 @@ def _auto_mesh(mesh_cfg: Mapping, model: ModelPreset, world_size: int, cfg_every
 
 
 def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
-    value = _as(bool, key, _pick(cfg, key, False))
+    value = _as(bool, key, _setting(cfg, key))
     if value and backend != "jax":
         raise ConfigError(f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}")
     return value
 
 
 def _torch_compile(cfg: Mapping, backend: str) -> bool:
-    value = _as(bool, "compile", _pick(cfg, "compile", False))
+    value = _as(bool, "compile", _setting(cfg, "compile"))
     if value and backend != "torch":
         raise ConfigError(f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
                           "every step already (XLA); drop compile=true")
@@ -210,9 +204,9 @@ def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, 
     """(memory, jax_fsdp, swap_prefetch_steps). On JAX, memory=sharded IS jax_fsdp (weights
     sharded by NamedSharding, gathered one layer at a time inside the scan); the older
     jax_fsdp=true still works and means memory=sharded."""
-    memory = _choice("memory", str(_pick(cfg, "memory", "resident")), MEMORY_MODES)
+    memory = _choice("memory", str(_setting(cfg, "memory")), MEMORY_MODES)
     jax_fsdp = _jax_only(cfg, backend, "jax_fsdp")
-    prefetch = _as(int, "swap_prefetch_steps", _pick(cfg, "swap_prefetch_steps", 0))
+    prefetch = _as(int, "swap_prefetch_steps", _setting(cfg, "swap_prefetch_steps"))
     if prefetch < 0:
         raise ConfigError(f"swap_prefetch_steps={prefetch} must be ≥ 0: 0 exchanges the experts block by block during "
                           "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch")

@@ -56,53 +56,27 @@ class ModelPreset:
     recipe: str | None = None  # a few_step.RECIPES name whose values this preset carries
 
 
+def uses_guidance(guidance_high: float, guidance_low: float, experts: int) -> bool:
+    """Some expert runs CFG (its scale is not 1.0): the negative prompt is encoded."""
+    return guidance_high != 1.0 or (experts == 2 and guidance_low != 1.0)
+
+
+def guides_every_step(guidance_high: float, guidance_low: float, experts: int) -> bool:
+    """Every expert runs CFG, so every forward has both halves (what CFG parallel needs)."""
+    return guidance_high != 1.0 and (experts == 1 or guidance_low != 1.0)
+
+
 @dataclass(frozen=True)
-class RunSpec:
-    model: ModelPreset
-    mesh: MeshSpec
-    backend: str
+class VideoSettings:
+    """What to make."""
+
     prompts: tuple[str, ...]  # one video per prompt; dp splits several prompts
     negative_prompt: str | None  # None → the official default negative prompt
-    image: str | None
+    image: str | None  # the first frame (I2V, TI2V)
     seed: int
     num_frames: int
     height: int
     width: int
-    steps: int
-    guidance_high: float
-    guidance_low: float
-    shift: float
-    sampler: str
-    schedule: str
-    dtype: str
-    device: str
-    checkpoint_dir: str | None
-    output_dir: str
-    save_frames: bool
-    attention_impl: str = "ours"
-    dist_timeout_s: float = 600.0
-    log_all_ranks: bool = False
-    scan_loop: bool = False  # JAX: every step in one lax.scan (lax.cond picks the expert)
-    jax_fsdp: bool = False  # JAX: weights sharded over every mesh axis, gathered one layer at a time
-    weights_cache_dir: str | None = None  # converted-weights cache (weights/converted_weights.py); None: off
-    memory: str = "resident"  # resident | sharded | swap (MEMORY_MODES)
-    swap_prefetch_steps: int = 0  # memory=swap: 0 = exchange block by block in the last high-noise step; n = copy the whole expert from n steps before
-    compile: bool = False  # torch: torch.compile each transformer block, q/k/v fused (backends/torch/qkv_fusion.py, runners/compiled.py)
-    cache: CacheSettings = CacheSettings()  # step caching (caching/settings.py); kind "none": off
-    sigmas: tuple[float, ...] | None = None  # explicit schedule (sampling/explicit.py), used as given
-    timesteps: tuple[float, ...] | None = None  # … or as timesteps (σ = t/1000); at most one of the two
-    recipe: str | None = None  # the few-step recipe applied to the preset (config/few_step.py)
-    loras: tuple = ()  # ((role all|high|low, path, scale, setting), …): merged at load (lora/)
-
-    @property
-    def uses_guidance(self) -> bool:
-        """Some expert runs CFG (its scale is not 1.0): the negative prompt is encoded."""
-        return self.guidance_high != 1.0 or (self.model.experts == 2 and self.guidance_low != 1.0)
-
-    @property
-    def guides_every_step(self) -> bool:
-        """Every expert runs CFG, so every forward has both halves (what CFG parallel needs)."""
-        return self.guidance_high != 1.0 and (self.model.experts == 1 or self.guidance_low != 1.0)
 
     @property
     def prompt(self) -> str:
@@ -113,13 +87,150 @@ class RunSpec:
         batch is split into."""
         return self.seed + prompt_index
 
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The denoising schedule and guidance."""
+
+    steps: int
+    guidance_high: float  # the high-noise expert's CFG scale (diffusers' guidance_scale)
+    guidance_low: float  # the low-noise expert's (guidance_scale_2)
+    shift: float
+    sampler: str
+    schedule: str
+    sigmas: tuple[float, ...] | None  # explicit schedule (sampling/explicit.py), used as given
+    timesteps: tuple[float, ...] | None  # … or as timesteps (σ = t/1000); at most one of the two
+    recipe: str | None  # the few-step recipe applied to the preset (config/few_step.py)
+
+
+@dataclass(frozen=True)
+class WeightSettings:
+    """Where the weights come from and what is merged into them."""
+
+    checkpoint_dir: str | None  # None: the built-in tiny model
+    loras: tuple  # ((role all|high|low, path, scale, setting), …): merged at load (lora/)
+    cache_dir: str | None  # the converted-weights cache (weights/converted_weights.py); None: off
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Where the transformer weights live during denoising (MEMORY_MODES, README "Memory")."""
+
+    mode: str  # resident | sharded | swap
+    swap_prefetch_steps: int  # swap: 0 = exchange block by block in the last high-noise step; n = copy from n steps before
+    jax_fsdp: bool  # JAX: weights sharded over every mesh axis, gathered one layer at a time (= sharded)
+
+
+@dataclass(frozen=True)
+class ExecutionSettings:
+    """How and where the run computes; none of it changes what the video is."""
+
+    backend: str  # torch | jax
+    device: str
+    dtype: str  # the transformer's and the loop's dtype (norms, modulation, embeddings stay float32)
+    attention_impl: str  # ours | xfuser
+    compile: bool  # torch: torch.compile each transformer block, q/k/v fused
+    scan_loop: bool  # JAX: every step in one lax.scan (lax.cond picks the expert)
+    dist_timeout_s: float
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    dir: str
+    save_frames: bool
+    log_all_ranks: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Every setting of a run, validated (resolve.py), in sections as the code reads them. The
+    command line and conf/config.yaml name settings flat (`steps=8`); `to_dict()` gives them back
+    under those names (the sidecar's "config", the result keys of jobs/keys.py)."""
+
+    model: ModelPreset
+    mesh: MeshSpec
+    video: VideoSettings
+    sampling: SamplingSettings
+    cache: CacheSettings  # step caching (caching/settings.py); kind "none": off
+    weights: WeightSettings
+    memory: MemorySettings
+    execution: ExecutionSettings
+    output: OutputSettings
+
+    @property
+    def uses_guidance(self) -> bool:
+        return uses_guidance(self.sampling.guidance_high, self.sampling.guidance_low, self.model.experts)
+
+    @property
+    def guides_every_step(self) -> bool:
+        return guides_every_step(self.sampling.guidance_high, self.sampling.guidance_low, self.model.experts)
+
+    def replace(self, **settings) -> "RunSpec":
+        """A copy with settings changed, named as on the command line (`steps=`, `output_dir=`,
+        `memory=`, …) or by section (`model=`, `mesh=`, `cache=`)."""
+        sections: dict[str, dict] = {}
+        top = {}
+        for name, value in settings.items():
+            if name in SECTION_OF:
+                section, field = SECTION_OF[name]
+                sections.setdefault(section, {})[field] = value
+            elif name in {f.name for f in dataclasses.fields(self)}:
+                top[name] = value
+            else:
+                raise TypeError(f"RunSpec has no setting {name!r}")
+        for section, fields in sections.items():
+            top[section] = dataclasses.replace(top.get(section, getattr(self, section)), **fields)
+        return dataclasses.replace(self, **top)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The settings under their command-line names (flat), with the model, mesh and cache as
+        records."""
+        flat = {"model": dataclasses.asdict(self.model), "mesh": dataclasses.asdict(self.mesh),
+                "cache": dataclasses.asdict(self.cache)}
+        for name, (section, field) in SECTION_OF.items():
+            flat[name] = getattr(getattr(self, section), field)
+        return {k: flat[k] for k in FLAT_ORDER}
+
+
+# Command-line name → (section, field) for every sectioned setting.
+SECTION_OF = {
+    **{f: ("video", f) for f in ("prompts", "negative_prompt", "image", "seed", "num_frames", "height", "width")},
+    **{f: ("sampling", f) for f in ("steps", "guidance_high", "guidance_low", "shift", "sampler", "schedule", "sigmas",
+                                    "timesteps", "recipe")},
+    "checkpoint_dir": ("weights", "checkpoint_dir"), "loras": ("weights", "loras"),
+    "weights_cache_dir": ("weights", "cache_dir"),
+    "memory": ("memory", "mode"), "swap_prefetch_steps": ("memory", "swap_prefetch_steps"),
+    "jax_fsdp": ("memory", "jax_fsdp"),
+    **{f: ("execution", f) for f in ("backend", "device", "dtype", "attention_impl", "compile", "scan_loop",
+                                     "dist_timeout_s")},
+    "output_dir": ("output", "dir"), "save_frames": ("output", "save_frames"),
+    "log_all_ranks": ("output", "log_all_ranks"),
+}
+
+
+# The sidecar's "config" in the order the settings had when RunSpec was flat. The result keys
+# hash the same names and values (jobs/keys.py; key order does not enter the hash), so names
+# made and sidecars written before the sections still match.
+FLAT_ORDER = ("model", "mesh", "backend", "prompts", "negative_prompt", "image", "seed", "num_frames", "height",
+              "width", "steps", "guidance_high", "guidance_low", "shift", "sampler", "schedule", "dtype", "device",
+              "checkpoint_dir", "output_dir", "save_frames", "attention_impl", "dist_timeout_s", "log_all_ranks",
+              "scan_loop", "jax_fsdp", "weights_cache_dir", "memory", "swap_prefetch_steps", "compile", "cache",
+              "sigmas", "timesteps", "recipe", "loras")
 
 
 def _pick(cfg: Mapping, key: str, default: Any) -> Any:
-    value = cfg.get(key)
+    """A setting whose null in conf/config.yaml means `default` (the model preset's value, or a
+    value made per run such as the output folder)."""
+    value = _setting(cfg, key)
     return default if value is None else value
+
+
+def _setting(cfg: Mapping, key: str, name: str | None = None) -> Any:
+    """A setting as composed: conf/config.yaml is the one home of defaults, so every key is there."""
+    if key not in cfg:
+        raise ConfigError(f"{name or key} is missing from the settings; compose them with parallel_wan.config.compose "
+                          "(conf/config.yaml holds every default)")
+    return cfg[key]
 
 
 def _as(kind, key: str, value):

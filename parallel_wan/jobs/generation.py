@@ -27,10 +27,10 @@ def log_run(spec: RunSpec, backend) -> None:
     count = spec.mesh.world_size
     unit = ("device" if count == 1 else "devices") if backend.single_controller else \
         ("process" if count == 1 else "processes")
-    memory = spec.memory + (f" (swap_prefetch_steps={spec.swap_prefetch_steps})" if spec.memory == "swap" else "")
+    memory = spec.memory.mode + (f" (swap_prefetch_steps={spec.memory.swap_prefetch_steps})" if spec.memory.mode == "swap" else "")
     log.info("model=%s task=%s %dx%d×%d frames, %d steps, dtype=%s, backend=%s, device=%s, mesh=%s (%d %s), "
-             "memory=%s", spec.model.name, spec.model.task, spec.width, spec.height, spec.num_frames, spec.steps,
-             spec.dtype, spec.backend, backend.device, spec.mesh.name, count, unit, memory)
+             "memory=%s", spec.model.name, spec.model.task, spec.video.width, spec.video.height, spec.video.num_frames, spec.sampling.steps,
+             spec.execution.dtype, spec.execution.backend, backend.device, spec.mesh.name, count, unit, memory)
 
 
 def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = "video") -> dict:
@@ -42,7 +42,7 @@ def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = 
     sidecar = {
         "parallel_wan": __version__,
         "config": spec.to_dict(),
-        "seed": spec.seed,
+        "seed": spec.video.seed,
         "timings_s": gen.timings,
         **gen.info,
         **(extra or {}),
@@ -52,11 +52,11 @@ def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = 
     if "measured_ratios" in cache:  # cache.calibrate=true: the curve, in the official format
         from ..caching.magcache_calibration import write_curve
 
-        sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output_dir, cache["measured_ratios"]))}
+        sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output.dir, cache["measured_ratios"]))}
     try:
-        return save_generation(spec.output_dir, gen.videos, spec.model.fps, sidecar, spec.save_frames, stem=stem)
+        return save_generation(spec.output.dir, gen.videos, spec.model.fps, sidecar, spec.output.save_frames, stem=stem)
     except OSError as exc:  # full disk, I/O error: save_generation has removed what it wrote
-        raise OutputWriteError(f"could not write the outputs to output_dir={spec.output_dir} ({exc.strerror or exc}); "
+        raise OutputWriteError(f"could not write the outputs to output_dir={spec.output.dir} ({exc.strerror or exc}); "
                                "nothing was kept; free space there or set another output_dir") from exc
 
 

@@ -74,7 +74,7 @@ def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.e
     if path is None:
         spec = resolve(raw, world_size, node_size)
         check(spec)
-        return Job((Entry(SINGLE_NAME, spec, result_key(spec)),), spec.output_dir,
+        return Job((Entry(SINGLE_NAME, spec, result_key(spec)),), spec.output.dir,
                    fresh_output=raw.get("output_dir") in (None, ""))
     raw = default_output_dir(raw, path)
     file_entries = read_prompt_file(path)
@@ -101,9 +101,9 @@ def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.e
         names[name] = item.line
         entries.append(Entry(name, spec, key, item.line))
     mine = share_of(entries, share)
-    return Job(tuple(mine), entries[0].spec.output_dir, path, len(entries), share, entries[0].spec)
+    return Job(tuple(mine), entries[0].spec.output.dir, path, len(entries), share, entries[0].spec)
 
 
 def with_output_dir(job: Job, output_dir: str) -> Job:
-    entries = tuple(replace(e, spec=replace(e.spec, output_dir=output_dir)) for e in job.entries)
+    entries = tuple(replace(e, spec=e.spec.replace(output_dir=output_dir)) for e in job.entries)
     return replace(job, entries=entries, output_dir=output_dir)

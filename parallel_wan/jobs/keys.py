@@ -29,7 +29,7 @@ HOW = ("mesh", "backend", "device", "attention_impl", "compile", "memory", "swap
 def deciding_settings(spec: RunSpec) -> dict:
     settings = {k: v for k, v in spec.to_dict().items() if k not in NOT_DECIDING}
     # The image's content decides the video, not where it lies: a moved folder keeps its names.
-    settings["image"] = {"sha256": file_sha256(spec.image)} if spec.image else None
+    settings["image"] = {"sha256": file_sha256(spec.video.image)} if spec.video.image else None
     return settings
 
 

@@ -33,7 +33,7 @@ log = logging.getLogger("parallel_wan")
 def state_files(job: Job) -> int:
     """Loop-state files per entry: one per rank of a one-process-per-device backend (torch); one
     for a single controller's global arrays (JAX). Asked before the backend exists."""
-    return 1 if single_controller(job.base.backend) else job.base.mesh.world_size
+    return 1 if single_controller(job.base.execution.backend) else job.base.mesh.world_size
 
 
 def state_key(spec, world: int) -> tuple[str, dict]:
@@ -121,10 +121,10 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
         for number, entry in enumerate(todo, start=1):
             if should_stop():  # a signal while loading or writing: stop before the next entry
                 if backend.writes_outputs:
-                    write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.steps, "signal": flag.name,
+                    write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.sampling.steps, "signal": flag.name,
                                   "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
                 raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job, saved=False))
-            if number > 1 and job.base.memory == "swap":
+            if number > 1 and job.base.memory.mode == "swap":
                 # memory=swap frees the high-noise expert during each video: load again
                 # (from the page cache), keeping the encoded texts.
                 texts, t0 = loaded.texts, time.perf_counter()
@@ -167,15 +167,15 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
     if state_dir(job.output_dir, entry.name).is_dir():
         start, meta = load_loop_state(stem)
         resumed = start.step
-        log.info("%s: resuming from step %d of %d (saved after %s)", entry.name, resumed, spec.steps,
+        log.info("%s: resuming from step %d of %d (saved after %s)", entry.name, resumed, spec.sampling.steps,
                  meta.get("signal", "a stop"))
     t0 = time.perf_counter()
-    show = backend.writes_outputs and not spec.scan_loop
-    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.steps, enabled=show), start=start,
+    show = backend.writes_outputs and not spec.execution.scan_loop
+    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.sampling.steps, enabled=show), start=start,
                    components=loaded, should_stop=should_stop)
     if gen.state is not None:  # stopped for a signal: save and go
         _save_state(job, entry, gen.state, backend, flag)
-        raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.steps} of {entry.name}; the loop "
+        raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.sampling.steps} of {entry.name}; the loop "
                                                f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
     if job.single:  # its sidecar and TIMING SUMMARY count the load, which the job did before generate
         load_s = round(report.timings["load"], 4)
@@ -205,13 +205,13 @@ def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
     no rank exits (and no launcher requeues) before every file is on disk."""
     key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
     meta = {"entry": entry.name, "line": entry.line, "state_key": key, "settings": settings,
-            "steps": entry.spec.steps, "signal": flag.name, "saved_at": time.time()}
+            "steps": entry.spec.sampling.steps, "signal": flag.name, "saved_at": time.time()}
     host = state.map(lambda a: a if isinstance(a, np.ndarray) else backend.to_host(a))
     if not backend.single_controller or backend.writes_outputs:
         save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend)), host, meta)
     backend.any_rank(False)  # a barrier
     if backend.writes_outputs:
-        write_marker({"entry": entry.name, "step": state.step, "steps": entry.spec.steps, "signal": flag.name,
+        write_marker({"entry": entry.name, "step": state.step, "steps": entry.spec.sampling.steps, "signal": flag.name,
                       "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
 
 

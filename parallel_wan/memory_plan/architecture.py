@@ -15,10 +15,10 @@ def architecture(spec: RunSpec):
     configs when given, else the model registry's architecture for the preset's task."""
     from transformers import UMT5Config
 
-    if spec.checkpoint_dir is not None:
+    if spec.weights.checkpoint_dir is not None:
         from ..weights.layout import describe_checkpoint
 
-        ckpt = describe_checkpoint(spec.checkpoint_dir)
+        ckpt = describe_checkpoint(spec.weights.checkpoint_dir)
         text = UMT5Config(**UMT5_XXL)
         if ckpt.text_encoder_format == "diffusers":
             text = UMT5Config.from_pretrained(str(ckpt.text_encoder_path))

@@ -3,7 +3,6 @@ predictor, on meta tensors of the rank's shapes (meta_backend.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -29,12 +28,12 @@ class RankShapes:
 
 def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     """The shapes `pipeline.generate` gives rank 0 (its work: `parallel.work.rank_work`)."""
-    latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (1, tcfg.out_channels, latent_frames, spec.height // vcfg.scale_factor_spatial,
-                    spec.width // vcfg.scale_factor_spatial)
+    latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
+    latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
+                    spec.video.width // vcfg.scale_factor_spatial)
     pt, ph, pw = tcfg.patch_size
     tokens = (latent_frames // pt) * (latent_shape[3] // ph) * (latent_shape[4] // pw)
-    work = rank_work(spec.mesh, len(spec.prompts), tokens, rank=0)
+    work = rank_work(spec.mesh, len(spec.video.prompts), tokens, rank=0)
     # the widest forward: both CFG halves when any expert guides (an unguided expert runs one)
     halves = halves_in_forward(spec.uses_guidance, work.cfg_branch)
     batch = len(work.rows)
@@ -96,18 +95,18 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
 
     backend = MetaBackend(spec.mesh)
     ops = backend.ops
-    params = _meta_expert(tcfg, spec.dtype)
+    params = _meta_expert(tcfg, spec.execution.dtype)
     patch = math.prod(tcfg.patch_size)
-    n = len(spec.prompts)
+    n = len(spec.video.prompts)
     # generate casts the context to the run's dtype; the negative prompt only when some expert guides
-    context = torch.empty((n + int(spec.uses_guidance), tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.dtype),
+    context = torch.empty((n + int(spec.uses_guidance), tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.execution.dtype),
                           device=META)
     extra_channels = tcfg.in_channels - tcfg.out_channels
     task_cond = None
     if extra_channels:  # I2V: the condition's channels, joined to the noise tokens
         task_cond = torch.empty((1, shapes.local, patch * extra_channels), device=META)
     per_token = spec.model.task == "ti2v"
-    fixed_mask = np.ones((shapes.local, 1), np.float32) if per_token and spec.image is not None else None
+    fixed_mask = np.ones((shapes.local, 1), np.float32) if per_token and spec.video.image is not None else None
     task = DenoiseTask({name: (tcfg, params) for name in (HIGH, LOW, SINGLE)}, context, n, _work(spec, shapes),
                        dit.patch_grid(tcfg, shapes.latent_shape), spec.uses_guidance, per_token_timestep=per_token,
                        cond_tokens=task_cond, fixed_mask=fixed_mask)
@@ -117,12 +116,12 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     if task_cond is not None:
         held += held_bytes(task_cond)
     held += cache_bytes(spec, tcfg, shapes)
-    loop_spec = dataclasses.replace(spec, memory="resident")  # weight moves are counted in weight_bytes
+    loop_spec = spec.replace(memory="resident")  # weight moves are counted in weight_bytes
     # Under inference mode, as the run (backend.inference_mode()): outside it the ops dispatch
     # differently (linear → t + addmm, the norms decomposed) and the tiny model's loop counted
     # 30 % more than the run holds.
     with torch.inference_mode(), LiveBytes() as live:
-        out = denoise(loop_spec, make_schedule("official", PLAN_STEPS, spec.shift), x, predictor, lambda it: it, ops)
+        out = denoise(loop_spec, make_schedule("official", PLAN_STEPS, spec.sampling.shift), x, predictor, lambda it: it, ops)
         del out
     return DenoiseBytes(held, live.peak)
 
@@ -133,7 +132,7 @@ def cache_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> int:
     MagCache one block-stack residual (rows × Lc × dim, the run's dtype), First-Block Cache two
     (block 0's residual and the tail's), TaylorSeer order + 1 float32 copies of the output."""
     kind = spec.cache.kind
-    width = 4 if spec.dtype == "float32" else 2
+    width = 4 if spec.execution.dtype == "float32" else 2
     stack = shapes.rows * shapes.local * tcfg.dim * width
     if kind == "magcache":
         return stack

@@ -31,10 +31,10 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None) -> None:
     tcfg, vcfg = _architecture(spec, ckpt)
     st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
-    latent = ((spec.num_frames - 1) // st + 1, spec.height // ss, spec.width // ss)
+    latent = ((spec.video.num_frames - 1) // st + 1, spec.video.height // ss, spec.video.width // ss)
     most = {"num_frames": (MAX_POSITIONS * pt - 1) * st + 1, "height": MAX_POSITIONS * ph * ss,
             "width": MAX_POSITIONS * pw * ss}
-    for (key, value), size in zip((("num_frames", spec.num_frames), ("height", spec.height), ("width", spec.width)),
+    for (key, value), size in zip((("num_frames", spec.video.num_frames), ("height", spec.video.height), ("width", spec.video.width)),
                                   (latent[0] // pt, latent[1] // ph, latent[2] // pw)):
         if size > MAX_POSITIONS:
             raise ConfigError(f"{key}={value} gives {size} token positions along that axis but the model has "
@@ -45,10 +45,10 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None) -> None:
         where = "the given budget"
     if budget is None:
         return
-    floor = spec.num_frames * spec.height * spec.width * 3 + len(spec.prompts) * tcfg.out_channels * math.prod(latent) * 4
+    floor = spec.video.num_frames * spec.video.height * spec.video.width * 3 + len(spec.video.prompts) * tcfg.out_channels * math.prod(latent) * 4
     if floor <= budget:
         return
-    size = f"num_frames={spec.num_frames} height={spec.height} width={spec.width}"
+    size = f"num_frames={spec.video.num_frames} height={spec.video.height} width={spec.video.width}"
     need, tries = f"its frames and latents alone need {floor / GB:.2f} GB", ["smaller height/width/num_frames"]
     tokens = (latent[0] // pt) * (latent[1] // ph) * (latent[2] // pw) // spec.mesh.cp
     if tokens <= PLANNER_TOKENS:
@@ -76,11 +76,11 @@ def device_memory(spec: RunSpec) -> tuple[float | None, str]:
     MemAvailable — what new allocations get without swapping — shared by the processes of this
     node (torchrun's LOCAL_WORLD_SIZE) or by JAX's virtual CPU devices, which all live in this
     one process's memory."""
-    if spec.backend == "torch":
+    if spec.execution.backend == "torch":
         import torch
 
-        if spec.device != "cpu" and torch.cuda.is_available():
-            index = torch.device(spec.device).index if spec.device.startswith("cuda:") else 0
+        if spec.execution.device != "cpu" and torch.cuda.is_available():
+            index = torch.device(spec.execution.device).index if spec.execution.device.startswith("cuda:") else 0
             return float(torch.cuda.get_device_properties(index).total_memory), f"cuda:{index}"
         sharers = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     else:
@@ -88,7 +88,7 @@ def device_memory(spec: RunSpec) -> tuple[float | None, str]:
 
         from ..backends.jax.backend import visible_devices
 
-        device = visible_devices(spec.device)[0]
+        device = visible_devices(spec.execution.device)[0]
         if device.platform != "cpu":
             limit = (device.memory_stats() or {}).get("bytes_limit")
             return (float(limit) if limit else None), f"{device.platform}:{device.id}"

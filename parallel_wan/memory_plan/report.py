@@ -50,9 +50,9 @@ class MemoryPlan:
 def plan(spec: RunSpec) -> MemoryPlan:
     tcfg, vcfg, text_cfg = architecture(spec)
     shapes = rank_shapes(spec, tcfg, vcfg)
-    eb = expert_bytes(transformer_shapes(tcfg), spec.dtype, spec.mesh.world_size)
+    eb = expert_bytes(transformer_shapes(tcfg), spec.execution.dtype, spec.mesh.world_size)
     dn = denoise_bytes(spec, tcfg, shapes)
-    prompts = len(spec.prompts)
+    prompts = len(spec.video.prompts)
     # generate keeps, while the VAE decodes: the predictor (context, RoPE tables, condition)
     # and the initial noise (dn.held), the loop's final sample, and off a single process the
     # gathered tokens of every prompt (fp32; one process slices the final sample instead).
@@ -71,9 +71,9 @@ def _gb(n: int) -> str:
 def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
     spec, s = p.spec, p.shapes
     lines = [
-        f"model={spec.model.name} {spec.width}x{spec.height}x{spec.num_frames} dtype={spec.dtype} backend={spec.backend} "
+        f"model={spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} dtype={spec.execution.dtype} backend={spec.execution.backend} "
         f"mesh={spec.mesh.name} (dp={spec.mesh.dp} cp={spec.mesh.cp} = ulysses {spec.mesh.ulysses} × ring {spec.mesh.ring}, "
-        f"{spec.mesh.world_size} devices) memory={spec.memory}",
+        f"{spec.mesh.world_size} devices) memory={spec.memory.mode}",
         f"tokens {s.tokens:,} → {s.local:,} per rank; {s.rows} forward row(s) per rank "
         f"({'CFG halves split over dp' if s.cfg_branch is not None else 'prompts × CFG halves'})",
         "per device:",
@@ -99,13 +99,13 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
 def suggestions(p: MemoryPlan, budget: float) -> list[str]:
     spec = p.spec
     out = []
-    if spec.memory != "sharded" and spec.mesh.world_size > 1:
+    if spec.memory.mode != "sharded" and spec.mesh.world_size > 1:
         out.append("memory=sharded (weights 1/world per device)")
-    if spec.memory == "resident" and spec.model.experts == 2 and spec.backend == "torch":
+    if spec.memory.mode == "resident" and spec.model.experts == 2 and spec.execution.backend == "torch":
         out.append("memory=swap (one expert on the device; exchanged block by block at the switch)")
     if p.activations > 0.2 * budget or p.weights["denoise"] > budget:
         out.append(f"a larger cp (more devices share the tokens: now {p.shapes.local:,} per rank)")
-    if spec.dtype == "float32":
+    if spec.execution.dtype == "float32":
         out.append("dtype=bfloat16")
     out.append("smaller height/width/num_frames")
     return out

@@ -47,24 +47,24 @@ def expert_bytes(shapes: dict, dtype: str, world: int) -> ExpertBytes:
 
 
 def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
-    """Device bytes of the experts per phase (encode, denoise, decode) for spec.memory."""
+    """Device bytes of the experts per phase (encode, denoise, decode) for spec.memory.mode."""
     experts, world = spec.model.experts, spec.mesh.world_size
-    if spec.memory == "sharded" and world > 1 and spec.backend == "torch":
+    if spec.memory.mode == "sharded" and world > 1 and spec.execution.backend == "torch":
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)
         denoise = kept + experts * eb.rest + 2 * eb.block  # block i whole + block i+1 gathering
         return {"encode": kept, "denoise": denoise, "decode": kept + experts * eb.rest,
                 "note": f"sharded: 1/{world} of every block per device + non-block weights whole + 2 gathered blocks"}
-    if spec.memory == "sharded" and world > 1:  # JAX: NamedSharding over every mesh axis, gathered per layer in the scan
+    if spec.memory.mode == "sharded" and world > 1:  # JAX: NamedSharding over every mesh axis, gathered per layer in the scan
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)
         return {"encode": kept, "denoise": kept + experts * eb.rest + 2 * eb.block, "decode": kept,
                 "note": f"sharded (jax_fsdp): 1/{world} of each large tensor per device, gathered per layer"}
-    if spec.memory == "swap" and spec.swap_prefetch_steps == 0:
+    if spec.memory.mode == "swap" and spec.memory.swap_prefetch_steps == 0:
         # the last high-noise step: block i in use, the block before it not yet released by
         # the forward's loop variable, and the incoming block's copy — one expert + 2 blocks
         return {"encode": eb.whole, "denoise": eb.whole + 2 * eb.block, "decode": eb.whole,
                 "note": "swap: one expert; the last high-noise step exchanges them block by block (+2 blocks)"}
-    if spec.memory == "swap":
+    if spec.memory.mode == "swap":
         return {"encode": eb.whole, "denoise": 2 * eb.whole, "decode": eb.whole,
-                "note": f"swap: one expert, both during the {spec.swap_prefetch_steps} prefetch steps before the switch"}
+                "note": f"swap: one expert, both during the {spec.memory.swap_prefetch_steps} prefetch steps before the switch"}
     return {"encode": experts * eb.whole, "denoise": experts * eb.whole, "decode": experts * eb.whole,
             "note": "resident: every expert whole on every device"}

@@ -18,7 +18,7 @@ log = logging.getLogger("parallel_wan")
 def preflight(spec: RunSpec):
     """Cheap checks of the checkpoint against the run (json and safetensors headers only).
     Returns the checkpoint description, or None for the built-in tiny model."""
-    if spec.checkpoint_dir is None:
+    if spec.weights.checkpoint_dir is None:
         from ..builtin.tiny import transformer_config
 
         check_heads(spec, transformer_config(spec.model.task))
@@ -29,7 +29,7 @@ def preflight(spec: RunSpec):
     from ..weights.layout import CheckpointError, describe_checkpoint
 
     try:
-        ckpt = describe_checkpoint(spec.checkpoint_dir)
+        ckpt = describe_checkpoint(spec.weights.checkpoint_dir)
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
     check_compatible(spec, ckpt)
@@ -41,14 +41,14 @@ def preflight(spec: RunSpec):
 def expert_loras(spec: RunSpec, transformers: dict) -> dict:
     """expert → its `lora.merge.ExpertLora` (None without LoRA), checked against the expert's
     parameter shapes; raises ConfigError naming the file and key."""
-    if not spec.loras:
+    if not spec.weights.loras:
         return {name: None for name in transformers}
     from ..lora.merge import expert_lora
     from ..lora.settings import expert_sources
     from ..models.transformer_shapes import param_shapes
 
     role = {HIGH: "high", LOW: "low", SINGLE: "all"}
-    return {name: expert_lora(name, expert_sources(spec.loras, role[name]), param_shapes(tcfg))
+    return {name: expert_lora(name, expert_sources(spec.weights.loras, role[name]), param_shapes(tcfg))
             for name, tcfg in transformers.items()}
 
 
@@ -69,9 +69,9 @@ def check_compatible(spec: RunSpec, ckpt) -> None:
             )
     check_heads(spec, ckpt.transformers[experts[0]])
     stride = ckpt.vae_config.scale_factor_spatial * ckpt.transformers[experts[0]].patch_size[1]
-    if spec.height % stride or spec.width % stride:
+    if spec.video.height % stride or spec.video.width % stride:
         raise ConfigError(
-            f"height={spec.height} width={spec.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
+            f"height={spec.video.height} width={spec.video.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
         )
     check_step_plan(spec, ckpt)  # every entry of a job: its steps decide whether a cache curve fits
 
@@ -89,7 +89,7 @@ def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None):
 
     t0 = time.perf_counter()
     if ckpt is None:
-        ckpt = materialize_tiny(spec, tiny_dir) if spec.checkpoint_dir is None else preflight(spec)
+        ckpt = materialize_tiny(spec, tiny_dir) if spec.weights.checkpoint_dir is None else preflight(spec)
     loaded = load_components(spec, ckpt, backend)
     backend.synchronize()
     log.info("loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)),
@@ -100,9 +100,9 @@ def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None):
 def loaded_what(spec: RunSpec, ckpt) -> str:
     """What the load log line names: the built-in model (written to a temporary folder in the
     diffusers layout, which is not the user's checkpoint), or the checkpoint's folder and layout."""
-    if spec.checkpoint_dir is None:
+    if spec.weights.checkpoint_dir is None:
         return f"the built-in {spec.model.name} model (random weights)"
-    return f"the {ckpt.layout}-layout checkpoint {spec.checkpoint_dir}"
+    return f"the {ckpt.layout}-layout checkpoint {spec.weights.checkpoint_dir}"
 
 
 def materialize_tiny(spec: RunSpec, folder: str):
@@ -114,10 +114,10 @@ def materialize_tiny(spec: RunSpec, folder: str):
 
 
 def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
-    """`backend.place` arguments for an expert under spec.memory (README "Memory"): swap keeps
+    """`backend.place` arguments for an expert under spec.memory.mode (README "Memory"): swap keeps
     the low-noise expert in host memory until the plan moves it; sharded hands the backend this
     rank's chunks and each tensor's whole dim 0 (from the headers)."""
-    if spec.memory == "swap" and name == LOW:
+    if spec.memory.mode == "swap" and name == LOW:
         return {"where": "host"}
     if shard is not None:
         from ..weights.loader import expert_sources
@@ -125,7 +125,7 @@ def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
         return {"where": "sharded",
                 "full_rows": {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}}
     # compile=true (torch): the backend may lay a transformer out for its compiled hot path
-    return {"transformer": True} if spec.compile else {}
+    return {"transformer": True} if spec.execution.compile else {}
 
 
 @dataclass
@@ -151,9 +151,9 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
     from ..text.umt5 import TextEncoder
     from ..weights.loader import load_transformer, load_vae
 
-    shard = backend.weight_shard(spec.memory)  # memory=sharded on torch: (rank, world), each rank reads its rows
-    cache_dir = spec.weights_cache_dir
-    if cache_dir is not None and spec.checkpoint_dir is None:
+    shard = backend.weight_shard(spec.memory.mode)  # memory=sharded on torch: (rank, world), each rank reads its rows
+    cache_dir = spec.weights.cache_dir
+    if cache_dir is not None and spec.weights.checkpoint_dir is None:
         # The built-in tiny model is written afresh for every run: nothing a cache could reuse.
         log.info("weights_cache_dir=%s ignored: the built-in tiny model has no checkpoint to cache", cache_dir)
         cache_dir = None
@@ -162,15 +162,15 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     def expert(name):
         lora = loras[name]
-        params = load_transformer(ckpt, name, spec.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
+        params = load_transformer(ckpt, name, spec.execution.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
         if lora is not None:
             log.info("%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read", name,
                      len(lora.files), len(lora.targets), lora.bytes_read / 1e6)
-        return name, (ckpt.transformers[name], backend.place(params, spec.dtype, dit.keeps_fp32,
+        return name, (ckpt.transformers[name], backend.place(params, spec.execution.dtype, dit.keeps_fp32,
                                                              **expert_placement(spec, ckpt, name, shard)))
 
     def text_and_vae():
-        text_encoder = TextEncoder.load(ckpt, spec.dtype, backend.text_device) if backend.is_main else None
+        text_encoder = TextEncoder.load(ckpt, spec.execution.dtype, backend.text_device) if backend.is_main else None
         vae_cfg, vae_params = load_vae(ckpt, "float32")
         return text_encoder, vae_cfg, backend.place(vae_params, "float32")
 

@@ -6,7 +6,6 @@ start at any step and stop after any step."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -58,14 +57,14 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
 
     `held` = (tokens, keep): TI2V's first-frame tokens and a (L, 1) device mask, 1 where
     denoised — held tokens are re-imposed before each step and once after the last.
-    spec.scan_loop (JAX) hands the whole range to the backend's one `lax.scan` program; it runs
+    spec.execution.scan_loop (JAX) hands the whole range to the backend's one `lax.scan` program; it runs
     the same sampler update.
 
     `should_stop()` (a preemption vote that every rank answers alike: jobs/preemption.py) is
     asked after each step but the last; True ends the loop there, and the state returned is
     the one to save. The scanned loop is one program: it is not asked.
     """
-    sampler = make_sampler(spec.sampler, schedule)
+    sampler = make_sampler(spec.sampling.sampler, schedule)
     state = LoopState.begin(x, sampler) if start is None else start
     stop = schedule.steps if stop_after is None else stop_after
     if not 0 <= state.step <= stop <= schedule.steps:
@@ -75,7 +74,7 @@ def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, st
     cache = predict.cache
     if cache is not None:
         cache.load(state.cache)
-    if spec.scan_loop:
+    if spec.execution.scan_loop:
         latents, sampler_state = predict.run_steps(state.latents, state.sampler, plan, sampler, held, state.step, stop)
         if stop > state.step:  # one program ran every step: the check comes after it
             experts = "→".join(dict.fromkeys(plan[i].expert for i in range(state.step, stop)))
@@ -118,8 +117,8 @@ def compile_loop(spec: RunSpec, schedule, x, predict, ops, held=None) -> dict:
     """For a backend that compiles ahead (JAX): the predictor's programs with the real shapes —
     each expert's step, or with scan_loop the whole scanned loop — and the host loop's own
     array ops, so the timed loop compiles nothing. Returns {program: seconds}."""
-    if spec.scan_loop:
-        return predict.compile(x, step_plan(spec, schedule), make_sampler(spec.sampler, schedule), held)
+    if spec.execution.scan_loop:
+        return predict.compile(x, step_plan(spec, schedule), make_sampler(spec.sampling.sampler, schedule), held)
     seconds = predict.compile(x)
     t0 = time.perf_counter()
     rehearse_loop(spec, schedule, x, ops, held, predict.shard)
@@ -132,7 +131,7 @@ def rehearse_loop(spec: RunSpec, schedule, x, ops, held=None, place=lambda a: a)
     the predictor places its output: the held tokens' `where` and the sampler update run once
     per step, so a backend that compiles each op on first use (JAX) compiles them here."""
     zero = ops.zeros_like(x)
-    denoise(dataclasses.replace(spec, scan_loop=False), schedule, zero, _Constant(place(zero)), lambda steps: steps,
+    denoise(spec.replace(scan_loop=False), schedule, zero, _Constant(place(zero)), lambda steps: steps,
             ops, held)
 
 
@@ -153,6 +152,6 @@ def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size):
     import torch
 
     ops = backend.ops
-    noise = [torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.seed_of(r)),
+    noise = [torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.video.seed_of(r)),
                          dtype=torch.float32) for r in rows]
     return dit.patchify(backend.to_device(torch.cat(noise).numpy()), patch_size, ops)

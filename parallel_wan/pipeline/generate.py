@@ -42,8 +42,8 @@ def texts_of(spec: RunSpec) -> list[str]:
     expert guides. No expert guiding (every guidance 1.0): no negative prompt is encoded."""
     from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
 
-    negative = DEFAULT_NEGATIVE_PROMPT if spec.negative_prompt is None else spec.negative_prompt
-    return [*spec.prompts, negative] if spec.uses_guidance else list(spec.prompts)
+    negative = DEFAULT_NEGATIVE_PROMPT if spec.video.negative_prompt is None else spec.video.negative_prompt
+    return [*spec.video.prompts, negative] if spec.uses_guidance else list(spec.video.prompts)
 
 
 def encode_text(spec: RunSpec, loaded, backend):
@@ -58,7 +58,7 @@ def encode_text(spec: RunSpec, loaded, backend):
         else:
             context = loaded.text_encoder.encode(texts_of(spec))
             loaded.text_encoder.release()
-    return backend.ops.cast(backend.broadcast_from_main(context), spec.dtype)
+    return backend.ops.cast(backend.broadcast_from_main(context), spec.execution.dtype)
 
 
 def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState | None = None,
@@ -85,19 +85,19 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
             context = encode_text(spec, loaded, backend)
 
         vcfg = loaded.vae_config
-        latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
-        lh, lw = spec.height // vcfg.scale_factor_spatial, spec.width // vcfg.scale_factor_spatial
+        latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
+        lh, lw = spec.video.height // vcfg.scale_factor_spatial, spec.video.width // vcfg.scale_factor_spatial
         tcfg = next(iter(loaded.experts.values()))[0]
         latent_shape = (1, tcfg.out_channels, latent_frames, lh, lw)
         grid = dit.patch_grid(tcfg, latent_shape)
         work = local_work(spec, math.prod(grid), backend)
 
         cond_tokens = fixed_tokens = fixed_mask = image_record = None
-        if spec.image is not None:
+        if spec.video.image is not None:
             with timer.phase("vae_encode"):
-                image, image_record = load_image(spec.image, spec.height, spec.width)
+                image, image_record = load_image(spec.video.image, spec.video.height, spec.video.width)
                 if spec.model.task == "i2v":
-                    cond = i2v_condition(image, spec.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
+                    cond = i2v_condition(image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
                     cond_tokens = work.local(dit.patchify(cond, tcfg.patch_size, ops), backend)
                 else:
                     fixed_tokens, fixed_mask = ti2v_first_frame(image, latent_frames, grid, vcfg, tcfg,
@@ -105,7 +105,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
                     fixed_tokens, fixed_mask = work.local(fixed_tokens, backend), work.local_host(fixed_mask)
 
         schedule_kind, schedule = pick_schedule(spec, ckpt)
-        task = DenoiseTask(loaded.experts, context, len(spec.prompts), work, grid, spec.uses_guidance,
+        task = DenoiseTask(loaded.experts, context, len(spec.video.prompts), work, grid, spec.uses_guidance,
                            per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond_tokens,
                            fixed_mask=fixed_mask, cache=spec.cache if spec.cache.on else None,
                            cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
@@ -146,7 +146,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     for step in plan:
         steps_per_expert[step.expert] = steps_per_expert.get(step.expert, 0) + 1
     info = {
-        "checkpoint": {"layout": ckpt.layout, "path": spec.checkpoint_dir or "built-in tiny model"},
+        "checkpoint": {"layout": ckpt.layout, "path": spec.weights.checkpoint_dir or "built-in tiny model"},
         "schedule": schedule_kind,
         "timesteps": [float(t) for t in schedule.timesteps],
         "sigmas": [float(s) for s in schedule.sigmas],  # steps + 1: the last is 0
@@ -163,10 +163,10 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         info["lora"] = {name: lora.record() for name, lora in loaded.loras.items() if lora is not None}
     if cache_record is not None:
         info["cache"] = cache_record
-        _log_cache(cache_record, spec.steps)
+        _log_cache(cache_record, spec.sampling.steps)
     if image_record is not None:
         info["image"] = image_record
-    info["videos"] = [{"prompt": p, "seed": spec.seed_of(i)} for i, p in enumerate(spec.prompts)]
+    info["videos"] = [{"prompt": p, "seed": spec.video.seed_of(i)} for i, p in enumerate(spec.video.prompts)]
     return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
 
 

@@ -11,7 +11,7 @@ __all__ = ["RankWork", "local_work", "gather_latent_tokens"]
 
 def local_work(spec: RunSpec, tokens: int, backend) -> RankWork:
     """This controller's work: a rank's under torchrun, everything for a single controller."""
-    return rank_work(spec.mesh, len(spec.prompts), tokens, None if backend.single_controller else backend.rank)
+    return rank_work(spec.mesh, len(spec.video.prompts), tokens, None if backend.single_controller else backend.rank)
 
 
 def gather_latent_tokens(local, work: RankWork, spec: RunSpec, backend):

@@ -28,15 +28,15 @@ class Step:
 
 def pick_schedule(spec: RunSpec, ckpt):
     """(kind, Schedule): an explicit sigmas/timesteps list as given, else the `schedule=` kind's."""
-    if spec.sigmas is not None or spec.timesteps is not None:
-        schedule = explicit_schedule(spec.sampler, spec.sigmas, spec.timesteps)
+    if spec.sampling.sigmas is not None or spec.sampling.timesteps is not None:
+        schedule = explicit_schedule(spec.sampling.sampler, spec.sampling.sigmas, spec.sampling.timesteps)
         return schedule.kind, schedule
-    kind = spec.schedule
+    kind = spec.sampling.schedule
     if kind == "auto":
         kind = "diffusers" if ckpt.scheduler_config is not None else "official"
     if kind == "diffusers" and ckpt.scheduler_config is not None:
-        return kind, schedule_from_scheduler_config(ckpt.scheduler_config, spec.steps, spec.shift)
-    return kind, make_schedule(kind, spec.steps, spec.shift)
+        return kind, schedule_from_scheduler_config(ckpt.scheduler_config, spec.sampling.steps, spec.sampling.shift)
+    return kind, make_schedule(kind, spec.sampling.steps, spec.sampling.shift)
 
 
 def expert_for(t: float, spec: RunSpec) -> str:
@@ -48,7 +48,7 @@ def expert_for(t: float, spec: RunSpec) -> str:
 def unguided_experts(spec: RunSpec) -> frozenset[str]:
     """The experts whose guidance is 1.0: no CFG in their steps, one forward row per prompt."""
     names = (HIGH, LOW) if spec.model.experts == 2 else (SINGLE,)
-    return frozenset(n for n in names if not guides(spec.guidance_low if n == LOW else spec.guidance_high))
+    return frozenset(n for n in names if not guides(spec.sampling.guidance_low if n == LOW else spec.sampling.guidance_high))
 
 
 def plan_record(plan: list[Step], schedule) -> list[dict]:
@@ -63,10 +63,10 @@ def step_plan(spec: RunSpec, schedule) -> list[Step]:
     plan = []
     for i, t in enumerate(schedule.timesteps):
         name = expert_for(float(t), spec)
-        guidance = spec.guidance_low if name == LOW else spec.guidance_high
+        guidance = spec.sampling.guidance_low if name == LOW else spec.sampling.guidance_high
         plan.append(Step(i, float(t), name, guidance))
-    if getattr(spec, "memory", "resident") == "swap":
-        plan = _swap_marks(plan, spec.swap_prefetch_steps)
+    if spec.memory.mode == "swap":
+        plan = _swap_marks(plan, spec.memory.swap_prefetch_steps)
     return plan
 
 
@@ -102,7 +102,7 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
             and spec.model.experts == 2:
         # the curve's own schedule: the model's, not an explicit few-step list
         steps = len(settings.curve) // 2 + 1
-        calibration = dataclasses.replace(spec, steps=steps, sigmas=None, timesteps=None)
+        calibration = spec.replace(steps=steps, sigmas=None, timesteps=None)
         _, schedule = pick_schedule(calibration, ckpt)
         split = sum(expert_for(float(t), spec) == HIGH for t in schedule.timesteps)
         if not 0 < split < steps:
@@ -111,12 +111,12 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
                 f"{_curve_setting(settings)} holds a curve of {len(settings.curve)} ratios, i.e. for a {steps}-step "
                 f"run, and model={spec.model.name} runs all {steps} of those steps on its {which} expert, so the "
                 "curve has no part for the other expert; calibrate a curve with as many steps as you run "
-                f"(cache.calibrate=true steps={spec.steps}), or give the file a \"split\"")
+                f"(cache.calibrate=true steps={spec.sampling.steps}), or give the file a \"split\"")
     try:
         return cache_plan(settings, [step.expert for step in plan], split,
                           (HIGH, LOW) if spec.model.experts == 2 else None)
     except ValueError as exc:
-        raise ConfigError(f"{_curve_setting(settings)} cannot serve this run of {spec.steps} steps: {exc}") from None
+        raise ConfigError(f"{_curve_setting(settings)} cannot serve this run of {spec.sampling.steps} steps: {exc}") from None
 
 
 def _curve_setting(settings) -> str:

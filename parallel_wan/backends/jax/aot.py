@@ -219,20 +219,20 @@ def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: d
     their shapes agree (every Wan 2.2 model's do). `vae_effort`: see `_compile` (XLA:TPU
     spends minutes of CPU on the VAE's convolutions at its default)."""
     mesh = run_mesh(spec, devices)
-    latent_frames = (spec.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (1, tcfg.out_channels, latent_frames, spec.height // vcfg.scale_factor_spatial,
-                    spec.width // vcfg.scale_factor_spatial)
-    shapes = StepShapes(math.prod(dit.patch_grid(tcfg, latent_shape)), spec.mesh.cp, len(spec.prompts),
+    latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
+    latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
+                    spec.video.width // vcfg.scale_factor_spatial)
+    shapes = StepShapes(math.prod(dit.patch_grid(tcfg, latent_shape)), spec.mesh.cp, len(spec.video.prompts),
                         spec.uses_guidance, spec.model.task == "ti2v", tcfg.in_channels - tcfg.out_channels)
-    params = transformer_params(transformer_shapes, mesh, spec.dtype, spec.jax_fsdp)
+    params = transformer_params(transformer_shapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp)
     return {
         "mesh": mesh,
         "params": params,
         "shapes": shapes,
         "latent_shape": latent_shape,
-        "step": compile_step(tcfg, params, mesh, shapes, spec.dtype, spec.jax_fsdp),
+        "step": compile_step(tcfg, params, mesh, shapes, spec.execution.dtype, spec.memory.jax_fsdp),
         "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat, effort=vae_effort),
-        "vae_params": vae_params(vae_shapes, mesh, spec.jax_fsdp),
+        "vae_params": vae_params(vae_shapes, mesh, spec.memory.jax_fsdp),
     }
 
 
