@@ -224,8 +224,8 @@ def test_weights_cache_dir_setting(tmp_path):
     from parallel_wan.config.compose import compose_settings
 
     cfg = compose_settings([]) | {"output_dir": str(tmp_path)}
-    assert resolve(cfg).weights_cache_dir is None
-    assert resolve(cfg | {"weights_cache_dir": str(tmp_path / "new" / "cache")}).weights_cache_dir == str(tmp_path / "new" / "cache")
+    assert resolve(cfg).weights.cache_dir is None
+    assert resolve(cfg | {"weights_cache_dir": str(tmp_path / "new" / "cache")}).weights.cache_dir == str(tmp_path / "new" / "cache")
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match=r"weights_cache_dir=.*is a file"):
         resolve(cfg | {"weights_cache_dir": str(tmp_path / "file" / "cache")})

@@ -350,8 +350,8 @@ def swap_probe():
     from parallel_wan.weights.tree import iter_leaves
 
     class Probe(TorchBackend):
-        def __init__(self):
-            super().__init__("cpu")
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             self.high_refs, self.host_low, self.seen, self.swap = [], [], [], None
 
         def place(self, tree, dtype, keep_fp32=None, where="device", full_rows=None):
@@ -376,7 +376,7 @@ def swap_probe():
             self.swap = predict.swap
             return predict
 
-    return start_torch_backend(cls=Probe)
+    return start_torch_backend("cpu", cls=Probe)
 
 
 def assert_swapped_at(probe, switch: int) -> None:
@@ -456,10 +456,10 @@ def test_text_encoder_is_freed_after_encoding():
 def test_memory_settings():
     from parallel_wan.config import ConfigError
 
-    assert _spec(BASE).memory == "resident"
+    assert _spec(BASE).memory.mode == "resident"
     jax = _spec(BASE + ["backend=jax", "memory=sharded"], world=8)
-    assert jax.memory == "sharded" and jax.jax_fsdp  # on JAX, memory=sharded is jax_fsdp
-    assert _spec(BASE + ["backend=jax", "jax_fsdp=true"], world=8).memory == "sharded"  # the older switch still works
+    assert jax.memory.mode == "sharded" and jax.memory.jax_fsdp  # on JAX, memory=sharded is jax_fsdp
+    assert _spec(BASE + ["backend=jax", "jax_fsdp=true"], world=8).memory.mode == "sharded"  # the older switch still works
     for overrides, needle in [
         (["memory=paged"], "memory='paged' is not known; choose one of: resident, sharded, swap"),
         (["model=tiny_ti2v", "height=64", "width=64", "memory=swap"], "has one expert"),
