@@ -11,7 +11,7 @@ levels, the share of values that differ and the mean difference. Variants:
   bf16            eager bfloat16 (the default dtype)
   fused           bf16, compile=true with dynamo's "eager" backend: q/k/v fused, the captured
                   graph run op for op as eager runs it — what the fused GEMM alone changes
-  aot_eager       bf16, compile=true through AOTAutograd without code generation (tests/test_hot_path.py's fp32 test)
+  aot_eager       bf16, compile=true through AOTAutograd without code generation (tests/parallel/test_hot_path.py's fp32 test)
   inductor        bf16, compile=true as users run it (Inductor's generated kernels)
   inductor_emul   inductor with torch._inductor.config.emulate_precision_casts=True
   fp32_inductor   float32, compile=true with Inductor

@@ -110,3 +110,136 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class RankPool:
+    """`spawn_ranks` with the processes kept: `pool.run(fn, world_size, *args)` calls `fn(rank,
+    world_size, *args)` on `world_size` ranks that stay alive between calls, so a suite of tests
+    pays for spawning a process and importing torch once per rank, not once per test.
+
+    Each call gets a fresh gloo group (a new file store), torch's thread count set again, and the
+    caller's sys.path (a test module's folder); results come back in rank order. A failure, a
+    crash or a timeout fails the call as `spawn_ranks` does and discards that world size's
+    processes: the next call starts new ones, so nothing a failed call left behind is reused.
+    """
+
+    def __init__(self, threads_per_rank: int = 1, max_processes: int = 9):
+        self.threads = threads_per_rank
+        # At most this many kept processes (each holds torch and a model's worth of memory): a
+        # new world size first stops the least recently used ones. 9 = one 1-rank reference
+        # beside an 8-rank mesh.
+        self.max_processes = max_processes
+        self._ranks: dict[int, tuple] = {}  # world size → (processes, task queues, reports queue), LRU order
+        self._calls = 0
+
+    def run(self, fn, world_size: int, *args, timeout_s: float = 600.0) -> list:
+        import pickle
+        import sys
+
+        procs, tasks, reports = self._ranks.pop(world_size, None) or self._start(world_size)
+        self._ranks[world_size] = (procs, tasks, reports)  # most recently used last
+        self._calls += 1
+        call = self._calls
+        workdir = tempfile.mkdtemp(prefix="gloo_pool_")
+        payload = pickle.dumps((fn, args))
+        for rank in range(world_size):
+            tasks[rank].put((call, payload, list(sys.path), os.path.join(workdir, "store"), timeout_s))
+        results: dict[int, object] = {}
+        errors: dict[int, str] = {}
+        try:
+            deadline = time.monotonic() + timeout_s
+            while len(results) < world_size and not errors:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [r for r in range(world_size) if r not in results]
+                    errors.update({r: f"no result within {timeout_s:.0f} s (hung or too slow)" for r in missing})
+                    break
+                try:
+                    got_call, rank, ok, value = reports.get(timeout=min(left, 0.2))
+                except queue_lib.Empty:
+                    _note_dead(procs, results, errors)
+                    continue
+                if got_call == call:
+                    (results if ok else errors)[rank] = value
+            if errors:
+                _collect_late_failures(procs, _ThisCall(reports, call), results, errors)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if errors:
+            self._discard(world_size)
+            text = "\n".join(f"--- rank {r}:\n{errors[r]}" for r in sorted(errors))
+            raise RanksFailed(f"{len(errors)} of {world_size} ranks failed running {fn.__name__}:\n{text}")
+        return [results[r] for r in range(world_size)]
+
+    def _start(self, world_size: int):
+        while self._ranks and sum(len(procs) for procs, _, _ in self._ranks.values()) + world_size > self.max_processes:
+            self._stop(next(iter(self._ranks)))
+        ctx = mp.get_context("spawn")
+        tasks = [ctx.Queue() for _ in range(world_size)]
+        reports = ctx.Queue()
+        procs = [ctx.Process(target=_pool_rank_main, daemon=True, name=f"pool{world_size}-rank{rank}",
+                             args=(rank, world_size, self.threads, tasks[rank], reports))
+                 for rank in range(world_size)]
+        for p in procs:
+            p.start()
+        return procs, tasks, reports
+
+    def _discard(self, world_size: int) -> None:
+        procs, tasks, reports = self._ranks.pop(world_size, (None, None, None))
+        for p in procs or ():
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=5)
+
+    def _stop(self, world_size: int) -> None:
+        """Ask a world size's processes to exit, then make sure they did."""
+        procs, tasks, _ = self._ranks[world_size]
+        for q in tasks:
+            q.put(None)
+        for p in procs:
+            p.join(timeout=5)
+        self._discard(world_size)
+
+    def close(self) -> None:
+        for world_size in list(self._ranks):
+            self._stop(world_size)
+
+
+class _ThisCall:
+    """A reports queue seen through one call's reports (late failures of that call only)."""
+
+    def __init__(self, reports, call):
+        self.reports, self.call = reports, call
+
+    def get(self, timeout):
+        got_call, rank, ok, value = self.reports.get(timeout=timeout)
+        if got_call != self.call:
+            raise queue_lib.Empty
+        return rank, ok, value
+
+
+def _pool_rank_main(rank, world_size, threads, tasks, reports):
+    import pickle
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        call, payload, path, store_path, timeout_s = item
+        sys.path[:0] = [p for p in path if p not in sys.path]  # the caller's test folder, first
+        torch.set_num_threads(threads)
+        try:
+            fn, args = pickle.loads(payload)
+            if world_size > 1:
+                dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
+                                        timeout=datetime.timedelta(seconds=timeout_s))
+            reports.put((call, rank, True, fn(rank, world_size, *args)))
+        except BaseException:
+            reports.put((call, rank, False, traceback.format_exc()))
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()

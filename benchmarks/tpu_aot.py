@@ -7,7 +7,7 @@ step and the VAE decode (backends/jax/aot.py) and prints XLA's bytes per chip be
 memory planner's (`python -m parallel_wan.plan`). These are the compiler's buffer assignment,
 not a measurement on a TPU. vae_effort=-1 compiles the VAE with XLA's lowest optimisation
 effort (a minute instead of many on 2 CPU cores; its buffers are those of that program);
-the default is XLA's own. tests/test_tpu_aot.py uses the same functions.
+the default is XLA's own. tests/gpu/test_tpu_aot.py uses the same functions.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ for `parallel_wan.run` (the `parallel-wan` script) `--nproc N` and `--cfg job`. 
 Hydra's `key=value` words and go to config/compose.py; this module never composes them.
 
 The help texts live here, side by side, so they name the same settings and point at each other;
-tests/test_cli.py composes every setting they show, so a renamed setting breaks the test, not
+tests/cli/test_cli.py composes every setting they show, so a renamed setting breaks the test, not
 the help.
 """
 

@@ -15,3 +15,35 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # topology directly (backends/jax/aot.py), which works with CPU as the default platform.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+import pytest  # noqa: E402 - after the environment above, which JAX reads when it is imported
+
+
+@pytest.fixture(scope="session")
+def tiny_t2v(tmp_path_factory):
+    """The built-in tiny T2V model (seed 0) and its checkpoint in both layouts (the official one
+    with sharded experts), written once per session. Read-only: a test that damages a checkpoint
+    copies it first (harness.checkpoints.copy_of)."""
+    from types import SimpleNamespace
+
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+
+    model = build_tiny("t2v", seed=0)
+    root = tmp_path_factory.mktemp("tiny_t2v")
+    folders = {layout: write_checkpoint(model, root / layout, layout) for layout in ("diffusers", "official")}
+    return SimpleNamespace(model=model, layouts=folders, diffusers=str(folders["diffusers"]),
+                           official=str(folders["official"]))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rank_pool():
+    """The gloo rank processes a module's tests share (harness/ranks.py) stop when the module
+    ends: each module pays for its ranks' start-up once, and no rank outlives the module that
+    used it (memory, and state a test module might leave in a process)."""
+    yield
+    import sys
+
+    ranks = sys.modules.get("harness.ranks")
+    if ranks is not None:
+        ranks.POOL.close()

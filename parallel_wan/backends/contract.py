@@ -4,7 +4,7 @@ it makes for a generation's denoising loop, and the `VideoDecoder` for its VAE d
 A backend subclasses these Protocols (as `backends/torch` and `backends/jax` do), so every
 optional capability has an explicit default here — a no-op, or the single-process answer —
 and the code above `backends/` calls it unconditionally: no `getattr` probing, no branching on
-a backend's name (tests/test_backend_contract.py checks both, and runs the tiny model's loop
+a backend's name (tests/unit/test_backend_contract.py checks both, and runs the tiny model's loop
 through a third backend written from this file alone: numpy on one device).
 
 Arrays are the backend's own (torch tensors, jax arrays, numpy arrays); `ops` is the backend's

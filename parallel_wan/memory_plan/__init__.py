@@ -26,7 +26,7 @@ parallel_wan.plan` (parallel_wan/plan/ holds only that command's name).
 Not counted, here or by the measurement: a kernel's private scratch (CPU flash attention's
 per-thread buffers, convolution workspaces, cuDNN/flash workspaces), the CUDA caching
 allocator's rounding and fragmentation, the CUDA context (~0.5 GB per device), NCCL's
-buffers. On CPU the figures equal the measured peaks (tests/test_plan.py: within 0.05 %);
+buffers. On CPU the figures equal the measured peaks (tests/unit/test_plan.py: within 0.05 %);
 on a GPU add those. The text encoder's activations are a rough bound (widest FFN layer).
 """
 

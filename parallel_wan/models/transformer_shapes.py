@@ -1,7 +1,7 @@
 """The parameters the DiT of transformer.py reads, by diffusers name, and their shapes: the one
 source for checking a checkpoint's tensors (weights/layout.py), a LoRA's pairs (lora/), the
 planner's weight bytes and the ahead-of-time compiles' abstract weights. Pure arithmetic on
-the config (tests/test_transformer.py holds it equal to diffusers' WanTransformer3DModel built
+the config (tests/unit/test_transformer.py holds it equal to diffusers' WanTransformer3DModel built
 on the meta device, for every architecture of the registry)."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ loop can stop after any step and resume from the saved state.
 
 The references compute the same coefficients in float32 torch scalars; in fp32 our trajectory
 therefore differs from theirs at the ~1e-7 relative level per step (their rounding, mostly in
-h = λ_t - λ_s), while in float64 the two agree to rounding (tests/test_sampling.py).
+h = λ_t - λ_s), while in float64 the two agree to rounding (tests/unit/test_sampling.py).
 """
 
 from __future__ import annotations

@@ -20,5 +20,5 @@ from ...launch.backend_choice import keep_jax_off_libtpu
 # once, at import): on a host where JAX can only use the CPU, JAX is told so and does not load
 # libtpu to look for a TPU (libtpu's errors on stderr, its /tmp lock file). A TPU host and a
 # user's own JAX_PLATFORMS are left as they are; the AOT compile (aot.py) asks libtpu for a
-# topology directly, which works with CPU as JAX's platform (tests/test_tpu_aot.py runs so).
+# topology directly, which works with CPU as JAX's platform (tests/gpu/test_tpu_aot.py runs so).
 keep_jax_off_libtpu()

@@ -10,7 +10,7 @@ weight or activation is ever allocated. XLA's memory analysis of the result give
 each chip would hold.
 
 The abstract arguments mirror what the run hands the programs (`JaxNoisePredictor._inputs`,
-`JaxVideoDecoder.compile`, `placement.place`); tests/test_tpu_aot.py checks them against the
+`JaxVideoDecoder.compile`, `placement.place`); tests/gpu/test_tpu_aot.py checks them against the
 real predictor's arrays so the two cannot drift apart.
 """
 

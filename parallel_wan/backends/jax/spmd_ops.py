@@ -4,7 +4,7 @@ sharded or replicated arrays, no `shard_map`): the VAE decode split by height, t
 Pallas/Mosaic kernels — splash attention, which `ops.attention` picks on TPU — cannot be
 partitioned automatically: XLA:TPU refuses them outside `shard_map` ("Mosaic kernels cannot be
 automatically partitioned"; found by compiling the decode ahead of time for a v5p slice,
-tests/test_tpu_aot.py). Here attention is the plain jnp kernel instead, which the partitioner
+tests/gpu/test_tpu_aot.py). Here attention is the plain jnp kernel instead, which the partitioner
 splits like any einsum (the VAE's one-head attention over a frame's pixels: each device its
 rows of queries against the gathered keys). Every other op is `ops`' own.
 """

@@ -20,7 +20,7 @@ each rank's activations shrink in proportion to its band (benchmarks/vae_decode.
 This is the same computation partitioned, not overlapping tiles: the float video equals the
 one-device decode up to the kernels' rounding for a different tensor shape (fp32 on CPU:
 relative error ≤ 1.3e-6, uint8 frames within 1 level on a few values;
-tests/test_vae_decode_parallel.py). The split is the one the JAX backend gets from XLA's
+tests/parallel/test_vae_decode_parallel.py). The split is the one the JAX backend gets from XLA's
 SPMD partitioner (backends/jax/vae_codec.py), written out by hand.
 
 Frames become uint8 on each rank; rank 0 receives the bands (uint8, ~1/4 the float bytes)

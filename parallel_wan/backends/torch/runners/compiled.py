@@ -21,7 +21,7 @@ rounds after every op, so compiled bf16 lies as far from eager bf16 as either li
 no further from fp32 than eager). `torch._inductor.config.emulate_precision_casts` is left off:
 it brings one step closer to eager, but the generated kernels' own summation order and math
 still flip a few bf16 roundings, the steps carry them on, and after 10 steps it is no closer to
-eager than without (BENCHMARKS.md "compile=true in bfloat16"; tests/test_hot_path.py holds the
+eager than without (BENCHMARKS.md "compile=true in bfloat16"; tests/parallel/test_hot_path.py holds the
 property).
 
 CUDA graphs (`cuda_graphs=True`: inductor's "reduce-overhead" mode) remove per-kernel launch

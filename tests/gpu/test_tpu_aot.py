@@ -1,0 +1,123 @@
+"""The JAX backend's programs compiled ahead of time for a TPU slice this machine does not have.
+
+libtpu (a test dependency) describes a TPU v5p slice of 8 chips as compile-only devices;
+`backends/jax/aot.py` builds the run's dp2_cp4 mesh on them and compiles the real models'
+denoising step (splash attention under shard_map, both CFG halves, the experts' one shared
+program) and VAE decode with abstract arguments: nothing is allocated and nothing runs. What
+XLA:TPU and Mosaic refuse (a kernel they cannot partition, a shape splash cannot tile) fails
+here as it would on the TPU, and XLA's own memory analysis gives the bytes per chip, printed
+beside the memory planner's figures (`pytest -s` shows the table).
+
+What this cannot check: numbers, run time, the collectives' real behaviour, anything that
+happens only at run time on a TPU (HBM fragmentation, libtpu's runtime reservations).
+"""
+
+from __future__ import annotations
+
+
+import jax
+import numpy as np
+import pytest
+
+from benchmarks.tpu_aot import GB, compile_model, report, run_spec, shapes_of  # noqa: E402 (also sets libtpu's lock off)
+from harness.jax_devices import require_eight_devices
+from parallel_wan.backends.jax import aot
+
+pytestmark = pytest.mark.aot
+
+TOPOLOGY = "v5p:2x2x2"  # 8 TPU v5p chips
+CHIP_BYTES = 95e9  # HBM of one v5p chip
+# The VAE decode compiles at XLA's lowest optimisation effort: at its default, XLA:TPU spends
+# minutes of CPU per VAE on the convolutions (BENCHMARKS.md has the default-effort figures).
+VAE_EFFORT = -1.0
+
+
+@pytest.fixture(scope="module")
+def v5p():
+    return aot.topology_devices(TOPOLOGY)
+
+
+@pytest.fixture(scope="module", params=["wan2.2_t2v_a14b", "wan2.2_ti2v_5b"])
+def compiled(request, v5p) -> dict:
+    """The model's programs compiled for the v5p slice at its preset size (A14B 720p×81,
+    TI2V-5B 704p×121), dp2_cp4, and the planner's figures; the table is printed."""
+    result = compile_model(run_spec(f"model={request.param}"), v5p, VAE_EFFORT)
+    print("\n" + report(result, TOPOLOGY))
+    return result
+
+
+def test_topology_gives_eight_v5p_chips_and_the_run_mesh(v5p):
+    assert len(v5p) == 8 and {d.platform for d in v5p} == {"tpu"}
+    assert all("v5" in d.device_kind for d in v5p)
+    spec = run_spec("model=wan2.2_t2v_a14b")
+    mesh = aot.run_mesh(spec, v5p)
+    assert dict(mesh.shape) == {"dp": 2, "ring": 2, "ulysses": 2}
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in v5p)
+
+
+def test_step_runs_splash_attention_and_the_sequence_parallel_exchanges(compiled):
+    hlo = compiled["programs"]["step"].text()
+    # Mosaic kernels (splash attention: self-attention in the ring, cross-attention), Ulysses'
+    # all-to-alls and the ring's K/V passes are in the program XLA:TPU built.
+    assert hlo.count("tpu_custom_call") >= 2
+    assert "all-to-all" in hlo and "collective-permute" in hlo
+
+
+def test_weights_per_chip_are_what_the_planner_counts(compiled):
+    step = compiled["programs"]["step"].memory()
+    params = aot.per_device_bytes(compiled["programs"]["params"])
+    # XLA's arguments = one expert's weights + the step's small inputs (tokens, context, RoPE)
+    assert params <= step["argument"] <= params + 0.1 * GB
+    assert params == pytest.approx(compiled["plan"].expert.whole, rel=1e-3)
+
+
+def test_every_phase_fits_a_v5p_chip(compiled):
+    chip = compiled["chip"]
+    for phase, value in chip.items():
+        assert value < CHIP_BYTES, f"{compiled['spec'].model.name} {phase}: {value / GB:.2f} GB per chip > {CHIP_BYTES / GB:g} GB"
+    # Activations: XLA's temporaries for the whole step stay within a factor of the planner's
+    # loop activations (it plans the eager torch loop; XLA fuses and reuses buffers).
+    temp = compiled["programs"]["step"].memory()["temp"]
+    assert 0.2 * compiled["plan"].denoise.loop < temp < 2 * compiled["plan"].denoise.loop
+
+
+def test_abstract_arguments_are_the_ones_the_run_passes():
+    """aot.py builds its arguments from shapes alone; the run's predictor builds them from
+    placed weights and host arrays. On the CPU mesh (tiny T2V and TI2V, dp2_cp4, resident and
+    sharded) both must agree leaf by leaf: tree, shape, dtype and sharding."""
+    require_eight_devices()
+    from parallel_wan.backends.jax.backend import JaxBackend
+    from parallel_wan.models import transformer as dit
+    from parallel_wan.parallel.shards import SequenceShards
+    from parallel_wan.pipeline.denoise import DenoiseTask
+    from parallel_wan.pipeline.local_work import RankWork
+    from parallel_wan.weights.tree import unflatten
+
+    for model, memory, width in (("tiny", "resident", 48), ("tiny_ti2v", "sharded", 64)):
+        spec = run_spec(f"model={model}", f"memory={memory}", "height=64", f"width={width}", "num_frames=5")
+        tcfg, vcfg, tshapes, _ = shapes_of(spec)
+        backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
+        host = unflatten({n: np.zeros(s, np.float32) for n, s in tshapes.items()})
+        placed = backend.place(host, spec.execution.dtype, dit.keeps_fp32)
+        latent = (1, tcfg.out_channels, 2, spec.video.height // vcfg.scale_factor_spatial, spec.video.width // vcfg.scale_factor_spatial)
+        grid = dit.patch_grid(tcfg, latent)
+        shards = SequenceShards(int(np.prod(grid)), spec.mesh.cp)
+        context = backend.to_device(np.zeros((2, tcfg.text_len, tcfg.text_dim), np.float32), spec.execution.dtype)
+        task = DenoiseTask({"expert": (tcfg, placed)}, context, 1, RankWork(shards, None, (0,), None), grid,
+                           spec.uses_guidance, per_token_timestep=spec.model.task == "ti2v")
+        predictor = backend.noise_predictor(task)
+        x = predictor.shard(np.zeros((1, shards.padded, int(np.prod(tcfg.patch_size)) * tcfg.out_channels), np.float32))
+        real = predictor._inputs("expert", x, 0.0, 1.0)
+
+        mesh = aot.run_mesh(spec, jax.devices())
+        params = aot.transformer_params(tshapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp)
+        shapes = aot.StepShapes(shards.tokens, spec.mesh.cp, 1, spec.uses_guidance, spec.model.task == "ti2v", 0)
+        abstract, x_sharding = aot.step_arguments(tcfg, params, mesh, shapes, spec.execution.dtype)
+
+        assert jax.tree.structure(real) == jax.tree.structure(abstract), model
+        for (path, r), a in zip(jax.tree.leaves_with_path(real), jax.tree.leaves(abstract)):
+            where = f"{model} {jax.tree_util.keystr(path)}"
+            assert (np.shape(r), np.dtype(r.dtype)) == (a.shape, np.dtype(a.dtype)), where
+            if isinstance(r, jax.Array):
+                assert r.sharding.is_equivalent_to(a.sharding, len(a.shape)), where
+        assert predictor.x_sharding.is_equivalent_to(x_sharding, 3)

@@ -1,0 +1,60 @@
+"""Runs on the JAX backend as the JAX tests make them: a generation with its compile log and the
+loop's compile window, and a decoder that decodes nothing where only latents are compared."""
+
+import jax
+from parallel_wan.backends import make_backend
+from parallel_wan.config.compose import compose_settings
+from parallel_wan.run import validate_job
+
+from parallel_wan.backends.jax.compile_log import CompileLog
+
+BASE = ["dtype=float32", "steps=3", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48", "width=48"]
+
+
+STEP = "jit(noise_prediction_step)"
+
+
+def raw_config(overrides) -> dict:
+    return compose_settings(list(overrides)) | {"output_dir": "/tmp/unused"}
+
+
+class Window:
+    """A progress wrapper that notes how many compilations had happened when the loop began
+    and ended."""
+
+    def __init__(self, log: CompileLog):
+        self.log, self.at_start, self.at_end = log, None, None
+
+    def __call__(self, timesteps):
+        self.at_start = len(self.log.events)
+        yield from timesteps
+        self.at_end = len(self.log.events)
+
+
+class NoDecode:
+    """Stands in for the VAE decode where only latents are compared (the decode split is
+    checked through the CLI test)."""
+
+    def compile(self, latent_shape):
+        return {}
+
+    def __call__(self, latents):
+        return []
+
+
+def generate(overrides, decode=True, monkeypatch=None, setup=None):
+    from parallel_wan.pipeline import generate as run_generation
+
+    backend_jax = "backend=jax" in overrides
+    job, ckpt = validate_job(raw_config(overrides), jax.device_count() if backend_jax else 1)
+    spec = job.base
+    backend = make_backend(spec)
+    if not decode:
+        monkeypatch.setattr(backend, "video_decoder", lambda params, cfg: NoDecode())
+    if setup is not None:
+        setup(backend)
+    with CompileLog() as log:
+        window = Window(log)
+        gen = run_generation(spec, backend, ckpt, progress=window)
+    return gen, log, window
+
