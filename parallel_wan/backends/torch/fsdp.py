@@ -33,17 +33,21 @@ _meshes: dict = {}
 
 
 def fsdp_mesh(device_type: str):
-    """One 1-D DeviceMesh over the whole world on its own process group, made once per process.
+    """One 1-D DeviceMesh over the whole world on its own process group, made once per world.
     Experts are placed from loader threads: a lock makes the one `new_group` (which every rank
     must call in the same order) happen exactly once whichever thread comes first. Its own
-    group keeps the prefetching all-gathers off the groups attention uses."""
+    group keeps the prefetching all-gathers off the groups attention uses. A process that
+    destroys its world and joins a new one (a test's persistent rank process, a server that
+    restarts its group) gets a mesh on the new world, never one on a destroyed group."""
     from torch.distributed.device_mesh import DeviceMesh
 
     with _mesh_lock:
-        if device_type not in _meshes:
+        world, mesh = _meshes.get(device_type, (None, None))
+        if world is not dist.group.WORLD:
             group = dist.new_group(list(range(dist.get_world_size())))
-            _meshes[device_type] = DeviceMesh.from_group(group, device_type)
-        return _meshes[device_type]
+            mesh = DeviceMesh.from_group(group, device_type)
+            _meshes[device_type] = (dist.group.WORLD, mesh)
+        return mesh
 
 
 class ParamHolder(nn.Module):
