@@ -16,8 +16,25 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
+# The built-in tiny model is stored once per machine (parallel_wan/builtin/stored.py); the
+# tests' runs and every process they start share one store of their own, made for this
+# session and removed after it, never the user's ~/.cache.
+if "PARALLEL_WAN_CACHE_HOME" not in os.environ:
+    import tempfile
+
+    os.environ["PARALLEL_WAN_CACHE_HOME"] = _SESSION_CACHE = tempfile.mkdtemp(prefix="parallel_wan_tests_")
+else:
+    _SESSION_CACHE = None
+
 
 import pytest  # noqa: E402 - after the environment above, which JAX reads when it is imported
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -83,13 +83,14 @@ def check_heads(spec: RunSpec, tcfg) -> None:
 
 def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None):
     """The one load of a run — a single generation's and a job's alike: the checkpoint (the
-    built-in tiny model written to `tiny_dir` first), every component onto `backend`, one log
-    line. Returns (Loaded, the checkpoint description)."""
+    built-in tiny model: the one stored on this machine, builtin/stored.py, or written to
+    `tiny_dir` first), every component onto `backend`, one log line. Returns (Loaded, the
+    checkpoint description)."""
     import time
 
     t0 = time.perf_counter()
     if ckpt is None:
-        ckpt = materialize_tiny(spec, tiny_dir) if spec.weights.checkpoint_dir is None else preflight(spec)
+        ckpt = builtin_checkpoint(spec, tiny_dir) if spec.weights.checkpoint_dir is None else preflight(spec)
     loaded = load_components(spec, ckpt, backend)
     backend.synchronize()
     log.info("loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)),
@@ -103,6 +104,13 @@ def loaded_what(spec: RunSpec, ckpt) -> str:
     if spec.weights.checkpoint_dir is None:
         return f"the built-in {spec.model.name} model (random weights)"
     return f"the {ckpt.layout}-layout checkpoint {spec.weights.checkpoint_dir}"
+
+
+def builtin_checkpoint(spec: RunSpec, fallback: str):
+    from ..builtin.stored import tiny_checkpoint_folder
+    from ..weights.layout import describe_checkpoint
+
+    return describe_checkpoint(tiny_checkpoint_folder(spec.model.task, fallback))
 
 
 def materialize_tiny(spec: RunSpec, folder: str):

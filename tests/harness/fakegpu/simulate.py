@@ -107,8 +107,19 @@ def _progress(recorder: Recorder):
     return wrap
 
 
+class _NoFrames:
+    """The VAE decode left out (`simulate(decode=False)`): the step-cache tests compare what the
+    loop does; every mesh's decode on fake GPUs is test_fake_gpu_runs' subject."""
+
+    def compile(self, latent_shape):
+        return {}
+
+    def __call__(self, latents):
+        return []
+
+
 def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPER,
-             compile_backend: str | None = None, first_block_metric=None) -> RankRun:
+             compile_backend: str | None = None, first_block_metric=None, decode: bool = True) -> RankRun:
     from parallel_wan.launch import TORCHRUN, Launch
     from parallel_wan.pipeline import generate
     from parallel_wan.backends import make_backend
@@ -127,6 +138,8 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
             out.device = str(backend.device)
             if compile_backend:
                 backend.compile_backend = compile_backend
+            if not decode:
+                backend.video_decoder = lambda params, cfg: _NoFrames()
             gen = generate(spec, backend, ckpt, progress=_progress(out.recorder))
             out.latents, out.info = tuple(gen.latents.shape), gen.info
         except Exception as exc:  # noqa: BLE001 - reported by Simulation.problems
@@ -136,15 +149,18 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
 
 
 def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, capability=HOPPER,
-             compile_backend: str | None = None, device: str = "auto", first_block_metric=None) -> Simulation:
+             compile_backend: str | None = None, device: str = "auto", first_block_metric=None,
+             decode: bool = True) -> Simulation:
     """`first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
-    each rank's shard gives at each step, as host values (host_side.first_block_values)."""
+    each rank's shard gives at each step, as host values (host_side.first_block_values);
+    `decode=False` leaves the VAE decode out (half a tiny run's fake ops, and the reruns its
+    shape headers cause)."""
     spec = spec_of([*SMALL, *overrides, f"device={device}"], world)
     checkpoints = checkpoints or Checkpoints(tempfile.mkdtemp(prefix="fakegpu_ckpt_"))
     ckpt = checkpoints.for_spec(spec)
     host_side.import_torch_side()
     ledger = Ledger()
-    ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric)
+    ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
              for r in range(world)]
     # Rank 0 runs again when it received from peers that had not run yet (the VAE's shape
     # headers) and so does every rank whose gathered host values are not what its peers sent
@@ -154,7 +170,7 @@ def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, 
         again.add(0)
     for _ in range(world):
         for r in sorted(again):
-            ranks[r] = run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric)
+            ranks[r] = run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
         again = {r for r, *_ in ledger.stale_gathers()}
         if not again:
             break

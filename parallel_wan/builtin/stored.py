@@ -1,0 +1,88 @@
+"""The built-in tiny model written once per machine and read back by every later run.
+
+Building it needs diffusers' model classes (2–3 s of imports, more than the tiny run itself),
+and every process of a run used to build and write its own copy. Its checkpoint folder is now
+kept under `<cache home>/builtin/<architecture>-<digest>`, where the digest covers everything
+that decides its bytes: the architecture, the seed, the sources that build and write it, and
+the versions of the libraries they call. A change to any of them is a new folder, never a
+stale one.
+
+The folder appears whole or not at all (written beside it, then renamed: two processes
+writing at once both end with the same complete folder). Where the cache home cannot be
+written, the model is written to the run's temporary folder as before.
+
+Cache home: $PARALLEL_WAN_CACHE_HOME, else $XDG_CACHE_HOME/parallel_wan, else ~/.cache/parallel_wan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from parallel_wan.models import registry
+
+SEED = 0
+_PACKAGE = Path(__file__).resolve().parents[1]
+# The code that decides the written bytes: the builder, the architectures, the configs it
+# turns into diffusers' and the official layouts, the key maps.
+_SOURCES = ["builtin/tiny.py", "builtin/scheduler.py", "models/registry.py", "models/transformer_config.py",
+            "models/vae_config.py", "weights/t5_keymap.py", "weights/transformer_keymap.py", "weights/vae_keymap.py"]
+_LIBRARIES = ["torch", "diffusers", "transformers", "safetensors", "tokenizers"]
+
+
+def cache_home() -> Path:
+    explicit = os.environ.get("PARALLEL_WAN_CACHE_HOME")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "parallel_wan"
+
+
+def digest(kind: str) -> str:
+    from parallel_wan.builtin.tiny import ARCHITECTURE_OF_KIND
+
+    h = hashlib.sha256()
+    h.update(f"{kind} seed={SEED} {registry.ARCHITECTURES[ARCHITECTURE_OF_KIND[kind]]!r}".encode())
+    for name in _SOURCES:
+        h.update(name.encode() + (_PACKAGE / name).read_bytes())
+    for library in _LIBRARIES:
+        try:
+            h.update(f"{library}=={metadata.version(library)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{library} absent".encode())
+    return h.hexdigest()[:16]
+
+
+def stored_folder(kind: str) -> Path:
+    from parallel_wan.builtin.tiny import ARCHITECTURE_OF_KIND
+
+    return cache_home() / "builtin" / f"{ARCHITECTURE_OF_KIND[kind]}-{digest(kind)}"
+
+
+def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:
+    """The folder holding the built-in `kind` model as a diffusers-layout checkpoint: the stored
+    one (written now if it is not there yet), or `fallback` written now when the cache home is
+    not writable."""
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+
+    folder = stored_folder(kind)
+    if folder.is_dir():
+        return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError:
+        write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout="diffusers")
+        return Path(fallback)
+    try:
+        write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout="diffusers")
+        os.rename(partial, folder)  # atomic; fails if another process got there first
+    except OSError:
+        if not folder.is_dir():
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
