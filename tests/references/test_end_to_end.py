@@ -55,7 +55,6 @@ def test_official_layout_renders_the_same_frames(t2v, tmp_path):
     assert sa["frames_sha256"] == sb["frames_sha256"]
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
 def test_same_seed_same_video_and_another_seed_differs(t2v, tmp_path):
     _, ckpt, _ = t2v
     runs = {}

@@ -58,12 +58,12 @@ def _store(home, kind, queue):
 def test_writers_racing_each_other_leave_one_whole_folder(home):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_store, args=(str(home), "t2v", queue)) for _ in range(3)]
+    procs = [ctx.Process(target=_store, args=(str(home), "t2v", queue)) for _ in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert [p.exitcode for p in procs] == [0, 0]
     folders = {queue.get(timeout=5) for _ in procs}
     assert len(folders) == 1
     # one folder, no partial ones beside it, no fallback written
