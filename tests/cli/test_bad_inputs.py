@@ -456,6 +456,7 @@ def test_cli_refuses_in_one_line_with_exit_2_and_writes_nothing(case, tmp_path, 
 
 
 # ------------------------------------------------------------------------------ unusual but valid
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_empty_long_and_non_latin_prompts_render(tmp_path):
     long_prompt = " ".join(["a red fox jumps over the lazy dog"] * 90)  # ≈ 700 tokens: cut to 512
     prompts = ["", long_prompt, "一只猫在海滩上奔跑", "Кошка бежит по пляжу", "قطة تجري على الشاطئ"]

@@ -110,6 +110,7 @@ def test_nproc_under_a_launcher_is_refused(capsys, monkeypatch):
     assert stop.value.code == 2 and "already started by a launcher" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_nproc_2_runs_the_tiny_model_on_two_processes(tmp_path):
     out = tmp_path / "out"
     proc = python_m("parallel_wan.run", "--nproc", "2", "steps=1", "num_frames=1", "height=32", "width=32",
@@ -139,6 +140,7 @@ def torchrun_doctor(*settings):
                           env=ENV, cwd=REPO)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_doctor_under_torchrun_reports_once_from_rank_0():
     proc = torchrun_doctor("model=tiny", "mesh=cp2")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
@@ -148,6 +150,7 @@ def test_doctor_under_torchrun_reports_once_from_rank_0():
     assert "[rank" not in proc.stdout
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_doctor_under_torchrun_tags_another_ranks_problems():
     proc = torchrun_doctor("model=tiny", "mesh=cp2", "device=cuda")
     assert proc.returncode != 0, proc.stdout

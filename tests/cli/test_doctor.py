@@ -25,6 +25,7 @@ WATCH = ("import sys; opened = []; sys.addaudithook(lambda event, args: event ==
          "print('weight files opened:', opened); sys.exit(rc)")
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_doctor_on_cpu_loads_no_weights():
     code = WATCH
     done = subprocess.run([sys.executable, "-c", code, "model=tiny", "mesh=single"], capture_output=True, text=True,

@@ -158,6 +158,7 @@ def test_the_scanned_loop_is_checked_after_the_scan():
         denoise(spec, schedule, torch.ones(1, 8, 4), Scanned(), lambda it: it, ops)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cli_overflowing_weights_exit_1_in_one_line(tmp_path, overflow_checkpoint):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *SMALL,
@@ -179,6 +180,7 @@ def _wait_for(stream, seen, event, *needles):
             event.set()
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "steps=400",
@@ -203,6 +205,7 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
     assert not out.exists() and sorted(os.listdir(tmp_path)) == []
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_rank_killed_mid_vae_decode_ends_the_job_with_a_rank_tagged_traceback(tmp_path):
 
     # A long decode (many frames) after a short denoise: rank 1 is killed once rank 0 shows the
@@ -231,6 +234,7 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_twenty_generations_in_one_process_hold_memory_steady(tmp_path):
     """Resident memory after the 20th generation vs after the 2nd (the 1st pays one-time costs:
     imports, allocator pools, lazily built kernels and tables). Tolerance 10 % + 20 MB: glibc's

@@ -240,6 +240,7 @@ def test_rerun_skips_verified_entries_and_redoes_a_damaged_one(ti2v_job, monkeyp
     assert np.array_equal(frames(out, "boat"), before)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_preempted_mid_denoise_saves_exits_75_and_resumes_to_the_same_frames(tmp_path, monkeypatch):
     prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "name": "fox"}, {"prompt": "a dog", "seed": 5})
     args = [f"prompts={prompts}", "save_frames=true", "steps=8", "backend=torch"]
@@ -271,6 +272,7 @@ def test_preempted_mid_denoise_saves_exits_75_and_resumes_to_the_same_frames(tmp
     assert report.made == [] and len(report.skipped) == 2
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_signal_between_entries_stops_before_the_next_with_nothing_to_save(tmp_path, monkeypatch):
     marker = tmp_path / "marker.json"
     monkeypatch.setenv("PARALLEL_WAN_PREEMPTED_FILE", str(marker))  # written on this path too (torchrun's agent exits 1)
@@ -305,6 +307,7 @@ def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):
 
 
 @pytest.mark.parametrize("cache", ["none", "taylorseer"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache):
     # A step cache's state (TaylorSeer's factors, its skip log) travels in the saved state too.
     args = ["steps=6", f"output_dir={tmp_path / 'cut'}", "save_frames=true", "backend=torch", f"cache={cache}"]
@@ -382,7 +385,7 @@ def test_reruns_keep_every_runs_record_and_a_changed_named_entry_names_what_chan
 # ------------------------------------------------------------------ JAX, 8 CPU devices
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_job_compiles_each_shape_once_and_resumes_bit_for_bit(tmp_path):
     import jax
 

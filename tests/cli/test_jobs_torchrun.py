@@ -45,7 +45,7 @@ def write_lines(path, *lines):
     return path
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_prompt_file_on_4_ranks_without_a_mesh_equals_the_one_process_job(tmp_path):
     write_png(tmp_path / "first.png", 64, 64)
     prompts = write_lines(tmp_path / "p.jsonl",
@@ -80,7 +80,7 @@ def wait_for(path, pattern, proc, timeout=240):
     pytest.fail(f"{pattern!r} never showed:\n{path.read_text()[-3000:]}")
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sigterm_to_torchrun_mid_denoise_saves_every_rank_and_the_rerun_resumes_bit_for_bit(tmp_path):
     # 9 frames of 48 × 80: 3 × 3 × 5 = 45 tokens, padded to 48 over cp4.
     prompts = write_lines(tmp_path / "p.jsonl", {"prompt": "a fox", "name": "fox", "steps": 16}, {"prompt": "a dog"})

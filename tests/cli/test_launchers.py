@@ -296,6 +296,7 @@ def _start_until_srun(script, env, tmp_path):
 
 
 @pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sbatch_passes_a_signal_to_its_shell_on_to_the_tasks(tmp_path, script):
     # --signal=B:USR1@120 signals only the batch shell: it sends SIGTERM to the step's tasks
     # (scancel --signal, which leaves the step running) and waits for srun again.
@@ -462,6 +463,7 @@ def one_process(tmp_path_factory):
     return np.load(out / "frames.npy")
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_two_torchrun_nodes_on_localhost_render_the_one_process_video(one_process, tmp_path):
     # Two torchrun agents as two nodes would start them (node ranks 0 and 1, one worker
     # each), meeting at a c10d rendezvous on localhost; gloo on CPU. No output_dir: the
@@ -481,6 +483,7 @@ def test_two_torchrun_nodes_on_localhost_render_the_one_process_video(one_proces
     assert_same_frames(np.load(tmp_path / "outputs" / folder / "frames.npy"), one_process, "torchrun 2 nodes, cp2")
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_srun_style_tasks_without_torchrun_render_the_one_process_video(one_process, tmp_path):
     # What srun gives each task, and nothing of torchrun's; the tasks meet at the first node
     # of the node list on the port derived from the job id (the test picks a job id whose

@@ -112,6 +112,7 @@ FB_MESHES = [("cp2", []), ("dp2", []), ("dp2_cp2", []),
 
 
 @pytest.mark.parametrize("mesh,extra", FB_MESHES, ids=[" ".join([m, *e]) for m, e in FB_MESHES])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_first_block_cache_ranks_decide_together(request, mesh, extra):
     files = request.getfixturevalue("three_layers" if "memory=sharded" in extra else "files")
     degrees = mesh_degrees(mesh)
@@ -144,6 +145,7 @@ def test_first_block_cache_ranks_decide_together(request, mesh, extra):
         assert {c.tensors[0] for c in gathers} == {(sums_shape, "float32", f"cuda:{r}")}
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_ranks_deciding_on_their_own_shard_are_caught(files, monkeypatch):
     """The planted bug of harness/fakegpu/planted.py, in-process: First-Block Cache decided from each
     rank's local sums (no group sum) — the last shard computes while the other skips, and the
@@ -165,6 +167,7 @@ SCHEDULE_MESHES = [("cp2", []), ("dp2", []), ("cp2", ["memory=sharded"])]
 
 @pytest.mark.parametrize("kind", ["magcache", "taylorseer"])
 @pytest.mark.parametrize("mesh,extra", SCHEDULE_MESHES, ids=[" ".join([m, *e]) for m, e in SCHEDULE_MESHES])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_host_planned_cache(request, kind, mesh, extra):
     files = request.getfixturevalue("three_layers" if "memory=sharded" in extra else "files")
     degrees = mesh_degrees(mesh)
@@ -181,6 +184,7 @@ def test_host_planned_cache(request, kind, mesh, extra):
     assert records[0]["skipped"]["cond"] == records[0]["skipped"]["uncond"]  # one decision for both rows
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_magcache_calibration_exchanges_are_nccl_legal(files):
     """cache.calibrate=true under CFG parallel × cp: the ratio sums are gathered over cp
     (0-dim and (1,) float32 on each rank's GPU), and the report's float64 calibration and

@@ -36,6 +36,7 @@ def test_cuda_without_cuda_is_one_line():
         pick_device("cuda")
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_device_cuda_puts_each_rank_on_its_own_gpu(tmp_path):
     sim = simulate(["mesh=cp2"], 2, Checkpoints(str(tmp_path)), device="cuda")
     assert sim.problems() == []

@@ -42,6 +42,7 @@ def test_one_gpu(files, model, dtype):
 # running every mesh twice.
 @pytest.mark.parametrize("mesh,capability", [(m, (HOPPER, BLACKWELL)[i % 2]) for i, m in enumerate(MESHES)],
                          ids=lambda v: v if isinstance(v, str) else f"sm_{v[0]}{v[1]}")
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_every_mesh_preset(files, mesh, capability):
     degrees = mesh_degrees(mesh)
     world = degrees["dp"] * degrees["cp"]
@@ -59,6 +60,7 @@ def test_every_mesh_preset(files, mesh, capability):
 
 
 @pytest.mark.parametrize("capability", [HOPPER, BLACKWELL], ids=["sm_90", "sm_100"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_fp32_attention_kernel(files, capability):
     """fp32 has no flash or cuDNN kernel: the memory-efficient one, on both GPUs."""
     sim = simulate(["mesh=cp2", "dtype=float32"], 2, files, capability=capability)
@@ -66,6 +68,7 @@ def test_fp32_attention_kernel(files, capability):
     assert attention_kernels(sim) - {SDPA} == {"cuda_efficient"}
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_memory_sharded(files):
     sim = simulate(["mesh=cp4", "memory=sharded"], 4, files)
     check(sim, at_least={"Stream": 1, "Event.record": 1, "Stream.wait_event": 1})  # FSDP2's own streams
@@ -80,6 +83,7 @@ def test_memory_swap(files, prefetch):
     assert pinned, "the low-noise expert never came in from pinned memory during the loop"
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_compile_aot_eager(files):
     sim = simulate(["compile=true"], 1, files, compile_backend="aot_eager")
     check(sim)

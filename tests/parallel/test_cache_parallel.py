@@ -271,6 +271,7 @@ def one_device(jobs):
 
 # ---------------------------------------------------------------- every mesh
 @pytest.mark.parametrize("name", list(MESHES))
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_every_cache_on_every_mesh_equals_one_device(one_device, jobs, name):
     """Every cache on the mesh: the one-device latents, and every rank reports the one-device
     skipped steps. On ulysses2 also memory=sharded (equal to the resident mesh run bit for
@@ -359,6 +360,7 @@ def swap_caches(tmp_path_factory):
 
 @pytest.mark.parametrize("prefetch", [0, 1])
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_swap_with_each_cache_skipping_the_exchange_step(swap_caches, resident, kind, prefetch):
     """memory=swap with the exchange step (5) skipped — MagCache reusing its residual,
     TaylorSeer predicting, First-Block Cache stopping after block 0 on both branches: the
@@ -416,6 +418,7 @@ def resumed(jobs):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_resumed_inside_a_skip_run_equals_the_whole_cached_run(one_device, jobs, resumed, kind):
     """The one-device job stopped each cache after k steps, k − 1 and k both skipped, and saved
     the state; a new process resumes from the files: the uninterrupted run's latents bit for

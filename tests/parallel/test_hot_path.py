@@ -106,6 +106,7 @@ def _distance(a, b):
     return np.linalg.norm(la - lb) / np.linalg.norm(lb), diff.mean(), int(diff.max())
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_compiled_bf16_is_as_close_to_fp32_as_eager_bf16():
     """bf16 (the default dtype) under Inductor, the backend users run: not eager's bits —
     Inductor fuses the norm/modulation/gate/RoPE chains and keeps their intermediates in fp32

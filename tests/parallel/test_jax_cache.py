@@ -68,6 +68,7 @@ def test_the_settings_really_skip(torch_runs):
 
 
 @pytest.mark.parametrize("kind", CACHES)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_one_device_equals_torch(kind, torch_runs, one_device):
     ref, (gen, _, _) = torch_runs[kind], one_device[kind]
     # fp32 both sides, XLA and torch sum in different orders: measured ≤ 2.9e-6.
@@ -103,6 +104,7 @@ def test_mesh_equals_torch_one_device(kind, mesh, torch_runs, monkeypatch):
     assert gen.info["mesh"]["padding"] > 0
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_calibration_measures_the_torch_curve(monkeypatch):
     base = [o for o in SIZE if o not in STEPS] + ["steps=4", "cache=magcache", "cache.calibrate=true"]
     ref = generate(base + ["backend=torch"])[0].info["cache"]

@@ -61,6 +61,7 @@ def dp2_cp4(compile_cache):
     return generate(BASE + ["backend=jax", "mesh=dp2_cp4"])
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_one_device_renders_the_torch_video(one_device):
     gen, _, _ = one_device
     ref, _, _ = generate(BASE + ["backend=torch"])
@@ -72,6 +73,7 @@ def test_one_device_renders_the_torch_video(one_device):
     assert diff.max() <= 2, f"frames differ by up to {diff.max()}"
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_dp2_cp4_renders_the_one_device_video(one_device, dp2_cp4):
     # CFG over dp × (ring 2 × Ulysses 2); the decode split by height over 6 devices (6 latent
     # rows). Sharding changes only summation orders: measured 8.4e-7 on the latents, frames
@@ -179,6 +181,7 @@ def test_jax_only_settings_and_device_counts_are_refused_early():
         validate_job(raw_config(["scan_loop=true"]), 1)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cli_dp2_cp4_writes_the_in_process_video(dp2_cp4, compile_cache, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": REPO, "XLA_FLAGS": os.environ["XLA_FLAGS"],

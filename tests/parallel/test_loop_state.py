@@ -71,6 +71,7 @@ def whole_and_resumed(world, overrides, directory):
 
 
 @pytest.mark.parametrize("sampler", ["unipc", "euler"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_torch_one_process_resumes_bit_for_bit(sampler, tmp_path):
     whole, resumed = whole_and_resumed(1, BASE + [f"sampler={sampler}"], str(tmp_path))
     assert np.array_equal(whole, resumed)
@@ -78,7 +79,7 @@ def test_torch_one_process_resumes_bit_for_bit(sampler, tmp_path):
     assert record["step"] == STOP and record["sampler"] == (["last", "x0_prev", "x0_prev2"] if sampler == "unipc" else [])
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_torch_padded_ring_ulysses_mesh_resumes_bit_for_bit(tmp_path):
     # usp2x2: Ulysses 2 × ring 2 on 4 gloo ranks, 27 tokens padded to 28; each rank saves its shard.
     whole, resumed = whole_and_resumed(4, BASE + ["mesh=usp2x2"], str(tmp_path))
@@ -95,6 +96,7 @@ def jax_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_host_loop_resumes_bit_for_bit(jax_env, tmp_path):
     # mesh=cp4 over the 8 virtual devices: the state is a sharded global array, saved from the host.
     whole, resumed = whole_and_resumed(1, BASE + ["backend=jax", "mesh=cp4"], str(tmp_path))
@@ -102,6 +104,7 @@ def test_jax_host_loop_resumes_bit_for_bit(jax_env, tmp_path):
 
 
 @pytest.mark.parametrize("sampler", ["unipc", "euler"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_scan_as_two_scans_resumes_bit_for_bit(sampler, jax_env, tmp_path):
     # [0, STOP) in one scan, state saved; [STOP, N) in a second scan of a new process.
     overrides = BASE + ["backend=jax", "scan_loop=true", f"sampler={sampler}"]

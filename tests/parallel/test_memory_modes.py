@@ -57,6 +57,7 @@ def resident_and_sharded(rank, world, overrides):
 
 
 @pytest.mark.parametrize("world, mesh", [(2, "cp2"), (4, "dp2_cp2")])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sharded_equals_resident(world, mesh):
     from parallel_wan import memory_plan as planner
     from parallel_wan.builtin.tiny import transformer_config
@@ -201,6 +202,7 @@ def test_swap_plan_marks():
     assert not any(s.prefetch for s in plan) and plan[switch].release == HIGH
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_swap_equals_resident_and_frees_the_high_expert():
 
     from parallel_wan.backends.torch.backend import TorchBackend, start_torch_backend
@@ -313,6 +315,7 @@ class PrefixRunner:
 
 
 @pytest.mark.parametrize("stop", [0, 1])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
     """memory=swap, exchange step stopped after `stop` blocks: the pass's close still drops
     every high-noise block and copies every low-noise one, so from the next step on the
@@ -394,6 +397,7 @@ def test_text_encoder_is_freed_after_encoding():
 
 
 # ---------------------------------------------------------------- settings
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_memory_settings():
     from parallel_wan.config import ConfigError
 

@@ -46,6 +46,7 @@ def one_device():
     (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"], TI2V),  # TI2V: CFG × ring, per-token t
     (4, ["mesh=ulysses4"], TI2V),                                  # TI2V ulysses 4, padded
 ])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mesh_matches_one_device(one_device, world, mesh, base):
     ref = one_device(base)
     got = run_on_ranks(generate_on_rank, world, base + mesh, timeout_s=300)[0]
@@ -53,7 +54,7 @@ def test_mesh_matches_one_device(one_device, world, mesh, base):
     assert info["cp"] * (2 if "dp2" in mesh[0] else 1) == world
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_eight_ranks_dp2_cp4(one_device):
     ref = one_device(T2V)
     assert_same_video(run_on_ranks(generate_on_rank, 8, T2V + ["mesh=dp2_cp4"], timeout_s=600)[0], ref)
@@ -62,7 +63,7 @@ def test_eight_ranks_dp2_cp4(one_device):
 PROMPTS = ["prompt=['a dog jumps','a red car at night']"]
 
 
-@pytest.mark.slow  # > 30 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_dp_splits_a_batch_of_prompts(one_device):
     # Two prompts on dp2 × ulysses 2: each dp group denoises one prompt; rank 0 gets both videos.
     both = one_device(T2V + PROMPTS)
@@ -75,6 +76,7 @@ def test_dp_splits_a_batch_of_prompts(one_device):
     assert err <= RTOL
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_dead_rank_ends_the_job_with_a_message(tmp_path):
     # Two ranks started the way torchrun starts them (env vars), without torchrun's agent, so
     # nothing but our own failure handling ends rank 0 once rank 1 is killed mid-denoise.
@@ -101,6 +103,7 @@ def test_a_dead_rank_ends_the_job_with_a_message(tmp_path):
     assert not out.exists()  # nothing half-written
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_torchrun_cli_writes_one_folder_and_logs_from_rank_zero(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(

@@ -221,5 +221,6 @@ WORLD8 = [(1, 8, 1, 13), (1, 1, 8, 13), (1, 2, 4, 13), (1, 4, 2, 9), (2, 2, 2, 5
 
 
 @pytest.mark.parametrize("world_size,cases", [(2, WORLD2), (4, WORLD4), (8, WORLD8)], ids=["world2", "world4", "world8"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sequence_parallel_attention_equals_one_device(world_size, cases):
     _check(world_size, cases)

@@ -121,6 +121,7 @@ def _check(name, world, ranks, reference):
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_height_split_decode_matches_one_process(cases, world):
     ranks = run_on_ranks(decode_on_rank, world, [c[:3] for c in cases.values()], timeout_s=180)
     for i, name in enumerate(cases):

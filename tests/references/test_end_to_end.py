@@ -17,6 +17,7 @@ def t2v(tiny_t2v):
     return tiny_t2v.model, tiny_t2v.diffusers, tiny_t2v.official
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_t2v_matches_diffusers_wan_pipeline(t2v, tmp_path):
     from diffusers import UniPCMultistepScheduler, WanPipeline
 
@@ -55,6 +56,7 @@ def test_official_layout_renders_the_same_frames(t2v, tmp_path):
     assert sa["frames_sha256"] == sb["frames_sha256"]
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_same_seed_same_video_and_another_seed_differs(t2v, tmp_path):
     _, ckpt, _ = t2v
     runs = {}

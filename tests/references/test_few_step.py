@@ -247,6 +247,7 @@ LIGHT = ["model=tiny_lightning", "dtype=float32", "num_frames=9", "seed=3", "pro
          "width=48"]
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_four_torch_ranks_equal_one_device():
     # The Lightning schedule with CFG on the low-noise expert only: one row per forward in the
     # high-noise steps, two in the low-noise ones, on ulysses 2 × ring 2 (27 tokens, padded).
@@ -257,6 +258,7 @@ def test_four_torch_ranks_equal_one_device():
     assert_same_video(run_on_ranks(generate_on_rank, 4, mixed + ["mesh=usp2x2"], timeout_s=300)[0], ref)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_meshes_and_scan_equal_one_device(monkeypatch):
     # Mixed guidance: the high-noise expert's program has one row per prompt and a context of
     # the prompts alone, the low-noise expert's both CFG halves; the scanned loop picks per step.

@@ -175,6 +175,7 @@ def test_wan21_image_branch_keys_are_dropped_and_counted(tiny, tmp_path, caplog)
     assert len(lora.targets) == cfg.num_layers
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_merges_the_same_lora(tiny, tmp_path):
     """The merge happens in the loader both backends share: JAX renders torch's LoRA video."""
     _, ckpt, files, _ = tiny

@@ -55,6 +55,7 @@ def _store(home, kind, queue):
     queue.put(str(stored.tiny_checkpoint_folder(kind, os.path.join(home, f"fallback{os.getpid()}"))))
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_writers_racing_each_other_leave_one_whole_folder(home):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -96,6 +97,7 @@ def test_a_cache_home_that_is_a_file_falls_back_to_the_runs_folder(home, tmp_pat
     assert home.read_text() == "not a folder"
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_the_cli_run_uses_the_store(home, tmp_path):
     """The README's main command: the first run stores the model, the second reads it and
     renders the same video without importing diffusers."""

@@ -85,6 +85,7 @@ def test_jax_plugins_installed_finds_a_namespace_plugin(tmp_path, monkeypatch):
     assert backend_choice.jax_plugins_installed() is True
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_the_cli_prints_no_libtpu_errors_on_this_cpu_host(tmp_path):
     """A user's shell has no JAX_PLATFORMS (tests/conftest.py sets one for the tests: removed here)."""
     if backend_choice.tpu_present():

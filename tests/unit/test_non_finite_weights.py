@@ -172,6 +172,7 @@ def assert_refused_in_one_line(proc, work, words):
     assert os.listdir(work) == [], os.listdir(work)  # no outputs/<date_time>, no outputs/
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_the_users_case_nan_in_to_k_stops_the_cli_with_exit_2_and_writes_nothing(checkpoints, tmp_path):
     root = copy_of(checkpoints, "diffusers", tmp_path)
     file = poison(root / "transformer", TO_K["diffusers"], [0, 1, 2, 3])
@@ -179,6 +180,7 @@ def test_the_users_case_nan_in_to_k_stops_the_cli_with_exit_2_and_writes_nothing
     assert_refused_in_one_line(proc, work, [str(file), f"tensor {TO_K['diffusers']} holds 4 non-finite values"])
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_lora_with_nan_stops_the_cli_with_exit_2_naming_file_and_key(tmp_path):
     from parallel_wan.builtin.tiny import transformer_config
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from parallel_wan.jobs.output_folder import claim_folder, release_if_empty
 from parallel_wan.run import CONF_DIR
 
@@ -45,6 +47,7 @@ def test_release_removes_only_an_empty_folder(tmp_path):
     assert kept.is_dir() and not empty.exists()
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_runs_started_together_never_write_into_another_runs_folder(tmp_path):
     """Three runs without output_dir= start at once, while every outputs/<date_time> name of the
     next minute is already taken by an earlier run's folder holding its video: each run makes a

@@ -188,6 +188,7 @@ def _tiny_on_rank(rank, world, overrides):
     return {"denoise": denoise, "decode": decode}
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cp2_ranks_match_measured():
     """mesh=cp2 (Ulysses over 2 ranks), the tiny run in fp32: each rank's denoise phase
     beside the weights (its 160 tokens, the all-to-all buffers) and the VAE decode split by
@@ -243,6 +244,7 @@ def _random_tree(shapes, dtype):
 # fp32: 1,920 tokens × 2 CFG rows, 4 layers. bf16 at 480 tokens and 2 layers (the carry between
 # blocks is still there): CPU bf16 GEMMs here run 8× slower than fp32 ones (no bf16 units).
 @pytest.mark.parametrize("dtype, layers, size", [("float32", 4, (256, 384)), ("bfloat16", 2, (128, 192))])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
     """dim 1024, 8 heads, ffn 4×: the activations, not the 512-slot text context, dominate; one
     expert resident, random weights built here."""
@@ -267,6 +269,7 @@ def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
            _measure_denoise(spec, tcfg, experts, {}, shapes))
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mid_size_vae_decode_matches_measured():
     """Wan 2.1's VAE at its real widths (96…384 channels), 96×96, 5 frames (the second latent
     frame runs with the causal time cache full)."""
