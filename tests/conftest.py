@@ -53,12 +53,11 @@ def tiny_t2v(tmp_path_factory):
                            official=str(folders["official"]))
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _rank_pool():
-    """The gloo rank processes (harness/ranks.py) serve every module of this worker's session:
-    each world size's processes start (and import torch and parallel_wan) once, not once per
-    module; they stop when the session ends. A call that fails discards its processes, and each
-    call gets a fresh process group, so no test sees a group or a failure another left."""
+    """The gloo rank processes a module's tests share (harness/ranks.py) stop when the module
+    ends: each module pays for its ranks' start-up once, and no rank outlives the module that
+    used it (memory, and state a test module might leave in a process)."""
     yield
     import sys
 

@@ -17,8 +17,8 @@ from harness.paths import REPO
 
 
 # Each world size's rank processes are spawned (and import torch and parallel_wan) once, then
-# serve every test that asks for that many ranks; a failed call discards them
-# (benchmarks/gloo_ranks.py RankPool); conftest.py closes the pool when the session ends.
+# serve every test of the module that asks for that many ranks; a failed call discards them
+# (benchmarks/gloo_ranks.py RankPool); conftest.py closes the pool after each module.
 POOL = RankPool(threads_per_rank=1)
 
 
