@@ -1,5 +1,5 @@
 """Run one function on N CPU processes joined by gloo, and collect what each returns — for the
-benchmarks and, through tests/distributed.py, the tests.
+benchmarks and, through tests/harness/ranks.py, the tests.
 
 `spawn_ranks(fn, world_size, *args)` calls `fn(rank, world_size, *args)` in N spawned processes
 (a fork after torch has started its OpenMP threads can deadlock the child) and returns the
@@ -40,26 +40,10 @@ def spawn_ranks(fn, world_size: int, *args, threads_per_rank: int = 1, timeout_s
                           reports, args))
         for rank in range(world_size)
     ]
-    results: dict[int, object] = {}
-    errors: dict[int, str] = {}
     try:
         for p in procs:
             p.start()
-        deadline = time.monotonic() + timeout_s
-        while len(results) < world_size and not errors:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = [r for r in range(world_size) if r not in results]
-                errors.update({r: f"no result within {timeout_s:.0f} s (hung or too slow)" for r in missing})
-                break
-            try:
-                rank, ok, payload = reports.get(timeout=min(left, 0.2))
-            except queue_lib.Empty:
-                _note_dead(procs, results, errors)  # a rank killed by a signal never reports
-                continue
-            (results if ok else errors)[rank] = payload
-        if errors:
-            _collect_late_failures(procs, reports, results, errors)
+        results, errors = _await_reports(procs, reports, world_size, timeout_s)
     finally:
         for p in procs:
             if p.is_alive():
@@ -68,6 +52,33 @@ def spawn_ranks(fn, world_size: int, *args, threads_per_rank: int = 1, timeout_s
             p.join(timeout=5)
         reports.close()
         shutil.rmtree(workdir, ignore_errors=True)
+    return _in_rank_order(fn, world_size, results, errors)
+
+
+def _await_reports(procs, reports, world_size: int, timeout_s: float) -> tuple[dict, dict]:
+    """Each rank's (ok, value) from `reports` (`.get(timeout)` → (rank, ok, value)) until every
+    rank reported, one failed, one died or the time is up: (results, errors) by rank."""
+    results: dict[int, object] = {}
+    errors: dict[int, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(results) < world_size and not errors:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = [r for r in range(world_size) if r not in results]
+            errors.update({r: f"no result within {timeout_s:.0f} s (hung or too slow)" for r in missing})
+            break
+        try:
+            rank, ok, value = reports.get(timeout=min(left, 0.2))
+        except queue_lib.Empty:
+            _note_dead(procs, results, errors)  # a rank killed by a signal never reports
+            continue
+        (results if ok else errors)[rank] = value
+    if errors:
+        _collect_late_failures(procs, reports, results, errors)
+    return results, errors
+
+
+def _in_rank_order(fn, world_size: int, results: dict, errors: dict) -> list:
     if errors:
         text = "\n".join(f"--- rank {r}:\n{errors[r]}" for r in sorted(errors))
         raise RanksFailed(f"{len(errors)} of {world_size} ranks failed running {fn.__name__}:\n{text}")
@@ -144,32 +155,13 @@ class RankPool:
         payload = pickle.dumps((fn, args))
         for rank in range(world_size):
             tasks[rank].put((call, payload, list(sys.path), os.path.join(workdir, "store"), timeout_s))
-        results: dict[int, object] = {}
-        errors: dict[int, str] = {}
         try:
-            deadline = time.monotonic() + timeout_s
-            while len(results) < world_size and not errors:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = [r for r in range(world_size) if r not in results]
-                    errors.update({r: f"no result within {timeout_s:.0f} s (hung or too slow)" for r in missing})
-                    break
-                try:
-                    got_call, rank, ok, value = reports.get(timeout=min(left, 0.2))
-                except queue_lib.Empty:
-                    _note_dead(procs, results, errors)
-                    continue
-                if got_call == call:
-                    (results if ok else errors)[rank] = value
-            if errors:
-                _collect_late_failures(procs, _ThisCall(reports, call), results, errors)
+            results, errors = _await_reports(procs, _ThisCall(reports, call), world_size, timeout_s)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         if errors:
             self._discard(world_size)
-            text = "\n".join(f"--- rank {r}:\n{errors[r]}" for r in sorted(errors))
-            raise RanksFailed(f"{len(errors)} of {world_size} ranks failed running {fn.__name__}:\n{text}")
-        return [results[r] for r in range(world_size)]
+        return _in_rank_order(fn, world_size, results, errors)
 
     def _start(self, world_size: int):
         while self._ranks and sum(len(procs) for procs, _, _ in self._ranks.values()) + world_size > self.max_processes:
