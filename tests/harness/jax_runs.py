@@ -1,5 +1,5 @@
 """Runs on the JAX backend as the JAX tests make them: a generation with its compile log and the
-loop's compile window, and a decoder that decodes nothing where only latents are compared."""
+loop's compile window (the decoder that decodes nothing is harness.no_decode)."""
 
 import jax
 from parallel_wan.backends import make_backend
@@ -7,6 +7,8 @@ from parallel_wan.config.compose import compose_settings
 from parallel_wan.run import validate_job
 
 from parallel_wan.backends.jax.compile_log import CompileLog
+
+from harness.no_decode import NoDecode
 
 BASE = ["dtype=float32", "steps=3", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48", "width=48"]
 
@@ -29,17 +31,6 @@ class Window:
         self.at_start = len(self.log.events)
         yield from timesteps
         self.at_end = len(self.log.events)
-
-
-class NoDecode:
-    """Stands in for the VAE decode where only latents are compared (the decode split is
-    checked through the CLI test)."""
-
-    def compile(self, latent_shape):
-        return {}
-
-    def __call__(self, latents):
-        return []
 
 
 def generate(overrides, decode=True, monkeypatch=None, setup=None):

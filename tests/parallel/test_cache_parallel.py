@@ -27,7 +27,7 @@ import pytest
 
 from harness.ranks import run_on_ranks
 from harness.frames import RTOL
-from harness.jax_runs import NoDecode
+from harness.no_decode import NoDecode
 from harness.probes import assert_swapped_at, swap_probe
 
 # 8 steps: the tiny model runs steps 0-5 on the high-noise expert (5 is the swap's exchange

@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from harness.jax_devices import rel_err, require_eight_devices
-from harness.jax_runs import BASE, NoDecode, STEP, generate, raw_config
+from harness.jax_runs import BASE, STEP, generate, raw_config
+from harness.no_decode import NoDecode
 
 require_eight_devices()
 

@@ -20,7 +20,7 @@ import pytest
 from harness.ranks import run_on_ranks
 from parallel_wan.pipeline.loop_state import LoopState, load_loop_state, rank_stem, save_loop_state
 from parallel_wan.run import CONF_DIR
-from harness.jax_runs import NoDecode
+from harness.no_decode import NoDecode
 
 REPO = os.path.dirname(CONF_DIR)
 STEPS, STOP = 5, 2  # the tiny model's boundary puts steps 0-1 on the high-noise expert

@@ -19,6 +19,8 @@ import traceback
 from dataclasses import dataclass, field
 
 
+from harness.no_decode import NoDecode
+
 from . import host_side
 from .collectives import checked_collectives, nccl_as_fake
 from .cuda_runtime import FakeCudaRuntime
@@ -107,17 +109,6 @@ def _progress(recorder: Recorder):
     return wrap
 
 
-class _NoFrames:
-    """The VAE decode left out (`simulate(decode=False)`): the step-cache tests compare what the
-    loop does; every mesh's decode on fake GPUs is test_fake_gpu_runs' subject."""
-
-    def compile(self, latent_shape):
-        return {}
-
-    def __call__(self, latents):
-        return []
-
-
 def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPER,
              compile_backend: str | None = None, first_block_metric=None, decode: bool = True) -> RankRun:
     from parallel_wan.launch import TORCHRUN, Launch
@@ -139,7 +130,7 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
             if compile_backend:
                 backend.compile_backend = compile_backend
             if not decode:
-                backend.video_decoder = lambda params, cfg: _NoFrames()
+                backend.video_decoder = lambda params, cfg: NoDecode()  # the step-cache tests' subject is the loop
             gen = generate(spec, backend, ckpt, progress=_progress(out.recorder))
             out.latents, out.info = tuple(gen.latents.shape), gen.info
         except Exception as exc:  # noqa: BLE001 - reported by Simulation.problems
