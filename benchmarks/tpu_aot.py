@@ -1,13 +1,14 @@
 """Per-chip memory of a real model on a TPU slice, from XLA's compile-time analysis (no TPU):
 
-    python benchmarks/tpu_aot.py model=wan2.2_t2v_a14b [topology=v5p:2x2x2] [vae_effort=-1] [mesh=dp2_cp4 memory=…]
+    python benchmarks/tpu_aot.py model=wan2.2_t2v_a14b [topology=v5p:2x2x2] [vae_effort=-1] [step_effort=-1] [mesh=dp2_cp4 memory=…]
 
 Builds the run's mesh on libtpu's compile-only devices of `topology`, compiles the denoising
 step and the VAE decode (backends/jax/aot.py) and prints XLA's bytes per chip beside the
 memory planner's (`python -m parallel_wan.plan`). These are the compiler's buffer assignment,
 not a measurement on a TPU. vae_effort=-1 compiles the VAE with XLA's lowest optimisation
 effort (a minute instead of many on 2 CPU cores; its buffers are those of that program);
-the default is XLA's own. tests/gpu/test_tpu_aot.py uses the same functions.
+step_effort=-1 does the same for the step (9 CPU-s instead of 41 for A14B); the default is
+XLA's own. tests/gpu/test_tpu_aot.py uses the same functions, both at -1.
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ def shapes_of(spec):
     return tcfg, vcfg, planner.transformer_shapes(tcfg), {n: tuple(p.shape) for n, p in vae.named_parameters()}
 
 
-def compile_model(spec, devices, vae_effort: float | None = None) -> dict:
+def compile_model(spec, devices, vae_effort: float | None = None, step_effort: float | None = None) -> dict:
     """Every program of `spec` compiled for `devices`, the planner's plan and the per-chip phases."""
     from parallel_wan import memory_plan as planner
     from parallel_wan.backends.jax import aot
 
     tcfg, vcfg, tshapes, vshapes = shapes_of(spec)
-    programs = aot.compile_generation(spec, tcfg, vcfg, tshapes, vshapes, devices, vae_effort=vae_effort)
+    programs = aot.compile_generation(spec, tcfg, vcfg, tshapes, vshapes, devices, vae_effort=vae_effort,
+                                      step_effort=step_effort)
     t0 = time.perf_counter()
     plan = planner.plan(spec)
     return {"spec": spec, "programs": programs, "plan": plan, "chip": aot.chip_bytes(programs, spec.model.experts),
@@ -73,8 +75,8 @@ def report(result: dict, topology: str) -> str:
         ("VAE decode phase, per chip", chip["vae decode"], plan.phases["vae decode"]),
     ]
     lines = [f"{spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} dtype={spec.execution.dtype} mesh={spec.mesh.name} "
-             f"memory={spec.memory.mode} on {topology}: step compiled in {programs['step'].seconds:.0f} s, {vae.name} in "
-             f"{vae.seconds:.0f} s (effort {'default' if vae.effort is None else vae.effort}); planner "
+             f"memory={spec.memory.mode} on {topology}: step compiled in {programs['step'].seconds:.0f} s "
+             f"(effort {_effort(programs['step'].effort)}), {vae.name} in {vae.seconds:.0f} s (effort {_effort(vae.effort)}); planner "
              f"{result['plan_seconds']:.0f} s",
              f"  {'':<54} {'XLA':>9} {'planner':>9}"]
     lines += [f"  {name:<54} {xla / GB:7.2f}GB {planned / GB:7.2f}GB" for name, xla, planned in rows]
@@ -82,10 +84,14 @@ def report(result: dict, topology: str) -> str:
     return "\n".join(lines)
 
 
+def _effort(effort: float | None) -> str:
+    return "default" if effort is None else f"{effort:g}"
+
+
 def main(argv: list[str]) -> None:
     from parallel_wan.backends.jax import aot
 
-    options = {"topology": "v5p:2x2x2", "vae_effort": None}
+    options = {"topology": "v5p:2x2x2", "vae_effort": None, "step_effort": None}
     overrides = []
     for arg in argv:
         key, _, value = arg.partition("=")
@@ -93,10 +99,10 @@ def main(argv: list[str]) -> None:
             options[key] = value
         else:
             overrides.append(arg)
-    effort = None if options["vae_effort"] in (None, "default") else float(options["vae_effort"])
+    effort = {k: None if options[k] in (None, "default") else float(options[k]) for k in ("vae_effort", "step_effort")}
     devices = aot.topology_devices(options["topology"])
     spec = run_spec(*overrides, world=len(devices))
-    print(report(compile_model(spec, devices, effort), options["topology"]))
+    print(report(compile_model(spec, devices, **effort), options["topology"]))
 
 
 if __name__ == "__main__":

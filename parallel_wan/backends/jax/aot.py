@@ -172,7 +172,7 @@ def _compile(name: str, build, args, platform: str, effort: float | None = None)
 
 
 def compile_step(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str, fsdp: bool, kernel: str = "auto",
-                 platform: str = PLATFORM) -> Compiled:
+                 platform: str = PLATFORM, effort: float | None = None) -> Compiled:
     """The denoising step of an expert with config `tcfg` and (abstract) `params`, compiled for
     `mesh`'s devices. Experts with equal shapes (T2V/I2V-A14B) share this one program."""
     specs = jax.tree.map(lambda leaf: leaf.sharding.spec, params) if fsdp else None
@@ -183,7 +183,7 @@ def compile_step(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str, fsdp:
                          2 if shapes.uses_guidance else 1, shapes.per_token_timestep, kernel)
         return jax.jit(step, out_shardings=x_sharding)
 
-    return _compile(STEP_NAME, build, args, platform)
+    return _compile(STEP_NAME, build, args, platform, effort)
 
 
 def vae_decode_mesh(devices, latent_height: int) -> Mesh:
@@ -212,12 +212,13 @@ def run_mesh(spec, devices) -> Mesh:
 
 
 def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: dict, devices,
-                       vae_effort: float | None = None) -> dict:
+                       vae_effort: float | None = None, step_effort: float | None = None) -> dict:
     """Every program `generate` compiles for `spec` (a RunSpec; backend=jax), for `devices`
     (e.g. `topology_devices("v5p:2x2x2")`): {"step": Compiled, "vae_decode": Compiled,
     "params": one expert's abstract tree, "vae_params": the VAE's as placed, "mesh", …}. Experts share the step when
-    their shapes agree (every Wan 2.2 model's do). `vae_effort`: see `_compile` (XLA:TPU
-    spends minutes of CPU on the VAE's convolutions at its default)."""
+    their shapes agree (every Wan 2.2 model's do). `vae_effort`, `step_effort`: see `_compile`
+    (XLA:TPU spends minutes of CPU on the VAE's convolutions at its default; the step's
+    compile takes 4× the CPU at the default that it takes at -1)."""
     mesh = run_mesh(spec, devices)
     latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
     latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
@@ -230,7 +231,8 @@ def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: d
         "params": params,
         "shapes": shapes,
         "latent_shape": latent_shape,
-        "step": compile_step(tcfg, params, mesh, shapes, spec.execution.dtype, spec.memory.jax_fsdp),
+        "step": compile_step(tcfg, params, mesh, shapes, spec.execution.dtype, spec.memory.jax_fsdp,
+                             effort=step_effort),
         "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat, effort=vae_effort),
         "vae_params": vae_params(vae_shapes, mesh, spec.memory.jax_fsdp),
     }
