@@ -20,7 +20,7 @@ chosen so that the ranks' *local* metrics would decide differently while the gro
 skips: a rank deciding on its own shard diverges, and the ledger says so (planted below and
 in harness/fakegpu/planted.py). No activation value is checked here: the CPU tests hold the numerics.
 
-The VAE decode is left out (`decode=False`): a cache changes the loop; the decode on every mesh
+The VAE decode is left out (`decode=False`): a cache changes the loop; the decode of every mesh
 is test_fake_gpu_runs'.
 """
 
