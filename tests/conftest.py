@@ -30,6 +30,19 @@ else:
 import pytest  # noqa: E402 - after the environment above, which JAX reads when it is imported
 
 
+def pytest_configure(config):
+    # pytest-xdist's loadfile would hand the modules out ordered by their number of tests;
+    # harness/schedule.py orders them by measured seconds instead (pytest_collection_modifyitems)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    from harness.schedule import longest_first, module_seconds
+
+    longest_first(items, module_seconds())
+
+
 def pytest_unconfigure(config):
     if _SESSION_CACHE is not None:
         import shutil
