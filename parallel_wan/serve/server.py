@@ -1,0 +1,188 @@
+"""Starting a server and how it ends, on every rank.
+
+Order (run.py's, with the HTTP side added): join the job → check the start settings (one line,
+exit 2) → start the world and the backend → rank 0 binds the port, opens the store, starts
+HTTP in a thread (GET /health answers 503 until the model is loaded) — and every rank learns
+whether that worked → load once → the worker's loop (worker.py).
+
+Endings: SIGTERM/SIGUSR1 on any rank — the running job stops after its step on every rank, its
+loop state is saved and it goes back to the queue; exit 75 (a signal between jobs: exit 75 too,
+nothing to save). A failure that is not a job's (a rank gone, a collective timing out): the
+reason in one line, the running job stays claimed until a restart (or another server) takes it
+again; exit 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import tempfile
+import threading
+import uuid
+
+from ..config import ConfigError, backend_name
+from ..jobs import PREEMPTED_EXIT, Preempted
+from .settings import ServerSettings
+
+log = logging.getLogger("parallel_wan")
+
+
+def serve(settings: ServerSettings, raw: dict, why: str | None = None) -> None:
+    from ..backends import make_backend
+    from ..backends.process import check_device, join_job
+    from ..run import _log_choices, _refuse, setup_logging
+    from .served import serve_start
+
+    try:
+        process = join_job(backend_name(raw), str(raw.get("device") or "auto"))
+    except ConfigError as exc:
+        _refuse(exc, True)
+    setup_logging(process.rank, bool(raw.get("log_all_ranks")))
+    try:
+        served = serve_start(raw, process.world, process.node_size, settings.videos_dir)
+        check_device(served.base, process.local_rank, process.world)
+    except ConfigError as exc:
+        _refuse(exc, process.rank == 0)
+    _log_choices(why, served.base)
+    backend = make_backend(served.base, process.launch)
+    http = Http(settings, served) if backend.is_main else None
+    problem = backend.same_on_every_rank(http.start() if http else None)
+    if problem is not None:
+        if backend.is_main:
+            print(f"parallel_wan: error: {problem}", file=sys.stderr, flush=True)
+        _exit(2, process.count)
+    try:
+        _serve(settings, served, backend, http)
+    except BaseException as exc:
+        _end(exc, http, process)
+    process.shutdown()
+
+
+def _serve(settings, served, backend, http) -> None:
+    from ..jobs.preemption import PreemptionFlag
+    from ..pipeline.checkpoint import load
+    from .worker import Worker
+
+    flag = PreemptionFlag().install()
+    with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
+        loaded, ckpt = load(served.base, backend, served.ckpt, tiny_dir)
+        worker = Worker(served, settings, backend, flag, ckpt, loaded,
+                        *((http.store, http.claimant, http.state, http.metrics) if http else ()))
+        if http:
+            http.worker = worker
+            http.state.loaded = True
+            log.info("ready: model=%s, %d %s; POST /v1/videos on http://%s:%d", served.model, served.base.mesh.world_size,
+                     "rank" if served.base.mesh.world_size == 1 else "ranks", settings.host, http.port)
+        worker.run()
+
+
+class Http:
+    """Rank 0's side: the port, the store, the HTTP thread, the lease."""
+
+    def __init__(self, settings: ServerSettings, served):
+        self.settings, self.served = settings, served
+        self.claimant = uuid.uuid4().hex
+        self.worker = None
+        self.port = settings.port
+        self.server = None
+        self.stopped = threading.Event()
+
+    def start(self) -> str | None:
+        """Bind, open the store, serve; a one-line problem (the port is taken, the database cannot
+        be opened) or None. Every rank waits for the answer."""
+        try:
+            return self._start()
+        except Exception as exc:  # sqlite3 errors (a read-only or locked database), an unwritable storage_dir
+            return f"storage_dir={self.settings.storage_dir}: the server cannot start there ({type(exc).__name__}: {exc})"
+
+    def _start(self) -> str | None:
+        import uvicorn
+
+        from .app import ServerState, make_app
+        from .metrics import ServerMetrics
+        from .store import Store
+
+        try:
+            sock = socket.socket(socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.settings.host, self.settings.port))
+            sock.listen(2048)
+        except OSError as exc:
+            return (f"host={self.settings.host} port={self.settings.port}: cannot listen there ({exc.strerror or exc}); "
+                    "pick another port= (another server may hold it)")
+        self.port = sock.getsockname()[1]
+        os.makedirs(self.settings.videos_dir, exist_ok=True)
+        self.store = Store(self.settings.database)
+        name = f"{socket.gethostname()}:{self.port}"
+        back = self.store.register(self.claimant, name)
+        if back:
+            log.info("%d job(s) this server was running when it stopped are queued again: %s", len(back), ", ".join(back))
+        self.state = ServerState(ranks=self.served.base.mesh.world_size)
+        self.metrics = ServerMetrics(self.store, lambda: self.state.ready)
+        app = make_app(self.store, self.served, self.settings, self.state, self.metrics)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True, name="http").start()
+        threading.Thread(target=self._lease, daemon=True, name="lease").start()
+        log.info("serving on http://%s:%d (storage_dir=%s); the model loads now, GET /health says when it is ready",
+                 self.settings.host, self.port, self.settings.storage_dir)
+        return None
+
+    def _lease(self) -> None:
+        from .store import LEASE_S
+
+        while not self.stopped.wait(LEASE_S / 6):
+            try:
+                self.store.heartbeat(self.claimant)
+            except Exception as exc:  # a locked or full disk: the next beat may pass; a lapse only lets another server retry
+                log.warning("the lease could not be renewed: %s", exc)
+
+    def stop(self, problem: str | None) -> None:
+        """The loop ended: /health says why while HTTP finishes what it is answering."""
+        self.state.problem = problem or "the server is stopping"
+        self.stopped.set()
+        if self.worker is not None and self.worker.current is not None and problem is None:
+            self.store.requeue(self.worker.current)  # its state is saved: a restart resumes it
+        try:
+            self.store.leave(self.claimant)
+        except Exception:  # the disk itself may be what failed
+            pass
+        if self.server is not None:
+            self.server.should_exit = True
+
+
+def _end(exc: BaseException, http: Http | None, process) -> None:
+    from ..run import _fail
+    from .worker import StopServing
+
+    preempted = isinstance(exc, (Preempted, StopServing))
+    if http is not None:
+        current = http.worker.current if http.worker else None
+        http.stop(None if preempted else f"{type(exc).__name__}: {exc}")
+        if not preempted and current is not None:
+            print(f"parallel_wan: the server stops while running {current}; it runs again when a server of this "
+                  f"storage_dir starts (or takes it over after {_lease_s():.0f} s)", file=sys.stderr, flush=True)
+    if isinstance(exc, StopServing):
+        if process.rank == 0:
+            print(f"parallel_wan: {exc}; exit code {PREEMPTED_EXIT}", file=sys.stderr, flush=True)
+        _exit(PREEMPTED_EXIT, process.count)
+    if not preempted and process.count > 1 and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        print(f"parallel_wan: rank {process.rank}/{process.count}: a collective failed or a rank is gone; the server "
+              "stops (exit 1)", file=sys.stderr, flush=True)
+    _fail(exc, process.rank, process.count)
+
+
+def _lease_s() -> float:
+    from .store import LEASE_S
+
+    return LEASE_S
+
+
+def _exit(code: int, count: int) -> None:
+    if count > 1:
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
