@@ -51,9 +51,9 @@ def progress_of(row: dict) -> int:
     return min(99, 100 * row["step"] // max(1, row["steps"]))
 
 
-def video_object(row: dict) -> dict:
+def video_object(row: dict, record: bool = True) -> dict:
     """A job as OpenAI's `Video` (every field the SDK's type needs), plus what we know besides:
-    the step, whether it resumed, and once completed the sidecar's record."""
+    the step, whether it resumed, and once completed (`record`: not in lists) the sidecar's record."""
     video = {
         "id": row["id"], "object": "video", "model": row["model"], "status": row["status"],
         "progress": progress_of(row), "created_at": row["created_at"], "completed_at": row["completed_at"],
@@ -63,7 +63,7 @@ def video_object(row: dict) -> dict:
     }
     if row["status"] == "failed":
         video["error"] = {"code": "generation_failed", "message": row["error"] or "failed"}
-    if row["status"] == "completed" and row["record"]:
+    if record and row["status"] == "completed" and row["record"]:
         video["record"] = json.loads(row["record"])
     return video
 
@@ -117,7 +117,7 @@ def make_app(store, served, settings, state: ServerState, metrics) -> FastAPI:
         if order not in ("asc", "desc"):
             return error(400, f"order={order!r} must be asc or desc", "order")
         rows, more = await run_in_threadpool(store.page, limit, after, order)
-        data = [video_object(r) for r in rows]
+        data = [video_object(r, record=False) for r in rows]
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": more}
 

@@ -46,7 +46,7 @@ let chosen = null;
 
 async function api(path, options) {
   const answer = await fetch(path, options);
-  const body = answer.headers.get("content-type", "").startsWith("application/json") ? await answer.json() : null;
+  const body = (answer.headers.get("content-type") || "").startsWith("application/json") ? await answer.json() : null;
   if (!answer.ok) throw new Error(body && body.error ? body.error.message : answer.status + " " + answer.statusText);
   return body;
 }
