@@ -3,7 +3,10 @@ host=, port=, storage_dir=, max_body_mb= (settings.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+
+EXTRA = ("fastapi", "uvicorn", "prometheus_client", "multipart")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -14,10 +17,11 @@ def main(argv: list[str] | None = None) -> None:
     from .settings import split_settings
 
     words = front("serve", sys.argv[1:] if argv is None else list(argv))
-    try:
-        import fastapi, multipart, prometheus_client, uvicorn  # noqa: E401, F401 - the serve extra, checked before anything starts
-    except ImportError as exc:
-        _refuse(ConfigError(f"the server needs the serve extra ({exc.name} is missing): pip install "
+    # The serve extra, looked up (not imported: prometheus_client must first be imported after
+    # metrics.py has chosen its mode) before anything starts.
+    missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        _refuse(ConfigError(f"the server needs the serve extra ({', '.join(missing)} missing): pip install "
                             "\"parallel_wan[serve]\""), True)
     try:
         settings, rest = split_settings(words)

@@ -1,14 +1,12 @@
-"""The HTTP side (rank 0 only, in a thread beside the denoising loop): OpenAI's Videos API over
-the store. It validates and queues; it never touches the model. The loop learns of a new job
-through `state.wake` and of a DELETE through the store, read at its step vote."""
+"""The HTTP side: OpenAI's Videos API over the store, in a process of its own beside rank 0's loop
+(http_process.py). It validates and queues; it never touches the model. The loop learns of a new
+job and of a DELETE through the store alone — a DELETE at its next step vote."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import threading
-from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
@@ -22,20 +20,6 @@ from .page import PAGE
 from .store import FINISHED, IdempotencyConflict, is_id, new_id
 from .files import delete_files, video_path
 from .uploads import store_image
-
-
-@dataclass
-class ServerState:
-    """What the HTTP side knows of the loop: loaded, or a rank gone (the /health answer)."""
-
-    ranks: int = 1
-    loaded: bool = False
-    problem: str | None = None  # a rank is gone, or the loop stopped
-    wake: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def ready(self) -> bool:
-        return self.loaded and self.problem is None
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -68,20 +52,12 @@ def video_object(row: dict, record: bool = True) -> dict:
     return video
 
 
-def make_app(store, served, settings, state: ServerState, metrics) -> FastAPI:
+def make_app(store, served, settings, health, metrics) -> FastAPI:
     """The FastAPI app of one server: `store` (the queue), `served` (what requests resolve
-    against), `settings` (ServerSettings), `state` (shared with the loop), `metrics`."""
+    against), `settings` (ServerSettings), `health()` → (ready, problem), `metrics`."""
     app = FastAPI(title="parallel_wan", docs_url=None, redoc_url=None, openapi_url=None)
-    key = api_key()
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-
-    @app.middleware("http")
-    async def check_key(request: Request, call_next):
-        if request.url.path != "/health" and not authorized(request.headers.get("authorization"), key):
-            challenge = 'Basic realm="parallel_wan"' if request.url.path == "/" else "Bearer"
-            return error(401, "a valid API key is needed: send Authorization: Bearer <PARALLEL_WAN_API_KEY>",
-                         headers={"WWW-Authenticate": challenge})
-        return await call_next(request)
+    app.add_middleware(KeyCheck, key=api_key())
 
     def found(video_id: str) -> dict | None:
         return store.get(video_id) if is_id(video_id) else None
@@ -107,7 +83,6 @@ def make_app(store, served, settings, state: ServerState, metrics) -> FastAPI:
             return error(409, f"Idempotency-Key {idem!r} was used for another request; use a new key for a new "
                               "request", "Idempotency-Key")
         metrics.requests.labels("queued" if created else "repeated").inc()
-        state.wake.set()
         return video_object(row)
 
     @app.get("/v1/videos")
@@ -116,15 +91,17 @@ def make_app(store, served, settings, state: ServerState, metrics) -> FastAPI:
             return error(400, f"limit={limit} must be between 1 and 100", "limit")
         if order not in ("asc", "desc"):
             return error(400, f"order={order!r} must be asc or desc", "order")
-        rows, more = await run_in_threadpool(store.page, limit, after, order)
+        rows, more = store.page(limit, after, order)
         data = [video_object(r, record=False) for r in rows]
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": more}
 
     @app.get("/v1/videos/{video_id}")
     async def retrieve(video_id: str):
-        row = await run_in_threadpool(found, video_id)
-        return missing(video_id) if row is None else video_object(row)
+        # The poll: read in the event loop (a primary-key read from SQLite costs less than the hop to a
+        # worker thread, and every thread beside the loop's competes with it for the GIL).
+        row = found(video_id)
+        return missing(video_id) if row is None else JSONResponse(video_object(row))
 
     @app.get("/v1/videos/{video_id}/content")
     async def content(video_id: str, variant: str = "video"):
@@ -154,12 +131,13 @@ def make_app(store, served, settings, state: ServerState, metrics) -> FastAPI:
         return {"id": video_id, "object": "video.deleted", "deleted": True}
 
     @app.get("/health")
-    async def health():
-        body = {"status": "ok" if state.ready else ("loading" if state.problem is None else "unavailable"),
-                "model": served.model, "ranks": state.ranks}
-        if state.problem is not None:
-            body["message"] = state.problem
-        return JSONResponse(body, status_code=200 if state.ready else 503)
+    async def healthy():
+        ready, problem = health()
+        body = {"status": "ok" if ready else ("loading" if problem is None else "unavailable"),
+                "model": served.model, "ranks": served.base.mesh.world_size}
+        if problem is not None:
+            body["message"] = problem
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/v1/models")
     async def models():
@@ -242,3 +220,21 @@ def _queue(store, served, settings, fields: dict, image: bytes | None, idem: str
         os.remove(path)  # the retry's copy; the first request's image is the job's
     return row, created
 
+
+
+class KeyCheck:
+    """PARALLEL_WAN_API_KEY (auth.py) as plain ASGI middleware: every path but /health."""
+
+    def __init__(self, app, key: bytes | None):
+        self.app, self.key = app, key
+
+    async def __call__(self, scope, receive, send):
+        if self.key is None or scope["type"] != "http" or scope["path"] == "/health":
+            return await self.app(scope, receive, send)
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        if authorized(header, self.key):
+            return await self.app(scope, receive, send)
+        challenge = 'Basic realm="parallel_wan"' if scope["path"] == "/" else "Bearer"
+        response = error(401, "a valid API key is needed: send Authorization: Bearer <PARALLEL_WAN_API_KEY>",
+                         headers={"WWW-Authenticate": challenge})
+        await response(scope, receive, send)

@@ -24,6 +24,7 @@ class Served:
     world: int
     node_size: int | None
     videos_dir: str
+    device: tuple  # (bytes one device holds or None, where that comes from): memory_plan.fits.device_memory, once
 
     @property
     def model(self) -> str:
@@ -38,7 +39,7 @@ class Served:
             preflight(spec)  # the built-in tiny model: nothing read
         else:
             check_compatible(spec, self.ckpt)
-        check_fits(spec, self.ckpt)
+        check_fits(spec, self.ckpt, device=self.device)
         return spec
 
     def request(self, fields: dict, image: str | None = None) -> tuple[RunSpec, dict]:
@@ -56,14 +57,18 @@ class Served:
             raise RequestError(str(exc), field_of(str(exc), source)) from None
 
 
-def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str) -> Served:
+def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str, device: tuple | None = None) -> Served:
     """The start settings checked as run.py checks a run (the checkpoint's headers, the fit);
-    the mesh (mesh=auto decides it here) then holds for every job. Raises ConfigError."""
+    the mesh (mesh=auto decides it here) then holds for every job. `device`: the device's memory
+    as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
+    from ..memory_plan.fits import device_memory
+
     with _placeholder_image(raw) as image:  # an i2v model's image comes with each request
         base = resolve({**raw, "output_dir": videos_dir, **image}, world, node_size)
     ckpt = preflight(base)
-    check_fits(base, ckpt)
-    return Served({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir)
+    device = tuple(device) if device is not None else device_memory(base)
+    check_fits(base, ckpt, device=device)
+    return Served({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)
 
 
 @contextlib.contextmanager

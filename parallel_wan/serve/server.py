@@ -1,9 +1,9 @@
 """Starting a server and how it ends, on every rank.
 
 Order (run.py's, with the HTTP side added): join the job → check the start settings (one line,
-exit 2) → start the world and the backend → rank 0 binds the port, opens the store, starts
-HTTP in a thread (GET /health answers 503 until the model is loaded) — and every rank learns
-whether that worked → load once → the worker's loop (worker.py).
+exit 2) → start the world and the backend → rank 0 binds the port, opens the store and starts
+the HTTP process (http_process.py; GET /health answers 503 until the model is loaded) — and
+every rank learns whether that worked → load once → the worker's loop (worker.py).
 
 Endings: SIGTERM/SIGUSR1 on any rank — the running job stops after its step on every rank, its
 loop state is saved and it goes back to the queue; exit 75 (a signal between jobs: exit 75 too,
@@ -69,39 +69,40 @@ def _serve(settings, served, backend, http) -> None:
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
         loaded, ckpt = load(served.base, backend, served.ckpt, tiny_dir)
         worker = Worker(served, settings, backend, flag, ckpt, loaded,
-                        *((http.store, http.claimant, http.state, http.metrics) if http else ()))
+                        *((http.store, http.claimant, http.metrics) if http else ()))
         if http:
             http.worker = worker
-            http.state.loaded = True
+            http.ready()
             log.info("ready: model=%s, %d %s; POST /v1/videos on http://%s:%d", served.model, served.base.mesh.world_size,
                      "rank" if served.base.mesh.world_size == 1 else "ranks", settings.host, http.port)
         worker.run()
 
 
 class Http:
-    """Rank 0's side: the port, the store, the HTTP thread, the lease."""
+    """Rank 0's side: the port, the store, the HTTP process (http_process.py), the lease."""
 
     def __init__(self, settings: ServerSettings, served):
         self.settings, self.served = settings, served
         self.claimant = uuid.uuid4().hex
         self.worker = None
         self.port = settings.port
-        self.server = None
+        self.process = None
         self.stopped = threading.Event()
 
     def start(self) -> str | None:
-        """Bind, open the store, serve; a one-line problem (the port is taken, the database cannot
-        be opened) or None. Every rank waits for the answer."""
+        """Bind, open the store, start the HTTP process; a one-line problem (the port is taken,
+        the database cannot be opened) or None. Every rank waits for the answer."""
         try:
             return self._start()
         except Exception as exc:  # sqlite3 errors (a read-only or locked database), an unwritable storage_dir
             return f"storage_dir={self.settings.storage_dir}: the server cannot start there ({type(exc).__name__}: {exc})"
 
     def _start(self) -> str | None:
-        import uvicorn
+        import dataclasses
+        import json
+        import subprocess
 
-        from .app import ServerState, make_app
-        from .metrics import ServerMetrics
+        from .metrics import FOLDER_ENV, LoopMetrics
         from .store import Store
 
         try:
@@ -115,21 +116,30 @@ class Http:
         self.port = sock.getsockname()[1]
         os.makedirs(self.settings.videos_dir, exist_ok=True)
         self.store = Store(self.settings.database)
-        name = f"{socket.gethostname()}:{self.port}"
-        back = self.store.register(self.claimant, name)
+        back = self.store.register(self.claimant, f"{socket.gethostname()}:{self.port}")
         if back:
             log.info("%d job(s) this server was running when it stopped are queued again: %s", len(back), ", ".join(back))
-        self.state = ServerState(ranks=self.served.base.mesh.world_size)
-        self.metrics = ServerMetrics(self.store, lambda: self.state.ready)
-        app = make_app(self.store, self.served, self.settings, self.state, self.metrics)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True, name="http").start()
+        # The loop's metrics and the HTTP process's meet in files there (metrics.py); set before
+        # prometheus_client is first imported in this process, inherited by the HTTP process.
+        self.metrics_dir = tempfile.mkdtemp(prefix="parallel_wan_metrics_")
+        os.environ[FOLDER_ENV] = self.metrics_dir
+        self.metrics = LoopMetrics()
+        served = self.served
+        config = {"fd": sock.fileno(), "settings": dataclasses.asdict(self.settings), "raw": served.raw,
+                  "world": served.world, "node_size": served.node_size, "device": served.device,
+                  "claimant": self.claimant}
+        self.process = subprocess.Popen([sys.executable, "-m", "parallel_wan.serve.http_process"], stdin=subprocess.PIPE,
+                                        pass_fds=(sock.fileno(),), text=True)
+        self.process.stdin.write(json.dumps(config) + "\n")
+        self.process.stdin.flush()  # stdin stays open: its end tells the HTTP process that rank 0 is gone
+        sock.close()
         threading.Thread(target=self._lease, daemon=True, name="lease").start()
         log.info("serving on http://%s:%d (storage_dir=%s); the model loads now, GET /health says when it is ready",
                  self.settings.host, self.port, self.settings.storage_dir)
         return None
+
+    def ready(self) -> None:
+        self.store.set_health(self.claimant, True)
 
     def _lease(self) -> None:
         from .store import LEASE_S
@@ -141,17 +151,25 @@ class Http:
                 log.warning("the lease could not be renewed: %s", exc)
 
     def stop(self, problem: str | None) -> None:
-        """The loop ended: /health says why while HTTP finishes what it is answering."""
-        self.state.problem = problem or "the server is stopping"
+        """The loop ended: /health says why; the running job goes back to the queue when its
+        state was saved (`problem` None); the HTTP process ends."""
+        import shutil
+
         self.stopped.set()
-        if self.worker is not None and self.worker.current is not None and problem is None:
-            self.store.requeue(self.worker.current)  # its state is saved: a restart resumes it
         try:
+            self.store.set_health(self.claimant, False, problem or "the server is stopping")
+            if self.worker is not None and self.worker.current is not None and problem is None:
+                self.store.requeue(self.worker.current)  # its state is saved: a restart resumes it
             self.store.leave(self.claimant)
         except Exception:  # the disk itself may be what failed
             pass
-        if self.server is not None:
-            self.server.should_exit = True
+        if self.process is not None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except Exception:
+                self.process.kill()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
 
 def _end(exc: BaseException, http: Http | None, process) -> None:

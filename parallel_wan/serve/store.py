@@ -56,7 +56,9 @@ CREATE TABLE IF NOT EXISTS servers (
     claimant TEXT PRIMARY KEY,
     name TEXT NOT NULL,
     started_at REAL NOT NULL,
-    heartbeat REAL NOT NULL
+    heartbeat REAL NOT NULL,
+    ready INTEGER NOT NULL DEFAULT 0,
+    problem TEXT
 );
 """
 
@@ -169,6 +171,21 @@ class Store:
             db.execute("INSERT OR REPLACE INTO servers (claimant, name, started_at, heartbeat) VALUES (?, ?, ?, ?)",
                        (claimant, name, now, now))
         return ids
+
+    def set_health(self, claimant: str, ready: bool, problem: str | None = None) -> None:
+        """What GET /health says for this server: loaded and every rank there, or the problem."""
+        with self._write() as db:
+            db.execute("UPDATE servers SET ready = ?, problem = ? WHERE claimant = ?", (int(ready), problem, claimant))
+
+    def health(self, claimant: str) -> tuple[bool, str | None]:
+        row = self._db().execute("SELECT ready, problem FROM servers WHERE claimant = ?", (claimant,)).fetchone()
+        if row is None:
+            return False, "the server is stopping"
+        return bool(row["ready"]) and row["problem"] is None, row["problem"]
+
+    def has_queued(self) -> bool:
+        """A cheap look (no lock) before a claim."""
+        return self._db().execute("SELECT 1 FROM videos WHERE status = 'queued' LIMIT 1").fetchone() is not None
 
     def heartbeat(self, claimant: str) -> None:
         with self._write() as db:

@@ -27,6 +27,7 @@ from .files import delete_files
 log = logging.getLogger("parallel_wan")
 
 IDLE_S = 0.5
+POLL_S = 0.05
 
 
 class TextsOnDemand:
@@ -41,13 +42,12 @@ class TextsOnDemand:
 
 
 class Worker:
-    def __init__(self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, state=None,
-                 metrics=None):
-        """`settings`: the ServerSettings; `store`, `claimant`, `state`, `metrics`: rank 0's (None
-        on the other ranks)."""
+    def __init__(self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, metrics=None):
+        """`settings`: the ServerSettings; `store`, `claimant`, `metrics` (LoopMetrics): rank 0's
+        (None on the other ranks)."""
         self.served, self.settings, self.backend, self.flag = served, settings, backend, flag
         self.ckpt, self.loaded = ckpt, loaded
-        self.store, self.claimant, self.state, self.metrics = store, claimant, state, metrics
+        self.store, self.claimant, self.metrics = store, claimant, metrics
         self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
         self.done = 0
         if backend.is_main:
@@ -66,11 +66,14 @@ class Worker:
                 self.current = None
 
     def _next(self) -> dict | None:
-        """Rank 0: the next job claimed, or None after waiting up to IDLE_S for one."""
-        row = self.store.claim(self.claimant)
+        """Rank 0: the next job claimed, or None after waiting up to IDLE_S for one (a look at the
+        queue every POLL_S; a claim, which takes the write lock, only when something is there)."""
+        row, deadline = self.store.claim(self.claimant), time.monotonic() + IDLE_S
+        while row is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            if self.store.has_queued():
+                row = self.store.claim(self.claimant)
         if row is None:
-            self.state.wake.wait(IDLE_S)
-            self.state.wake.clear()
             return None
         settings = json.loads(row["settings"])
         try:

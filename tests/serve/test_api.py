@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from parallel_wan.config import ConfigError
 from parallel_wan.config.compose import compose_settings
 from parallel_wan.run import validate_job
-from parallel_wan.serve.app import ServerState, make_app
+from parallel_wan.serve.app import make_app
 from parallel_wan.serve.metrics import ServerMetrics
 from parallel_wan.serve.served import serve_start
 from parallel_wan.serve.settings import server_settings
@@ -39,10 +39,13 @@ class Api:
         self.start = [*SETTINGS, *start]
         self.served = serve_start(compose_settings(self.start), 1, None, self.settings.videos_dir)
         self.store = Store(self.settings.database)
-        self.state = ServerState()
-        app = make_app(self.store, self.served, self.settings, self.state,
-                       ServerMetrics(self.store, lambda: self.state.ready))
-        self.client = TestClient(app)
+        self.store.register("test", "127.0.0.1:0")
+
+        def health():
+            return self.store.health("test")
+
+        self.client = TestClient(make_app(self.store, self.served, self.settings, health,
+                                          ServerMetrics(self.store, health)))
 
     def nothing_queued(self):
         assert sum(self.store.counts().values()) == 0, self.store.counts()
@@ -163,10 +166,11 @@ def test_an_image_on_a_text_to_video_model_is_the_clis_refusal(api):
     api.nothing_queued()
 
 
-def test_the_planners_memory_check_refuses_before_queueing(api, monkeypatch):
+def test_the_planners_memory_check_refuses_before_queueing(tmp_path, monkeypatch):
     from parallel_wan.memory_plan import fits
 
     monkeypatch.setattr(fits, "device_memory", lambda spec: (1e5, "a 100 kB test device"))
+    api = Api(tmp_path / "storage", ["num_frames=5", "height=16", "width=16"])  # the start settings fit
     answer = api.client.post("/v1/videos", json={"prompt": "a", "size": "128x128", "num_frames": 17})
     assert answer.status_code == 400, answer.text
     assert "does not fit" in answer.json()["error"]["message"] and "a 100 kB test device" in answer.text
@@ -219,9 +223,9 @@ def test_every_endpoint_but_health_needs_the_key(tmp_path, monkeypatch):
 
 def test_health_is_503_until_loaded_and_when_a_rank_is_gone(api):
     assert api.client.get("/health").json()["status"] == "loading"
-    api.state.loaded = True
+    api.store.set_health("test", True)
     assert api.client.get("/health").status_code == 200
-    api.state.problem = "RuntimeError: [gloo] Connection closed by peer"
+    api.store.set_health("test", False, "RuntimeError: [gloo] Connection closed by peer")
     answer = api.client.get("/health")
     assert answer.status_code == 503 and "Connection closed" in answer.json()["message"]
 

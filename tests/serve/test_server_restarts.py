@@ -7,24 +7,11 @@ the restarts; two servers sharing one storage_dir run each job exactly once."""
 
 import re
 import signal
-import time
 
 import numpy as np
 import pytest
 
 from harness.serve import SETTINGS, Server
-
-
-def wait_step(server, video_id, step, timeout=300):
-    """Block until the job has done at least `step` denoising steps."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        video = server.video(video_id)
-        if video["status"] == "in_progress" and video["step"] >= step:
-            return video
-        assert video["status"] in ("queued", "in_progress"), video
-        time.sleep(0.02)
-    server.fail(f"{video_id} never reached step {step}")
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
@@ -36,7 +23,7 @@ def test_sigterm_mid_job_exits_75_on_every_rank_and_the_restart_resumes_bit_for_
         reference = server.post(**job)
         server.wait_for(reference["id"], "completed")
         cut, queued = server.post(**job), server.post(prompt="after the restart", seed=4)
-        wait_step(server, cut["id"], 3)
+        server.wait_step(cut["id"], 3)
         server.signal(signal.SIGTERM, rank=0)  # `kill PID` of the server: rank 0 alone gets it, the vote tells the rest
         assert server.wait_exit() == [75, 75, 75, 75], server.text()[-3000:]
     finally:
@@ -64,7 +51,7 @@ def test_a_dead_rank_and_kill_9_lose_no_accepted_job(tmp_path):
     server = Server(storage, SETTINGS, ranks=4, agent=False).wait_ready()
     try:
         jobs = [server.post(prompt=f"job {i}", seed=i, num_inference_steps=12) for i in range(3)]
-        wait_step(server, jobs[0]["id"], 2)
+        server.wait_step(jobs[0]["id"], 2)
         server.signal(signal.SIGKILL, rank=1)
         codes = server.wait_exit(timeout=120)
     finally:
@@ -76,7 +63,7 @@ def test_a_dead_rank_and_kill_9_lose_no_accepted_job(tmp_path):
     again = Server(storage, SETTINGS, ranks=4, agent=False, port=server.port).wait_ready()
     try:
         assert again.wait_for(jobs[0]["id"], "completed")["progress"] == 100  # run again from the start
-        wait_step(again, jobs[1]["id"], 2)
+        again.wait_step(jobs[1]["id"], 2)
         again.signal(signal.SIGKILL, rank=None)  # kill -9 of every process: nothing runs any more code
         again.wait_exit(timeout=60)
     finally:
