@@ -69,7 +69,7 @@ def throughput(videos: int, folder: Path) -> None:
 def cli(words: list[str], cwd: Path) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", *TINY, *words], cwd=cwd, capture_output=True,
-                          text=True, env=environment())
+                          text=True, env=environment(), check=False)
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     return time.perf_counter() - t0
@@ -77,8 +77,8 @@ def cli(words: list[str], cwd: Path) -> float:
 
 def step_seconds(server: ServerProcesses) -> tuple[float, int]:
     text = server.client.get("/metrics").text
-    total = float(re.search(r"^parallel_wan_step_seconds_sum (\S+)", text, re.M).group(1))
-    count = int(float(re.search(r"^parallel_wan_step_seconds_count (\S+)", text, re.M).group(1)))
+    total = float(re.search(r"^parallel_wan_step_seconds_sum (\S+)", text, re.MULTILINE).group(1))
+    count = int(float(re.search(r"^parallel_wan_step_seconds_count (\S+)", text, re.MULTILINE).group(1)))
     return total, count
 
 

@@ -6,6 +6,7 @@ Cheap: no torch, no fastapi."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -75,7 +76,7 @@ def server_settings(values: dict) -> ServerSettings:
         max_body = float(values["max_body_mb"])
     except ValueError:
         max_body = -1.0
-    if not max_body > 0 or max_body != max_body or max_body == float("inf"):
+    if not (math.isfinite(max_body) and max_body > 0):
         raise ConfigError(f"max_body_mb={values['max_body_mb']!r} must be a positive number of megabytes, e.g. "
                           "max_body_mb=32")
     storage = writable_folder("storage_dir", values["storage_dir"], "e.g. storage_dir=outputs/serve")

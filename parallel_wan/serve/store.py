@@ -77,8 +77,10 @@ def is_id(text: str) -> bool:
 
 
 class Store:
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, durable: bool = True):
+        """`durable=False`: commits are not synced to disk one by one (a WAL checkpoint does it) —
+        for the loop's progress, written after every step, which a crash may lose harmlessly."""
+        self.path, self.durable = path, durable
         self._local = threading.local()
         self._db().executescript(SCHEMA)  # each CREATE … IF NOT EXISTS commits on its own
 
@@ -88,7 +90,7 @@ class Store:
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # committed = on disk, before the reply
+            db.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")  # FULL: on disk before the reply
             db.execute("PRAGMA busy_timeout=30000")
             self._local.db = db
         return db
@@ -209,9 +211,10 @@ class Store:
                     return None
                 if row["attempts"] < MAX_ATTEMPTS:
                     break
+                error = (f"the server stopped {row['attempts']} times while running this job (a rank died, or it "
+                         "was killed); not tried again")
                 db.execute("UPDATE videos SET status = 'failed', completed_at = ?, error = ? WHERE id = ?",
-                           (int(now), f"the server stopped {row['attempts']} times while running this job "
-                                      "(a rank died, or it was killed); not tried again", row["id"]))
+                           (int(now), error, row["id"]))
             db.execute("UPDATE videos SET status = 'in_progress', claimant = ?, attempts = attempts + 1, "
                        "started_at = ?, cancel_requested = 0 WHERE id = ? AND status = 'queued'",
                        (claimant, int(now), row["id"]))

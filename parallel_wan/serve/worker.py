@@ -23,6 +23,7 @@ from ..errors import RunError
 from ..jobs import Entry, Job, check_saved_states, generate_entry, result_key
 from ..jobs.resume import drop_state
 from .files import delete_files
+from .store import Store
 
 log = logging.getLogger("parallel_wan")
 
@@ -48,6 +49,7 @@ class Worker:
         self.served, self.settings, self.backend, self.flag = served, settings, backend, flag
         self.ckpt, self.loaded = ckpt, loaded
         self.store, self.claimant, self.metrics = store, claimant, metrics
+        self.progress_store = None if store is None else Store(store.path, durable=False)
         self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
         self.done = 0
         if backend.is_main:
@@ -158,7 +160,7 @@ class Worker:
 
     def _progress(self, video_id: str):
         """Rank 0's progress wrapper around the steps: the store learns each step as it ends."""
-        store, seconds = self.store, self.metrics.step_seconds
+        store, seconds = self.progress_store, self.metrics.step_seconds
 
         def watch(steps):
             steps = iter(steps)

@@ -22,7 +22,6 @@ from parallel_wan.serve.served import serve_start
 from parallel_wan.serve.settings import server_settings
 from parallel_wan.serve.store import Store
 
-from harness.images import write_png
 from harness.paths import ENV
 from harness.serve import KEY, SETTINGS
 

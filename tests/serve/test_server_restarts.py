@@ -19,7 +19,7 @@ def test_sigterm_mid_job_exits_75_on_every_rank_and_the_restart_resumes_bit_for_
     storage = tmp_path / "storage"
     server = Server(storage, SETTINGS, ranks=4, agent=False).wait_ready()
     try:
-        job = dict(prompt="a fox in the snow", seed=9, num_inference_steps=16)
+        job = {"prompt": "a fox in the snow", "seed": 9, "num_inference_steps": 16}
         reference = server.post(**job)
         server.wait_for(reference["id"], "completed")
         cut, queued = server.post(**job), server.post(prompt="after the restart", seed=4)

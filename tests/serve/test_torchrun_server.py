@@ -35,9 +35,9 @@ def cli_frames(tmp_path, name, **settings):
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_moves(server, tmp_path):
-    requests = [dict(prompt="a fox runs", seed=1, num_inference_steps=8),
-                dict(prompt="a boat sails", seed=2, size="80x48"),
-                dict(prompt="a kite flies", seed=3, num_frames=5, guidance_scale=5.0, guidance_scale_2=2.0)]
+    requests = [{"prompt": "a fox runs", "seed": 1, "num_inference_steps": 8},
+                {"prompt": "a boat sails", "seed": 2, "size": "80x48"},
+                {"prompt": "a kite flies", "seed": 3, "num_frames": 5, "guidance_scale": 5.0, "guidance_scale_2": 2.0}]
     answers = [None] * 3
 
     def post(i):
