@@ -6,8 +6,9 @@ Why a process and not a thread of rank 0: the denoising loop takes the GIL back 
 torch op, so any Python thread answering requests beside it makes it wait (measured on CPU, 50
 clients polling every 100 ms: 1.3–2.5× slower steps with a thread; BENCHMARKS.md "Serving").
 Everything the two share goes through the store — jobs, DELETEs, progress, health — and the
-metrics through prometheus-client's multiprocess files. It imports neither torch nor jax and
-never touches a device: the device's memory for the planner's check comes from rank 0."""
+metrics through prometheus-client's multiprocess files. It never touches a device — the device's
+memory for the planner's check comes from rank 0 — and never imports jax (torch only for the
+built-in tiny model's configs, on the CPU)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import threading
 def main() -> None:
     from ..run import setup_logging
     from .app import make_app
+    from .auth import api_key
     from .metrics import ServerMetrics
     from .served import serve_start
     from .settings import ServerSettings
@@ -37,7 +39,7 @@ def main() -> None:
     def health():
         return store.health(claimant)
 
-    app = make_app(store, served, settings, health, ServerMetrics(store, health))
+    app = make_app(store, served, settings, health, ServerMetrics(store, health), api_key())
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=2))
     threading.Thread(target=_end_with_rank_0, args=(server,), daemon=True, name="rank-0-watch").start()

@@ -69,7 +69,7 @@ def _serve(settings, served, backend, http) -> None:
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
         loaded, ckpt = load(served.base, backend, served.ckpt, tiny_dir)
         worker = Worker(served, settings, backend, flag, ckpt, loaded,
-                        *((http.store, http.claimant, http.metrics) if http else ()))
+                        *((http.store, http.claimant, http.metrics, http.check) if http else ()))
         if http:
             http.worker = worker
             http.ready()
@@ -137,6 +137,12 @@ class Http:
         log.info("serving on http://%s:%d (storage_dir=%s); the model loads now, GET /health says when it is ready",
                  self.settings.host, self.port, self.settings.storage_dir)
         return None
+
+    def check(self) -> None:
+        """Raise when the HTTP process has ended: a server nobody can reach must not go on."""
+        code = self.process.poll()
+        if code is not None:
+            raise RuntimeError(f"the HTTP process ended (exit code {code}); the server stops")
 
     def ready(self) -> None:
         self.store.set_health(self.claimant, True)

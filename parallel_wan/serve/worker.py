@@ -43,12 +43,13 @@ class TextsOnDemand:
 
 
 class Worker:
-    def __init__(self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, metrics=None):
-        """`settings`: the ServerSettings; `store`, `claimant`, `metrics` (LoopMetrics): rank 0's
-        (None on the other ranks)."""
+    def __init__(self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, metrics=None,
+                 check=None):
+        """`settings`: the ServerSettings; `store`, `claimant`, `metrics` (LoopMetrics) and `check()`
+        (raises when the HTTP process is gone): rank 0's (None on the other ranks)."""
         self.served, self.settings, self.backend, self.flag = served, settings, backend, flag
         self.ckpt, self.loaded = ckpt, loaded
-        self.store, self.claimant, self.metrics = store, claimant, metrics
+        self.store, self.claimant, self.metrics, self.check = store, claimant, metrics, check
         self.progress_store = None if store is None else Store(store.path, durable=False)
         self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
         self.done = 0
@@ -70,6 +71,7 @@ class Worker:
     def _next(self) -> dict | None:
         """Rank 0: the next job claimed, or None after waiting up to IDLE_S for one (a look at the
         queue every POLL_S; a claim, which takes the write lock, only when something is there)."""
+        self.check()
         row, deadline = self.store.claim(self.claimant), time.monotonic() + IDLE_S
         while row is None and time.monotonic() < deadline:
             time.sleep(POLL_S)

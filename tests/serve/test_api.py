@@ -17,6 +17,7 @@ from parallel_wan.config import ConfigError
 from parallel_wan.config.compose import compose_settings
 from parallel_wan.run import validate_job
 from parallel_wan.serve.app import make_app
+from parallel_wan.serve.auth import api_key
 from parallel_wan.serve.metrics import ServerMetrics
 from parallel_wan.serve.served import serve_start
 from parallel_wan.serve.settings import server_settings
@@ -31,7 +32,7 @@ BIG_SEED = 2**70
 class Api:
     """An app over a fresh storage_dir, as rank 0 builds it."""
 
-    def __init__(self, storage, start=(), max_body_mb="32"):
+    def __init__(self, storage, start=(), max_body_mb="32", key=None):
         self.settings = server_settings({"host": "127.0.0.1", "port": "0", "storage_dir": str(storage),
                                          "max_body_mb": max_body_mb})
         os.makedirs(self.settings.videos_dir, exist_ok=True)
@@ -44,7 +45,7 @@ class Api:
             return self.store.health("test")
 
         self.client = TestClient(make_app(self.store, self.served, self.settings, health,
-                                          ServerMetrics(self.store, health)))
+                                          ServerMetrics(self.store, health), key))
 
     def nothing_queued(self):
         assert sum(self.store.counts().values()) == 0, self.store.counts()
@@ -165,6 +166,7 @@ def test_an_image_on_a_text_to_video_model_is_the_clis_refusal(api):
     api.nothing_queued()
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md): the planner runs
 def test_the_planners_memory_check_refuses_before_queueing(tmp_path, monkeypatch):
     from parallel_wan.memory_plan import fits
 
@@ -206,7 +208,7 @@ def test_an_idempotency_key_returns_the_same_job(api):
 
 def test_every_endpoint_but_health_needs_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv("PARALLEL_WAN_API_KEY", KEY)
-    api = Api(tmp_path / "storage")
+    api = Api(tmp_path / "storage", key=api_key())  # as the HTTP process reads it
     for method, path in (("GET", "/"), ("GET", "/v1/videos"), ("POST", "/v1/videos"), ("GET", "/v1/models"),
                          ("GET", "/metrics"), ("GET", "/v1/videos/video_" + "0" * 32),
                          ("DELETE", "/v1/videos/video_" + "0" * 32), ("GET", "/no/such/path")):
@@ -273,6 +275,21 @@ def test_models_metrics_and_the_page(api):
     assert all(f'id="{name}"' in page for name in ("prompt", "size", "num_frames", "num_inference_steps", "seed",
                                                    "input_reference", "queue", "player"))
     assert "http://" not in page and "https://" not in page and "<link" not in page  # no external assets
+
+
+def test_the_http_side_touches_no_device(tmp_path):
+    """What the HTTP process runs for a JAX server's request: no jax, no CUDA (the device's memory
+    comes from rank 0)."""
+    code = ("import sys\n"
+            "from parallel_wan.config.compose import compose_settings\n"
+            "from parallel_wan.serve.served import serve_start\n"
+            "served = serve_start(compose_settings(['model=tiny_ti2v', 'backend=jax', 'mesh=dp2_cp4']), 8, None, "
+            f"{str(tmp_path)!r}, (None, 'host memory'))\n"
+            "assert served.request({'prompt': 'a', 'size': '64x64'})[0].mesh.dp == 2\n"
+            "torch = sys.modules.get('torch')\n"
+            "print('jax' in sys.modules, torch is not None and torch.cuda.is_initialized())\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
 
 
 # ------------------------------------------------------------------ the store
