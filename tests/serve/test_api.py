@@ -288,7 +288,7 @@ def test_the_http_side_touches_no_device(tmp_path):
             "assert served.request({'prompt': 'a', 'size': '64x64'})[0].mesh.dp == 2\n"
             "torch = sys.modules.get('torch')\n"
             "print('jax' in sys.modules, torch is not None and torch.cuda.is_initialized())\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
 
 

@@ -45,7 +45,7 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
     try:
         browser.get(server.url + "/")
         for name, value in (("prompt", "a paper boat"), ("size", "64x64"), ("num_frames", "9"),
-                            ("num_inference_steps", "60"), ("seed", "8")):
+                            ("num_inference_steps", "120"), ("seed", "8")):
             browser.find_element(By.ID, name).send_keys(value)
         browser.find_element(By.ID, "submit").click()
         seen, deadline = [], time.monotonic() + 300

@@ -70,9 +70,7 @@ def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_mov
 def test_delete_stops_a_running_job_after_its_step_and_the_next_job_runs(server):
     long = server.post(prompt="a very long video", num_inference_steps=400)
     after = server.post(prompt="the next one", seed=5)
-    video = server.wait_for(long["id"], "in_progress")
-    while video["step"] < 1:
-        video = server.video(long["id"])
+    server.wait_step(long["id"], 1)
     answer = server.client.delete(f"/v1/videos/{long['id']}")
     assert answer.status_code == 200 and answer.json()["deleted"] is True
     at_delete = server.video(long["id"])["step"]
