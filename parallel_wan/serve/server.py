@@ -8,8 +8,8 @@ every rank learns whether that worked → load once → the worker's loop (worke
 Endings: SIGTERM/SIGUSR1 on any rank — the running job stops after its step on every rank, its
 loop state is saved and it goes back to the queue; exit 75 (a signal between jobs: exit 75 too,
 nothing to save). A failure that is not a job's (a rank gone, a collective timing out): the
-reason in one line, the running job stays claimed until a restart (or another server) takes it
-again; exit 1.
+reason in one line; the running job goes back to the queue at the next claim of any server of
+this storage_dir and runs again from the start; exit 1.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import threading
 import uuid
 
 from ..config import ConfigError, backend_name
+from ..errors import RunError
 from ..jobs import PREEMPTED_EXIT, Preempted
 from .settings import ServerSettings
 
@@ -73,8 +74,10 @@ def _serve(settings, served, backend, http) -> None:
         if http:
             http.worker = worker
             http.ready()
-            log.info("ready: model=%s, %d %s; POST /v1/videos on http://%s:%d", served.model, served.base.mesh.world_size,
-                     "rank" if served.base.mesh.world_size == 1 else "ranks", settings.host, http.port)
+            count = served.base.mesh.world_size
+            unit = ("device" if backend.single_controller else "rank") + ("" if count == 1 else "s")
+            log.info("ready: model=%s, %d %s; POST /v1/videos on http://%s:%d", served.model, count, unit, settings.host,
+                     http.port)
         worker.run()
 
 
@@ -186,23 +189,18 @@ def _end(exc: BaseException, http: Http | None, process) -> None:
     if http is not None:
         current = http.worker.current if http.worker else None
         http.stop(None if preempted else f"{type(exc).__name__}: {exc}")
-        if not preempted and current is not None:
-            print(f"parallel_wan: the server stops while running {current}; it runs again when a server of this "
-                  f"storage_dir starts (or takes it over after {_lease_s():.0f} s)", file=sys.stderr, flush=True)
+        if not preempted and current is not None:  # its claim was given up with the lease (Http.stop)
+            print(f"parallel_wan: the server stops while running {current}; it runs again from the start at the "
+                  "next claim of a server of this storage_dir (this one started again, or another)", file=sys.stderr,
+                  flush=True)
     if isinstance(exc, StopServing):
         if process.rank == 0:
             print(f"parallel_wan: {exc}; exit code {PREEMPTED_EXIT}", file=sys.stderr, flush=True)
         _exit(PREEMPTED_EXIT, process.count)
-    if not preempted and process.count > 1 and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+    if not preempted and process.count > 1 and not isinstance(exc, (KeyboardInterrupt, SystemExit, RunError)):
         print(f"parallel_wan: rank {process.rank}/{process.count}: a collective failed or a rank is gone; the server "
               "stops (exit 1)", file=sys.stderr, flush=True)
     _fail(exc, process.rank, process.count)
-
-
-def _lease_s() -> float:
-    from .store import LEASE_S
-
-    return LEASE_S
 
 
 def _exit(code: int, count: int) -> None:
