@@ -17,6 +17,7 @@ PROGRAMS = {
     "plan": "python -m parallel_wan.plan",
     "doctor": "python -m parallel_wan.doctor",
     "launch": "python -m parallel_wan.launch",
+    "serve": "python -m parallel_wan.serve",
 }
 
 _OTHERS = """Other entry points:
@@ -24,6 +25,7 @@ _OTHERS = """Other entry points:
   python -m parallel_wan.plan                 per-device memory of a run, before it runs (no weights read)
   python -m parallel_wan.doctor               check this machine (devices, attention kernel, NCCL, plan)
   python -m parallel_wan.launch               what a process started here would see (rank, world, launcher)
+  python -m parallel_wan.serve                serve videos over HTTP (OpenAI's Videos API), the model loaded once
 Every one takes --help and --version; README.md has the whole story."""
 
 HELP = {
@@ -87,6 +89,28 @@ Examples:
   torchrun --nproc-per-node 8 -m parallel_wan.doctor model=wan2.2_t2v_a14b mesh=dp2_cp4 dtype=bfloat16
 
 Exit codes: 0 ready, 1 a problem (each on a line starting PROBLEM), 2 a bad setting.
+
+{_OTHERS}""",
+    "serve": f"""usage: python -m parallel_wan.serve [key=value ...] [host=H] [port=P] [storage_dir=DIR]
+       torchrun --standalone --nproc-per-node N -m parallel_wan.serve [key=value ...]
+
+Load the model once and serve OpenAI's Videos API: POST /v1/videos, poll GET /v1/videos/ID,
+download GET /v1/videos/ID/content, DELETE to cancel; GET / is a page to try it. The run settings
+given here (model, checkpoint, mesh, memory, dtype, cache, LoRA, …) hold for every request; a
+request sets its prompt, size, frames, steps, seed, guidance and image. The queue and the videos
+live in storage_dir (SQLite): nothing accepted is lost, SIGTERM saves the running job (exit 75)
+and a restart resumes it. Rank 0 alone listens; PARALLEL_WAN_API_KEY set: every endpoint but
+/health needs Authorization: Bearer KEY.
+
+Server settings: host=127.0.0.1 port=8000 storage_dir=outputs/serve max_body_mb=32
+
+Examples:
+  python -m parallel_wan.serve model=tiny steps=4
+  torchrun --standalone --nproc-per-node 8 -m parallel_wan.serve model=wan2.2_t2v_a14b checkpoint_dir=/ckpt/Wan2.2-T2V-A14B mesh=dp2_cp4
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m parallel_wan.serve backend=jax mesh=dp2_cp4
+
+Exit codes: 75 stopped by SIGTERM/SIGUSR1 (start it again to resume), 1 failed (a rank is gone),
+2 a bad setting or the port is taken.
 
 {_OTHERS}""",
     "launch": f"""usage: python -m parallel_wan.launch [first-host HOSTLIST]

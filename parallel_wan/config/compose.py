@@ -11,6 +11,8 @@ from ..conf_dir import conf_dir
 from ..errors import ConfigError
 
 CONF_DIR = conf_dir()
+# The server's own settings (serve/settings.py takes them out before composing); a run refuses them.
+SERVER_ONLY = ("host", "port", "storage_dir", "max_body_mb")
 
 
 def compose_settings(overrides: list[str]) -> dict:
@@ -35,6 +37,8 @@ def hydra_error_line(exc: Exception) -> str:
         from .checks import _nearest, known_keys
 
         key = m.group(1)
+        if key in SERVER_ONLY:
+            return f"{key} is a setting of the server (python -m parallel_wan.serve), not of a run; remove it"
         near = _nearest(key, known_keys()) if "." not in key else ""
         return f"{key} is not a setting{near}; remove it (python -m parallel_wan.run --cfg job lists every setting)"
     if m := re.search(r"Could not find '([^'/]+)/([^']+)'", text):

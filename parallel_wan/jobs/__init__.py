@@ -4,7 +4,7 @@ saves and exits 75, SLURM array shares. See README "Prompt files, resume and pre
 from .job import Entry, Job, build_job, prompts_setting
 from .keys import result_key
 from .preemption import PREEMPTED_EXIT, Preempted
-from .runner import JobReport, check_saved_states, run_job
+from .runner import JobReport, check_saved_states, generate_entry, run_job
 
-__all__ = ["Entry", "Job", "JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "build_job",
+__all__ = ["Entry", "Job", "JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "build_job", "generate_entry",
            "prompts_setting", "result_key", "run_job"]

@@ -158,25 +158,12 @@ def _todo(job: Job, report: JobReport) -> list:
 
 def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend, flag, should_stop,
          report: JobReport) -> None:
-    from ..pipeline import generate
     from .generation import progress_bar
 
-    spec = entry.spec
-    start, resumed = None, None
-    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend))
-    if state_dir(job.output_dir, entry.name).is_dir():
-        start, meta = load_loop_state(stem)
-        resumed = start.step
-        log.info("%s: resuming from step %d of %d (saved after %s)", entry.name, resumed, spec.sampling.steps,
-                 meta.get("signal", "a stop"))
     t0 = time.perf_counter()
-    show = backend.writes_outputs and not spec.execution.scan_loop
-    gen = generate(spec, backend, ckpt, progress=progress_bar(spec.sampling.steps, enabled=show), start=start,
-                   components=loaded, should_stop=should_stop)
-    if gen.state is not None:  # stopped for a signal: save and go
-        _save_state(job, entry, gen.state, backend, flag)
-        raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.sampling.steps} of {entry.name}; the loop "
-                                               f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
+    show = backend.writes_outputs and not entry.spec.execution.scan_loop
+    gen, resumed = generate_entry(job, entry, ckpt, loaded, backend, flag, should_stop,
+                                  progress_bar(entry.spec.sampling.steps, enabled=show))
     if job.single:  # its sidecar and TIMING SUMMARY count the load, which the job did before generate
         load_s = round(report.timings["load"], 4)
         gen.timings = {"load": load_s, **gen.timings, "total": round(gen.timings["total"] + load_s, 4)}
@@ -193,6 +180,31 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
     if not job.single:
         log.info("[%d/%d] %s.mp4 written (line %d, %.1f s%s)", number, count, entry.name, entry.line,
                  time.perf_counter() - t0, f", resumed from step {resumed}" if resumed is not None else "")
+
+
+def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_stop, progress=None):
+    """One entry through `generate` with the loaded components: from its saved loop state when
+    it has one (resume), stopping when `should_stop()` says so. Returns (the generation, the
+    step it resumed from or None). Stopped with a signal on any rank (`flag`): the state is
+    saved and Preempted raised; stopped for another reason (a server's cancel): the generation
+    comes back with its `state` set, nothing saved. Every job's entries and every server
+    request run through here."""
+    from ..pipeline import generate
+
+    spec = entry.spec
+    start, resumed = None, None
+    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend))
+    if state_dir(job.output_dir, entry.name).is_dir():
+        start, meta = load_loop_state(stem)
+        resumed = start.step
+        log.info("%s: resuming from step %d of %d (saved after %s)", entry.name, resumed, spec.sampling.steps,
+                 meta.get("signal", "a stop"))
+    gen = generate(spec, backend, ckpt, progress=progress, start=start, components=loaded, should_stop=should_stop)
+    if gen.state is not None and backend.any_rank(flag.raised):  # stopped for a signal: save and go
+        _save_state(job, entry, gen.state, backend, flag)
+        raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.sampling.steps} of {entry.name}; the loop "
+                                               f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
+    return gen, resumed
 
 
 def _state_rank(backend) -> int:
@@ -295,4 +307,4 @@ def _names(names: list, limit: int = 8) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-__all__ = ["JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "run_job"]
+__all__ = ["JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "generate_entry", "run_job"]

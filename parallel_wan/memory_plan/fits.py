@@ -25,9 +25,11 @@ GB = 1e9
 PLANNER_TOKENS = 300_000
 
 
-def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None) -> None:
+def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tuple | None = None) -> None:
     """Raise ConfigError when the video exceeds the model's RoPE positions or, by the planner's
-    numbers, the memory of one device. `budget`: bytes per device (default: `device_memory`)."""
+    numbers, the memory of one device. `budget`: bytes per device (default: `device_memory`);
+    `device`: what `device_memory` said, asked once before (a server's HTTP process checks every
+    request against it and never touches a device)."""
     tcfg, vcfg = _architecture(spec, ckpt)
     st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
@@ -39,7 +41,9 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None) -> None:
         if size > MAX_POSITIONS:
             raise ConfigError(f"{key}={value} gives {size} token positions along that axis but the model has "
                               f"{MAX_POSITIONS} (RoPE); set {key} ≤ {most[key]}")
-    if budget is None:
+    if device is not None:
+        budget, where = device
+    elif budget is None:
         budget, where = device_memory(spec)
     else:
         where = "the given budget"

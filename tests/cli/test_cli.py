@@ -15,6 +15,7 @@ import pytest
 
 from parallel_wan import cli, doctor
 from parallel_wan.config.compose import CONF_DIR, compose_settings
+from parallel_wan.serve.settings import SERVER_KEYS
 
 REPO = os.path.dirname(CONF_DIR)
 ENV = {**os.environ, "PYTHONPATH": REPO}
@@ -49,7 +50,7 @@ def _example_settings(program):
     for line in cli.HELP[program].splitlines():
         words = [w.replace('"', "") for w in re.findall(r"(?<!\S)([a-z_.]+=(?:\"[^\"]*\"|\S+))", line)]
         if words:
-            yield [w for w in words if not w.startswith("device_memory_gb=")]
+            yield [w for w in words if not w.startswith("device_memory_gb=") and w.split("=")[0] not in SERVER_KEYS]
 
 
 @pytest.mark.parametrize("program", sorted(cli.PROGRAMS))

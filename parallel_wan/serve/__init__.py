@@ -1,0 +1,17 @@
+"""The server: `python -m parallel_wan.serve [run settings] port=8000 host=127.0.0.1
+storage_dir=DIR` (torchrun for a torch mesh, backend=jax for a JAX one) loads the model once and
+serves OpenAI's Videos API (README "Serving").
+
+settings.py   the server's own settings (host, port, storage_dir, max_body_mb), split from the run's
+served.py     the start settings checked once; each request resolved on top of them (the CLI's checks)
+fields.py     a request's fields → run settings (size, seconds, guidance mapping)
+store.py      the queue and job records in SQLite (WAL), claims, leases
+server.py     start-up in run.py's order, rank 0's HTTP process, how a server ends (exit 75 / 1)
+worker.py     the loop every rank runs: claim, hand over, generate through jobs/, vote, write
+http_process.py  the HTTP process (rank 0's child): app.py's routes (FastAPI) on the bound socket
+auth.py, limits.py, uploads.py, files.py, metrics.py, page.py: the key, the body limit, images,
+              the files of a job, Prometheus, the page
+
+Only `settings`, `fields`, `served`, `store` and `files` import without the `serve` extra
+(fastapi, uvicorn, prometheus-client, python-multipart).
+"""

@@ -1,0 +1,33 @@
+"""Where a job's files live under storage_dir — every name made from the job's id, never from
+anything a client sent — and removing them (DELETE, a cancelled job)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from ..jobs.resume import state_dir
+
+VIDEO_SUFFIXES = (".mp4", ".json", ".frames.npy")  # the mp4, its sidecar, save_frames=true's frames
+IMAGE_SUFFIXES = ("png", "jpg", "webp", "bmp")  # an uploaded input_reference, by its decoded format
+
+
+def video_path(settings, video_id: str) -> str:
+    return os.path.join(settings.videos_dir, f"{video_id}.mp4")
+
+
+def image_path(settings, video_id: str, suffix: str) -> str:
+    assert suffix in IMAGE_SUFFIXES, suffix
+    return os.path.join(settings.inputs_dir, f"{video_id}.{suffix}")
+
+
+def delete_files(settings, video_id: str) -> None:
+    """A job's video, sidecar and frames, its uploaded image and any saved loop state."""
+    paths = [os.path.join(settings.videos_dir, f"{video_id}{suffix}") for suffix in VIDEO_SUFFIXES]
+    paths += [image_path(settings, video_id, suffix) for suffix in IMAGE_SUFFIXES]
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+    shutil.rmtree(state_dir(settings.videos_dir, video_id), ignore_errors=True)

@@ -1,0 +1,133 @@
+"""GET /: one page, no build step and nothing fetched from elsewhere — a form for a request, the
+queue with each job's live progress (polled from GET /v1/videos), a player for finished videos.
+It speaks only the public API, so what it shows is what a client sees."""
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>parallel_wan</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+  body { font: 15px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 60em; padding: 0 1em; color: #222; }
+  form { display: grid; grid-template-columns: 9em 1fr; gap: .4em .8em; align-items: center; }
+  textarea { height: 3.5em; }
+  button { width: 10em; }
+  #message { color: #b00; min-height: 1.4em; grid-column: 1 / 3; }
+  table { border-collapse: collapse; width: 100%; margin: 1em 0; }
+  td, th { border-bottom: 1px solid #ddd; padding: .3em .5em; text-align: left; }
+  tr.chosen { background: #eef4ff; }
+  progress { width: 8em; }
+  video { max-width: 100%; background: #000; }
+</style>
+</head>
+<body>
+<h1>parallel_wan</h1>
+<p id="served">…</p>
+<form id="create">
+  <label for="prompt">prompt</label><textarea id="prompt" name="prompt" required></textarea>
+  <label for="size">size (WxH)</label><input id="size" name="size" placeholder="the model's default">
+  <label for="num_frames">frames (4k+1)</label><input id="num_frames" name="num_frames" type="number" min="1">
+  <label for="num_inference_steps">steps</label><input id="num_inference_steps" name="num_inference_steps" type="number" min="1">
+  <label for="seed">seed</label><input id="seed" name="seed" type="number" min="0">
+  <label for="input_reference">image</label><input id="input_reference" name="input_reference" type="file" accept="image/*">
+  <span></span><button id="submit" type="submit">make the video</button>
+  <div id="message"></div>
+</form>
+<table>
+  <thead><tr><th>video</th><th>prompt</th><th>status</th><th>progress</th><th></th></tr></thead>
+  <tbody id="queue"></tbody>
+</table>
+<video id="player" controls muted playsinline></video>
+<script>
+"use strict";
+const $ = (id) => document.getElementById(id);
+let chosen = null;
+
+async function api(path, options) {
+  const answer = await fetch(path, options);
+  const body = (answer.headers.get("content-type") || "").startsWith("application/json") ? await answer.json() : null;
+  if (!answer.ok) throw new Error(body && body.error ? body.error.message : answer.status + " " + answer.statusText);
+  return body;
+}
+
+function choose(video) {
+  chosen = video.id;
+  const src = "/v1/videos/" + video.id + "/content";
+  if (video.status === "completed" && !$("player").src.endsWith(src)) {
+    $("player").src = src;
+    $("player").load();
+  }
+}
+
+function cell(row, text) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  row.appendChild(td);
+  return td;
+}
+
+function render(videos) {
+  const body = $("queue");
+  body.textContent = "";
+  for (const video of videos) {
+    const row = document.createElement("tr");
+    row.dataset.id = video.id;
+    row.className = video.id === chosen ? "chosen" : "";
+    cell(row, video.id.slice(0, 14) + "…");
+    cell(row, video.prompt);
+    cell(row, video.status).className = "status";
+    const bar = cell(row, "");
+    bar.className = "progress";
+    bar.dataset.value = video.progress;
+    const meter = document.createElement("progress");
+    meter.max = 100;
+    meter.value = video.progress;
+    bar.appendChild(meter);
+    bar.append(" " + video.progress + "%");
+    const act = cell(row, "");
+    const button = document.createElement("button");
+    const running = video.status === "queued" || video.status === "in_progress";
+    button.textContent = running ? "cancel" : "delete";
+    button.onclick = (e) => { e.stopPropagation(); api("/v1/videos/" + video.id, {method: "DELETE"}).then(poll); };
+    act.appendChild(button);
+    row.onclick = () => choose(video);
+    body.appendChild(row);
+    if (video.id === chosen) choose(video);
+  }
+}
+
+async function poll() {
+  try {
+    render((await api("/v1/videos?limit=20")).data);
+  } catch (e) {
+    $("message").textContent = e.message;
+  }
+}
+
+$("create").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData();
+  for (const name of ["prompt", "size", "num_frames", "num_inference_steps", "seed"]) {
+    const value = $(name).value.trim();
+    if (value !== "") form.append(name, value);
+  }
+  const file = $("input_reference").files[0];
+  if (file) form.append("input_reference", file);
+  $("message").textContent = "";
+  try {
+    const video = await api("/v1/videos", {method: "POST", body: form});
+    chosen = video.id;
+    poll();
+  } catch (e) {
+    $("message").textContent = e.message;
+  }
+});
+
+api("/v1/models").then((m) => { $("served").textContent = "model: " + m.data[0].id; }).catch(() => {});
+poll();
+setInterval(poll, 500);
+</script>
+</body>
+</html>
+"""

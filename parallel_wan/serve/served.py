@@ -1,0 +1,86 @@
+"""What a server serves: the start settings, checked once, and every request's settings resolved
+on top of them by the same `resolve()` and checks the command line runs (so a bad request gets
+the CLI's one line, and a good one the CLI's video). Every rank resolves a job's settings
+itself from the same words. Cheap: no torch."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+
+from ..config import ConfigError, RunSpec, resolve
+from ..memory_plan.fits import check_fits
+from ..pipeline.checkpoint import check_compatible, preflight
+from .fields import RequestError, field_of, request_settings
+
+
+@dataclass(frozen=True)
+class Served:
+    raw: dict  # the composed start settings, the mesh fixed to the first one's
+    base: RunSpec  # the start settings resolved: model, mesh, backend … of every job
+    ckpt: object  # the checkpoint's description (None: the built-in tiny model)
+    world: int
+    node_size: int | None
+    videos_dir: str
+    device: tuple  # (bytes one device holds or None, where that comes from): memory_plan.fits.device_memory, once
+
+    @property
+    def model(self) -> str:
+        return self.base.model.name
+
+    def spec(self, settings: dict) -> RunSpec:
+        """A job's settings (a request's, as run settings) → its RunSpec, checked as run.py
+        checks a job's entries. Raises ConfigError."""
+        raw = {**self.raw, **settings, "output_dir": self.videos_dir, "mesh": self.base.mesh.to_dict()}
+        spec = resolve(raw, self.world, self.node_size)
+        if self.ckpt is None:
+            preflight(spec)  # the built-in tiny model: nothing read
+        else:
+            check_compatible(spec, self.ckpt)
+        check_fits(spec, self.ckpt, device=self.device)
+        return spec
+
+    def request(self, fields: dict, image: str | None = None) -> tuple[RunSpec, dict]:
+        """(spec, run settings) of a request's fields (and its stored image); raises RequestError."""
+        model = fields.get("model")
+        if model is not None and model != self.model:
+            raise RequestError(f"model={model!r} is not served here; this server runs model={self.model} (leave model "
+                               "out, or start a server with that model)", "model")
+        settings, source = request_settings(fields, self.base.model.fps)
+        if image is not None:
+            settings["image"] = image
+        try:
+            return self.spec(settings), settings
+        except ConfigError as exc:
+            raise RequestError(str(exc), field_of(str(exc), source)) from None
+
+
+def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str, device: tuple | None = None) -> Served:
+    """The start settings checked as run.py checks a run (the checkpoint's headers, the fit);
+    the mesh (mesh=auto decides it here) then holds for every job. `device`: the device's memory
+    as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
+    from ..memory_plan.fits import device_memory
+
+    with _placeholder_image(raw) as image:  # an i2v model's image comes with each request
+        base = resolve({**raw, "output_dir": videos_dir, **image}, world, node_size)
+    ckpt = preflight(base)
+    device = tuple(device) if device is not None else device_memory(base)
+    check_fits(base, ckpt, device=device)
+    return Served({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)
+
+
+@contextlib.contextmanager
+def _placeholder_image(raw: dict):
+    """{"image": a small PNG} while the start settings of an image-to-video model without image=
+    are checked (every request brings its own); {} otherwise."""
+    if raw.get("image") or (raw.get("model") or {}).get("task") != "i2v":
+        yield {}
+        return
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory(prefix="parallel_wan_serve_") as folder:
+        path = os.path.join(folder, "placeholder.png")
+        Image.new("RGB", (16, 16)).save(path)
+        yield {"image": path}

@@ -1,0 +1,83 @@
+"""The server's own settings — where it listens, where it keeps the queue and the videos — taken
+out of the command line before the run settings are composed (config/compose.py knows nothing
+of them, so `parallel_wan.run port=8000` is refused as an unknown setting, as it should be).
+
+Cheap: no torch, no fastapi."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from ..config.checks import writable_folder
+from ..config.compose import SERVER_ONLY
+from ..errors import ConfigError
+
+DEFAULTS = {"host": "127.0.0.1", "port": "8000", "storage_dir": "outputs/serve", "max_body_mb": "32"}
+SERVER_KEYS = SERVER_ONLY  # what the run's composition refuses, named there
+
+# Run settings a server takes from each request, or that a server sets itself: refused at start.
+NOT_AT_START = {
+    "prompts": "a server takes its prompts from requests (POST /v1/videos); drop prompts=",
+    "output_dir": "a server writes its videos under storage_dir; set storage_dir=DIR instead of output_dir=",
+}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str
+    port: int  # 0: any free port (the log line "serving on" names it)
+    storage_dir: str  # absolute
+    max_body_mb: float  # the largest request body (an uploaded image included)
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 1024 * 1024)
+
+    @property
+    def videos_dir(self) -> str:
+        return os.path.join(self.storage_dir, "videos")
+
+    @property
+    def inputs_dir(self) -> str:
+        return os.path.join(self.storage_dir, "inputs")
+
+    @property
+    def database(self) -> str:
+        return os.path.join(self.storage_dir, "queue.sqlite3")
+
+
+def split_settings(words: list[str]) -> tuple[ServerSettings, list[str]]:
+    """(the server's settings, the run's key=value words) from the command line's words."""
+    values, rest = dict(DEFAULTS), []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and key.lstrip("+") in SERVER_KEYS:
+            values[key.lstrip("+")] = value
+        else:
+            if eq and key.lstrip("+") in NOT_AT_START:
+                raise ConfigError(f"{word}: {NOT_AT_START[key.lstrip('+')]}")
+            rest.append(word)
+    return server_settings(values), rest
+
+
+def server_settings(values: dict) -> ServerSettings:
+    host = values["host"].strip()
+    if not host:
+        raise ConfigError("host= is empty; set host=127.0.0.1 (this machine only) or host=0.0.0.0 (every interface)")
+    try:
+        port = int(values["port"])
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port={values['port']!r} is not a TCP port; set e.g. port=8000 (0: any free port)")
+    try:
+        max_body = float(values["max_body_mb"])
+    except ValueError:
+        max_body = -1.0
+    if not (math.isfinite(max_body) and max_body > 0):
+        raise ConfigError(f"max_body_mb={values['max_body_mb']!r} must be a positive number of megabytes, e.g. "
+                          "max_body_mb=32")
+    storage = writable_folder("storage_dir", values["storage_dir"], "e.g. storage_dir=outputs/serve")
+    return ServerSettings(host, port, storage, max_body)

@@ -1,0 +1,258 @@
+"""The queue and every job's record: one SQLite database in storage_dir (WAL, synchronous=FULL).
+A job is committed to disk before the HTTP reply that accepts it is sent, so nothing accepted
+is lost; several servers may share the file (8 GPUs as two meshes of 4).
+
+Claiming is one IMMEDIATE transaction (SQLite's write lock): the first queued job in order
+becomes `in_progress` under the claimant's id, so each job is claimed by exactly one server.
+A server renews its lease (`servers.heartbeat`) while it lives; a job whose claimant stopped
+renewing, or whose claimant was an earlier start of this same server (host:port, which only
+one process can hold), goes back to the queue where it stood — a job interrupted by kill -9
+runs again; one stopped by SIGTERM resumes from its saved loop state (jobs/resume.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+
+STATUSES = ("queued", "in_progress", "completed", "failed", "cancelled")
+FINISHED = ("completed", "failed", "cancelled")
+LEASE_S = 60.0  # a claimant silent this long is gone (heartbeats every LEASE_S / 6)
+MAX_ATTEMPTS = 3  # a job that took its server down this often fails instead of running again
+
+# A job whose server is gone: back to the queue, or cancelled when a DELETE had asked it to stop.
+ORPHAN_UPDATE = ("status = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END, claimant = NULL, "
+                 "completed_at = CASE cancel_requested WHEN 1 THEN CAST(strftime('%s', 'now') AS INTEGER) END")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS videos (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    model TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    size TEXT NOT NULL,
+    seconds TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE,
+    request_sha256 TEXT,
+    created_at INTEGER NOT NULL,
+    started_at INTEGER,
+    completed_at INTEGER,
+    step INTEGER NOT NULL DEFAULT 0,
+    steps INTEGER NOT NULL,
+    claimant TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    record TEXT,
+    resumed_from_step INTEGER
+);
+CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
+CREATE TABLE IF NOT EXISTS servers (
+    claimant TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    heartbeat REAL NOT NULL,
+    ready INTEGER NOT NULL DEFAULT 0,
+    problem TEXT
+);
+"""
+
+
+class IdempotencyConflict(Exception):
+    """An Idempotency-Key already used for another request."""
+
+
+def new_id() -> str:
+    return f"video_{uuid.uuid4().hex}"
+
+
+def is_id(text: str) -> bool:
+    """Ids are the only names files get: `video_` and 32 hex digits, nothing else."""
+    return len(text) == 38 and text.startswith("video_") and all(c in "0123456789abcdef" for c in text[6:])
+
+
+class Store:
+    def __init__(self, path: str, durable: bool = True):
+        """`durable=False`: commits are not synced to disk one by one (a WAL checkpoint does it) —
+        for the loop's progress, written after every step, which a crash may lose harmlessly."""
+        self.path, self.durable = path, durable
+        self._local = threading.local()
+        self._db().executescript(SCHEMA)  # each CREATE … IF NOT EXISTS commits on its own
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")  # FULL: on disk before the reply
+            db.execute("PRAGMA busy_timeout=30000")
+            self._local.db = db
+        return db
+
+    def _write(self):
+        return _Transaction(self._db())
+
+    # ------------------------------------------------------------------ requests
+    def add(self, video: dict, idempotency_key: str | None = None, request_sha256: str | None = None) -> tuple[dict, bool]:
+        """Queue `video` (id, model, prompt, size, seconds, settings, steps); (its row, True). With
+        an Idempotency-Key seen before: (that job's row, False), or IdempotencyConflict when the
+        key came with another request."""
+        with self._write() as db:
+            if idempotency_key is not None:
+                row = db.execute("SELECT * FROM videos WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+                if row is not None:
+                    if row["request_sha256"] != request_sha256:
+                        raise IdempotencyConflict(idempotency_key)
+                    return dict(row), False
+            db.execute("INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
+                       "request_sha256, created_at, steps) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (video["id"], video["model"], video["prompt"], video["size"], video["seconds"],
+                        json.dumps(video["settings"]), idempotency_key, request_sha256, int(time.time()),
+                        video["steps"]))
+        return self.get(video["id"]), True
+
+    def get(self, video_id: str) -> dict | None:
+        row = self._db().execute("SELECT * FROM videos WHERE id = ?", (video_id,)).fetchone()
+        return None if row is None else dict(row)
+
+    def page(self, limit: int, after: str | None = None, order: str = "desc") -> tuple[list[dict], bool]:
+        """Up to `limit` jobs after the one named `after`, newest first (`order=desc`) or oldest;
+        (rows, whether more follow)."""
+        db, sign, direction = self._db(), ("<" if order == "desc" else ">"), ("DESC" if order == "desc" else "ASC")
+        where, args = "", []
+        if after is not None:
+            row = db.execute("SELECT seq FROM videos WHERE id = ?", (after,)).fetchone()
+            if row is not None:
+                where, args = f"WHERE seq {sign} ?", [row["seq"]]
+        rows = db.execute(f"SELECT * FROM videos {where} ORDER BY seq {direction} LIMIT ?", [*args, limit + 1]).fetchall()
+        return [dict(r) for r in rows[:limit]], len(rows) > limit
+
+    def cancel(self, video_id: str) -> str | None:
+        """DELETE of a job: a queued one becomes cancelled at once; a running one is asked to
+        stop (its server's loop reads the request at its next step vote). Returns the status
+        it had (None: no such job)."""
+        with self._write() as db:
+            row = db.execute("SELECT status FROM videos WHERE id = ?", (video_id,)).fetchone()
+            if row is None:
+                return None
+            if row["status"] == "queued":
+                db.execute("UPDATE videos SET status = 'cancelled', completed_at = ? WHERE id = ?",
+                           (int(time.time()), video_id))
+            elif row["status"] == "in_progress":
+                db.execute("UPDATE videos SET cancel_requested = 1 WHERE id = ?", (video_id,))
+            return row["status"]
+
+    def remove(self, video_id: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM videos WHERE id = ?", (video_id,))
+
+    def counts(self) -> dict:
+        rows = self._db().execute("SELECT status, COUNT(*) AS n FROM videos GROUP BY status").fetchall()
+        return {status: 0 for status in STATUSES} | {r["status"]: r["n"] for r in rows}
+
+    # ------------------------------------------------------------------ the worker (rank 0)
+    def register(self, claimant: str, name: str) -> list[str]:
+        """This server's start: its lease, and every job an earlier start of the same server
+        (`name`, host:port) left in progress goes back to the queue. Returns their ids."""
+        now = time.time()
+        with self._write() as db:
+            earlier = [r["claimant"] for r in db.execute("SELECT claimant FROM servers WHERE name = ? AND claimant != ?",
+                                                         (name, claimant))]
+            ids = []
+            for old in earlier:
+                ids += [r["id"] for r in db.execute("SELECT id FROM videos WHERE status = 'in_progress' AND claimant = ?",
+                                                    (old,))]
+                db.execute(f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND claimant = ?", (old,))
+                db.execute("DELETE FROM servers WHERE claimant = ?", (old,))
+            db.execute("INSERT OR REPLACE INTO servers (claimant, name, started_at, heartbeat) VALUES (?, ?, ?, ?)",
+                       (claimant, name, now, now))
+        return ids
+
+    def set_health(self, claimant: str, ready: bool, problem: str | None = None) -> None:
+        """What GET /health says for this server: loaded and every rank there, or the problem."""
+        with self._write() as db:
+            db.execute("UPDATE servers SET ready = ?, problem = ? WHERE claimant = ?", (int(ready), problem, claimant))
+
+    def health(self, claimant: str) -> tuple[bool, str | None]:
+        row = self._db().execute("SELECT ready, problem FROM servers WHERE claimant = ?", (claimant,)).fetchone()
+        if row is None:
+            return False, "the server is stopping"
+        return bool(row["ready"]) and row["problem"] is None, row["problem"]
+
+    def has_queued(self) -> bool:
+        """A cheap look (no lock) before a claim."""
+        return self._db().execute("SELECT 1 FROM videos WHERE status = 'queued' LIMIT 1").fetchone() is not None
+
+    def heartbeat(self, claimant: str) -> None:
+        with self._write() as db:
+            db.execute("UPDATE servers SET heartbeat = ? WHERE claimant = ?", (time.time(), claimant))
+
+    def leave(self, claimant: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM servers WHERE claimant = ?", (claimant,))
+
+    def claim(self, claimant: str, lease_s: float = LEASE_S) -> dict | None:
+        """The first queued job, now in progress under `claimant` (None: the queue is empty).
+        Jobs of claimants silent for `lease_s` go back to the queue first; a job claimed
+        MAX_ATTEMPTS times already fails instead."""
+        now = time.time()
+        with self._write() as db:
+            db.execute(f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND (claimant IS NULL OR "
+                       "claimant NOT IN (SELECT claimant FROM servers WHERE heartbeat > ?))", (now - lease_s,))
+            while True:
+                row = db.execute("SELECT * FROM videos WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
+                if row is None:
+                    return None
+                if row["attempts"] < MAX_ATTEMPTS:
+                    break
+                error = (f"the server stopped {row['attempts']} times while running this job (a rank died, or it "
+                         "was killed); not tried again")
+                db.execute("UPDATE videos SET status = 'failed', completed_at = ?, error = ? WHERE id = ?",
+                           (int(now), error, row["id"]))
+            db.execute("UPDATE videos SET status = 'in_progress', claimant = ?, attempts = attempts + 1, "
+                       "started_at = ?, cancel_requested = 0 WHERE id = ? AND status = 'queued'",
+                       (claimant, int(now), row["id"]))
+        return self.get(row["id"])
+
+    def progress(self, video_id: str, step: int) -> None:
+        with self._write() as db:
+            db.execute("UPDATE videos SET step = ? WHERE id = ?", (step, video_id))
+
+    def cancel_requested(self, video_id: str) -> bool:
+        row = self._db().execute("SELECT cancel_requested FROM videos WHERE id = ?", (video_id,)).fetchone()
+        return row is None or bool(row["cancel_requested"])  # a row deleted meanwhile: stop too
+
+    def finish(self, video_id: str, status: str, *, record: dict | None = None, error: str | None = None,
+               resumed_from_step: int | None = None) -> None:
+        assert status in FINISHED, status
+        with self._write() as db:
+            db.execute("UPDATE videos SET status = ?, completed_at = ?, record = ?, error = ?, resumed_from_step = ? "
+                       "WHERE id = ?", (status, int(time.time()), None if record is None else json.dumps(record),
+                                        error, resumed_from_step, video_id))
+
+    def requeue(self, video_id: str) -> None:
+        """Back to the queue where it stood (SIGTERM: its loop state is saved; a restart resumes it).
+        The stop was planned, so it does not count as an attempt."""
+        with self._write() as db:
+            db.execute("UPDATE videos SET status = 'queued', claimant = NULL, attempts = MAX(attempts - 1, 0) "
+                       "WHERE id = ? AND status = 'in_progress'", (video_id,))
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an exception): the write lock for the whole block."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")

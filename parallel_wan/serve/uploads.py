@@ -1,0 +1,53 @@
+"""An uploaded `input_reference`: decoded as an image or refused, then stored byte for byte (the
+run reads the file as the command line's image= would, so the video is the CLI's) under a name
+made from the job's id and the decoded format — never a name the client chose."""
+
+from __future__ import annotations
+
+import io
+import os
+
+from ..report.outputs import commit, stage
+from .fields import RequestError
+from .files import image_path
+
+FORMATS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp", "BMP": "bmp"}
+MAX_PIXELS = 8192 * 8192  # far above any video size; below PIL's decompression-bomb limit
+
+
+def image_suffix(data: bytes) -> str:
+    """The file suffix of an image's bytes, after decoding them whole; RequestError otherwise."""
+    from PIL import Image
+
+    if not data:
+        raise RequestError("input_reference is empty; upload a PNG or JPEG image", "input_reference")
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            kind, (width, height) = im.format, im.size
+            if width * height > MAX_PIXELS:
+                raise RequestError(f"input_reference is {width}x{height} pixels; upload an image of at most "
+                                   f"{MAX_PIXELS} pixels", "input_reference")
+            im.load()  # decode every pixel: a truncated or forged file fails here, not in the job
+    except RequestError:
+        raise
+    except Exception as exc:  # PIL raises many types for bad files
+        raise RequestError(f"input_reference could not be read as an image ({type(exc).__name__}); upload a PNG or "
+                           "JPEG image", "input_reference") from None
+    if kind not in FORMATS:
+        raise RequestError(f"input_reference is a {kind} image; upload a PNG, JPEG, WebP or BMP image",
+                           "input_reference")
+    return FORMATS[kind]
+
+
+def store_image(settings, video_id: str, data: bytes) -> str:
+    """Write the upload as storage_dir/inputs/<id>.<suffix> (atomically); returns its path."""
+    path = image_path(settings, video_id, image_suffix(data))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    commit([(stage(path, write), path)])
+    return path
+

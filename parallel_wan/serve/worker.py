@@ -1,0 +1,197 @@
+"""The loop every rank runs once the model is loaded: one job at a time, in order.
+
+Rank 0 claims the next job from the store and hands it to every rank (`same_on_every_rank`: the
+job's id and its settings as words, which each rank resolves itself); with nothing to do it
+sends "nothing" every IDLE_S, which keeps the other ranks' wait short of any collective timeout
+and finds a dead rank. Before every hand-over the ranks vote on a signal (`any_rank`), so a
+SIGTERM to an idle server stops every rank too.
+
+A job runs through the jobs' one run path (jobs/runner.generate_entry → pipeline.generate): it
+resumes from a saved loop state, and after every step all ranks vote whether to stop — a signal
+on any rank (the state is saved, Preempted: exit 75) or a DELETE of the job, which rank 0 reads
+from the store at that vote and nowhere else, so HTTP traffic never reaches into the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from ..config import ConfigError
+from ..errors import RunError
+from ..jobs import Entry, Job, check_saved_states, generate_entry, result_key
+from ..jobs.resume import drop_state
+from .files import delete_files
+from .store import Store
+
+log = logging.getLogger("parallel_wan")
+
+IDLE_S = 0.5
+POLL_S = 0.05
+
+
+class TextsOnDemand:
+    """`loaded.texts` for a server: each request's texts (prompt, negative prompt) encoded when its
+    job asks, in the one batched call a single run makes; the encoder stays loaded for the next."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+
+    def __getitem__(self, texts: tuple):
+        return self.encoder.encode(list(texts))
+
+
+class Worker:
+    def __init__(self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, metrics=None,
+                 check=None):
+        """`settings`: the ServerSettings; `store`, `claimant`, `metrics` (LoopMetrics) and `check()`
+        (raises when the HTTP process is gone): rank 0's (None on the other ranks)."""
+        self.served, self.settings, self.backend, self.flag = served, settings, backend, flag
+        self.ckpt, self.loaded = ckpt, loaded
+        self.store, self.claimant, self.metrics, self.check = store, claimant, metrics, check
+        self.progress_store = None if store is None else Store(store.path, durable=False)
+        self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
+        self.done = 0
+        if backend.is_main:
+            loaded.texts = TextsOnDemand(loaded.text_encoder)
+
+    def run(self) -> None:
+        """Jobs until a signal: then Preempted (from the running job, its state saved) or
+        StopServing (between jobs)."""
+        while True:
+            if self.backend.any_rank(self.flag.raised):
+                raise StopServing(f"stopped ({self.flag.name}) between jobs")
+            job = self.backend.same_on_every_rank(self._next() if self.backend.is_main else None)
+            if job is not None:
+                self.current = job["id"]
+                self._run(job)
+                self.current = None
+
+    def _next(self) -> dict | None:
+        """Rank 0: the next job claimed, or None after waiting up to IDLE_S for one (a look at the
+        queue every POLL_S; a claim, which takes the write lock, only when something is there)."""
+        self.check()
+        row, deadline = self.store.claim(self.claimant), time.monotonic() + IDLE_S
+        while row is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            if self.store.has_queued():
+                row = self.store.claim(self.claimant)
+        if row is None:
+            return None
+        settings = json.loads(row["settings"])
+        try:
+            spec = self.served.spec(settings)
+        except ConfigError:
+            spec = None  # every rank finds the same in _run, and the job fails there
+        if spec is not None:
+            try:
+                check_saved_states(Job((Entry(row["id"], spec, result_key(spec)),), self.served.videos_dir))
+            except ConfigError as exc:  # a state saved under other settings (another mesh): start over
+                log.info("%s: %s; starting it over", row["id"], exc)
+                drop_state(self.served.videos_dir, row["id"])
+        log.info("%s: started (%s)", row["id"], row["prompt"][:60])
+        return {"id": row["id"], "settings": settings}
+
+    def _run(self, job: dict) -> None:
+        video_id, main = job["id"], self.backend.is_main
+        try:
+            spec = self.served.spec(job["settings"])  # every rank: the same words, the same checks
+        except ConfigError as exc:  # settings the server started with since changed under it
+            if main:
+                self._finish(video_id, "failed", error=str(exc))
+            return
+        entry = Entry(video_id, spec, result_key(spec))
+        if self.done and spec.memory.mode == "swap":
+            self._reload()
+        try:
+            gen, resumed = generate_entry(Job((entry,), self.served.videos_dir), entry, self.ckpt, self.loaded,
+                                          self.backend, self.flag, self._stop_vote(video_id),
+                                          self._progress(video_id) if main else None)
+        except RunError as exc:  # non-finite latents: this job fails, the server goes on
+            if main:
+                self._finish(video_id, "failed", error=str(exc))
+            return
+        finally:
+            self.done += 1
+        if not main:
+            return
+        if gen.state is not None:  # stopped for a DELETE
+            delete_files(self.settings, video_id)
+            self._finish(video_id, "cancelled")
+            log.info("%s: cancelled after step %d of %d", video_id, gen.state.step, spec.sampling.steps)
+            return
+        self._write(spec, gen, video_id, resumed)
+
+    def _write(self, spec, gen, video_id: str, resumed: int | None) -> None:
+        from ..jobs.generation import write_generation
+
+        extra = {"id": video_id}
+        if resumed is not None:
+            extra["resumed_from_step"] = resumed
+        try:
+            paths = write_generation(spec, gen, extra, stem=video_id)
+        except RunError as exc:  # the disk: this job fails, the server goes on
+            self._finish(video_id, "failed", error=str(exc))
+            return
+        drop_state(self.served.videos_dir, video_id)
+        with open(paths["sidecar"]) as f:
+            record = json.load(f)
+        for phase, seconds in gen.timings.items():
+            if phase != "total":
+                self.metrics.phase_seconds.labels(phase).observe(seconds)
+        self._finish(video_id, "completed", record=record, resumed_from_step=resumed)
+        log.info("%s: completed (%.1f s%s)", video_id, gen.timings.get("total", 0.0),
+                 f", resumed from step {resumed}" if resumed is not None else "")
+
+    def _finish(self, video_id: str, status: str, **details) -> None:
+        self.store.finish(video_id, status, **details)
+        self.metrics.jobs.labels(status).inc()
+        if status == "failed":
+            log.info("%s: failed: %s", video_id, details.get("error"))
+
+    def _stop_vote(self, video_id: str):
+        """After each step: stop when any rank saw a signal or (rank 0) the job was deleted."""
+        backend, flag, store = self.backend, self.flag, self.store
+
+        def should_stop() -> bool:
+            cancelled = store is not None and store.cancel_requested(video_id)
+            return backend.any_rank(flag.raised or cancelled)
+
+        return should_stop
+
+    def _progress(self, video_id: str):
+        """Rank 0's progress wrapper around the steps: the store learns each step as it ends."""
+        store, seconds = self.progress_store, self.metrics.step_seconds
+
+        def watch(steps):
+            steps = iter(steps)
+            first = next(steps, None)
+            if first is None:
+                return
+            if first:
+                store.progress(video_id, first)  # resumed: progress starts where the state was saved
+            t0, i = time.perf_counter(), first
+            while i is not None:
+                yield i
+                now = time.perf_counter()
+                seconds.observe(now - t0)
+                store.progress(video_id, i + 1)
+                t0, i = now, next(steps, None)
+
+        return watch
+
+    def _reload(self) -> None:
+        """memory=swap frees the high-noise expert during a video: load the experts again (from
+        the page cache) before the next, keeping the text encoder (jobs/runner.py does the same)."""
+        from ..pipeline.checkpoint import load
+
+        texts, encoder = self.loaded.texts, self.loaded.text_encoder
+        self.loaded, _ = load(self.served.base, self.backend, self.ckpt)
+        if self.loaded.text_encoder is not None:
+            self.loaded.text_encoder.release()
+        self.loaded.text_encoder, self.loaded.texts = encoder, texts
+
+
+class StopServing(Exception):
+    """A signal between jobs: nothing to save; the server exits 75."""

@@ -1,0 +1,331 @@
+"""The server's HTTP side in this process (FastAPI's TestClient; no model loaded, no loop): a bad
+request gets HTTP 400 with the command line's own one line and nothing is queued or written;
+the SDK's field shapes, Idempotency-Key, the API key, the body limit, listing, DELETE of a
+queued job, ids as the only file names; and the store's claim (each job to exactly one
+claimant), leases and restarts."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fastapi.testclient import TestClient
+
+from parallel_wan.config import ConfigError
+from parallel_wan.config.compose import compose_settings
+from parallel_wan.run import validate_job
+from parallel_wan.serve.app import make_app
+from parallel_wan.serve.auth import api_key
+from parallel_wan.serve.metrics import ServerMetrics
+from parallel_wan.serve.served import serve_start
+from parallel_wan.serve.settings import server_settings
+from parallel_wan.serve.store import Store
+
+from harness.paths import ENV
+from harness.serve import KEY, SETTINGS
+
+BIG_SEED = 2**70
+
+
+class Api:
+    """An app over a fresh storage_dir, as rank 0 builds it."""
+
+    def __init__(self, storage, start=(), max_body_mb="32", key=None):
+        self.settings = server_settings({"host": "127.0.0.1", "port": "0", "storage_dir": str(storage),
+                                         "max_body_mb": max_body_mb})
+        os.makedirs(self.settings.videos_dir, exist_ok=True)
+        self.start = [*SETTINGS, *start]
+        self.served = serve_start(compose_settings(self.start), 1, None, self.settings.videos_dir)
+        self.store = Store(self.settings.database)
+        self.store.register("test", "127.0.0.1:0")
+
+        def health():
+            return self.store.health("test")
+
+        self.client = TestClient(make_app(self.store, self.served, self.settings, health,
+                                          ServerMetrics(self.store, health), key))
+
+    def nothing_queued(self):
+        assert sum(self.store.counts().values()) == 0, self.store.counts()
+        inputs = self.settings.inputs_dir
+        assert not os.path.isdir(inputs) or os.listdir(inputs) == [], os.listdir(inputs)
+
+    def cli_refusal(self, overrides, tmp_path) -> str:
+        """What `python -m parallel_wan.run` with the server's start settings and `overrides` prints."""
+        raw = compose_settings([*self.start, *overrides]) | {"output_dir": str(tmp_path / "cli")}
+        with pytest.raises(ConfigError) as err:
+            validate_job(raw, 1)
+        return str(err.value)
+
+
+@pytest.fixture
+def api(tmp_path):
+    return Api(tmp_path / "storage")
+
+
+def multipart(fields: dict) -> dict:
+    """Fields as the openai SDK sends them: multipart/form-data, every value a string."""
+    return {k: (None, str(v)) for k, v in fields.items()}
+
+
+def png_bytes(width=64, height=64, fmt="PNG") -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 40, 10)).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+# request fields (JSON) → the command line's words for the same thing, and the field the error names
+BAD = {
+    "num_frames_not_4k1": ({"num_frames": 10}, ["num_frames=10"], "num_frames"),
+    "num_frames_zero": ({"num_frames": 0}, ["num_frames=0"], "num_frames"),
+    "num_frames_float": ({"num_frames": 9.5}, ["num_frames=9.5"], "num_frames"),
+    "size_not_multiple": ({"size": "100x64"}, ["width=100", "height=64"], "size"),
+    "height_not_multiple": ({"width": 64, "height": 100}, ["width=64", "height=100"], "height"),
+    "width_zero": ({"width": 0, "height": 64}, ["width=0", "height=64"], "width"),
+    "steps_zero": ({"num_inference_steps": 0}, ["steps=0"], "num_inference_steps"),
+    "steps_text": ({"num_inference_steps": "many"}, ["steps=many"], "num_inference_steps"),
+    "guidance_nan": ({"guidance_scale": "nan"}, ["guidance_high=nan", "guidance_low=nan"], "guidance_scale"),
+    "guidance_2_inf": ({"guidance_scale_2": "inf"}, ["guidance_low=inf"], "guidance_scale_2"),
+    "guidance_negative": ({"guidance_scale": -1}, ["guidance_high=-1", "guidance_low=-1"], "guidance_scale"),
+    "seed_negative": ({"seed": -1}, ["seed=-1"], "seed"),
+    "seed_2_to_70": ({"seed": BIG_SEED}, [f"seed={BIG_SEED}"], "seed"),
+    "seed_text": ({"seed": "abc"}, ["seed=abc"], "seed"),
+    "video_beyond_rope": ({"num_frames": 100001, "size": "4096x4096"},
+                          ["num_frames=100001", "height=4096", "width=4096"], "num_frames"),
+    "height_beyond_rope": ({"size": "64x32768"}, ["width=64", "height=32768"], "size"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_request_gets_the_clis_line_as_400_and_nothing_is_queued(case, api, tmp_path):
+    fields, words, param = BAD[case]
+    expected = api.cli_refusal(words, tmp_path)
+    for answer in (api.client.post("/v1/videos", json={"prompt": "a cat", **fields}),
+                   api.client.post("/v1/videos", files=multipart({"prompt": "a cat", **fields}))):
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["message"] == expected and error["param"] == param, (error, expected)
+    api.nothing_queued()
+
+
+SERVER_OWN = {
+    "prompt_missing": ({"seed": 1}, "prompt", ["prompt is required"]),
+    "prompt_list": ({"prompt": ["a", "b"]}, "prompt", ["one string"]),
+    "unknown_field": ({"prompt": "a", "frame_count": 9}, "frame_count", ["not a field", "num_frames"]),
+    "model_mismatch": ({"prompt": "a", "model": "sora-2"}, "model", ["model='sora-2'", "model=tiny"]),
+    "size_malformed": ({"prompt": "a", "size": "big"}, "size", ["size='big'", "WIDTHxHEIGHT"]),
+    "size_and_width": ({"prompt": "a", "size": "64x64", "width": 64}, "size", ["not both"]),
+    "seconds_negative": ({"prompt": "a", "seconds": "-4"}, "seconds", ["positive number of seconds"]),
+    "seconds_and_frames": ({"prompt": "a", "seconds": "4", "num_frames": 9}, "seconds", ["one of them"]),
+    "reference_as_json": ({"prompt": "a", "input_reference": {"image_url": "http://x/y.png"}}, "input_reference",
+                          ["multipart/form-data", "not read"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SERVER_OWN))
+def test_requests_nobody_can_run_are_400_naming_the_field(case, api):
+    body, param, words = SERVER_OWN[case]
+    answer = api.client.post("/v1/videos", json=body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == param and all(w in error["message"] for w in words), error
+    assert "\n" not in error["message"]
+    api.nothing_queued()
+
+
+def test_uploads_are_decoded_as_images_or_refused(tmp_path):
+    api = Api(tmp_path / "storage", ["model=tiny_ti2v"])
+    for data, words in ((b"not an image", ["could not be read as an image"]),
+                        (png_bytes()[:60], ["could not be read as an image"]),
+                        (b"", ["empty"])):
+        answer = api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", data)})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "input_reference", answer.text
+        assert all(w in answer.json()["error"]["message"] for w in words)
+    api.nothing_queued()
+    # a JPEG under a misleading name with a path in it: stored as <id>.jpg, byte for byte
+    data = png_bytes(fmt="JPEG")
+    answer = api.client.post("/v1/videos", data={"prompt": "a boat", "size": "64x64"},
+                             files={"input_reference": ("../../etc/passwd.png", data, "image/png")})
+    assert answer.status_code == 200, answer.text
+    video_id = answer.json()["id"]
+    assert os.listdir(api.settings.inputs_dir) == [f"{video_id}.jpg"]
+    assert (tmp_path / "storage" / "inputs" / f"{video_id}.jpg").read_bytes() == data
+    settings = json.loads(api.store.get(video_id)["settings"])
+    assert settings["image"] == os.path.join(api.settings.inputs_dir, f"{video_id}.jpg")
+
+
+def test_an_image_on_a_text_to_video_model_is_the_clis_refusal(api):
+    answer = api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", png_bytes())})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "input_reference" and "text-to-video; drop image=" in error["message"], error
+    api.nothing_queued()
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md): the planner runs
+def test_the_planners_memory_check_refuses_before_queueing(tmp_path, monkeypatch):
+    from parallel_wan.memory_plan import fits
+
+    monkeypatch.setattr(fits, "device_memory", lambda spec: (1e5, "a 100 kB test device"))
+    api = Api(tmp_path / "storage", ["num_frames=5", "height=16", "width=16"])  # the start settings fit
+    answer = api.client.post("/v1/videos", json={"prompt": "a", "size": "128x128", "num_frames": 17})
+    assert answer.status_code == 400, answer.text
+    assert "does not fit" in answer.json()["error"]["message"] and "a 100 kB test device" in answer.text
+    api.nothing_queued()
+
+
+def test_the_sdks_multipart_strings_and_json_make_the_same_job(api):
+    """Every field a string (the openai SDK's multipart), or typed JSON: the same settings."""
+    fields = {"prompt": "a cat", "seed": 7, "size": "64x48", "seconds": "0.5", "num_inference_steps": 3,
+              "guidance_scale": 4.5, "guidance_scale_2": 2.0, "negative_prompt": "blur", "model": "tiny"}
+    a = api.client.post("/v1/videos", json=fields).json()
+    b = api.client.post("/v1/videos", files=multipart(fields)).json()
+    assert json.loads(api.store.get(a["id"])["settings"]) == json.loads(api.store.get(b["id"])["settings"]) == {
+        "prompt": "a cat", "negative_prompt": "blur", "seed": 7, "steps": 3, "guidance_high": 4.5, "guidance_low": 2.0,
+        "width": 64, "height": 48, "num_frames": 9}
+    for video in (a, b):
+        assert {k: video[k] for k in ("object", "model", "status", "progress", "size", "seconds")} == {
+            "object": "video", "model": "tiny", "status": "queued", "progress": 0, "size": "64x48", "seconds": "0.5"}
+        assert isinstance(video["created_at"], int)
+    # diffusers' rule: guidance_scale alone sets both experts (never 1.0 for a missing second scale)
+    c = api.client.post("/v1/videos", json={"prompt": "a", "guidance_scale": 6}).json()
+    assert json.loads(api.store.get(c["id"])["settings"])["guidance_low"] == 6
+
+
+def test_an_idempotency_key_returns_the_same_job(api):
+    headers = {"Idempotency-Key": "retry-1"}
+    first = api.client.post("/v1/videos", json={"prompt": "a"}, headers=headers).json()
+    again = api.client.post("/v1/videos", json={"prompt": "a"}, headers=headers).json()
+    assert first["id"] == again["id"] and api.store.counts()["queued"] == 1
+    other = api.client.post("/v1/videos", json={"prompt": "b"}, headers=headers)
+    assert other.status_code == 409 and other.json()["error"]["param"] == "Idempotency-Key"
+    assert api.client.post("/v1/videos", json={"prompt": "a"}, headers={"Idempotency-Key": "2"}).json()["id"] != first["id"]
+
+
+def test_every_endpoint_but_health_needs_the_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARALLEL_WAN_API_KEY", KEY)
+    api = Api(tmp_path / "storage", key=api_key())  # as the HTTP process reads it
+    for method, path in (("GET", "/"), ("GET", "/v1/videos"), ("POST", "/v1/videos"), ("GET", "/v1/models"),
+                         ("GET", "/metrics"), ("GET", "/v1/videos/video_" + "0" * 32),
+                         ("DELETE", "/v1/videos/video_" + "0" * 32), ("GET", "/no/such/path")):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+            answer = api.client.request(method, path, headers=headers)
+            assert answer.status_code == 401, (method, path, headers, answer.status_code)
+    assert api.client.get("/").headers["WWW-Authenticate"].startswith("Basic")  # a browser asks for it
+    assert api.client.get("/health").status_code == 503  # exempt; 503: nothing loaded in this test
+    assert api.client.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert api.client.get("/", auth=("anyone", KEY)).status_code == 200
+    api.nothing_queued()
+
+
+def test_health_is_503_until_loaded_and_when_a_rank_is_gone(api):
+    assert api.client.get("/health").json()["status"] == "loading"
+    api.store.set_health("test", True)
+    assert api.client.get("/health").status_code == 200
+    api.store.set_health("test", False, "RuntimeError: [gloo] Connection closed by peer")
+    answer = api.client.get("/health")
+    assert answer.status_code == 503 and "Connection closed" in answer.json()["message"]
+
+
+def test_a_body_over_the_limit_is_413_and_nothing_is_kept(tmp_path):
+    api = Api(tmp_path / "storage", max_body_mb="0.05")
+    noise = os.urandom(80_000)
+    for answer in (api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", noise)}),
+                   api.client.post("/v1/videos", json={"prompt": "x" * 80_000})):
+        assert answer.status_code == 413, answer.text
+    api.nothing_queued()
+
+
+def test_list_retrieve_content_and_delete(api):
+    ids = [api.client.post("/v1/videos", json={"prompt": f"p{i}"}).json()["id"] for i in range(5)]
+    page = api.client.get("/v1/videos", params={"limit": 2}).json()
+    assert [v["id"] for v in page["data"]] == ids[:-3:-1] and page["has_more"] and page["last_id"] == ids[3]
+    rest = api.client.get("/v1/videos", params={"limit": 10, "after": page["last_id"]}).json()
+    assert [v["id"] for v in rest["data"]] == ids[2::-1] and not rest["has_more"]
+    oldest = api.client.get("/v1/videos", params={"order": "asc", "limit": 1}).json()
+    assert oldest["data"][0]["id"] == ids[0]
+    assert api.client.get("/v1/videos", params={"limit": 0}).status_code == 400
+    assert api.client.get(f"/v1/videos/{ids[0]}").json()["status"] == "queued"
+    answer = api.client.get(f"/v1/videos/{ids[0]}/content")
+    assert answer.status_code == 404 and "queued" in answer.json()["error"]["message"]
+    for bad in ("video_nope", "..%2F..%2Fqueue.sqlite3", "video_" + "0" * 32):
+        assert api.client.get(f"/v1/videos/{bad}").status_code == 404
+        assert api.client.delete(f"/v1/videos/{bad}").status_code == 404
+    deleted = api.client.delete(f"/v1/videos/{ids[1]}").json()
+    assert deleted == {"id": ids[1], "object": "video.deleted", "deleted": True}
+    assert api.client.get(f"/v1/videos/{ids[1]}").json()["status"] == "cancelled"
+    assert api.store.counts() == {"queued": 4, "in_progress": 0, "completed": 0, "failed": 0, "cancelled": 1}
+    api.store.register("me", "here:1")
+    assert api.store.claim("me")["id"] == ids[0]  # the cancelled one is never claimed
+    assert api.store.claim("me")["id"] == ids[2]
+
+
+def test_models_metrics_and_the_page(api):
+    assert api.client.get("/v1/models").json()["data"][0]["id"] == "tiny"
+    api.client.post("/v1/videos", json={"prompt": "a"})
+    text = api.client.get("/metrics").text
+    for name in ("parallel_wan_queue_depth 1.0", "parallel_wan_jobs_total", "parallel_wan_step_seconds",
+                 "parallel_wan_phase_seconds", 'parallel_wan_requests_total{answer="queued"} 1.0'):
+        assert name in text, name
+    page = api.client.get("/").text
+    assert all(f'id="{name}"' in page for name in ("prompt", "size", "num_frames", "num_inference_steps", "seed",
+                                                   "input_reference", "queue", "player"))
+    assert "http://" not in page and "https://" not in page and "<link" not in page  # no external assets
+
+
+def test_the_http_side_touches_no_device(tmp_path):
+    """What the HTTP process runs for a JAX server's request: no jax, no CUDA (the device's memory
+    comes from rank 0)."""
+    code = ("import sys\n"
+            "from parallel_wan.config.compose import compose_settings\n"
+            "from parallel_wan.serve.served import serve_start\n"
+            "served = serve_start(compose_settings(['model=tiny_ti2v', 'backend=jax', 'mesh=dp2_cp4']), 8, None, "
+            f"{str(tmp_path)!r}, (None, 'host memory'))\n"
+            "assert served.request({'prompt': 'a', 'size': '64x64'})[0].mesh.dp == 2\n"
+            "torch = sys.modules.get('torch')\n"
+            "print('jax' in sys.modules, torch is not None and torch.cuda.is_initialized())\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ the store
+def test_each_job_is_claimed_exactly_once_by_competing_processes(tmp_path):
+    store = Store(str(tmp_path / "q.sqlite3"))
+    ids = [store.add({"id": f"video_{i:032x}", "model": "tiny", "prompt": "p", "size": "64x64", "seconds": "1",
+                      "settings": {}, "steps": 4})[0]["id"] for i in range(40)]
+    claimer = ("import sys, json; from parallel_wan.serve.store import Store\n"
+               "s = Store(sys.argv[1]); s.register(sys.argv[2], sys.argv[2]); got = []\n"
+               "while (row := s.claim(sys.argv[2])) is not None: got.append(row['id'])\n"
+               "print(json.dumps(got))")
+    procs = [subprocess.Popen([sys.executable, "-c", claimer, str(tmp_path / "q.sqlite3"), name], env=ENV,
+                              stdout=subprocess.PIPE, text=True) for name in ("a", "b", "c")]
+    claims = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert sorted(i for got in claims for i in got) == ids  # every job once, none twice
+    assert all(got == sorted(got) for got in claims)  # in order
+
+
+def test_a_restarted_server_takes_back_its_jobs_and_a_silent_ones_after_its_lease(tmp_path):
+    store = Store(str(tmp_path / "q.sqlite3"))
+    ids = [f"video_{i:032x}" for i in range(4)]
+    for video_id in ids:
+        store.add({"id": video_id, "model": "tiny", "prompt": "p", "size": "64x64", "seconds": "1", "settings": {},
+                   "steps": 4})
+    store.register("first", "host:8000")
+    store.register("other", "host:8001")
+    assert store.claim("first")["id"] == ids[0]
+    assert store.claim("other")["id"] == ids[1]
+    assert store.register("second", "host:8000") == [ids[0]]  # the same host:port started again
+    assert store.claim("second")["id"] == ids[0]
+    assert store.get(ids[0])["attempts"] == 2
+    assert store.claim("other")["id"] == ids[2]
+    assert store.claim("second")["id"] == ids[3]
+    assert store.claim("second") is None  # "other" renews its lease: its jobs stay its own
+    store.cancel(ids[2])  # a DELETE reaches the database …
+    store._db().execute("UPDATE servers SET heartbeat = 0 WHERE claimant = 'other'")  # … and "other" falls silent
+    assert store.claim("second")["id"] == ids[1]  # its job runs again here
+    assert store.get(ids[2])["status"] == "cancelled"  # the deleted one is not run again
+    assert store.get(ids[3])["status"] == "in_progress"

@@ -1,0 +1,126 @@
+"""One real server for the module: `torchrun --nproc-per-node 4 -m parallel_wan.serve` (gloo
+ranks, the tiny model in float32) on 127.0.0.1 with PARALLEL_WAN_API_KEY set. Requests queued at
+once each give the CLI's video; progress moves step by step; DELETE stops a running job after
+its step on every rank; the official openai SDK works against it; without the key: 401."""
+
+import threading
+
+import numpy as np
+import openai
+import pytest
+
+from harness.cli import run_in_process
+from harness.frames import assert_same_frames
+from harness.serve import KEY, SETTINGS, Server, sidecar
+
+# openai's SDK warns that its own Videos API will shut down; the API shape is what is tested here.
+pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = Server(tmp_path_factory.mktemp("serve4") / "storage", SETTINGS, ranks=4, key=KEY)
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+def cli_frames(tmp_path, name, **settings):
+    """The CLI's frames for the server's start settings plus `settings` (one process)."""
+    out = tmp_path / name
+    run_in_process(out, *SETTINGS, *(f"{k}='{v}'" if isinstance(v, str) else f"{k}={v}" for k, v in settings.items()))
+    return np.load(out / "frames.npy")
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_moves(server, tmp_path):
+    requests = [{"prompt": "a fox runs", "seed": 1, "num_inference_steps": 8},
+                {"prompt": "a boat sails", "seed": 2, "size": "80x48"},
+                {"prompt": "a kite flies", "seed": 3, "num_frames": 5, "guidance_scale": 5.0, "guidance_scale_2": 2.0}]
+    answers = [None] * 3
+
+    def post(i):
+        answers[i] = server.post(**requests[i])
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(a["status"] == "queued" and a["progress"] == 0 for a in answers), answers
+    first = min(answers, key=lambda a: server.client.get(f"/v1/videos/{a['id']}").json()["created_at"])
+    seen = []
+    server.wait_for(first["id"], "completed", every=0.02, seen=seen)
+    running = [p for status, p, _ in seen if status == "in_progress"]
+    assert any(0 < p < 100 for p in running), seen
+    assert running == sorted(running)  # it only moves forward
+    cli = {"num_inference_steps": "steps", "guidance_scale": "guidance_high", "guidance_scale_2": "guidance_low"}
+    for request, answer in zip(requests, answers):
+        video = server.wait_for(answer["id"], "completed")
+        assert video["progress"] == 100 and video["record"]["frames_sha256"] == sidecar(server, answer["id"])["frames_sha256"]
+        settings = {cli.get(k, k): v for k, v in request.items() if k != "size"}
+        if "size" in request:
+            settings["width"], settings["height"] = map(int, request["size"].split("x"))
+        assert_same_frames(server.frames(answer["id"]), cli_frames(tmp_path, answer["id"], **settings),
+                           f"{answer['id']} against the CLI")
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_delete_stops_a_running_job_after_its_step_and_the_next_job_runs(server):
+    long = server.post(prompt="a very long video", num_inference_steps=400)
+    after = server.post(prompt="the next one", seed=5)
+    server.wait_step(long["id"], 1)
+    answer = server.client.delete(f"/v1/videos/{long['id']}")
+    assert answer.status_code == 200 and answer.json()["deleted"] is True
+    at_delete = server.video(long["id"])["step"]
+    stopped = server.wait_for(long["id"], "cancelled", every=0.05)
+    assert stopped["step"] <= at_delete + 1, (at_delete, stopped)  # the step running then, no more
+    assert server.wait_for(after["id"], "completed")["progress"] == 100
+    assert not (server.storage / "videos" / f"{long['id']}.mp4").exists()
+    assert not (server.storage / "videos" / ".parallel_wan" / "resume" / long["id"]).exists()
+    assert server.client.get(f"/v1/videos/{long['id']}/content").status_code == 404
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_the_openai_sdk_creates_retrieves_and_downloads(server):
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
+    video = client.videos.create(prompt="a red car", size="64x48", seconds="0.5",
+                                 extra_body={"num_inference_steps": 2, "seed": 11})
+    assert video.status == "queued" and video.size == "64x48" and video.seconds == "0.5"
+    server.wait_for(video.id, "completed")
+    done = client.videos.retrieve(video.id)
+    assert done.status == "completed" and done.progress == 100 and isinstance(done.created_at, int)
+    content = client.videos.download_content(video.id)
+    assert content.content == (server.storage / "videos" / f"{video.id}.mp4").read_bytes()
+    assert content.content[4:8] == b"ftyp"
+    assert video.id in [v.id for v in client.videos.list(limit=50)]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.videos.create(prompt="a", size="65x48")
+    assert "width=65 must be a positive multiple of 16" in str(err.value)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).videos.retrieve(video.id)
+    assert client.videos.delete(video.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.videos.retrieve(video.id)
+
+
+def test_without_the_key_every_endpoint_but_health_is_401(server):
+    import httpx
+
+    for path in ("/v1/videos", "/v1/models", "/metrics", "/"):
+        assert httpx.get(server.url + path).status_code == 401, path
+    assert httpx.post(server.url + "/v1/videos", json={"prompt": "a"}).status_code == 401
+    health = httpx.get(server.url + "/health")
+    assert health.status_code == 200 and health.json()["ranks"] == 4
+
+
+def test_bad_requests_are_400_and_queue_nothing(server):
+    before = server.client.get("/v1/videos", params={"limit": 100}).json()["data"]
+    for fields, param in (({"num_frames": 10}, "num_frames"), ({"size": "64x50"}, "size"),
+                          ({"num_inference_steps": "0"}, "num_inference_steps"), ({"seed": -1}, "seed"),
+                          ({"guidance_scale": "nan"}, "guidance_scale"), ({"model": "sora-2"}, "model"),
+                          ({"frames": 9}, "frames")):
+        answer = server.client.post("/v1/videos", files={k: (None, str(v)) for k, v in {"prompt": "a", **fields}.items()})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+    assert server.client.get("/v1/videos", params={"limit": 100}).json()["data"] == before
