@@ -56,7 +56,9 @@ def _decode_class(mesh: str) -> tuple:
 # The first preset of each decode class decodes; the others leave the decode out (`decode=False`:
 # half of a run's fake ops, and rank 0's second run its shape headers cause) — their decode is
 # the same program on the same bands as one that ran.
-DECODED = {cls: mesh for mesh in reversed(MESHES) for cls in [_decode_class(mesh)]}
+DECODED: dict[tuple, str] = {}
+for _mesh in MESHES:
+    DECODED.setdefault(_decode_class(_mesh), _mesh)
 
 
 # Half the presets on sm_90, half on sm_100: the kernel choice is checked on both GPUs without
