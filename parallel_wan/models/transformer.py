@@ -6,6 +6,11 @@ elementwise update applies to model input and output alike and a rank can hold a
 the tokens. Only self-attention mixes tokens; it is the `self_attention` callable, which the
 backend makes sequence-parallel. Casts follow diffusers' WanTransformer3DModel: norms and
 modulation in float32, everything else in the weights' dtype.
+
+The blocks' linear layers go through `ops.dense(x, layer)` with the layer's whole param dict
+(weight, bias, and whatever else the backend placed there: a quantized weight's
+`weight_scale`), so how a stored weight becomes a product is the backend's business, not the
+model's; the embedders and the head keep `ops.linear` (never quantized, as the references keep them).
 """
 
 from __future__ import annotations
@@ -126,8 +131,8 @@ def _self_qkv(p, x, ops):
     (out = 3·dim, rows q ‖ k ‖ v; backends/torch/qkv_fusion.fuse_qkv): one GEMM reads x once
     and runs at a larger, more efficient size; the split is exact."""
     if "to_qkv" in p:
-        return ops.split(ops.linear(x, p["to_qkv"]["weight"], p["to_qkv"]["bias"]), 3, axis=-1)
-    return [ops.linear(x, p[n]["weight"], p[n]["bias"]) for n in ("to_q", "to_k", "to_v")]
+        return ops.split(ops.dense(x, p["to_qkv"]), 3, axis=-1)
+    return [ops.dense(x, p[n]) for n in ("to_q", "to_k", "to_v")]
 
 
 def self_attention_block(p, x, rope, cfg: TransformerConfig, ops, attention):
@@ -139,17 +144,17 @@ def self_attention_block(p, x, rope, cfg: TransformerConfig, ops, attention):
     q = apply_rope(_heads(q, heads, ops), cos, sin, ops)
     k = apply_rope(_heads(k, heads, ops), cos, sin, ops)
     out = ops.cast_like(_merge_heads(attention(q, k, _heads(v, heads, ops)), ops), q)
-    return ops.linear(out, p["to_out"][0]["weight"], p["to_out"][0]["bias"])
+    return ops.dense(out, p["to_out"][0])
 
 
 def cross_attention_block(p, x, context, cfg: TransformerConfig, ops):
-    q = ops.rms_norm(ops.linear(x, p["to_q"]["weight"], p["to_q"]["bias"]), p["norm_q"]["weight"], cfg.eps)
-    k = ops.rms_norm(ops.linear(context, p["to_k"]["weight"], p["to_k"]["bias"]), p["norm_k"]["weight"], cfg.eps)
-    v = ops.linear(context, p["to_v"]["weight"], p["to_v"]["bias"])
+    q = ops.rms_norm(ops.dense(x, p["to_q"]), p["norm_q"]["weight"], cfg.eps)
+    k = ops.rms_norm(ops.dense(context, p["to_k"]), p["norm_k"]["weight"], cfg.eps)
+    v = ops.dense(context, p["to_v"])
     heads = cfg.num_attention_heads
     out = ops.attention(_heads(q, heads, ops), _heads(k, heads, ops), _heads(v, heads, ops))
     out = ops.cast_like(_merge_heads(out, ops), q)
-    return ops.linear(out, p["to_out"][0]["weight"], p["to_out"][0]["bias"])
+    return ops.dense(out, p["to_out"][0])
 
 
 # ---------------------------------------------------------------- blocks
@@ -168,8 +173,8 @@ def transformer_block(p, x, context, proj, rope, cfg: TransformerConfig, ops, at
     x32 = ops.cast(x, "float32")
     h = ops.cast_like(ops.layer_norm(x32, eps=cfg.eps) * (1 + c_scale) + c_shift, x)
     ffn = p["ffn"]["net"]
-    ff = ops.gelu(ops.linear(h, ffn[0]["proj"]["weight"], ffn[0]["proj"]["bias"]), approximate=True)
-    ff = ops.linear(ff, ffn[2]["weight"], ffn[2]["bias"])
+    ff = ops.gelu(ops.dense(h, ffn[0]["proj"]), approximate=True)
+    ff = ops.dense(ff, ffn[2])
     return ops.cast_like(x32 + ops.cast(ff, "float32") * c_gate, x)
 
 

@@ -116,6 +116,7 @@ ops = SimpleNamespace(
     matmul=np.matmul,
     einsum=lambda spec, *xs: np.einsum(spec, *xs),
     linear=lambda x, w, b=None: (x @ w.T + (0 if b is None else b)).astype(x.dtype),
+    dense=lambda x, layer: (x @ layer["weight"].T + layer.get("bias", 0)).astype(x.dtype),  # no quantized weights here
     layer_norm=lambda x, w=None, b=None, eps=1e-6: _layer_norm(x, w, b, eps),
     rms_norm=lambda x, w=None, eps=1e-6: (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
                                           * (1 if w is None else w)).astype(x.dtype),

@@ -221,6 +221,26 @@ def linear(x, w, b=None):
     return y if b is None else y + b
 
 
+def dense(x, layer):
+    """A block's linear layer from its params: `weight` (out, in), `bias`, and for a quantized
+    weight (int8 / float8) its `weight_scale` (out, G), widened here to x's dtype — inside the
+    layer scan, so only one layer's wide copy is live at a time."""
+    w = layer["weight"]
+    scale = layer.get("weight_scale")
+    if scale is not None:
+        w = widen(w, scale, x.dtype)
+    return linear(x, w, layer.get("bias"))
+
+
+def widen(q, scale, dtype):
+    """W = q · scale in float32, then cast: q (…, out, in) int8/float8, scale (…, out, G) float32
+    with G dividing `in` (G = 1: one scale per output channel; G > 1: per block of in/G inputs)."""
+    *lead, rows, cols = q.shape
+    groups = scale.shape[-1]
+    w = q.astype(jnp.float32).reshape(*lead, rows, groups, cols // groups) * scale.astype(jnp.float32)[..., None]
+    return w.reshape(q.shape).astype(dtype)
+
+
 def _half(x) -> bool:
     return x.dtype in (jnp.bfloat16, jnp.float16)
 

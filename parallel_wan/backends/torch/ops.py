@@ -220,6 +220,25 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return F.linear(x, w, b)
 
 
+def dense(x: torch.Tensor, layer: dict) -> torch.Tensor:
+    """A block's linear layer from its params: `weight` (out, in), `bias`, and for a quantized
+    weight (int8 / float8) its `weight_scale` (out, G), widened here to x's dtype."""
+    w = layer["weight"]
+    scale = layer.get("weight_scale")
+    if scale is not None:
+        w = widen(w, scale, x.dtype)
+    return F.linear(x, w, layer.get("bias"))
+
+
+def widen(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """W = q · scale in float32, then cast: q (…, out, in) int8/float8, scale (…, out, G) float32
+    with G dividing `in` (G = 1: one scale per output channel; G > 1: per block of in/G inputs)."""
+    *lead, rows, cols = q.shape
+    groups = scale.shape[-1]
+    w = q.to(torch.float32).reshape(*lead, rows, groups, cols // groups) * scale.to(torch.float32).unsqueeze(-1)
+    return w.reshape(q.shape).to(dtype)
+
+
 def layer_norm(x: torch.Tensor, w=None, b=None, eps: float = 1e-6) -> torch.Tensor:
     """LayerNorm over the last axis, computed in x's dtype (callers upcast where the reference does)."""
     return F.layer_norm(x, (x.shape[-1],), w, b, eps)

@@ -26,8 +26,7 @@ def fuse_block_qkv(block: dict) -> dict:
     ever exist beside the fused ones on the device."""
     attn = dict(block["attn1"])
     parts = [attn.pop(name) for name in ("to_q", "to_k", "to_v")]
-    attn["to_qkv"] = {
-        "weight": torch.cat([p["weight"] for p in parts], dim=0),
-        "bias": torch.cat([p["bias"] for p in parts], dim=0),
-    }
+    # Every tensor of a linear layer is per output row (weight, bias, a quantized weight's
+    # weight_scale), so each fuses by concatenating its rows q ‖ k ‖ v.
+    attn["to_qkv"] = {name: torch.cat([p[name] for p in parts], dim=0) for name in parts[0]}
     return {**block, "attn1": attn}
