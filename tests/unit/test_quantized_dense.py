@@ -69,3 +69,19 @@ def test_fused_qkv_keeps_each_rows_scale():
     x = torch.randn(2, 16)
     separate = torch.cat([torch_ops.dense(x, parts[n]) for n in ("to_q", "to_k", "to_v")], dim=-1)
     torch.testing.assert_close(torch_ops.dense(x, fused), separate, rtol=1e-6, atol=1e-6)  # one GEMM vs three: rounding only
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_quantize_rows_is_per_channel_absmax_and_dense_widens_it(kind):
+    from parallel_wan.weights.quantize import LIMIT, dequantize, quantize_rows
+
+    w = torch.randn(6, 32)
+    w[2] = 0  # an all-zero row: scale 1, not a division by zero
+    q, scale = quantize_rows(w, kind)
+    assert q.dtype is (torch.float8_e4m3fn if kind == "fp8" else torch.int8) and scale.shape == (6, 1)
+    assert scale[2].item() == 1.0 and not q[2].to(torch.float32).any()
+    assert torch.equal(q.to(torch.float32).abs().amax(dim=1)[[0, 1, 3, 4, 5]], torch.full((5,), LIMIT[q.dtype]))
+    step = 1 / 127 if kind == "int8" else 1 / 16  # int8: half a level; e4m3: 3 mantissa bits → ≤ 2⁻⁴ relative
+    assert ((dequantize(q, scale) - w).abs() <= step * w.abs().amax(1, keepdim=True)).all()
+    x = torch.randn(4, 32)
+    assert torch.equal(torch_ops.dense(x, {"weight": q, "weight_scale": scale}), x @ dequantize(q, scale).T)

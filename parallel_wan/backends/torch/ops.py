@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from parallel_wan.weights.quantize import dequantize
+
 name = "torch"
 
 _DTYPES = {
@@ -233,10 +235,7 @@ def dense(x: torch.Tensor, layer: dict) -> torch.Tensor:
 def widen(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """W = q · scale in float32, then cast: q (…, out, in) int8/float8, scale (…, out, G) float32
     with G dividing `in` (G = 1: one scale per output channel; G > 1: per block of in/G inputs)."""
-    *lead, rows, cols = q.shape
-    groups = scale.shape[-1]
-    w = q.to(torch.float32).reshape(*lead, rows, groups, cols // groups) * scale.to(torch.float32).unsqueeze(-1)
-    return w.reshape(q.shape).to(dtype)
+    return dequantize(q, scale).to(dtype)
 
 
 def layer_norm(x: torch.Tensor, w=None, b=None, eps: float = 1e-6) -> torch.Tensor:
