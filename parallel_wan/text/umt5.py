@@ -12,6 +12,7 @@ from our reader (one cast copy per tensor); the official file's names are mapped
 from __future__ import annotations
 
 import gc
+import weakref
 
 import torch
 
@@ -76,9 +77,16 @@ class TextEncoder:
 
     def release(self) -> None:
         """Drop the encoder's weights (≈11 GB in bf16 for XXL) once the prompts are encoded."""
-        device = next(self.model.parameters()).device if self.model is not None else None
+        first = next(self.model.parameters()) if self.model is not None else None
+        device = first.device if first is not None else None
+        alive = weakref.ref(first) if first is not None else None
+        del first
         self.model = None
-        gc.collect()
+        # transformers' module holds no reference cycle, so dropping it frees the weights at
+        # once; a full collection (0.3-0.5 s in a process that has imported torch, transformers
+        # and diffusers) only when something still holds them through a cycle.
+        if alive is not None and alive() is not None:
+            gc.collect()
         if device is not None and device.type == "cuda":
             torch.cuda.empty_cache()
 
