@@ -170,7 +170,8 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     def expert(name):
         lora = loras[name]
-        params = load_transformer(ckpt, name, spec.execution.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
+        params = load_transformer(ckpt, name, spec.execution.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir,
+                                  quantize=spec.quantization.quantize)
         if lora is not None:
             log.info("%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read", name,
                      len(lora.files), len(lora.targets), lora.bytes_read / 1e6)
