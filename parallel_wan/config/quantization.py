@@ -18,8 +18,8 @@ layers widen: XLA's CPU/TPU dots take no fp8 operands with per-token scales).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..errors import ConfigError
 

@@ -5,7 +5,6 @@ does), the loop stays quiet (no host read or copy per layer) — eagerly, under 
 compiled. The layer's numbers are tests/unit/test_fp8_gemm.py's."""
 
 import pytest
-
 from harness.fakegpu.checks import all_problems
 from harness.fakegpu.simulate import BLACKWELL, HOPPER, Checkpoints, simulate
 

@@ -5,7 +5,6 @@ not arithmetic (tests/parallel/test_memory_modes.py says why exactly)."""
 
 import numpy as np
 import pytest
-
 from harness.ranks import run_on_ranks
 
 BASE = ["dtype=float32", "steps=3", "num_frames=5", "seed=3", "prompt='a dog jumps'", "height=32", "width=32",

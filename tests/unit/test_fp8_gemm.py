@@ -5,9 +5,9 @@ _scaled_mm checks the layouts and dtypes the cuBLASLt FP8 kernel requires."""
 
 import pytest
 import torch
-
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
+
 from parallel_wan.backends.torch import fp8_gemm
 from parallel_wan.backends.torch import ops as torch_ops
 from parallel_wan.config import ConfigError

@@ -10,8 +10,8 @@ import os
 
 import pytest
 import torch
-
 from harness.lora_files import lora_pairs, write_lora
+
 from parallel_wan.builtin.tiny import build_tiny, transformer_config, write_checkpoint
 from parallel_wan.config import ConfigError
 from parallel_wan.models.transformer import keeps_fp32
@@ -19,7 +19,13 @@ from parallel_wan.run import compose_settings, validate_job
 from parallel_wan.weights import tree
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer
-from parallel_wan.weights.quantize import KINDS, is_scale, quantizable, quantize_rows, scale_name
+from parallel_wan.weights.quantize import (
+    KINDS,
+    is_scale,
+    quantizable,
+    quantize_rows,
+    scale_name,
+)
 
 EXPERT = "high_noise"
 
@@ -147,6 +153,7 @@ def test_bad_quantization_settings_are_one_line_before_loading(overrides, words,
 
 def test_quantization_settings_and_result_keys():
     from harness.settings import spec_for
+
     from parallel_wan.jobs.keys import result_settings
 
     plain, fp8 = spec_for(), spec_for("quantize=fp8", "dtype=float32")  # fp8 weights widened to float32: allowed
