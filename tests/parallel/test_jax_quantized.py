@@ -1,0 +1,48 @@
+"""JAX with quantize=fp8: the layer stack stores float8 weights with float32 scales (half the
+bytes of bf16 matrices on every device) and widens them inside the layer scan; dp2_cp4 with
+memory=sharded (FSDP over the 8 devices) gives the one-device quantized run, and the torch
+backend's quant_compute=dequant run, as the unquantized meshes do."""
+
+import numpy as np
+import pytest
+
+from harness.jax_devices import rel_err, require_eight_devices
+from harness.jax_runs import BASE, generate
+
+SMALL = [*BASE, "steps=2", "num_frames=5", "height=32", "width=32", "quantize=fp8"]
+
+
+@pytest.mark.slow  # three generations, two of them compiled for 8 devices
+def test_dp2_cp4_sharded_fp8_equals_one_device_and_torch(monkeypatch):
+    import jax.numpy as jnp
+
+    require_eight_devices()
+    torch_run, _, _ = generate([*SMALL, "quant_compute=dequant"], decode=False, monkeypatch=monkeypatch)
+    one, _, _ = generate([*SMALL, "backend=jax", "mesh=single"], decode=False, monkeypatch=monkeypatch)
+    held = {}
+
+    def keep_params(backend):
+        from parallel_wan.backends.jax import placement
+
+        # the tiny model's matrices are under FSDP_MIN_SIZE: shard every one of them here
+        monkeypatch.setattr(placement, "FSDP_MIN_SIZE", 1024)
+        place = backend.place
+
+        def spy(tree, *args, **kwargs):
+            placed = place(tree, *args, **kwargs)
+            if "blocks" in placed:
+                held["q"] = placed["blocks"]["attn1"]["to_q"]
+            return placed
+
+        monkeypatch.setattr(backend, "place", spy)
+
+    mesh, _, _ = generate([*SMALL, "backend=jax", "mesh=dp2_cp4", "memory=sharded"], decode=False,
+                          monkeypatch=monkeypatch, setup=keep_params)
+    assert held["q"]["weight"].dtype == jnp.float8_e4m3fn and held["q"]["weight_scale"].dtype == jnp.float32
+    # FSDP: each of the 8 devices holds 1/8 of the stacked float8 weight
+    shard = held["q"]["weight"].addressable_shards[0].data
+    assert shard.size * 8 == held["q"]["weight"].size and shard.dtype == jnp.float8_e4m3fn
+    # fp32 on CPU: the mesh changes reduction orders only (tests/parallel/test_jax_pipeline.py's 1e-5)
+    assert rel_err(mesh.latents, one.latents) <= 1e-5
+    assert rel_err(one.latents, torch_run.latents) <= 1e-5
+    assert np.isfinite(mesh.latents).all()
