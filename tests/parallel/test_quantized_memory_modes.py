@@ -1,4 +1,4 @@
-"""quantize=fp8 under every memory mode: memory=sharded (FSDP shards the float8 weights and their
+"""quantize=fp8 under every memory mode and compile=true: memory=sharded (FSDP shards the float8 weights and their
 float32 scales; each rank holds its rows' bytes) and memory=swap (the host copy and the exchange
 move the quantized bytes) give the resident quantized run's latents exactly — they move bytes,
 not arithmetic (tests/parallel/test_memory_modes.py says why exactly)."""
@@ -62,3 +62,29 @@ def test_swap_fp8_equals_resident_fp8(prefetch):
     ref = generate(_spec(BASE), backend).latents
     got = generate(_spec(BASE + ["memory=swap", f"swap_prefetch_steps={prefetch}"]), backend).latents
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.slow  # torch.compile's capture, twice
+@pytest.mark.parametrize("compute", ["dequant", "fp8"])
+def test_compiled_blocks_with_quantized_weights_render_the_eager_latents(compute):
+    """compile=true on fp8 weights: q‖k‖v fused with their scales, the block compiled ("aot_eager":
+    graph capture and guards without Inductor's C++ build, as tests/parallel/test_hot_path.py)."""
+    import torch._dynamo
+
+    from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate
+
+    def run(*extra):
+        spec = _spec(BASE + [f"quant_compute={compute}", *extra])
+        backend = make_backend(spec)
+        backend.compile_backend = "aot_eager"
+        return generate(spec, backend).latents
+
+    eager = run()
+    torch._dynamo.reset()
+    compiled = run("compile=true")
+    torch._dynamo.reset()
+    # fp32: one fused q‖k‖v GEMM instead of three changes only the summation's blocking (the
+    # fp8 path's per-token scales are per row, so fusing leaves them alone): rounding-level
+    err = np.linalg.norm(compiled - eager) / np.linalg.norm(eager)
+    assert err <= 1e-5, err
