@@ -5,7 +5,6 @@ backend's quant_compute=dequant run, as the unquantized meshes do."""
 
 import numpy as np
 import pytest
-
 from harness.jax_devices import rel_err, require_eight_devices
 from harness.jax_runs import BASE, generate
 
