@@ -45,3 +45,33 @@ def test_dp2_cp4_sharded_fp8_equals_one_device_and_torch(monkeypatch):
     assert rel_err(mesh.latents, one.latents) <= 1e-5
     assert rel_err(one.latents, torch_run.latents) <= 1e-5
     assert np.isfinite(mesh.latents).all()
+
+
+@pytest.mark.parametrize("memory", ["resident", "sharded"])
+def test_aot_abstract_quantized_params_are_what_the_run_places(tiny_t2v, memory):
+    """backends/jax/aot.py's quantize= params (the TPU AOT test's fp8 A14B step) match, leaf by
+    leaf, a quantized tiny expert as JaxBackend.place puts it on the dp2_cp4 mesh: the same
+    tree, shapes, float8 weights, float32 scales and shardings."""
+    import jax
+
+    from benchmarks.tpu_aot import run_spec, shapes_of
+    from parallel_wan.backends.jax import aot
+    from parallel_wan.backends.jax.backend import JaxBackend
+    from parallel_wan.models.transformer import keeps_fp32
+    from parallel_wan.weights.layout import describe_checkpoint
+    from parallel_wan.weights.loader import load_transformer
+
+    require_eight_devices()
+    spec = run_spec("model=tiny", f"memory={memory}", "quantize=fp8")
+    _, _, tshapes, _ = shapes_of(spec)
+    backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
+    host = load_transformer(describe_checkpoint(tiny_t2v.diffusers), "high_noise", spec.execution.dtype, keeps_fp32,
+                            quantize="fp8")
+    placed = backend.place(host, spec.execution.dtype, keeps_fp32)
+    abstract = aot.transformer_params(tshapes, aot.run_mesh(spec, jax.devices()), spec.execution.dtype,
+                                      spec.memory.jax_fsdp, "fp8")
+    assert jax.tree.structure(placed) == jax.tree.structure(abstract)
+    for (path, real), want in zip(jax.tree.leaves_with_path(placed), jax.tree.leaves(abstract)):
+        where = jax.tree_util.keystr(path)
+        assert (real.shape, real.dtype) == (want.shape, want.dtype), where
+        assert real.sharding.is_equivalent_to(want.sharding, len(want.shape)), where
