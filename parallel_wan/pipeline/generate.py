@@ -158,7 +158,7 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
                  "padding": work.shards.padding},
     }
     info["quantization"] = {"quantize": spec.quantization.quantize, "quant_compute": spec.quantization.compute,
-                            "chosen": backend.quant_compute}  # what the layers did (backends' choice on the device)
+                            "chosen": backend.quant_compute}  # the path quantized layers take on this device
     if compiled:
         info["compile"] = compiled
     if loaded.loras and any(loaded.loras.values()):
