@@ -28,4 +28,18 @@ def make_backend(spec, launch=None):
         return JaxBackend(spec.mesh, spec.execution.device, fsdp=spec.memory.jax_fsdp)
     from .torch.backend import start_torch_backend
 
-    return start_torch_backend(spec.execution.device, spec.mesh, launch, spec.execution.dist_timeout_s, spec.execution.attention_impl, spec.execution.compile)
+    backend = start_torch_backend(spec.execution.device, spec.mesh, launch, spec.execution.dist_timeout_s,
+                                  spec.execution.attention_impl, spec.execution.compile)
+    use_quant_compute(backend, spec.quantization.compute)
+    return backend
+
+
+def use_quant_compute(backend, setting: str) -> None:
+    """quant_compute=auto|dequant|fp8 decided on the torch backend's device (fp8_gemm.py): the
+    ops namespace the model gets, and the choice the sidecar records; logged on rank 0."""
+    from .torch import fp8_gemm
+
+    choice = fp8_gemm.choose(setting, backend.device)
+    backend.ops, backend.quant_compute = fp8_gemm.ops_for(choice), choice
+    if backend.is_main:
+        fp8_gemm.log_choice(setting, choice, backend.device)

@@ -83,6 +83,9 @@ class Backend(Protocol):
     is_main: bool = True  # encodes the text (a multi-process backend broadcasts it)
     writes_outputs: bool = True  # writes the video, sidecar, markers and job records
     text_device: Any = "cpu"  # where the PyTorch text encoder runs
+    # how a quantized block linear multiplies (config/quantization.py): "dequant" widens its weight
+    # as it runs; "fp8" multiplies in FP8 (torch: backends/torch/fp8_gemm.py). The sidecar records it.
+    quant_compute: str = "dequant"
 
     # ------------------------------------------------------------ arrays
     def to_device(self, array, dtype: str | None = None):

@@ -42,10 +42,16 @@ def check_known_keys(cfg: Mapping) -> None:
 
 def _nearest(key: str, options) -> str:
     close = difflib.get_close_matches(key, sorted(options), n=1, cutoff=0.5)
-    if not close and "_" in key:  # frame_count → num_frames: match on the words
-        words = set(key.split("_")) | {w.rstrip("s") for w in key.split("_")}
-        close = [o for o in sorted(options) if words & ({*o.split("_")} | {w.rstrip("s") for w in o.split("_")})][:1]
+    if "_" in key and not (close and _words(close[0]) & _words(key)):
+        # frame_count → num_frames: a setting sharing a word beats a spelling that shares none
+        # (frame_count and quant_compute are as close letter by letter)
+        close = [o for o in sorted(options) if _words(key) & _words(o)][:1] or close
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _words(name: str) -> set[str]:
+    parts = name.split("_")
+    return set(parts) | {w.rstrip("s") for w in parts}
 
 
 def check_seed(seed: int, prompts: int) -> None:

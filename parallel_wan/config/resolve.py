@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..parallel.mesh import mesh_spec
 from .checks import check_known_keys, check_seed, writable_folder
 from .few_step import explicit_schedule_settings
+from .quantization import quant_settings
 from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ExecutionSettings, \
     MemorySettings, ModelPreset, OutputSettings, RunSpec, SamplingSettings, VideoSettings, WeightSettings, _as, \
     _choice, _pick, _setting, guides_every_step, model_preset, uses_guidance
@@ -99,6 +100,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     prompts = _prompts(cfg.get("prompt"))
     check_seed(seed, len(prompts))
     memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
+    quantization = quant_settings(cfg, backend)
     if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
         mesh = _auto_mesh(mesh_cfg, model, world_size, guides_every_step(guidance_high, guidance_low, model.experts),
                           len(prompts), node_size, backend)
@@ -144,6 +146,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
                                 "e.g. output_dir=outputs/run1"),
             save_frames=_as(bool, "save_frames", _setting(cfg, "save_frames")),
             log_all_ranks=_as(bool, "log_all_ranks", _setting(cfg, "log_all_ranks"))),
+        quantization=quantization,
     )
 
 

@@ -12,6 +12,7 @@ from ..caching.settings import CacheSettings
 from ..errors import ConfigError
 from ..parallel.mesh import MeshSpec
 from .few_step import apply_recipe, schedule_values
+from .quantization import NO_QUANTIZATION, QuantSettings
 
 INT_LIMIT = 2**63
 TASKS = ("t2v", "i2v", "ti2v")
@@ -156,6 +157,7 @@ class RunSpec:
     memory: MemorySettings
     execution: ExecutionSettings
     output: OutputSettings
+    quantization: QuantSettings = NO_QUANTIZATION  # config/quantization.py
 
     @property
     def uses_guidance(self) -> bool:
@@ -205,6 +207,7 @@ SECTION_OF = {
                                      "dist_timeout_s")},
     "output_dir": ("output", "dir"), "save_frames": ("output", "save_frames"),
     "log_all_ranks": ("output", "log_all_ranks"),
+    "quantize": ("quantization", "quantize"), "quant_compute": ("quantization", "compute"),
 }
 
 
@@ -215,7 +218,8 @@ FLAT_ORDER = ("model", "mesh", "backend", "prompts", "negative_prompt", "image",
               "width", "steps", "guidance_high", "guidance_low", "shift", "sampler", "schedule", "dtype", "device",
               "checkpoint_dir", "output_dir", "save_frames", "attention_impl", "dist_timeout_s", "log_all_ranks",
               "scan_loop", "jax_fsdp", "weights_cache_dir", "memory", "swap_prefetch_steps", "compile", "cache",
-              "sigmas", "timesteps", "recipe", "loras")
+              "sigmas", "timesteps", "recipe", "loras",
+              "quantize", "quant_compute")
 
 
 def _pick(cfg: Mapping, key: str, default: Any) -> Any:

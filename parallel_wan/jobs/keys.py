@@ -17,6 +17,7 @@ import json
 
 from .. import __version__
 from ..config import RunSpec
+from ..config.quantization import DEFAULTS as QUANT_DEFAULTS
 from ..report.outputs import file_sha256
 
 # Settings that change neither the frames nor the loop state's layout.
@@ -28,6 +29,9 @@ HOW = ("mesh", "backend", "device", "attention_impl", "compile", "memory", "swap
 
 def deciding_settings(spec: RunSpec) -> dict:
     settings = {k: v for k, v in spec.to_dict().items() if k not in NOT_DECIDING}
+    # quantize/quant_compute at their defaults are left out, so the keys of runs made before
+    # those settings existed (names, finished videos, saved states) still match.
+    settings = {k: v for k, v in settings.items() if QUANT_DEFAULTS.get(k, object()) != v}
     # The image's content decides the video, not where it lies: a moved folder keeps its names.
     settings["image"] = {"sha256": file_sha256(spec.video.image)} if spec.video.image else None
     return settings

@@ -50,7 +50,7 @@ class MemoryPlan:
 def plan(spec: RunSpec) -> MemoryPlan:
     tcfg, vcfg, text_cfg = architecture(spec)
     shapes = rank_shapes(spec, tcfg, vcfg)
-    eb = expert_bytes(transformer_shapes(tcfg), spec.execution.dtype, spec.mesh.world_size)
+    eb = expert_bytes(transformer_shapes(tcfg), spec.execution.dtype, spec.mesh.world_size, spec.quantization.quantize)
     dn = denoise_bytes(spec, tcfg, shapes)
     prompts = len(spec.video.prompts)
     # generate keeps, while the VAE decodes: the predictor (context, RoPE tables, condition)

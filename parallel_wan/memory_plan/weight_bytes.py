@@ -11,9 +11,15 @@ def _element(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else 4
 
 
-def tensor_bytes(name: str, shape, dtype: str) -> int:
+def tensor_bytes(name: str, shape, dtype: str, quantize: str = "none") -> int:
+    """Bytes the loader gives `name` (models.transformer.keeps_fp32's float32 exceptions; under
+    quantize=fp8|int8 a block linear's weight is one byte per value plus its float32 scale per
+    output row: weights/quantize.py)."""
     from ..models.transformer import keeps_fp32
+    from ..weights.quantize import quantizable
 
+    if quantize != "none" and quantizable(name) and len(shape) == 2:
+        return math.prod(shape) + shape[0] * 4
     return math.prod(shape) * (4 if keeps_fp32(name) else _element(dtype))
 
 
@@ -24,15 +30,21 @@ class ExpertBytes:
     sharded_blocks: int  # this rank's padded dim-0 chunks of every block tensor
     rest: int  # the non-block tensors whole
     rest_chunk: int  # this rank's padded chunk of the non-block tensors (FSDP keeps it as well)
+    widened: int = 0  # quantized weights: the largest block linear widened to the run's dtype as it runs
 
 
-def expert_bytes(shapes: dict, dtype: str, world: int) -> ExpertBytes:
+def expert_bytes(shapes: dict, dtype: str, world: int, quantize: str = "none") -> ExpertBytes:
     """Byte counts of one expert on a rank of `world`. Chunks follow FSDP2: dim 0 padded to a
-    multiple of the world, ceil(rows / world) rows per rank."""
-    whole = block0 = sharded = rest = rest_chunk = 0
+    multiple of the world, ceil(rows / world) rows per rank (a quantized weight's rows carry
+    their scale, so its chunk is rows × (in + 4) bytes as well)."""
+    from ..weights.quantize import quantizable
+
+    whole = block0 = sharded = rest = rest_chunk = widened = 0
     blocks: dict[str, int] = {}
     for name, shape in shapes.items():
-        full = tensor_bytes(name, shape, dtype)
+        full = tensor_bytes(name, shape, dtype, quantize)
+        if quantize != "none" and quantizable(name):
+            widened = max(widened, math.prod(shape) * _element(dtype))
         whole += full
         chunk = full if not shape else full // shape[0] * -(-shape[0] // world)
         if name.startswith("blocks."):
@@ -43,11 +55,21 @@ def expert_bytes(shapes: dict, dtype: str, world: int) -> ExpertBytes:
             rest += full
             rest_chunk += chunk
     block0 = max(blocks.values(), default=0)
-    return ExpertBytes(whole, block0, sharded, rest, rest_chunk)
+    return ExpertBytes(whole, block0, sharded, rest, rest_chunk, widened)
 
 
 def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
-    """Device bytes of the experts per phase (encode, denoise, decode) for spec.memory.mode."""
+    """Device bytes of the experts per phase (encode, denoise, decode) for spec.memory.mode; with
+    quantized weights the denoise phase also holds one widened block linear (`widened`)."""
+    out = _weight_bytes(spec, eb)
+    if eb.widened:
+        out = {**out, "denoise": out["denoise"] + eb.widened,
+               "note": out["note"] + f"; quantize={spec.quantization.quantize}: 1 byte per block-linear weight + a "
+                                     "float32 scale per row, one layer widened at a time"}
+    return out
+
+
+def _weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
     experts, world = spec.model.experts, spec.mesh.world_size
     if spec.memory.mode == "sharded" and world > 1 and spec.execution.backend == "torch":
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)

@@ -130,8 +130,12 @@ def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
     if shard is not None:
         from ..weights.loader import expert_sources
 
-        return {"where": "sharded",
-                "full_rows": {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}}
+        rows = {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}
+        if spec.quantization.quantize != "none":  # each quantized weight's scale has its rows
+            from ..weights.quantize import quantizable, scale_name
+
+            rows.update({scale_name(n): r for n, r in rows.items() if quantizable(n)})
+        return {"where": "sharded", "full_rows": rows}
     # compile=true (torch): the backend may lay a transformer out for its compiled hot path
     return {"transformer": True} if spec.execution.compile else {}
 
@@ -170,7 +174,8 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     def expert(name):
         lora = loras[name]
-        params = load_transformer(ckpt, name, spec.execution.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir)
+        params = load_transformer(ckpt, name, spec.execution.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir,
+                                  quantize=spec.quantization.quantize)
         if lora is not None:
             log.info("%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read", name,
                      len(lora.files), len(lora.targets), lora.bytes_read / 1e6)

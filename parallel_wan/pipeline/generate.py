@@ -157,6 +157,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         "mesh": {**spec.mesh.to_dict(), "tokens": work.shards.tokens, "tokens_per_rank": work.shards.local,
                  "padding": work.shards.padding},
     }
+    info["quantization"] = {"quantize": spec.quantization.quantize, "quant_compute": spec.quantization.compute,
+                            "chosen": backend.quant_compute}  # the path quantized layers take on this device
     if compiled:
         info["compile"] = compiled
     if loaded.loras and any(loaded.loras.values()):

@@ -8,7 +8,8 @@ the cast and the copy. In the file each stacked buffer is one tensor named
 
 The key is sha256 over, for each weight file of the expert (shards and index): its name,
 size, mtime_ns and safetensors header bytes; plus every tensor's target dtype (the run's
-dtype and the float32 exceptions), the expert, the layout and FORMAT_VERSION. This is enough
+dtype and the float32 exceptions; under quantize=fp8|int8 the one-byte weights and their
+`…weight_scale` names, so each quantize= setting has its own entry), the expert, the layout and FORMAT_VERSION. This is enough
 because the header fixes every tensor's name, dtype, shape and byte range, and anything that
 rewrites a file (a re-download, a re-save, `cp` without -p) gives it a new mtime; fooling it
 takes editing tensor bytes in place and then restoring the old mtime. Hashing the contents

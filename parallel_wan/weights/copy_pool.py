@@ -81,9 +81,20 @@ def copy_into(destination: torch.Tensor, source: torch.Tensor) -> int:
 
 
 def copy_all(copies: Iterable[Copy]) -> None:
-    """Run every copy on the shared pool and wait; the first failure is raised after the rest
-    have stopped, so no worker still writes into buffers the caller is dropping."""
-    futures: list[Future] = [copy_pool().submit(_run, *copy) for copy in copies]
+    """Run every copy on the shared pool and wait (`run_all`)."""
+    run_all(copy_task(*copy) for copy in copies)
+
+
+def copy_task(destination: torch.Tensor, source: Callable[[], torch.Tensor], origin=None) -> Callable[[], None]:
+    """One `Copy` as a task for `run_all`."""
+    return lambda: _run(destination, source, origin)
+
+
+def run_all(tasks: Iterable[Callable[[], None]]) -> None:
+    """Run every task (a copy, or a copy that quantizes: weights/quantize_load.py) on the shared
+    pool and wait; the first failure is raised after the rest have stopped, so no worker still
+    writes into buffers the caller is dropping."""
+    futures: list[Future] = [copy_pool().submit(task) for task in tasks]
     error = None
     for future in futures:
         try:

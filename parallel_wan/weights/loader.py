@@ -24,8 +24,10 @@ import torch
 
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import converted_weights, transformer_keymap, tree, vae_keymap
-from parallel_wan.weights.copy_pool import copy_all
+from parallel_wan.weights.copy_pool import copy_task, run_all
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
+from parallel_wan.weights.quantize import quantized_targets, scale_name
+from parallel_wan.weights.quantize_load import quantizing_copy
 from parallel_wan.weights.safetensors_io import (
     KeepFp32,
     TensorInfo,
@@ -56,6 +58,7 @@ def load_transformer(
     lora=None,
     *,
     cache_dir: str | Path | None = None,
+    quantize: str = "none",
 ) -> dict:
     """One expert's params tree: "high_noise" / "low_noise" (A14B) or "single" (TI2V-5B).
 
@@ -64,6 +67,8 @@ def load_transformer(
     keeps only dim-0 chunk `index` of `count` of each tensor (see the module docstring).
     lora: the expert's `lora.merge.ExpertLora`, merged into the tensors it changes in their one
     copy (a sharded load merges only its rows).
+    quantize: "fp8" | "int8" stores each block linear's weight in one byte with a float32 scale
+    per output channel (weights/quantize_load.py), quantized after its LoRA is merged; "none": as is.
 
     cache_dir: the converted-weights cache (`converted_weights.py`). A hit maps the cached file and returns
     views of it (no rename, no cast, no copy; sharded: a copy of this rank's rows only). A miss
@@ -74,15 +79,16 @@ def load_transformer(
     sources = expert_sources(checkpoint, expert)
     target = torch_dtype(dtype)
     if cache_dir is None:
-        return tree.unflatten(_read(sources, _targets(sources, target, keep_fp32, shard), shard, lora).flat)
-    full = _targets(sources, target, keep_fp32, None)
+        return tree.unflatten(_read(sources, _targets(sources, target, keep_fp32, shard, quantize), shard, lora,
+                                    quantize).flat)
+    full = _targets(sources, target, keep_fp32, None, quantize)  # quantize= changes dtypes and adds scales: the key
     key = converted_weights.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout,
                           lora.identity() if lora is not None else None)
     path = converted_weights.entry_path(cache_dir, expert, target, key)
     hit = converted_weights.open_entry(path, key, full)
     if hit is not None:
         return tree.unflatten(converted_weights.read_entry(hit, full, shard))
-    buffers = _read(sources, _targets(sources, target, keep_fp32, shard), shard, lora)
+    buffers = _read(sources, _targets(sources, target, keep_fp32, shard, quantize), shard, lora, quantize)
     if shard is None:
         converted_weights.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
                                               "layout": checkpoint.layout, "dtype": str(target)})
@@ -114,7 +120,7 @@ def _weight_files(checkpoint: Checkpoint, expert: str) -> list[Path]:
 
 
 def _targets(sources: dict[str, TensorInfo], dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
-             shard: Shard | None) -> Targets:
+             shard: Shard | None, quantize: str = "none") -> Targets:
     """Name → (shape this process keeps, dtype it gets)."""
     if shard is not None:
         chunk_rows(0, *shard)  # a bad shard fails here, once, before anything is read
@@ -125,10 +131,11 @@ def _targets(sources: dict[str, TensorInfo], dtype: torch.dtype | None, keep_fp3
             begin, end = chunk_rows(shape[0], *shard)
             shape = (end - begin, *shape[1:])
         targets[name] = (shape, target_dtype(name, info.torch_dtype, dtype, keep_fp32))
-    return targets
+    return targets if quantize == "none" else quantized_targets(targets, quantize)
 
 
-def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None, lora=None) -> Buffers:
+def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None, lora=None,
+          quantize: str = "none") -> Buffers:
     if lora is not None:
         missing = sorted(set(lora.targets) - set(sources))
         if missing:
@@ -143,8 +150,12 @@ def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None,
         source, where = copy_from(mapped[info.file], info, rows), str(info.file)
         if lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
             source, where = lora.merged_source(name, source, rows), f"{info.file} (with its LoRA merged)"
-        copies.append((buffers.flat[name], source, (where, info.name or name)))
-    copy_all(copies)
+        origin = (where, info.name or name)
+        if quantize != "none" and scale_name(name) in targets and scale_name(name) not in sources:
+            copies.append(quantizing_copy(buffers.flat[name], buffers.flat[scale_name(name)], source, quantize, origin))
+        else:
+            copies.append(copy_task(buffers.flat[name], source, origin))
+    run_all(copies)
     return buffers
 
 

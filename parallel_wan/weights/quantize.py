@@ -63,3 +63,33 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     groups = scale.shape[-1]
     w = q.to(torch.float32).reshape(*lead, rows, groups, cols // groups) * scale.to(torch.float32).unsqueeze(-1)
     return w.reshape(q.shape)
+
+
+def is_scale(name: str) -> bool:
+    """The name of a quantized weight's scale (`…weight_scale`)."""
+    return name.endswith(".weight" + SCALE_SUFFIX) or name == "weight" + SCALE_SUFFIX
+
+
+def placed_dtype(name: str, stored: torch.dtype, target: torch.dtype, keep_fp32) -> torch.dtype:
+    """The dtype a tensor keeps on the device: a quantized weight its stored bytes, its scale
+    float32 (placement must never cast either to the run's dtype: that would undo the memory
+    saving, or round the scales), the reference's float32 exceptions float32, other floating
+    tensors the run's dtype, integers as stored."""
+    if stored in LIMIT or is_scale(name):
+        return stored if stored in LIMIT else torch.float32
+    if not stored.is_floating_point:
+        return stored
+    return torch.float32 if keep_fp32 is not None and keep_fp32(name) else target
+
+
+def quantized_targets(targets: dict, kind: str) -> dict:
+    """The loader's targets (name → (shape, dtype)) under `quantize=kind`: each block linear's
+    weight in the quantized dtype, followed by its float32 scale (rows, 1)."""
+    out = {}
+    for name, (shape, dtype) in targets.items():
+        if quantizable(name) and len(shape) == 2:
+            out[name] = (shape, KINDS[kind])
+            out[scale_name(name)] = ((shape[0], 1), torch.float32)
+        else:
+            out[name] = (shape, dtype)
+    return out

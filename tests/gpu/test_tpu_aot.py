@@ -84,6 +84,24 @@ def test_every_phase_fits_a_v5p_chip(compiled):
     assert 0.2 * compiled["plan"].denoise.loop < temp < 2 * compiled["plan"].denoise.loop
 
 
+def test_a14b_fp8_weights_are_half_per_chip_in_xlas_numbers(v5p):
+    """quantize=fp8 on the A14B step (720p×81, dp2_cp4, v5p): XLA's own argument bytes per chip
+    are the float8 weights with their scales — about half the bf16 expert — and the layer scan
+    widens them (the step compiles). Only the step is compiled (at EFFORT): the VAE is unchanged."""
+    spec = run_spec("model=wan2.2_t2v_a14b", "quantize=fp8")
+    tcfg, vcfg, tshapes, _ = shapes_of(spec)
+    mesh = aot.run_mesh(spec, v5p)
+    bf16 = aot.per_device_bytes(aot.transformer_params(tshapes, mesh, "bfloat16", False))
+    fp8 = aot.transformer_params(tshapes, mesh, "bfloat16", False, "fp8")
+    step = aot.compile_step(tcfg, fp8, mesh, aot.step_shapes(spec, tcfg, vcfg)[1], "bfloat16", False, effort=EFFORT)
+    memory = step.memory()
+    print(f"\nA14B fp8 on v5p dp2_cp4: XLA step arguments {memory['argument'] / GB:.2f} GB per chip (bf16 expert "
+          f"{bf16 / GB:.2f} GB), temporaries {memory['temp'] / GB:.2f} GB, compiled in {step.seconds:.0f} s")
+    assert aot.per_device_bytes(fp8) <= memory["argument"] <= aot.per_device_bytes(fp8) + 0.1 * GB
+    assert 0.5 < memory["argument"] / bf16 < 0.53  # the block linears are ~98 % of the expert's bytes
+    assert "f8e4m3fn" in step.text()  # the weights enter as float8 and are widened inside the program
+
+
 def test_abstract_arguments_are_the_ones_the_run_passes():
     """aot.py builds its arguments from shapes alone; the run's predictor builds them from
     placed weights and host arrays. On the CPU mesh (tiny T2V and TI2V, dp2_cp4, resident and

@@ -23,11 +23,13 @@ import pytest
 import torch
 
 import harness.aot_triton as aot_triton
+from parallel_wan.backends.torch import fp8_gemm
 from parallel_wan.backends.torch import ops as torch_ops
 from parallel_wan.backends.torch.attention import attention_with_lse
 from parallel_wan.models import transformer as dit
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.memory_plan import transformer_shapes
+from parallel_wan.weights.quantize import quantizable, scale_name
 from parallel_wan.weights.tree import unflatten
 
 pytestmark = pytest.mark.aot
@@ -37,8 +39,10 @@ TOKENS = 18_900  # 720p×81 on dp2_cp4: tokens per rank
 ARCH = {aot_triton.H100: "sm_90a", aot_triton.B200: "sm_100a"}
 
 
-def compile_block(gpu: aot_triton.Gpu):
-    """Compile one A14B block for `gpu`; returns (output, the compiled kernels)."""
+def compile_block(gpu: aot_triton.Gpu, fp8: bool = False):
+    """Compile one A14B block for `gpu`; returns (output, the compiled kernels). fp8: the block
+    linears stored as float8 with per-channel scales and multiplied by quant_compute=fp8's W8A8
+    path (backends/torch/fp8_gemm.py): the per-token activation quantization is generated code."""
     cfg = A14B
     shapes = {n[len("blocks.0."):]: s for n, s in transformer_shapes(cfg).items() if n.startswith("blocks.0.")}
     with aot_triton.compiling_for(gpu) as kernels:
@@ -47,14 +51,20 @@ def compile_block(gpu: aot_triton.Gpu):
         def weight(name, shape):
             return torch.empty(shape, dtype=torch.float32 if dit.keeps_fp32(name) else bf16, device="cuda")
 
-        block = unflatten({name: weight(name, shape) for name, shape in shapes.items()})
+        tensors = {name: weight(name, shape) for name, shape in shapes.items()}
+        if fp8:
+            for name, shape in shapes.items():
+                if quantizable("blocks.0." + name):
+                    tensors[name] = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda")
+                    tensors[scale_name(name)] = torch.empty((shape[0], 1), dtype=torch.float32, device="cuda")
+        block = unflatten(tensors)
         x = torch.empty((1, TOKENS, cfg.dim), dtype=bf16, device="cuda")
         context = torch.empty((1, cfg.text_len, cfg.dim), dtype=bf16, device="cuda")
         proj = torch.empty((1, 6, cfg.dim), dtype=torch.float32, device="cuda")
         rope = tuple(torch.empty((TOKENS, cfg.attention_head_dim // 2), device="cuda") for _ in range(2))
         attention = torch.compiler.disable(lambda q, k, v: attention_with_lse(q, k, v)[0])
         compiled = torch.compile(dit.transformer_block, dynamic=False, backend="inductor", fullgraph=False)
-        out = compiled(block, x, context, proj, rope, cfg, torch_ops, attention)
+        out = compiled(block, x, context, proj, rope, cfg, fp8_gemm.ops_for("fp8") if fp8 else torch_ops, attention)
     return out, kernels
 
 
@@ -76,6 +86,21 @@ def test_block_compiles_to_cubins_for_the_gpu(compiled):
     assert {k.target for k in kernels} == {f"cuda:{major * 10 + minor}"}
     assert {k.arch for k in kernels} == {ARCH[gpu]}
     assert all(k.cubin_bytes > 0 for k in kernels)
+
+
+@pytest.mark.parametrize("gpu", list(ARCH), ids=lambda gpu: gpu.name)
+def test_block_with_fp8_weights_compiles_to_cubins(gpu):
+    """quantize=fp8 + quant_compute=fp8 compiled: the activation quantization (absmax, scale,
+    cast to e4m3 — a conversion sm_89+ has) fuses into Triton kernels that build for the GPU,
+    and the GEMMs stay _scaled_mm calls (extern: cuBLASLt)."""
+    t0 = time.perf_counter()
+    out, kernels = compile_block(gpu, fp8=True)
+    print(f"\n{gpu.name} fp8: {len(kernels)} Triton kernels in {time.perf_counter() - t0:.0f} s")
+    assert (out.shape, out.dtype, out.device.type) == ((1, TOKENS, A14B.dim), torch.bfloat16, "cuda")
+    assert len(kernels) >= 10 and {k.arch for k in kernels} == {ARCH[gpu]}
+    assert all(k.cubin_bytes > 0 for k in kernels)
+    # the activations' cast to e4m3 is generated code, compiled for this GPU
+    assert any(k.fp8_converts for k in kernels), [k.name for k in kernels]
 
 
 def test_nothing_leaks_out_of_the_fake_gpu(compiled):

@@ -143,6 +143,7 @@ class Kernel:
     target: str  # Triton's GPUTarget, e.g. "cuda:90"
     arch: str  # the cubin's architecture as ptxas wrote it into the PTX (".target sm_90a")
     cubin_bytes: int
+    fp8_converts: int = 0  # PTX conversions to float8 e4m3 (`cvt….e4m3x2`: sm_89 and newer)
 
 
 def _record_instead_of_launch(kernels: list, patches: list) -> None:
@@ -157,7 +158,7 @@ def _record_instead_of_launch(kernels: list, patches: list) -> None:
             ptx = binary.asm.get("ptx", "")
             arch = next((line.split()[1] for line in ptx.splitlines() if line.startswith(".target")), "?")
             kernels.append(Kernel(binary.name, f"{binary.metadata.target.backend}:{binary.metadata.target.arch}",
-                                  arch, len(binary.asm.get("cubin", b""))))
+                                  arch, len(binary.asm.get("cubin", b"")), ptx.count("e4m3")))
         self.launchers = []
 
     _set(patches, th.CachingAutotuner, "_make_launchers", _make_launchers)
@@ -198,6 +199,22 @@ def _clear_device_caches() -> None:
         fn.cache_clear()
 
 
+def _scaled_mm_out_on_meta():
+    """Inductor's wrapper calls the FP8 GEMM as `aten._scaled_mm.out` into its own buffer, which
+    torch 2.13 has no meta kernel for (the functional form has one, with cuBLASLt's layout and
+    dtype checks): register one, for the fake run's duration, that makes those checks."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def out_variant(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False, *, out):
+        result = torch.ops.aten._scaled_mm.default(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+        torch._check(out.shape == result.shape and out.dtype == result.dtype,
+                     lambda: f"_scaled_mm.out into {tuple(out.shape)} {out.dtype}, result {tuple(result.shape)} {result.dtype}")
+        return out
+
+    lib.impl("_scaled_mm.out", out_variant, "Meta")
+    return lib
+
+
 @contextlib.contextmanager
 def compiling_for(gpu: Gpu):
     """Inside: tensors made on "cuda" are fake, `torch.compile` (Inductor) generates and
@@ -226,6 +243,7 @@ def compiling_for(gpu: Gpu):
         _set(patches, cuda, name, value)
     _set(patches, FakeTensorMode, "avoid_device_init", property(lambda self: True))
     _record_instead_of_launch(kernels, patches)
+    scaled_mm_out = _scaled_mm_out_on_meta()
     restore_driver = _triton_driver(gpu)
     config = {"compile_threads": 1, "fx_graph_cache": False, "autotune_local_cache": False,
               "joint_graph_constant_folding": False, "freezing": False, "max_autotune": False,
@@ -244,6 +262,7 @@ def compiling_for(gpu: Gpu):
             torch._dynamo.reset()
             _clear_device_caches()
             restore_driver()
+            scaled_mm_out._destroy()
             for owner, name, value in reversed(patches):
                 if value is _MISSING:
                     delattr(owner, name)

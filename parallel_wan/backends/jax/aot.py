@@ -87,9 +87,24 @@ def _placed(flat_shapes: dict, mesh: Mesh, dtype_of, fsdp: bool):
     return abstract_params(flat_shapes, dtype_of, sharding_of)
 
 
-def transformer_params(flat_shapes: dict, mesh: Mesh, dtype: str, fsdp: bool):
-    """One expert as the loader places it: `dtype` except diffusers' fp32 modules."""
-    return _placed(flat_shapes, mesh, lambda n: ops.dtype("float32" if dit.keeps_fp32(n) else dtype), fsdp)
+def transformer_params(flat_shapes: dict, mesh: Mesh, dtype: str, fsdp: bool, quantize: str = "none"):
+    """One expert as the loader places it: `dtype` except diffusers' fp32 modules; with
+    quantize=fp8|int8 each block linear's weight in one byte and its float32 scale (rows, 1)
+    beside it (weights/quantize.py), as `placement.place` keeps them."""
+    if quantize == "none":
+        return _placed(flat_shapes, mesh, lambda n: ops.dtype("float32" if dit.keeps_fp32(n) else dtype), fsdp)
+    from ...weights.quantize import is_scale, quantizable, scale_name
+
+    shapes = dict(flat_shapes)
+    shapes.update({scale_name(n): (s[0], 1) for n, s in flat_shapes.items() if quantizable(n)})
+    stored = {"fp8": jnp.float8_e4m3fn, "int8": jnp.int8}[quantize]
+
+    def dtype_of(name):
+        if quantizable(name):
+            return stored
+        return jnp.float32 if is_scale(name) or dit.keeps_fp32(name) else ops.dtype(dtype)
+
+    return _placed(shapes, mesh, dtype_of, fsdp)
 
 
 def vae_params(flat_shapes: dict, mesh: Mesh, fsdp: bool):
@@ -211,6 +226,15 @@ def run_mesh(spec, devices) -> Mesh:
     return build_mesh(spec.mesh.dp, spec.mesh.ring, spec.mesh.ulysses, devices=list(devices)[: spec.mesh.world_size])
 
 
+def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
+    """(the latent's shape, the step's StepShapes) of a run."""
+    latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
+    latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
+                    spec.video.width // vcfg.scale_factor_spatial)
+    return latent_shape, StepShapes(math.prod(dit.patch_grid(tcfg, latent_shape)), spec.mesh.cp, len(spec.video.prompts),
+                                    spec.uses_guidance, spec.model.task == "ti2v", tcfg.in_channels - tcfg.out_channels)
+
+
 def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: dict, devices,
                        vae_effort: float | None = None, step_effort: float | None = None) -> dict:
     """Every program `generate` compiles for `spec` (a RunSpec; backend=jax), for `devices`
@@ -220,12 +244,9 @@ def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: d
     (XLA:TPU spends minutes of CPU on the VAE's convolutions at its default; the step's
     compile takes 4× the CPU at the default that it takes at -1)."""
     mesh = run_mesh(spec, devices)
-    latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
-                    spec.video.width // vcfg.scale_factor_spatial)
-    shapes = StepShapes(math.prod(dit.patch_grid(tcfg, latent_shape)), spec.mesh.cp, len(spec.video.prompts),
-                        spec.uses_guidance, spec.model.task == "ti2v", tcfg.in_channels - tcfg.out_channels)
-    params = transformer_params(transformer_shapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp)
+    latent_shape, shapes = step_shapes(spec, tcfg, vcfg)
+    params = transformer_params(transformer_shapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp,
+                                spec.quantization.quantize)
     return {
         "mesh": mesh,
         "params": params,

@@ -53,6 +53,8 @@ def host_array(leaf) -> np.ndarray:
         t = leaf.detach().cpu().contiguous()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        if t.dtype == torch.float8_e4m3fn:  # a quantized block linear (weights/quantize.py), bit for bit
+            return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
         return t.numpy()
     return np.asarray(leaf)
 
@@ -62,6 +64,8 @@ def _target(name: str, array: np.ndarray, dtype: str | None, keep_fp32) -> np.dt
         return array.dtype
     if dtype not in _HOST_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {', '.join(_HOST_DTYPES)}; set dtype=bfloat16 or dtype=float32")
+    if name.endswith("weight_scale"):  # a quantized weight's scale stays float32; the weight (int8,
+        return np.dtype(np.float32)    # float8: not np.floating) keeps its bytes below
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype == _HOST_DTYPES["bfloat16"]):
         return array.dtype
     if keep_fp32 is not None and keep_fp32(name):

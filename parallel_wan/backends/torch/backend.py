@@ -12,6 +12,7 @@ from ...launch import Launch
 from ...parallel.collectives import Collectives
 from ...parallel.mesh import MeshSpec
 from ...parallel.shards import SequenceShards
+from ...weights.quantize import placed_dtype
 from ...weights.tree import map_leaves
 from ..contract import Backend
 from . import ops as torch_ops
@@ -140,11 +141,8 @@ class TorchBackend(Backend):
         if where != "device":
             raise ValueError(f"where={where!r} is not a placement; use device, host or sharded")
 
-        def move(name, t):
-            if not t.is_floating_point():
-                return t.to(self.device)
-            want = torch.float32 if keep_fp32 is not None and keep_fp32(name) else target
-            return t.to(device=self.device, dtype=want)
+        def move(name, t):  # quantized weights keep their bytes, their scales float32 (weights/quantize.py)
+            return t.to(device=self.device, dtype=placed_dtype(name, t.dtype, target, keep_fp32))
 
         if transformer and self.compile and isinstance(tree.get("blocks"), list):
             from .qkv_fusion import fuse_block_qkv

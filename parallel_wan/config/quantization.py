@@ -1,0 +1,60 @@
+"""The `quantize` and `quant_compute` settings (README "Quantized weights"), checked before
+anything loads (no torch import):
+
+    quantize=none|fp8|int8          quantize a bf16/fp32 checkpoint's block linears at load, one
+                                    float32 scale per output channel (weights/quantize.py);
+                                    LoRAs are merged first, into the wide weight
+    quant_compute=auto|dequant|fp8  how a quantized layer multiplies: dequant widens its weight to
+                                    the run's dtype as it runs (every device, both backends); fp8
+                                    multiplies in FP8 with per-token activation scales
+                                    (torch._scaled_mm, W8A8); auto = fp8 on CUDA sm_89+ (H100,
+                                    B200), dequant elsewhere — decided by the backend on its device
+
+Decisions: quantize=fp8 with dtype=float32 is allowed (weights stored in one byte, widened to
+float32: the memory saving is the point, the quantization error is the same as under bf16);
+quant_compute=fp8 needs fp8 weights, so it is refused with quantize=int8 and on JAX (whose
+layers widen: XLA's CPU/TPU dots take no fp8 operands with per-token scales).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+QUANTIZE = ("none", "fp8", "int8")
+QUANT_COMPUTE = ("auto", "dequant", "fp8")
+# conf/config.yaml's values: a run at these is keyed as runs were before the settings existed (jobs/keys.py)
+DEFAULTS = {"quantize": "none", "quant_compute": "auto"}
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    quantize: str  # none | fp8 | int8: what the loader does to a wide checkpoint's block linears
+    compute: str  # auto | dequant | fp8: asked for; the backend records what it chose
+
+
+NO_QUANTIZATION = QuantSettings("none", "auto")
+
+
+def quant_settings(cfg: Mapping, backend: str) -> QuantSettings:
+    quantize = _choice(cfg, "quantize", QUANTIZE)
+    compute = _choice(cfg, "quant_compute", QUANT_COMPUTE)
+    if compute == "fp8" and quantize == "int8":
+        raise ConfigError("quant_compute=fp8 multiplies float8 weights but quantize=int8 stores int8; set quantize=fp8, "
+                          "or quant_compute=dequant (or auto) to widen the int8 weights as each layer runs")
+    if compute == "fp8" and backend == "jax":
+        raise ConfigError("quant_compute=fp8 is the PyTorch FP8 GEMM (torch._scaled_mm) but backend=jax widens quantized "
+                          "weights inside the layer scan; set quant_compute=dequant (or auto), or backend=torch")
+    return QuantSettings(quantize=quantize, compute=compute)
+
+
+def _choice(cfg: Mapping, key: str, options: tuple[str, ...]) -> str:
+    if key not in cfg:
+        raise ConfigError(f"{key} is missing from the settings; compose them with parallel_wan.config.compose "
+                          "(conf/config.yaml holds every default)")
+    value = cfg[key]
+    if not isinstance(value, str) or value not in options:
+        raise ConfigError(f"{key}={value!r} is not known; choose one of: {', '.join(options)}")
+    return value
