@@ -159,6 +159,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     }
     if compiled:
         info["compile"] = compiled
+    if ckpt.expert_files:  # experts from one file each (weights_high= …): where, format, stored dtype
+        info["expert_files"] = {name: file.record() for name, file in ckpt.expert_files.items()}
     if loaded.loras and any(loaded.loras.values()):
         info["lora"] = {name: lora.record() for name, lora in loaded.loras.items() if lora is not None}
     if cache_record is not None:

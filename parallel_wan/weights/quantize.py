@@ -63,3 +63,9 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     groups = scale.shape[-1]
     w = q.to(torch.float32).reshape(*lead, rows, groups, cols // groups) * scale.to(torch.float32).unsqueeze(-1)
     return w.reshape(q.shape)
+
+
+def kept_as_placed(name: str, dtype: torch.dtype) -> bool:
+    """Tensors a backend's placement leaves in their own dtype: a float8 weight (a cast to the
+    run's dtype would drop its scale) and a float32 `weight_scale` (bf16 would round it)."""
+    return dtype in (torch.float8_e4m3fn, torch.float8_e5m2) or name.endswith(".weight" + SCALE_SUFFIX)

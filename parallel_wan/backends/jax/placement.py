@@ -29,6 +29,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 SCANNED = ("blocks",)
+QUANTIZED_SCALE = ".weight_scale"  # weights/quantize.py's name for a quantized weight's scale
 
 _HOST_DTYPES = {
     "float32": np.dtype(np.float32),
@@ -53,6 +54,8 @@ def host_array(leaf) -> np.ndarray:
         t = leaf.detach().cpu().contiguous()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        if t.dtype == torch.float8_e4m3fn:  # a quantized weight (weights/quantize.py), bit for bit
+            return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
         return t.numpy()
     return np.asarray(leaf)
 
@@ -63,6 +66,8 @@ def _target(name: str, array: np.ndarray, dtype: str | None, keep_fp32) -> np.dt
     if dtype not in _HOST_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {', '.join(_HOST_DTYPES)}; set dtype=bfloat16 or dtype=float32")
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype == _HOST_DTYPES["bfloat16"]):
+        return array.dtype  # integers, and float8 weights: widened in the layer (ops.widen) with their scale
+    if name.endswith(QUANTIZED_SCALE):  # a quantized weight's float32 scale: bf16 would round it
         return array.dtype
     if keep_fp32 is not None and keep_fp32(name):
         return np.dtype(np.float32)

@@ -12,6 +12,7 @@ from ...launch import Launch
 from ...parallel.collectives import Collectives
 from ...parallel.mesh import MeshSpec
 from ...parallel.shards import SequenceShards
+from ...weights.quantize import kept_as_placed
 from ...weights.tree import map_leaves
 from ..contract import Backend
 from . import ops as torch_ops
@@ -141,7 +142,7 @@ class TorchBackend(Backend):
             raise ValueError(f"where={where!r} is not a placement; use device, host or sharded")
 
         def move(name, t):
-            if not t.is_floating_point():
+            if not t.is_floating_point() or kept_as_placed(name, t.dtype):  # int8/fp8 weights, their scales
                 return t.to(self.device)
             want = torch.float32 if keep_fp32 is not None and keep_fp32(name) else target
             return t.to(device=self.device, dtype=want)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ...weights.quantize import kept_as_placed
 from ...weights.tree import map_leaves
 from .runners.exchange import BlockExchange
 
@@ -37,7 +38,7 @@ def to_host(tree: dict, dtype: torch.dtype, keep_fp32) -> HostExpert:
     pin = torch.cuda.is_available()
 
     def move(name, t):
-        if t.is_floating_point():
+        if t.is_floating_point() and not kept_as_placed(name, t.dtype):  # int8/fp8 weights, scales: as they are
             t = t.to(torch.float32 if keep_fp32 is not None and keep_fp32(name) else dtype)
         t = t.contiguous()
         return t.pin_memory() if pin else t
