@@ -96,7 +96,7 @@ def dequantized_state(path):
     """Diffusers name → float32 W for every model tensor of the file: q · scale, a block table's
     scale applied to its b×b block, unquantized tensors as stored (widened to float32)."""
     with safe_open(str(path), "pt") as f:
-        raw = {k.removeprefix(PREFIX): f.get_tensor(k) for k in f}
+        raw = {k.removeprefix(PREFIX): f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
     out = {}
     for name, value in raw.items():
         if name == "scaled_fp8" or name.endswith((".scale_weight", ".weight_scale", ".input_scale", ".comfy_quant")):
