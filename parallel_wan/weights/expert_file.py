@@ -220,12 +220,12 @@ def describe_expert_file(setting: str, path: str | Path, cfg: TransformerConfig)
 def _comfy_formats(where: str, metadata: dict, entries: dict[str, TensorInfo]) -> dict[str, str]:
     """Layer (official name, no prefix) → ComfyUI format, from `_quantization_metadata` and the
     per-layer `comfy_quant` tensors (a few bytes of JSON each)."""
-    formats: dict[str, str] = {}
+    found: list[tuple[str, str]] = []  # (layer, format) from both sources: either may name an unknown one
     text = metadata.get(COMFY_METADATA)
     if text is not None:
         try:
             layers = json.loads(text)["layers"]
-            formats.update({name.removeprefix(PREFIX): entry["format"] for name, entry in layers.items()})
+            found += [(name.removeprefix(PREFIX), entry["format"]) for name, entry in layers.items()]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{where}: its {COMFY_METADATA} header entry is not ComfyUI's "
                              f"{{format_version, layers: {{name: {{format}}}}}} ({e})") from None
@@ -234,14 +234,14 @@ def _comfy_formats(where: str, metadata: dict, entries: dict[str, TensorInfo]) -
         mapped = MappedFile(next(iter(tags.values())).file)
         for key, info in tags.items():
             try:
-                formats[key.removesuffix(COMFY_QUANT)] = json.loads(bytes(mapped.view(info).numpy()))["format"]
+                found.append((key.removesuffix(COMFY_QUANT), json.loads(bytes(mapped.view(info).numpy()))["format"]))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{where}: {info.name} is not a ComfyUI comfy_quant JSON tag ({e})") from None
-    for layer, fmt in formats.items():
+    for layer, fmt in found:
         if fmt != "nvfp4" and fmt not in COMFY_FORMATS:
             raise ValueError(f"{where}: layer {layer} has ComfyUI format {fmt!r}, an unknown scale layout; this "
                              f"loader reads {', '.join(COMFY_FORMATS)}")
-    return formats
+    return dict(found)
 
 
 def _diffusers_name(where: str, official: str) -> str:

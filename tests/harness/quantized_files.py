@@ -127,3 +127,14 @@ def dequantized_model(model, high=None, low=None):
         module.load_state_dict(dequantized_state(path), strict=True)  # every tensor, nothing else
         replaced[field] = module
     return dataclasses.replace(model, **replaced)
+
+
+def edited_file(src, dst, edit):
+    """A copy of the safetensors file `src` at `dst` with `edit(tensors, metadata)` applied to
+    its tensors (stored names) and header metadata, in place; returns dst's path."""
+    with safe_open(str(src), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
+        metadata = dict(f.metadata() or {})
+    edit(tensors, metadata)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(dst), metadata=metadata or None)
+    return str(dst)
