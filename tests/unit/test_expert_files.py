@@ -84,7 +84,7 @@ def test_swap_and_bf16_runs_keep_the_stored_form(ckpt, tiny_t2v, tmp_path):
     """memory=swap (the low-noise expert waits in host memory, then is copied in) renders the
     resident run's frames bit for bit; and a bf16 run (the widening casts to bf16) renders close to the float32 one."""
     high, low = (str(ckpt.expert_files[e].path) for e in ("high_noise", "low_noise"))
-    files = dict(weights_high=high, weights_low=low, steps=3, guidance_high=4.0, guidance_low=3.0)
+    files = {"weights_high": high, "weights_low": low, "steps": 3, "guidance_high": 4.0, "guidance_low": 3.0}
     resident = run(tmp_path / "resident", tiny_t2v.diffusers, **files)
     swap = run(tmp_path / "swap", tiny_t2v.diffusers, memory="swap", **files)
     np.testing.assert_array_equal(swap["frames"], resident["frames"])
