@@ -167,6 +167,9 @@ def _read(sources: dict[str, Source], targets: Targets, shard: Shard | None, lor
     copy_all(copies)
     for name, rows in requantize:
         merge_requantized(buffers.flat, name, lora, rows)
+    if requantize:
+        log.info("%s expert: %d quantized weights changed by its LoRA were dequantized, merged in float32 and "
+                 "requantized per output channel", lora.expert, len(requantize))
     return buffers
 
 
