@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import torch
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.weights import transformer_keymap
+from parallel_wan.weights.derived_sources import Derived, scale_rows, stored, widened
 from parallel_wan.weights.quantize import LIMIT, quantizable, scale_name
 from parallel_wan.weights.safetensors_io import (
     MappedFile,
@@ -57,22 +57,6 @@ LEGACY_SCALE, SCALE, INPUT_SCALES, COMFY_QUANT = ".scale_weight", ".weight_scale
 NVFP4_KEYS = (".weight_scale_2", ".input_global_scale", ".alpha")
 COMFY_FORMATS = {"float8_e4m3fn": torch.float8_e4m3fn, "int8_blockwise": torch.int8}
 QUANTIZED = (torch.float8_e4m3fn, torch.int8)
-Rows = tuple[int, int] | None
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A loader source that is not one stored tensor as it lies: `make(mapped, rows)` builds
-    the tensor (or its dim-0 rows) from the mapped file. `shape` is the whole tensor's, `dtype`
-    the one it gets (None: the loader's policy, as for a stored tensor); `file`/`start` order
-    the reads and `name` is what messages call it."""
-
-    file: Path
-    start: int
-    shape: tuple[int, ...]
-    dtype: torch.dtype | None
-    name: str
-    make: Callable[[MappedFile, Rows], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -111,50 +95,13 @@ class ExpertFile:
                 continue
             scale = self.scales.get(name)
             if quantizable(name):
-                out[name] = Derived(info.file, info.start, info.shape, info.torch_dtype, info.name, _stored(info))
+                out[name] = Derived(info.file, info.start, info.shape, info.torch_dtype, info.name, stored(info))
                 groups = info.shape[1] // scale.block if scale is not None and scale.layout == "blocks" else 1
                 out[scale_name(name)] = Derived(info.file, info.start, (info.shape[0], groups), torch.float32,
-                                                scale.info.name if scale else f"{info.name} (scale 1)", _scale_rows(scale, info))
+                                                scale.info.name if scale else f"{info.name} (scale 1)", scale_rows(scale, info))
             else:
-                out[name] = Derived(info.file, info.start, info.shape, None, info.name, _widened(info, scale))
+                out[name] = Derived(info.file, info.start, info.shape, None, info.name, widened(info, scale))
         return out
-
-
-# ------------------------------------------------------------------------------ sources
-def _stored(info: TensorInfo):
-    return lambda mapped, rows: mapped.view(info, rows)
-
-
-def _scale_rows(scale: Scale | None, weight: TensorInfo):
-    """The (rows, G) float32 scale of weight rows [b, e) in the one in-memory form."""
-
-    def make(mapped: MappedFile, rows: Rows) -> torch.Tensor:
-        begin, end = rows if rows is not None else (0, weight.shape[0])
-        if scale is None:  # float8 stored without a scale: W = q
-            return torch.ones(end - begin, 1)
-        stored = mapped.view(scale.info)
-        if scale.layout == "tensor":
-            return stored.reshape(1, 1).expand(end - begin, 1)
-        if scale.layout == "rows":
-            return stored.reshape(-1, 1)[begin:end]
-        return stored[torch.arange(begin, end) // scale.block]  # each block's row of scales, repeated
-
-    return make
-
-
-def _widened(info: TensorInfo, scale: Scale | None):
-    """A quantized tensor outside the block linears: W = q · s in float32 (the copy casts it)."""
-
-    def make(mapped: MappedFile, rows: Rows) -> torch.Tensor:
-        q = mapped.view(info, rows).to(torch.float32)
-        if scale is None:
-            return q
-        s = _scale_rows(scale, info)(mapped, rows).to(torch.float32)
-        if scale.layout == "blocks":
-            s = s.repeat_interleave(scale.block, dim=1)
-        return q * s.reshape(s.shape[0], s.shape[1], *([1] * (q.ndim - 2)))
-
-    return make
 
 
 # ------------------------------------------------------------------------------ describing

@@ -25,7 +25,8 @@ import torch
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import converted_weights, transformer_keymap, tree, vae_keymap
 from parallel_wan.weights.copy_pool import copy_all
-from parallel_wan.weights.expert_file import QUANTIZED, Derived
+from parallel_wan.weights.derived_sources import Derived
+from parallel_wan.weights.expert_file import QUANTIZED
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
 from parallel_wan.weights.quantized_lora import merge_requantized
 from parallel_wan.weights.safetensors_io import (
@@ -47,7 +48,7 @@ from parallel_wan.weights.stacked import Buffers, allocate
 log = logging.getLogger("parallel_wan")
 Shard = tuple[int, int]
 Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
-Source = TensorInfo | Derived  # a stored tensor, or one built from stored ones (expert_file.py)
+Source = TensorInfo | Derived  # a stored tensor, or one built from stored ones (derived_sources.py)
 
 
 def load_transformer(

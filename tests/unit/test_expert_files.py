@@ -111,3 +111,25 @@ def test_torch_and_jax_placement_keep_quantized_weights_and_float32_scales(ckpt)
     assert attn["weight_scale"].dtype == np.float32
     want = params["blocks"][1]["attn1"]["to_q"]["weight"].view(torch.uint8).numpy()
     assert np.array_equal(attn["weight"][1].view(np.uint8), want)  # bit for bit
+
+
+def test_float8_without_any_scale_loads_with_scale_one(tiny_t2v, tmp_path):
+    """ComfyUI's older unscaled fp8 experts: float8_e4m3fn block linears, no scales at all (W = q)."""
+    from harness.quantized_files import edited_file
+
+    from parallel_wan.weights.layout import describe_checkpoint
+
+    def unscaled(tensors, metadata):
+        for name in [n for n in tensors if n.startswith("blocks.") and n.endswith(("attn.q.weight", "ffn.0.weight"))]:
+            tensors[name] = tensors[name].to(torch.float8_e4m3fn)
+
+    plain = write_expert_file(tmp_path / "plain.safetensors", tiny_t2v.model.transformer, "plain_bf16")
+    path = edited_file(plain, tmp_path / "fp8.safetensors", unscaled)
+    base = describe_checkpoint(tiny_t2v.diffusers)
+    file = describe_expert_file("weights_high", path, base.transformers[EXPERT])
+    assert (file.format, file.stored_dtype, len(file.quantized)) == ("fp8_unscaled", "float8_e4m3fn", 6)
+    flat = tree.flatten(load_transformer(dataclasses.replace(base, expert_files={EXPERT: file}), EXPERT, "float32"))
+    want = dequantized_state(path)["blocks.1.attn2.to_q.weight"]
+    assert flat["blocks.1.attn2.to_q.weight"].dtype is torch.float8_e4m3fn
+    assert torch.equal(flat["blocks.1.attn2.to_q.weight_scale"], torch.ones(128, 1))
+    assert torch.equal(dequantize(flat["blocks.1.attn2.to_q.weight"], flat["blocks.1.attn2.to_q.weight_scale"]), want)
