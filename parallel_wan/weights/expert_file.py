@@ -231,7 +231,7 @@ def _scale(where: str, info: TensorInfo, weight: TensorInfo, comfy_format: str |
     shape = tuple(info.shape)
     if len(weight.shape) == 2:
         rows, cols = weight.shape
-        if math.prod(shape) == 1 and len(shape) <= 1:
+        if math.prod(shape) == 1:  # a scalar however it is shaped: (), [1], [1, 1]
             return Scale(info, "tensor")
         if shape in ((rows,), (rows, 1)):
             return Scale(info, "rows")
@@ -239,7 +239,7 @@ def _scale(where: str, info: TensorInfo, weight: TensorInfo, comfy_format: str |
             block = rows // shape[0]
             if cols % block == 0 and shape[1] == cols // block:
                 return Scale(info, "blocks", block)
-    elif math.prod(shape) == 1 and len(shape) <= 1:
+    elif math.prod(shape) == 1:
         return Scale(info, "tensor")
     raise ValueError(f"{where}: scale {info.name} has shape {list(shape)}, which fits no layout of its weight "
                      f"{weight.name} {list(weight.shape)} (a scalar, [out, 1], or int8 blocks [out/b, in/b])")
