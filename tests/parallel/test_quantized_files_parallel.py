@@ -1,6 +1,6 @@
 """Quantized expert files on meshes: cp4 on 4 gloo ranks (resident and memory=sharded, where
-FSDP shards the int8/fp8 bytes and their scales) and JAX dp2_cp4 on 8 virtual devices (weights
-stored int8/fp8 with their scales, widened inside the layer scan) render what diffusers renders
+FSDP shards the int8/fp8 bytes and their scales) and JAX dp2_cp4 on 8 virtual devices, resident
+and sharded (weights stored int8/fp8 with their scales, widened inside the layer scan) render what diffusers renders
 from the same files dequantized (tests/references/test_quantized_files.py has the formats on
 one process; one pair of formats here: Kijai scaled fp8 on the high-noise expert, ComfyUI int8
 blockwise on the low-noise one, both prefixed differently)."""
@@ -67,13 +67,17 @@ def test_cp4_resident_and_sharded_match_diffusers(tiny_t2v, files, reference):
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_jax_dp2_cp4_matches_diffusers(tiny_t2v, files, reference):
+@pytest.mark.parametrize("memory", ["resident", "sharded"])
+def test_jax_dp2_cp4_matches_diffusers(tiny_t2v, files, reference, memory):
+    """memory=sharded on JAX: the int8/float8 weights and their scales sharded over the 8
+    devices (NamedSharding), gathered one layer at a time inside the scan."""
     from harness.jax_runs import generate
 
     require_eight_devices()
-    gen, _, _ = generate(_overrides(tiny_t2v, files, "backend=jax", "mesh=dp2_cp4"))
+    gen, _, _ = generate(_overrides(tiny_t2v, files, "backend=jax", "mesh=dp2_cp4", f"memory={memory}"))
     # XLA sums in other orders than torch (matmuls, convs, softmax); measured: 1 level on 9 of
     # 110,592 values, so the torch bound holds here too.
     diff = np.abs(gen.frames.astype(np.int16) - reference.astype(np.int16))
-    print(f"JAX dp2_cp4 with expert files vs diffusers: max {diff.max()} levels, {(diff > 0).sum()} values")
+    print(f"JAX dp2_cp4 memory={memory} with expert files vs diffusers: max {diff.max()} levels, "
+          f"{(diff > 0).sum()} values")
     assert_frames_close(gen.frames, reference, max_abs=LEVELS)
