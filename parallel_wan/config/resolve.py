@@ -14,6 +14,7 @@ from ..caching.settings import cache_settings
 from ..lora.settings import lora_settings
 from ..errors import ConfigError
 from ..parallel.mesh import mesh_spec
+from .expert_files import expert_file_settings
 from .checks import check_known_keys, check_seed, writable_folder
 from .few_step import explicit_schedule_settings
 from .quantization import quant_settings
@@ -92,6 +93,12 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
             "or run the built-in tiny model with model=tiny"
         )
 
+    files = expert_file_settings(cfg, model.experts, model.name)
+    if any(files.values()) and not checkpoint_dir:
+        key = next(k for k, v in files.items() if v)
+        raise ConfigError(f"{key}={files[key]} replaces an expert of a checkpoint, but no checkpoint_dir is set; "
+                          "set checkpoint_dir=DIR (it still gives the VAE, text encoder, tokenizer and configs)")
+
     dtype = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES)
     attention_impl = _choice("attention_impl", str(_setting(cfg, "attention_impl")), ATTENTION_IMPLS)
     if attention_impl == "xfuser" and backend != "torch":
@@ -133,7 +140,8 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         cache=_cache(cfg, model, image, backend, guidance_high, guidance_low),
         weights=WeightSettings(checkpoint_dir=checkpoint_dir or None,
                                loras=lora_settings(cfg, model.experts, model.name),
-                               cache_dir=_cache_dir(cfg.get("weights_cache_dir"))),
+                               cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
+                               file=files["weights"], file_high=files["weights_high"], file_low=files["weights_low"]),
         memory=MemorySettings(mode=memory, swap_prefetch_steps=swap_prefetch_steps, jax_fsdp=jax_fsdp),
         execution=ExecutionSettings(
             backend=backend, device=_as(str, "device", _setting(cfg, "device")), dtype=dtype,

@@ -111,6 +111,15 @@ class WeightSettings:
     checkpoint_dir: str | None  # None: the built-in tiny model
     loras: tuple  # ((role all|high|low, path, scale, setting), …): merged at load (lora/)
     cache_dir: str | None  # the converted-weights cache (weights/converted_weights.py); None: off
+    # one safetensors file per expert replacing its weights from checkpoint_dir (config/expert_files.py)
+    file: str | None = None  # weights= (TI2V-5B)
+    file_high: str | None = None  # weights_high= (A14B)
+    file_low: str | None = None  # weights_low= (A14B)
+
+    def expert_files(self) -> dict[str, str]:
+        """Setting → path of the expert files given ({} when none)."""
+        given = {"weights": self.file, "weights_high": self.file_high, "weights_low": self.file_low}
+        return {key: path for key, path in given.items() if path is not None}
 
 
 @dataclass(frozen=True)
@@ -191,7 +200,10 @@ class RunSpec:
                 "cache": dataclasses.asdict(self.cache)}
         for name, (section, field) in SECTION_OF.items():
             flat[name] = getattr(getattr(self, section), field)
-        return {k: flat[k] for k in FLAT_ORDER}
+        out = {k: flat[k] for k in FLAT_ORDER}
+        # Expert files only when given, so the result keys of runs without them stay as they were.
+        out.update(self.weights.expert_files())
+        return out
 
 
 # Command-line name → (section, field) for every sectioned setting.
@@ -201,6 +213,8 @@ SECTION_OF = {
                                     "timesteps", "recipe")},
     "checkpoint_dir": ("weights", "checkpoint_dir"), "loras": ("weights", "loras"),
     "weights_cache_dir": ("weights", "cache_dir"),
+    # expert files (config/expert_files.py)
+    "weights": ("weights", "file"), "weights_high": ("weights", "file_high"), "weights_low": ("weights", "file_low"),
     "memory": ("memory", "mode"), "swap_prefetch_steps": ("memory", "swap_prefetch_steps"),
     "jax_fsdp": ("memory", "jax_fsdp"),
     **{f: ("execution", f) for f in ("backend", "device", "dtype", "attention_impl", "compile", "scan_loop",

@@ -32,9 +32,42 @@ def preflight(spec: RunSpec):
         ckpt = describe_checkpoint(spec.weights.checkpoint_dir)
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
+    ckpt = with_expert_files(spec, ckpt)
     check_compatible(spec, ckpt)
     expert_loras(spec, ckpt.transformers)  # every LoRA file checked against the model, headers only
     return ckpt
+
+
+def with_expert_files(spec: RunSpec, ckpt):
+    """The checkpoint with the experts given as one file each (`weights_high=` …) described
+    from their headers and scales (weights/expert_file.py), logged on the main process;
+    ConfigError naming the setting and file when one would not load exactly."""
+    files = spec.weights.expert_files()
+    if not files:
+        return ckpt
+    import dataclasses
+
+    from ..config.expert_files import ROLES
+    from ..weights.expert_file import describe_expert_file
+
+    expert_of = {"all": SINGLE, "high": HIGH, "low": LOW}
+    described = {}
+    for setting, path in files.items():
+        expert = expert_of[ROLES[setting]]
+        if expert not in ckpt.transformers:
+            raise ConfigError(f"{setting}={path}: checkpoint_dir={ckpt.root} has no {expert} expert "
+                              f"({', '.join(ckpt.transformers)}); use the setting of one of those")
+        try:
+            described[expert] = describe_expert_file(setting, path, ckpt.transformers[expert])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return dataclasses.replace(ckpt, expert_files=described)
+
+
+def log_expert_files(ckpt) -> None:
+    for expert, file in ckpt.expert_files.items():
+        log.info("%s expert from %s=%s: format %s, stored %s (%d quantized tensors)", expert, file.setting, file.path,
+                 file.format, file.stored_dtype, len(file.quantized))
 
 
 
@@ -171,6 +204,8 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         cache_dir = None
 
     loras = expert_loras(spec, ckpt.transformers)
+    if backend.is_main:
+        log_expert_files(ckpt)
 
     def expert(name):
         lora = loras[name]

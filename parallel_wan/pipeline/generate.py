@@ -161,6 +161,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
                             "chosen": backend.quant_compute}  # the path quantized layers take on this device
     if compiled:
         info["compile"] = compiled
+    if ckpt.expert_files:  # experts from one file each (weights_high= …): where, format, stored dtype
+        info["expert_files"] = {name: file.record() for name, file in ckpt.expert_files.items()}
     if loaded.loras and any(loaded.loras.values()):
         info["lora"] = {name: lora.record() for name, lora in loaded.loras.items() if lora is not None}
     if cache_record is not None:

@@ -33,11 +33,25 @@ def non_finite(tensor: torch.Tensor) -> int:
     values to read: meta tensors, and the fake tensors the fake-GPU tests and the planner load)."""
     if not tensor.is_floating_point() or tensor.numel() == 0 or tensor.is_meta or is_fake(tensor):
         return 0
-    if tensor.dtype == torch.float8_e4m3fn:  # no sum kernel for it; its one NaN is S.1111.111, it has no inf
-        return int(((tensor.view(torch.uint8) & 0x7F) == 0x7F).sum())
+    if tensor.dtype is torch.float8_e4m3fn:
+        return _fp8_nan(tensor)
+    if tensor.dtype is torch.float8_e5m2:
+        tensor = tensor.to(torch.float16)  # every e5m2 value, inf and NaN included, is an fp16 value
     if math.isfinite(float(tensor.sum())):
         return 0
     return int(tensor.numel() - torch.isfinite(tensor).sum())
+
+
+def _fp8_nan(tensor: torch.Tensor) -> int:
+    """NaN count of a float8_e4m3fn tensor (it has no inf). Its NaNs are the bytes 0x7F and 0xFF:
+    the largest int8 and the largest uint8, so two max passes (fast: no temporaries) find
+    whether there are any, and only then are they counted. A quantized expert's weight is
+    checked this way as stored: its scale was checked finite (and finite × 448) before loading
+    (weights/expert_file.py), so the widened weight q · s is finite exactly where q is."""
+    flat = tensor.reshape(-1)
+    if int(flat.view(torch.int8).max()) != 127 and int(flat.view(torch.uint8).max()) != 255:
+        return 0
+    return int(((flat.view(torch.uint8) & 0x7F) == 0x7F).sum())
 
 
 def copy_checked(destination: torch.Tensor, source: torch.Tensor) -> int:

@@ -52,6 +52,8 @@ class Checkpoint:
     tokenizer_path: Path
     scheduler_config: dict | None  # scheduler/scheduler_config.json; the official layout has none
     pipeline: dict | None = None  # model_index.json (boundary_ratio, expand_timesteps, …)
+    # expert → weights.expert_file.ExpertFile replacing that expert's weights (weights_high= …)
+    expert_files: dict = dataclasses.field(default_factory=dict)
 
     @property
     def boundary_ratio(self) -> float | None:

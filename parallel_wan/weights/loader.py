@@ -25,9 +25,12 @@ import torch
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import converted_weights, transformer_keymap, tree, vae_keymap
 from parallel_wan.weights.copy_pool import copy_task, run_all
+from parallel_wan.weights.derived_sources import Derived
+from parallel_wan.weights.expert_file import QUANTIZED
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
 from parallel_wan.weights.quantize import quantized_targets, scale_name
 from parallel_wan.weights.quantize_load import quantizing_copy
+from parallel_wan.weights.quantized_lora import merge_requantized
 from parallel_wan.weights.safetensors_io import (
     KeepFp32,
     TensorInfo,
@@ -47,6 +50,7 @@ from parallel_wan.weights.stacked import Buffers, allocate
 log = logging.getLogger("parallel_wan")
 Shard = tuple[int, int]
 Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
+Source = TensorInfo | Derived  # a stored tensor, or one built from stored ones (derived_sources.py)
 
 
 def load_transformer(
@@ -98,13 +102,17 @@ def load_transformer(
     return tree.unflatten(buffers.flat)
 
 
-def expert_sources(checkpoint: Checkpoint, expert: str) -> dict[str, TensorInfo]:
-    """Diffusers name → where that tensor lies in the expert's files (headers only)."""
+def expert_sources(checkpoint: Checkpoint, expert: str) -> dict[str, Source]:
+    """Diffusers name → where that tensor lies in the expert's files (headers only); an expert
+    given as one file (`weights_high=` …: checkpoint.expert_files) comes from that file, a
+    quantized weight with its float32 scale (weights/expert_file.py)."""
     if expert not in checkpoint.experts:
         raise ValueError(
             f"expert={expert!r} is not in the checkpoint at {checkpoint.root}; it has "
             f"{', '.join(checkpoint.experts)}"
         )
+    if expert in checkpoint.expert_files:
+        return checkpoint.expert_files[expert].sources()
     rename = transformer_keymap.official_to_diffusers_name if checkpoint.layout == "official" else None
     folder = checkpoint.experts[expert]
     infos = tensor_index(folder)
@@ -114,12 +122,14 @@ def expert_sources(checkpoint: Checkpoint, expert: str) -> dict[str, TensorInfo]
 
 
 def _weight_files(checkpoint: Checkpoint, expert: str) -> list[Path]:
+    if expert in checkpoint.expert_files:
+        return [checkpoint.expert_files[expert].path]
     folder = checkpoint.experts[expert]
     files = sorted(set(shard_files(folder).values()))
     return files + sorted(folder.glob("*.safetensors.index.json")) if folder.is_dir() else files
 
 
-def _targets(sources: dict[str, TensorInfo], dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
+def _targets(sources: dict[str, Source], dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
              shard: Shard | None, quantize: str = "none") -> Targets:
     """Name → (shape this process keeps, dtype it gets)."""
     if shard is not None:
@@ -130,11 +140,17 @@ def _targets(sources: dict[str, TensorInfo], dtype: torch.dtype | None, keep_fp3
         if shard is not None and shape:
             begin, end = chunk_rows(shape[0], *shard)
             shape = (end - begin, *shape[1:])
-        targets[name] = (shape, target_dtype(name, info.torch_dtype, dtype, keep_fp32))
+        if isinstance(info, Derived) and info.dtype is not None:  # a quantized weight as stored, a scale in float32
+            targets[name] = (shape, info.dtype)
+        elif isinstance(info, Derived):  # widened from a quantized tensor: the policy of a float32 tensor
+            targets[name] = (shape, target_dtype(name, torch.float32, dtype, keep_fp32))
+        else:
+            targets[name] = (shape, target_dtype(name, info.torch_dtype, dtype, keep_fp32))
+    # quantize= quantizes the wide block linears; a file's already quantized ones stay as stored
     return targets if quantize == "none" else quantized_targets(targets, quantize)
 
 
-def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None, lora=None,
+def _read(sources: dict[str, Source], targets: Targets, shard: Shard | None, lora=None,
           quantize: str = "none") -> Buffers:
     if lora is not None:
         missing = sorted(set(lora.targets) - set(sources))
@@ -143,12 +159,18 @@ def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None,
     buffers = allocate(targets, stack=shard is None)
     mapped = map_files(info.file for info in sources.values())
     order = sorted(sources, key=lambda n: (sources[n].file, sources[n].start))  # file order: streams a cold disk
-    copies = []
+    copies, requantize = [], []
     for name in order:
         info = sources[name]
         rows = chunk_rows(info.shape[0], *shard) if shard is not None and info.shape else None
-        source, where = copy_from(mapped[info.file], info, rows), str(info.file)
-        if lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
+        if isinstance(info, Derived):
+            source = (lambda info=info, rows=rows: info.make(mapped[info.file], rows))
+        else:
+            source = copy_from(mapped[info.file], info, rows)
+        where = str(info.file)
+        if lora is not None and name in lora and scale_name(name) in sources and targets[name][1] in QUANTIZED:
+            requantize.append((name, rows))  # merged after the copy: dequantize, add, requantize (quantized_lora.py)
+        elif lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
             source, where = lora.merged_source(name, source, rows), f"{info.file} (with its LoRA merged)"
         origin = (where, info.name or name)
         if quantize != "none" and scale_name(name) in targets and scale_name(name) not in sources:
@@ -156,6 +178,11 @@ def _read(sources: dict[str, TensorInfo], targets: Targets, shard: Shard | None,
         else:
             copies.append(copy_task(buffers.flat[name], source, origin))
     run_all(copies)
+    for name, rows in requantize:
+        merge_requantized(buffers.flat, name, lora, rows)
+    if requantize:
+        log.info("%s expert: %d quantized weights changed by its LoRA were dequantized, merged in float32 and "
+                 "requantized per output channel", lora.expert, len(requantize))
     return buffers
 
 

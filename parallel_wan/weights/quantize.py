@@ -83,11 +83,12 @@ def placed_dtype(name: str, stored: torch.dtype, target: torch.dtype, keep_fp32)
 
 
 def quantized_targets(targets: dict, kind: str) -> dict:
-    """The loader's targets (name → (shape, dtype)) under `quantize=kind`: each block linear's
-    weight in the quantized dtype, followed by its float32 scale (rows, 1)."""
+    """The loader's targets (name → (shape, dtype)) under `quantize=kind`: each wide block
+    linear's weight in the quantized dtype, followed by its float32 scale (rows, 1); a weight an
+    expert file stores quantized already (its dtype int8/float8, its scale a target) stays as is."""
     out = {}
     for name, (shape, dtype) in targets.items():
-        if quantizable(name) and len(shape) == 2:
+        if quantizable(name) and len(shape) == 2 and dtype not in LIMIT and scale_name(name) not in targets:
             out[name] = (shape, KINDS[kind])
             out[scale_name(name)] = ((shape[0], 1), torch.float32)
         else:

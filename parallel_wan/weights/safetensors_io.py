@@ -41,7 +41,8 @@ STORED_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
     "BOOL": torch.bool,
-    "F8_E4M3": torch.float8_e4m3fn,  # quantized block linears (weights/quantize.py)
+    # quantized experts (weights/expert_file.py); a float8 tensor elsewhere is widened as it is cast
+    "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
 }
 STORED_CODES = {dtype: code for code, dtype in STORED_DTYPES.items()}
 

@@ -15,33 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from parallel_wan.config import ConfigError
-from parallel_wan.run import CONF_DIR, compose_settings, validate_job
+from parallel_wan.run import CONF_DIR
 from harness.lora_files import bad_file
+from harness.settings import assert_words, refusal
 
 REPO = os.path.dirname(CONF_DIR)
 BIG_SEED = 2**70
-
-
-def refusal(overrides, tmp_path, world=1) -> str:
-    """The one-line refusal of these command-line overrides, checked as run.py checks them;
-    asserts that nothing was written."""
-    out = tmp_path / "out"
-    before = sorted(os.listdir(tmp_path))
-    with pytest.raises(ConfigError) as err:
-        raw = compose_settings(list(overrides))
-        if not any(o.startswith("output_dir=") for o in overrides):
-            raw["output_dir"] = str(out)
-        validate_job(raw, world)
-    msg = str(err.value)
-    assert "\n" not in msg and msg.strip() == msg, msg
-    assert not out.exists() and sorted(os.listdir(tmp_path)) == before
-    return msg
-
-
-def assert_words(msg, words):
-    for w in words:
-        assert w in msg, f"{w!r} not in: {msg}"
 
 
 # ------------------------------------------------------------------------------ settings

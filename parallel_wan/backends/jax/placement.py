@@ -67,7 +67,7 @@ def _target(name: str, array: np.ndarray, dtype: str | None, keep_fp32) -> np.dt
     if name.endswith("weight_scale"):  # a quantized weight's scale stays float32; the weight (int8,
         return np.dtype(np.float32)    # float8: not np.floating) keeps its bytes below
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype == _HOST_DTYPES["bfloat16"]):
-        return array.dtype
+        return array.dtype  # integers, and float8 weights: widened in the layer (ops.widen) with their scale
     if keep_fp32 is not None and keep_fp32(name):
         return np.dtype(np.float32)
     return _HOST_DTYPES[dtype]

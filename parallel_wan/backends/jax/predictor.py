@@ -18,7 +18,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
@@ -31,6 +32,7 @@ from .programs import cached_program, mesh_key
 from .scan_loop import ScannedLoop
 from .sequence_parallel import CP, shard_forward
 from .step_cache import JaxStepCache
+
 
 def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halves: int, per_token: bool,
               kernel: str, cache: CacheSpec | None = None):
@@ -156,9 +158,12 @@ class JaxNoisePredictor(NoisePredictor):
 
     def program_key(self, expert: str) -> tuple:
         """Everything the step's trace depends on besides the arguments' shapes."""
-        tcfg = self.task.experts[expert][0]
+        tcfg, params = self.task.experts[expert]
+        # the params' dtypes and shapes too: two experts may be stored differently (an int8 file
+        # for one, float8 for the other: weights_high= / weights_low=), each its own program
+        stored = repr(jax.tree.map(lambda a: (a.dtype.name, a.shape), params))
         return (tcfg, repr(self.specs[expert]), mesh_key(self.mesh), self.valid, self.padded, self.batch,
-                self.halves[expert], self.task.per_token_timestep, self.kernel, self.cache_spec)
+                self.halves[expert], self.task.per_token_timestep, self.kernel, self.cache_spec, stored)
 
     def step_function(self, expert: str):
         tcfg = self.task.experts[expert][0]

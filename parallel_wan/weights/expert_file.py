@@ -1,0 +1,280 @@
+"""One expert's weights from a single safetensors file (`weights_high=` / `weights_low=` /
+`weights=`), quantized or not, described from its header before anything loads.
+
+The files users have (../README "Quantized weights"), keys in the official Wan names, with or
+without ComfyUI's `model.diffusion_model.` prefix:
+
+- `scaled_fp8` (Kijai's `*_fp8_e4m3fn_scaled_KJ`, older ComfyUI, LightX2V's `--comfyui_mode`):
+  float8_e4m3fn `<layer>.weight`, a scalar `<layer>.scale_weight`, a `scaled_fp8` marker tensor.
+- `comfy_mixed` (ComfyUI's mixed precision): `<layer>.weight_scale` — a scalar for
+  float8_e4m3fn, an (out/b, in/b) table for int8_blockwise (b = 128 in ComfyUI) —, optional
+  `<layer>.input_scale`, a `<layer>.comfy_quant` JSON tensor and `_quantization_metadata` in
+  the header's metadata naming each layer's format.
+- `lightx2v`: int8 or float8_e4m3fn `<layer>.weight`, `<layer>.weight_scale` of shape [out, 1].
+- `plain`: bf16/fp16/fp32 (ComfyUI's repackaged experts); float8 weights without any scale
+  load as scale 1 (`fp8_unscaled`, what ComfyUI does with them).
+
+Every quantized block linear (`quantize.quantizable`) ends in the one in-memory form of
+weights/quantize.py: the weight as stored (int8 / float8_e4m3fn) and a float32 `weight_scale`
+(out, G) — a scalar expanded to its rows (G = 1), per-row as is, a block table repeated over
+each block's rows (G = in/b). Any other tensor stored quantized (a head linear some converters
+quantize) is widened (W = q · s) and cast to the run's dtype as it loads, like a plain tensor.
+
+Everything here reads headers plus the scales (a few KB: small enough to check now) — never a
+weight's bytes. Refused in one line before loading (the caller turns ValueError into exit 2):
+a key that is not a Wan 2.2 transformer name, a file for another model (shapes against the
+checkpoint's config), missing tensors, an unknown scale layout, NVFP4 (not supported yet), a
+scale whose shape does not fit its weight, a non-finite scale.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from parallel_wan.models.transformer_config import TransformerConfig
+from parallel_wan.models.transformer_shapes import param_shapes
+from parallel_wan.weights import transformer_keymap
+from parallel_wan.weights.derived_sources import Derived, scale_rows, stored, widened
+from parallel_wan.weights.quantize import LIMIT, quantizable, scale_name
+from parallel_wan.weights.safetensors_io import (
+    MappedFile,
+    TensorInfo,
+    parse_header,
+    read_header_bytes,
+)
+
+PREFIX = "model.diffusion_model."
+MARKER = "scaled_fp8"
+COMFY_METADATA = "_quantization_metadata"
+# The suffixes a layer's extra tensors carry, per convention.
+LEGACY_SCALE, SCALE, INPUT_SCALES, COMFY_QUANT = ".scale_weight", ".weight_scale", (".input_scale", ".scale_input"), ".comfy_quant"
+NVFP4_KEYS = (".weight_scale_2", ".input_global_scale", ".alpha")
+COMFY_FORMATS = {"float8_e4m3fn": torch.float8_e4m3fn, "int8_blockwise": torch.int8}
+QUANTIZED = (torch.float8_e4m3fn, torch.int8)
+
+
+@dataclass(frozen=True)
+class Scale:
+    info: TensorInfo
+    layout: str  # tensor (one scalar) | rows ([out, 1]) | blocks ((out/b, in/b))
+    block: int = 1  # blocks: b rows and b columns per scale
+
+
+@dataclass(frozen=True)
+class ExpertFile:
+    setting: str  # weights_high | weights_low | weights
+    path: Path
+    format: str  # scaled_fp8 | comfy_mixed | lightx2v | plain | fp8_unscaled
+    stored_dtype: str  # the quantized weights' dtype(s), or the block weights' for a plain file
+    tensors: dict[str, TensorInfo]  # diffusers name → entry, every model tensor
+    scales: dict[str, Scale]  # diffusers weight name → its scale (quantized weights with one)
+
+    @property
+    def quantized(self) -> list[str]:
+        """The diffusers names of the weights stored quantized."""
+        return [n for n, info in self.tensors.items() if info.torch_dtype in QUANTIZED]
+
+    def record(self) -> dict:
+        """The sidecar's record (and the log's words)."""
+        return {"path": str(self.path), "format": self.format, "stored_dtype": self.stored_dtype,
+                "quantized_tensors": len(self.quantized)}
+
+    def sources(self) -> dict[str, TensorInfo | Derived]:
+        """Diffusers name → what the loader copies: plain tensors as stored, quantized block
+        linears as stored plus their float32 (out, G) scale, other quantized tensors widened."""
+        out: dict[str, TensorInfo | Derived] = {}
+        for name, info in self.tensors.items():
+            if info.torch_dtype not in QUANTIZED:
+                out[name] = info
+                continue
+            scale = self.scales.get(name)
+            if quantizable(name):
+                out[name] = Derived(info.file, info.start, info.shape, info.torch_dtype, info.name, stored(info))
+                groups = info.shape[1] // scale.block if scale is not None and scale.layout == "blocks" else 1
+                out[scale_name(name)] = Derived(info.file, info.start, (info.shape[0], groups), torch.float32,
+                                                scale.info.name if scale else f"{info.name} (scale 1)", scale_rows(scale, info))
+            else:
+                out[name] = Derived(info.file, info.start, info.shape, None, info.name, widened(info, scale))
+        return out
+
+
+# ------------------------------------------------------------------------------ describing
+def describe_expert_file(setting: str, path: str | Path, cfg: TransformerConfig) -> ExpertFile:
+    """The file's format and tensors, checked against the expert's config; ValueError (one line
+    naming `setting=path`) for anything this loader would not load exactly."""
+    path = Path(path)
+    where = f"{setting}={path}"
+    try:
+        raw = read_header_bytes(path)
+        infos, metadata = parse_header(path, raw, os.path.getsize(path))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    entries: dict[str, TensorInfo] = {}
+    for key, info in infos.items():
+        short = key.removeprefix(PREFIX)
+        if short in entries:
+            raise ValueError(f"{where}: holds {short} both with and without the {PREFIX!r} prefix; keep one")
+        entries[short] = info
+    marker = entries.pop(MARKER, None) is not None
+    formats = _comfy_formats(where, metadata, entries)
+
+    for key in entries:
+        if key.endswith(NVFP4_KEYS) or formats.get(key.rpartition(".")[0]) == "nvfp4":
+            raise ValueError(f"{where}: NVFP4 weights ({key}) are not supported yet; use an fp8, int8 or bf16 file "
+                             "of this expert")
+    legacy = [k for k in entries if k.endswith(LEGACY_SCALE)]
+    modern = [k for k in entries if k.endswith(SCALE)]
+    if legacy and modern:
+        raise ValueError(f"{where}: unknown scale layout: both {legacy[0]} (scaled_fp8) and {modern[0]} "
+                         "(weight_scale) conventions in one file; re-export it with one converter")
+    scale_suffix = LEGACY_SCALE if legacy else SCALE
+    scale_entries = {k[: -len(scale_suffix)] + ".weight": entries.pop(k) for k in legacy + modern}
+    for key in [k for k in entries if k.endswith(INPUT_SCALES + (COMFY_QUANT,))]:
+        entries.pop(key)  # activation scales (we scale activations per token) and the format tags, read above
+
+    tensors = _diffusers_names(where, entries)
+    _check_shapes(where, tensors, cfg)
+    scales = {}
+    for official, info in scale_entries.items():
+        name = _diffusers_name(where, official)
+        weight = tensors.get(name)
+        if weight is None:
+            raise ValueError(f"{where}: unknown scale layout: {info.name} scales {official}, which the file does not hold")
+        if weight.torch_dtype not in QUANTIZED:
+            raise ValueError(f"{where}: unknown scale layout: {info.name} scales {official}, stored {weight.dtype} "
+                             "(not int8 / float8_e4m3fn)")
+        scales[name] = _scale(where, info, weight, formats.get(official.removesuffix(".weight")))
+    for name, info in tensors.items():
+        if info.torch_dtype in QUANTIZED and name not in scales and (info.torch_dtype is torch.int8 or scales):
+            # float8 without any scale in the file is ComfyUI's unscaled fp8 (scale 1); one
+            # missing among scaled layers, or int8 without one, is a file cut short
+            raise ValueError(f"{where}: the {info.dtype} tensor {info.name} has no {scale_suffix.lstrip('.')}; "
+                             "the file is incomplete or of an unknown layout")
+        if info.torch_dtype not in QUANTIZED and info.torch_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"{where}: tensor {info.name} is stored {info.dtype}; expected bf16/fp16/fp32, or int8 / "
+                             "float8_e4m3fn with a scale")
+    _check_scale_values(where, path, scales)
+    fmt = _format(marker, legacy, formats, scales, tensors)
+    return ExpertFile(setting, path, fmt, _stored_dtype(tensors), tensors, scales)
+
+
+def _comfy_formats(where: str, metadata: dict, entries: dict[str, TensorInfo]) -> dict[str, str]:
+    """Layer (official name, no prefix) → ComfyUI format, from `_quantization_metadata` and the
+    per-layer `comfy_quant` tensors (a few bytes of JSON each)."""
+    found: list[tuple[str, str]] = []  # (layer, format) from both sources: either may name an unknown one
+    text = metadata.get(COMFY_METADATA)
+    if text is not None:
+        try:
+            layers = json.loads(text)["layers"]
+            found += [(name.removeprefix(PREFIX), entry["format"]) for name, entry in layers.items()]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{where}: its {COMFY_METADATA} header entry is not ComfyUI's "
+                             f"{{format_version, layers: {{name: {{format}}}}}} ({e})") from None
+    tags = {k: info for k, info in entries.items() if k.endswith(COMFY_QUANT)}
+    if tags:
+        mapped = MappedFile(next(iter(tags.values())).file)
+        for key, info in tags.items():
+            try:
+                found.append((key.removesuffix(COMFY_QUANT), json.loads(bytes(mapped.view(info).numpy()))["format"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{where}: {info.name} is not a ComfyUI comfy_quant JSON tag ({e})") from None
+    for layer, fmt in found:
+        if fmt != "nvfp4" and fmt not in COMFY_FORMATS:
+            raise ValueError(f"{where}: layer {layer} has ComfyUI format {fmt!r}, an unknown scale layout; this "
+                             f"loader reads {', '.join(COMFY_FORMATS)}")
+    return dict(found)
+
+
+def _diffusers_name(where: str, official: str) -> str:
+    try:
+        return transformer_keymap.official_to_diffusers_name(official)
+    except KeyError:
+        raise ValueError(f"{where}: key {official!r} is not a Wan 2.2 transformer tensor in the official names "
+                         f"(optionally prefixed {PREFIX!r}); this file is for another model or of an unknown "
+                         "layout") from None
+
+
+def _diffusers_names(where: str, entries: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
+    return {_diffusers_name(where, key): info for key, info in entries.items()}
+
+
+def _check_shapes(where: str, tensors: dict[str, TensorInfo], cfg: TransformerConfig) -> None:
+    expected = param_shapes(cfg)
+    official = transformer_keymap.diffusers_to_official_name
+    wrong = [(n, tensors[n].shape, s) for n, s in expected.items() if n in tensors and tuple(tensors[n].shape) != s]
+    if wrong:
+        n, have, want = wrong[0]
+        raise ValueError(f"{where}: {official(n)} has shape {tuple(have)} but the checkpoint's config implies {want} "
+                         f"(dim={cfg.dim}, num_layers={cfg.num_layers}); the file is for another model")
+    missing = [n for n in expected if n not in tensors]
+    if missing:
+        raise ValueError(f"{where}: lacks {len(missing)} tensors the checkpoint's config implies, e.g. "
+                         f"{', '.join(official(n) for n in missing[:3])}; the file is incomplete or for another model")
+    extra = [n for n in tensors if n not in expected]
+    if extra:
+        raise ValueError(f"{where}: holds tensors this model lacks, e.g. {', '.join(official(n) for n in extra[:3])}; "
+                         "the file is for another model")
+
+
+def _scale(where: str, info: TensorInfo, weight: TensorInfo, comfy_format: str | None) -> Scale:
+    if info.dtype not in ("F32", "BF16", "F16"):
+        raise ValueError(f"{where}: scale {info.name} is stored {info.dtype}; expected a float")
+    if comfy_format is not None and COMFY_FORMATS[comfy_format] is not weight.torch_dtype:
+        raise ValueError(f"{where}: {weight.name} is stored {weight.dtype} but its comfy_quant format says "
+                         f"{comfy_format}; the file is inconsistent")
+    shape = tuple(info.shape)
+    if len(weight.shape) == 2:
+        rows, cols = weight.shape
+        if math.prod(shape) == 1:  # a scalar however it is shaped: (), [1], [1, 1]
+            return Scale(info, "tensor")
+        if shape in ((rows,), (rows, 1)):
+            return Scale(info, "rows")
+        if len(shape) == 2 and weight.torch_dtype is torch.int8 and 0 < shape[0] <= rows and rows % shape[0] == 0:
+            block = rows // shape[0]
+            if cols % block == 0 and shape[1] == cols // block:
+                return Scale(info, "blocks", block)
+    elif math.prod(shape) == 1:
+        return Scale(info, "tensor")
+    raise ValueError(f"{where}: scale {info.name} has shape {list(shape)}, which fits no layout of its weight "
+                     f"{weight.name} {list(weight.shape)} (a scalar, [out, 1], or int8 blocks [out/b, in/b])")
+
+
+def _check_scale_values(where: str, path: Path, scales: dict[str, Scale]) -> None:
+    """Every scale finite, and finite times the largest stored value (so the widened weight
+    is finite wherever the stored values are: weights/finite.py checks those as they load)."""
+    if not scales:
+        return
+    mapped = MappedFile(path)
+    for scale in scales.values():
+        values = mapped.view(scale.info).to(torch.float32)
+        if not torch.isfinite(values * LIMIT[torch.float8_e4m3fn]).all():
+            bad = int((~torch.isfinite(values)).sum())
+            raise ValueError(f"{where}: scale {scale.info.name} holds {bad or 'values too large to widen:'} "
+                             f"{'non-finite value(s) (NaN or ±inf)' if bad else 'q · scale overflows float32'}; "
+                             "the file is damaged — download or export it again")
+
+
+def _format(marker: bool, legacy: list, formats: dict, scales: dict, tensors: dict) -> str:
+    if marker or legacy:
+        return "scaled_fp8"
+    if formats:
+        return "comfy_mixed"
+    if scales:
+        return "lightx2v"
+    if any(info.torch_dtype in QUANTIZED for info in tensors.values()):
+        return "fp8_unscaled"
+    return "plain"
+
+
+def _stored_dtype(tensors: dict[str, TensorInfo]) -> str:
+    quantized = sorted({str(i.torch_dtype).removeprefix("torch.") for i in tensors.values() if i.torch_dtype in QUANTIZED})
+    if quantized:
+        return "+".join(quantized)
+    blocks = sorted({str(i.torch_dtype).removeprefix("torch.") for n, i in tensors.items() if quantizable(n)})
+    return "+".join(blocks)

@@ -1,0 +1,140 @@
+"""Quantized expert files as users download them, written here from a tiny model, and their
+dequantization into an ordinary diffusers model — the oracle the loader is compared with.
+
+Written from the format descriptions (../shared/research/quantized_formats.md), independently
+of parallel_wan's loader: keys in the official Wan names (optionally `model.diffusion_model.`
+prefixed), the block linears quantized (and, for scaled_fp8, the head too: converters quantize
+it, and the loader must widen it), everything else as the model holds it.
+
+FORMATS:
+  scaled_fp8      Kijai / old ComfyUI: float8_e4m3fn weight, scalar `scale_weight`, `scaled_fp8` marker
+  comfy_fp8       ComfyUI mixed precision: float8 weight, scalar `weight_scale`, `input_scale`,
+                  a `comfy_quant` JSON tag per layer, `_quantization_metadata` in the header
+  comfy_int8      … int8_blockwise: `weight_scale` (out/b, in/b), b = BLOCK (ComfyUI: 128; the
+                  tiny model's 128-wide linears would give one block, so 32 here)
+  lightx2v_int8   LightX2V: int8 weight, `weight_scale` [out, 1] = absmax/127
+  lightx2v_fp8    … float8_e4m3fn, absmax/448
+  plain_bf16      a bf16 single file (ComfyUI's repackaged experts)
+"""
+
+import json
+import re
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from parallel_wan.weights.transformer_keymap import (
+    diffusers_to_official_name,
+    official_to_diffusers_name,
+)
+
+PREFIX = "model.diffusion_model."
+BLOCK = 32
+FORMATS = ("scaled_fp8", "comfy_fp8", "comfy_int8", "lightx2v_int8", "lightx2v_fp8", "plain_bf16")
+_BLOCK_LINEAR = re.compile(r"^blocks\.\d+\.(self_attn|cross_attn)\.(q|k|v|o)\.weight$|^blocks\.\d+\.ffn\.(0|2)\.weight$")
+FP8_MAX, INT8_MAX = 448.0, 127.0
+
+
+def _quantized_layers(fmt, name):
+    return bool(_BLOCK_LINEAR.match(name)) or (fmt == "scaled_fp8" and name == "head.head.weight")
+
+
+def write_expert_file(path, transformer, fmt, prefix=False):
+    """The diffusers `transformer`'s weights written as `fmt` at `path` (official names)."""
+    tensors, metadata = {}, {}
+    layers = {}
+    for dname, value in transformer.state_dict().items():
+        name = diffusers_to_official_name(dname)
+        w = value.detach().to(torch.float32)
+        if fmt == "plain_bf16":
+            tensors[name] = w.to(torch.bfloat16)
+            continue
+        if not _quantized_layers(fmt, name):
+            tensors[name] = w.clone()
+            continue
+        layer = name.removesuffix(".weight")
+        if fmt in ("scaled_fp8", "comfy_fp8"):  # one scale per tensor
+            scale = w.abs().amax() / FP8_MAX
+            tensors[name] = (w / scale).to(torch.float8_e4m3fn)
+            scale_key = ".scale_weight" if fmt == "scaled_fp8" else ".weight_scale"
+            tensors[layer + scale_key] = scale.reshape(()) if fmt == "comfy_fp8" else scale.reshape(1)
+            if fmt == "comfy_fp8":
+                tensors[layer + ".input_scale"] = torch.ones(())
+                tensors[layer + ".comfy_quant"] = _json_tensor({"format": "float8_e4m3fn"})
+                layers[layer] = {"format": "float8_e4m3fn"}
+        elif fmt == "comfy_int8":
+            out, inp = w.shape
+            blocks = w.reshape(out // BLOCK, BLOCK, inp // BLOCK, BLOCK)
+            scale = blocks.abs().amax(dim=(1, 3)) / INT8_MAX  # (out/b, in/b)
+            q = (blocks / scale[:, None, :, None]).round().clamp(-127, 127).to(torch.int8)
+            tensors[name] = q.reshape(out, inp)
+            tensors[layer + ".weight_scale"] = scale
+            tensors[layer + ".comfy_quant"] = _json_tensor({"format": "int8_blockwise"})
+            layers[layer] = {"format": "int8_blockwise"}
+        else:  # lightx2v: per output channel
+            limit = INT8_MAX if fmt == "lightx2v_int8" else FP8_MAX
+            scale = w.abs().amax(dim=1, keepdim=True) / limit
+            scaled = w / scale
+            tensors[name] = scaled.round().clamp(-127, 127).to(torch.int8) if limit == INT8_MAX else scaled.to(torch.float8_e4m3fn)
+            tensors[layer + ".weight_scale"] = scale
+    if fmt == "scaled_fp8":
+        tensors["scaled_fp8"] = torch.zeros(2, dtype=torch.float8_e4m3fn)
+    if layers:
+        metadata["_quantization_metadata"] = json.dumps({"format_version": "1.0", "layers": layers})
+    if prefix:
+        tensors = {(k if k == "scaled_fp8" else PREFIX + k): v for k, v in tensors.items()}
+    save_file(tensors, str(path), metadata=metadata or None)
+    return str(path)
+
+
+def _json_tensor(obj):
+    return torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8)
+
+
+def dequantized_state(path):
+    """Diffusers name → float32 W for every model tensor of the file: q · scale, a block table's
+    scale applied to its b×b block, unquantized tensors as stored (widened to float32)."""
+    with safe_open(str(path), "pt") as f:
+        raw = {k.removeprefix(PREFIX): f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
+    out = {}
+    for name, value in raw.items():
+        if name == "scaled_fp8" or name.endswith((".scale_weight", ".weight_scale", ".input_scale", ".comfy_quant")):
+            continue
+        w = value.to(torch.float32)
+        layer = name.removesuffix(".weight")
+        scale = raw.get(layer + ".scale_weight", raw.get(layer + ".weight_scale"))
+        if scale is not None:
+            scale = scale.to(torch.float32)
+            if scale.ndim == 2 and scale.shape[1] > 1 or scale.ndim == 2 and scale.shape[0] != w.shape[0]:
+                scale = scale.repeat_interleave(w.shape[0] // scale.shape[0], 0).repeat_interleave(
+                    w.shape[1] // scale.shape[1], 1)
+            w = w * (scale if scale.ndim == 2 else scale.reshape(()))
+        out[official_to_diffusers_name(name)] = w
+    return out
+
+
+def dequantized_model(model, high=None, low=None):
+    """A copy of the tiny `model` whose experts hold the dequantized files (None: as they are)."""
+    import copy
+    import dataclasses
+
+    replaced = {}
+    for field, path in (("transformer", high), ("transformer_2", low)):
+        if path is None:
+            continue
+        module = copy.deepcopy(getattr(model, field))
+        module.load_state_dict(dequantized_state(path), strict=True)  # every tensor, nothing else
+        replaced[field] = module
+    return dataclasses.replace(model, **replaced)
+
+
+def edited_file(src, dst, edit):
+    """A copy of the safetensors file `src` at `dst` with `edit(tensors, metadata)` applied to
+    its tensors (stored names) and header metadata, in place; returns dst's path."""
+    with safe_open(str(src), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
+        metadata = dict(f.metadata() or {})
+    edit(tensors, metadata)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(dst), metadata=metadata or None)
+    return str(dst)
