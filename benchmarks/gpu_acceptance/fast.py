@@ -59,8 +59,10 @@ def step_args(mesh: str, dry: bool, device: str) -> list[str]:
                 "--compile-backend", "aot_eager", "--peak-shapes", "64,64,64", "--warmup", "0", "--iters", "1",
                 "--no-kernel-table"]
         return args + (["--kernels", "cpu_flash", "math"] if ring else [])
-    args = ["--model", "a14b", "--resolution", "720p", "--mesh", mesh, "--device", device, "--warmup", "1",
-            "--iters", "3", "--cuda-graphs"]
+    # 4 layers: every figure is per layer and scaled to 40 (step.py), the compile captures one
+    # block whatever the depth, and ~10 variants × 4 forwards then fit the phase's budget.
+    args = ["--model", "a14b", "--resolution", "720p", "--mesh", mesh, "--device", device, "--layers", "4",
+            "--warmup", "1", "--iters", "3", "--cuda-graphs"]
     return args + (["--kernels", *device_kernels()] if ring else [])
 
 
