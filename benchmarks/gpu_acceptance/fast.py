@@ -49,21 +49,29 @@ def gemm(phase) -> None:
                          for m, k, n in shapes])
 
 
-def step_args(mesh: str, dry: bool, device: str) -> list[str]:
-    """benchmarks/step.py's command line for one mesh (what BENCHMARKS_rows.md quotes)."""
+def step_commands(mesh: str, dry: bool, device: str) -> tuple[list[str], list[str]]:
+    """benchmarks/step.py's two command lines for one mesh (what BENCHMARKS_rows.md quotes):
+    first the eager variants, each ring kernel forced, diffusers and the kernel table; then the
+    compiled ones (their compiles take most of the phase), so a phase cut off in the second keeps
+    the first. The second checks diffusers' agreement on one backend and times none."""
     from benchmarks.comm_volume import load_preset
 
     ring = load_preset(mesh).ring > 1
     if dry:
-        args = ["--model", "tiny", "--grid", "3", "5", "5", "--mesh", mesh, "--device", "cpu", "--dtype", "float32",
-                "--compile-backend", "aot_eager", "--peak-shapes", "64,64,64", "--warmup", "0", "--iters", "1",
-                "--no-kernel-table"]
-        return args + (["--kernels", "cpu_flash", "math"] if ring else [])
-    # 4 layers: every figure is per layer and scaled to 40 (step.py), the compile captures one
-    # block whatever the depth, and ~10 variants × 4 forwards then fit the phase's budget.
-    args = ["--model", "a14b", "--resolution", "720p", "--mesh", mesh, "--device", device, "--layers", "4",
-            "--warmup", "1", "--iters", "3", "--cuda-graphs"]
-    return args + (["--kernels", *device_kernels()] if ring else [])
+        # the tiny model has 4 heads: Ulysses 8 cannot split them; its CPU stand-in is Ulysses 4
+        common = ["--model", "tiny", "--grid", "3", "5", "5", "--mesh", "ulysses4" if mesh == "ulysses8" else mesh,
+                  "--device", "cpu", "--dtype", "float32", "--compile-backend", "aot_eager",
+                  "--peak-shapes", "64,64,64", "--warmup", "0", "--iters", "1"]
+        kernels, graphs = ["cpu_flash", "math"], []
+    else:
+        # 4 layers: every figure is per layer and scaled to 40 (step.py), and the compile
+        # captures one block whatever the depth.
+        common = ["--model", "a14b", "--resolution", "720p", "--mesh", mesh, "--device", device, "--layers", "4",
+                  "--warmup", "1", "--iters", "3"]
+        kernels, graphs = device_kernels(), ["--cuda-graphs"]
+    eager = common + ["--no-compile"] + (["--kernels", *kernels] if ring else []) + (["--no-kernel-table"] if dry else [])
+    compiled = common + graphs + ["--no-kernel-table", "--no-diffusers", "--diffusers-backends", "native"]
+    return eager, compiled
 
 
 def device_kernels() -> list[str]:
@@ -82,19 +90,28 @@ def mesh_step(mesh: str):
     def phase_fn(phase) -> None:
         from benchmarks import step
 
-        argv = step_args(mesh, phase.dry_run, phase.device)
-        if phase.dry_run and mesh == "ulysses8":
-            # the tiny model has 4 heads: Ulysses 8 cannot split them; its CPU stand-in is Ulysses 4
-            argv[argv.index(mesh)] = "ulysses4"
-        phase.record("command", "python -m benchmarks.step " + " ".join(argv))
-        r = step.run(step.parse(argv))
-        med = {k: statistics.median(v) for k, v in r["variants"].items()}
+        eager, compiled = step_commands(mesh, phase.dry_run, phase.device)
+        phase.record("commands", ["python -m benchmarks.step " + " ".join(a) for a in (eager, compiled)])
+        r = step.run(step.parse(eager))
         phase.record("step", r)
-        phase.record("summary", summarize(r, med))
+        phase.record("summary", summarize(r))
+        c = step.run(step.parse(compiled))
+        # same seed, shapes and layers: the same weights and inputs, so the timings sit side by side
+        for name in c["variants"]:
+            if "compiled" in name:
+                r["variants"][name] = c["variants"][name]
+                r["agreement"][name] = c["agreement"][name]
+        r["errors"].update({k: v for k, v in c["errors"].items() if "compiled" in k or "graphs" in k})
+        r["fastest_ours"] = min((k for k in r["variants"] if k.startswith("ours")),
+                                key=lambda k: statistics.median(r["variants"][k]))
+        r["syncs_compiled"], r["enqueue_s_compiled"] = c["syncs"], c["enqueue_s"]
+        phase.record("step", r)
+        phase.record("summary", summarize(r))
     return phase_fn
 
 
-def summarize(r: dict, med: dict) -> dict:
+def summarize(r: dict) -> dict:
+    med = {k: statistics.median(v) for k, v in r["variants"].items()}
     peak = r["peak"]["peak_tflops"]
     rows = {}
     for k, t in med.items():
@@ -106,7 +123,8 @@ def summarize(r: dict, med: dict) -> dict:
     best_diff = min(diffusers, key=med.get) if diffusers else None
     return {"variants": rows, "fastest_ours": r["fastest_ours"], "best_diffusers": best_diff,
             "diffusers_over_ours": med[best_diff] / med[r["fastest_ours"]] if best_diff else None,
-            "host_syncs": r["syncs"][0] if r["syncs"] else None, "peak_tflops": peak}
+            "host_syncs": r["syncs"][0] if r["syncs"] else None,
+            "host_syncs_compiled": (r.get("syncs_compiled") or [None])[0], "peak_tflops": peak}
 
 
 def vae(phase) -> None:

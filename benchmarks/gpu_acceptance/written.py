@@ -50,8 +50,8 @@ def rows(doc: dict, command: str, date: str) -> str:
     if doc["dry_run"]:
         out += ["**Dry run on CPU (tiny model, tiny shapes): the code paths, not GPU figures.**", ""]
     checks = {n: verdicts(p) for n, p in phases.items() if n in ("videos", "kernels", "compiled", "fp8")}
-    out.append("Correctness: " + "; ".join(
-        f"{n}: {phases[n]['status']}" + (f", failed {bad}" if bad else "") for n, bad in checks.items()) + ".")
+    out.append("Correctness: " + ("; ".join(
+        f"{n}: {phases[n]['status']}" + (f", failed {bad}" if bad else "") for n, bad in checks.items()) or "not run") + ".")
     gemm = phases.get("gemm", {})
     if "dense" in gemm:
         fp8 = gemm.get("fp8")
@@ -76,7 +76,7 @@ def rows(doc: dict, command: str, date: str) -> str:
             f"| {r['layers']} | {s['peak_tflops']:.4g} | {s['fastest_ours']} | {ours['seconds']:.4g} "
             f"({ours['full_depth_s']:.4g}) | {ours['tflops']:.4g} | {100 * ours['mfu']:.1f} % "
             f"| {best or '—'} | {diff_s} | {ratio} "
-            f"| {', '.join(kernels)} | {s['host_syncs']} |")
+            f"| {', '.join(kernels)} | {s['host_syncs']} (compiled: {s['host_syncs_compiled']}) |")
     vae = phases.get("vae", {})
     if "bands" in vae:
         out += ["", (f"VAE decode ({vae['setup']['vae']}, latents {vae['setup']['latents']}, "

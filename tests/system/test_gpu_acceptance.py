@@ -55,6 +55,8 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     for mesh in ("ulysses8", "cp8", "dp2_cp4"):
         summary = phases[f"step_{mesh}"]["summary"]
         assert summary["best_diffusers"] == "diffusers native" and summary["host_syncs"] is None  # no CUDA
+    for mesh in ("ulysses8", "cp8", "dp2_cp4"):  # the compiled run's timings joined the eager run's
+        assert "ours compiled, fused q/k/v" in phases[f"step_{mesh}"]["summary"]["variants"]
     assert any("kernel cpu_flash" in v for v in phases["step_cp8"]["summary"]["variants"])
     assert set(phases["vae"]["bands"]) == {"1", "2"} and all(b["finite"] for b in phases["vae"]["bands"].values())
     assert phases["load"]["rates"]["read_gbps"] > 0
