@@ -83,13 +83,25 @@ def _read(phase: Phase) -> dict:
         return {}
 
 
+def earlier_run(path: Path, dry_run: bool, device: str) -> dict | None:
+    """The acceptance.json an earlier run on the same device left in DIR: its phases are kept,
+    and those run again replace theirs, so a GPU lent in short slices can be measured in
+    several calls (`--phases`) into one folder. Another device's (or a dry run's) is replaced."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if doc.get("dry_run") == dry_run and doc.get("device") == device else None
+
+
 def run_phases(steps: list[Step], out: Path, *, dry_run: bool, device: str, budget_s: float, children=None,
                report: Callable[[dict], None] | None = None, clock=time.monotonic) -> dict:
     """Run `steps` in order, each within its budget (its own share, plus what earlier phases
     left unused beyond the later phases' shares, never past the total); `children`: the phase
     names run in a child process (None: all). Returns the acceptance dict, also on disk."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"dry_run": dry_run, "device": device, "budget_s": budget_s, "phases": {}}
+    doc = earlier_run(out / "acceptance.json", dry_run, device) or {"dry_run": dry_run, "device": device, "phases": {}}
+    doc["budget_s"] = budget_s
     start = clock()
     for i, step in enumerate(steps):
         left = budget_s - (clock() - start)
@@ -116,6 +128,9 @@ def run_phases(steps: list[Step], out: Path, *, dry_run: bool, device: str, budg
             _child(step.target, phase)  # in-process: cannot be killed, so only where nothing can hang (tests)
             entry = _read(phase)
         entry.update(budget_s=round(limit, 1), seconds=round(clock() - t0, 2))
+        if step.name == "environment" and entry.get("gpu") != doc["phases"].get("environment", {}).get("gpu"):
+            # another GPU than the earlier run's: its figures do not belong with these
+            doc["phases"] = {s.name: doc["phases"][s.name] for s in steps[:i] if s.name in doc["phases"]}
         doc["phases"][step.name] = entry
         write_json(out / "acceptance.json", doc)
         if report:

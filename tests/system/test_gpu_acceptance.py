@@ -16,6 +16,7 @@ from benchmarks.gpu_acceptance.runner import Step, run_phases
 pytestmark = pytest.mark.system
 
 
+@pytest.mark.slow  # over 5 s: the stuck phase's 10 s budget (tests/README.md)
 def test_a_phase_over_its_budget_is_killed_and_the_next_one_runs(tmp_path):
     steps = [Step("stuck", "harness.phases:hangs", 10), Step("after", "harness.phases:finishes", 10)]
     doc = run_phases(steps, tmp_path, dry_run=True, device="cpu", budget_s=20, children={"stuck"})
@@ -36,6 +37,7 @@ def test_a_run_out_of_budget_records_the_phases_it_skipped(tmp_path):
     assert doc["phases"]["second"]["status"] == "skipped"
 
 
+@pytest.mark.slow  # ≈ 27 s on the 2-core machine (tests/README.md)
 def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     doc = acceptance.main(["--out", str(tmp_path), "--dry-run"], children=())
     phases = doc["phases"]
@@ -80,3 +82,16 @@ def test_bad_flags_are_refused_before_anything_runs(tmp_path, capsys, argv, word
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and all(w in err for w in words)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_later_run_into_the_same_folder_keeps_the_phases_it_does_not_repeat(tmp_path):
+    """A GPU lent in short slices: `--phases` runs into one folder add up."""
+    run_phases([Step("first", "harness.phases:finishes", 5)], tmp_path, dry_run=True, device="cpu", budget_s=5,
+               children=())
+    doc = run_phases([Step("second", "harness.phases:finishes", 5)], tmp_path, dry_run=True, device="cpu",
+                     budget_s=5, children=())
+    assert list(doc["phases"]) == ["first", "second"]
+    # a real run does not mix with a dry run's figures
+    doc = run_phases([Step("second", "harness.phases:finishes", 5)], tmp_path, dry_run=False, device="cpu",
+                     budget_s=5, children=())
+    assert list(doc["phases"]) == ["second"]
