@@ -39,6 +39,8 @@ def environment(phase) -> None:
     phase.record("cuda", torch.version.cuda)
     phase.record("cudnn", torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None)
     phase.record("cuda_available", torch.cuda.is_available())
+    # TF32 in cuDNN's convolutions (PyTorch's default) moves the VAE's fp32 frames off the CPU's
+    phase.record("tf32", {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
     if phase.device.startswith("cuda"):
         p = torch.cuda.get_device_properties(phase.device)
         phase.record("gpu", {"name": p.name, "capability": f"{p.major}.{p.minor}", "memory_gib": p.total_memory / 2**30,

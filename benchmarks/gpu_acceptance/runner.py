@@ -133,6 +133,7 @@ def run_phases(steps: list[Step], out: Path, *, dry_run: bool, device: str, budg
             doc["phases"] = {s.name: doc["phases"][s.name] for s in steps[:i] if s.name in doc["phases"]}
         doc["phases"][step.name] = entry
         write_json(out / "acceptance.json", doc)
+        phase.file.unlink(missing_ok=True)  # folded in: DIR keeps the one JSON
         if report:
             report({"name": step.name, **entry})
     return doc

@@ -64,6 +64,7 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     assert phases["load"]["rates"]["read_gbps"] > 0
     assert {"ulysses8", "cp8", "dp2_cp4"} <= set(phases["written"]["prediction"]["meshes"])
     assert json.loads((tmp_path / "acceptance.json").read_text()) == json.loads(json.dumps(doc, default=str))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["BENCHMARKS_rows.md", "acceptance.json", "first_frame.png"]
     rows = (tmp_path / "BENCHMARKS_rows.md").read_text()
     assert "Dry run on CPU" in rows and "--dry-run" in rows
     assert sum(line.startswith("| CPU dry run |") for line in rows.splitlines()) == 3  # one row per mesh
