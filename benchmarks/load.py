@@ -61,12 +61,13 @@ A14B_BLOCK = dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824,
 
 
 # ------------------------------------------------------------------------------ the checkpoint
-def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch.float32) -> Path:
-    """A diffusers-layout `transformer/` folder of random `dtype` weights with the A14B shapes."""
+def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch.float32, block: dict = A14B_BLOCK) -> Path:
+    """A diffusers-layout `transformer/` folder of random `dtype` weights with `block`'s shapes
+    (default A14B's)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    config = {"_class_name": "WanTransformer3DModel", **A14B_BLOCK, "num_layers": layers}
+    config = {"_class_name": "WanTransformer3DModel", **block, "num_layers": layers}
     shapes = param_shapes(TransformerConfig.from_diffusers(config))
     generator = torch.Generator().manual_seed(0)
     groups: list[list[str]] = [[]]
@@ -105,6 +106,26 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------ measurements
+def page_cache_rates(root: Path, layers: int, repeats: int, block: dict = A14B_BLOCK) -> dict:
+    """The two figures the GPU acceptance run keeps (benchmarks/gpu_acceptance): the page
+    cache's read() rate into a reused buffer and our bf16 load's, both GB/s of fp32 checkpoint
+    bytes, best of `repeats` after the cache is warmed."""
+    folder = write_synthetic_expert(root / "transformer", layers, torch.float32, block)
+    files = weight_files(folder)
+    nbytes = sum(p.stat().st_size for p in files)
+    os.sync()
+    for _ in range(2):
+        read_into(files, None)
+    buffer = torch.zeros(max(p.stat().st_size for p in files), dtype=torch.uint8)
+    ckpt = as_checkpoint(folder)
+    read_s = timed(lambda: read_into(files, buffer), repeats)
+    ours_s = timed(lambda: load_transformer(ckpt, "single", "bfloat16", keeps_fp32), repeats)
+    return {"checkpoint_gb": nbytes / 1e9, "layers": layers, "copy_threads": copy_pool.load_threads(),
+            "read_gbps": nbytes / min(read_s) / 1e9, "ours_fp32_to_bf16_gbps": nbytes / min(ours_s) / 1e9,
+            "ours_vs_read": min(read_s) / min(ours_s)}
+
+
+
 def timed(fn, repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):

@@ -52,6 +52,27 @@ def gemm_tflops(m: int, k: int, n: int, device, dtype, warmup: int = 3, iters: i
     return 2 * m * k * n / min(seconds) / 1e12
 
 
+def fp8_gemm_tflops(m: int, k: int, n: int, device, warmup: int = 3, iters: int = 10) -> dict:
+    """Best TFLOP/s of an e4m3 (m × k) @ (k × n) through torch._scaled_mm (per-tensor scales,
+    bf16 out: what an FP8 linear layer runs), and its relative error against the fp32 product
+    of the unquantized operands (e4m3 keeps 3 mantissa bits: ~2^-4 per element, averaging to
+    a few % over k)."""
+    device = torch.device(device)
+    a, b = torch.randn(m, k, device=device), torch.randn(n, k, device=device)
+    fp8 = torch.float8_e4m3fn
+    sa, sb = (x.abs().max() / torch.finfo(fp8).max for x in (a, b))
+    qa, qb = (a / sa).to(fp8), (b / sb).to(fp8)
+    sa, sb = sa.reshape(1, 1).float(), sb.reshape(1, 1).float()
+
+    def gemm():
+        return torch._scaled_mm(qa, qb.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    exact = a @ b.t()
+    rel = float((gemm().double() - exact.double()).norm() / exact.double().norm())
+    seconds = time_call(gemm, device, warmup, iters)
+    return {"m": m, "k": k, "n": n, "tflops": 2 * m * k * n / min(seconds) / 1e12, "rel_err_vs_fp32": rel}
+
+
 def measure_peak(device, dtype, shapes=DEFAULT_SHAPES, warmup: int = 3, iters: int = 10) -> dict:
     """{'peak_tflops': best over shapes, 'shapes': [(m, k, n, tflops), …]}."""
     device = torch.device(device)

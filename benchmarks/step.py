@@ -235,6 +235,22 @@ def attention_kernel_table(rows, lc, cfg, ulysses, ring, valid, dtype, device, w
     return out
 
 
+def with_kernel(name: str, fn):
+    """`fn` with the local attention kernel `name` tried first (attention.prefer_kernel), then
+    the default order restored; a kernel that refuses the inputs falls through to the next, so
+    `kernels_used` in the results says what ran."""
+    def call():
+        attention_kernels.prefer_kernel(name)
+        try:
+            out = fn()
+            call.ran = sorted(set(attention_kernels.chosen_kernels().values()))
+            return out
+        finally:
+            attention_kernels.prefer_kernel(None)
+    call.ran = []
+    return call
+
+
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
@@ -297,6 +313,8 @@ def run(args) -> dict:
             compiler = Compiler(args.compile_backend)
             variants["ours compiled, fused q/k/v"] = ours(fused, CompiledRunner(ResidentRunner(), compiler),
                                                           compiler.attention(attention))
+        for kernel in args.kernels or ():  # the ring's local kernel forced (Ulysses alone calls SDPA)
+            variants[f"ours eager, fused q/k/v, kernel {kernel}"] = with_kernel(kernel, ours(fused))
         if args.cuda_graphs:
             compiler = Compiler(cuda_graphs=True)
             variants["ours compiled + CUDA graphs"] = ours(fused, CompiledRunner(ResidentRunner(), compiler),
@@ -311,6 +329,9 @@ def run(args) -> dict:
 
         # --- agreement before timing
         reference = variants["ours eager, q/k/v separate"]()
+        # the default choice, before a --kernels variant forces another
+        kernels_used = {f"{k[0]} {str(k[1]).replace('torch.', '')} d={k[2]}": v
+                        for k, v in attention_kernels.chosen_kernels().items()}
         if not torch.isfinite(reference).all():
             raise SystemExit("our forward produced non-finite values; the random weights or a kernel are broken")
         tol = args.tolerance or TOLERANCE[args.dtype]
@@ -338,8 +359,6 @@ def run(args) -> dict:
                              "a fast path computes something else — nothing was timed")
         if not diffusers_ok and not args.no_diffusers:
             raise SystemExit(f"no diffusers attention backend ran: {results['errors']}")
-        kernels_used = {f"{k[0]} {str(k[1]).replace('torch.', '')} d={k[2]}": v
-                        for k, v in attention_kernels.chosen_kernels().items()}
         if device.type == "cuda" and "math" in kernels_used.values():
             raise SystemExit(f"our attention fell back to the fp32 math kernel on CUDA ({kernels_used}); "
                              "the timing would be meaningless. Check the CUDA/cuDNN build or install flash-attn")
@@ -351,6 +370,7 @@ def run(args) -> dict:
             for backend in diffusers_ok:
                 dl.set_backend(backend)
                 results["variants"][f"diffusers {backend}"] = time_call(diffusers_forward, device, args.warmup, args.iters)
+        results["kernel_variants_ran"] = {k: getattr(fn, "ran", None) for k, fn in variants.items() if "kernel " in k}
         fastest_ours = min((k for k in variants), key=lambda k: statistics.median(results["variants"][k]))
         results["syncs"] = count_host_syncs(variants[fastest_ours], device)
         results["enqueue_s"] = host_enqueue_seconds(variants[fastest_ours], device)
@@ -430,6 +450,8 @@ def parse(argv=None):
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the torch.compile variant")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (tests: aot_eager)")
     p.add_argument("--cuda-graphs", action="store_true", help="also time compile + CUDA graphs (reduce-overhead)")
+    p.add_argument("--kernels", nargs="+", choices=tuple(attention_kernels.KERNELS),
+                   help="also time our eager forward with each of these ring kernels tried first")
     p.add_argument("--diffusers-backends", nargs="+", help="diffusers attention backends to try (default: all)")
     p.add_argument("--no-diffusers", action="store_true", help="check diffusers' agreement but do not time it")
     p.add_argument("--no-kernel-table", action="store_true")
