@@ -282,6 +282,8 @@ def run(args) -> dict:
     layers = layers_that_fit(cfg, rows, lc, dtype, device) if args.layers == "auto" else int(args.layers)
     torch.manual_seed(args.seed)
     if device.type == "cuda":
+        # "--device cuda" names no index, which set_device refuses (seen on an H200, torch 2.11)
+        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = False  # bf16 run: fp32 parts stay true fp32, as the reference
 

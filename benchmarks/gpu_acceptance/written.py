@@ -44,8 +44,13 @@ def rows(doc: dict, command: str, date: str) -> str:
     phases = doc["phases"]
     env = phases.get("environment", {})
     gpu = env.get("gpu") or {}
-    device = (f"{gpu['name']} (sm_{gpu['capability'].replace('.', '')}, {gpu['memory_gib']:.0f} GiB), "
-              f"torch {env.get('torch')}, CUDA {env.get('cuda')}" if gpu else f"CPU dry run, torch {env.get('torch')}")
+    if gpu:
+        device = (f"{gpu['name']} (sm_{gpu['capability'].replace('.', '')}, {gpu['memory_gib']:.0f} GiB), "
+                  f"torch {env.get('torch')}, CUDA {env.get('cuda')}")
+    elif doc["dry_run"]:
+        device = f"CPU dry run, torch {env.get('torch')}"
+    else:  # --phases without environment (a later run into another folder): the step runs name the GPU
+        device = step_device(phases) or f"{doc['device']} (the environment phase did not run)"
     out = [f"Device: {device}. Date: {date}. Command: `{command}`.", ""]
     if doc["dry_run"]:
         out += ["**Dry run on CPU (tiny model, tiny shapes): the code paths, not GPU figures.**", ""]
@@ -72,7 +77,7 @@ def rows(doc: dict, command: str, date: str) -> str:
         diff_s = f"{d['seconds']:.4g} ({d['full_depth_s']:.4g})" if d else "—"
         ratio = f"{s['diffusers_over_ours']:.2f}×" if d else "—"
         out.append(
-            f"| {device.split(',')[0]} | {date} | {r['model']} {r['mesh']['name']}, {r['rows']} × {r['local_tokens']:,} "
+            f"| {device.split(' (')[0].split(',')[0]} | {date} | {r['model']} {r['mesh']['name']}, {r['rows']} × {r['local_tokens']:,} "
             f"| {r['layers']} | {s['peak_tflops']:.4g} | {s['fastest_ours']} | {ours['seconds']:.4g} "
             f"({ours['full_depth_s']:.4g}) | {ours['tflops']:.4g} | {100 * ours['mfu']:.1f} % "
             f"| {best or '—'} | {diff_s} | {ratio} "
@@ -115,7 +120,16 @@ def written(phase) -> None:
         phase.record("note", "no step phase finished: nothing measured to predict from")
         return
     gpu = (phase.earlier.get("environment") or {}).get("gpu") or {}
-    phase.record("prediction", prediction(steps, phase.dry_run, gpu.get("name")))
+    phase.record("prediction", prediction(steps, phase.dry_run, gpu.get("name") or step_device(phase.earlier)))
+
+
+def step_device(phases: dict) -> str | None:
+    """The device a step phase measured on, as benchmarks/step.py names it ("NVIDIA H200 (sm_90,
+    140 GiB), CUDA 13.0, torch …"); None when no step phase ran."""
+    for name, p in phases.items():
+        if name.startswith("step_") and "step" in p:
+            return f"{p['step']['device']}, torch {p['step'].get('torch')}"
+    return None
 
 
 def write_rows(doc: dict, path, argv: list[str]) -> None:
