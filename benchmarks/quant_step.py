@@ -4,6 +4,7 @@ GEMM path (quant_compute=fp8, torch._scaled_mm's CPU kernel), in one run, same i
 
     python -m benchmarks.quant_step                                   # TI2V-5B's block (dim 3072, FFN 14336), 2 layers
     python -m benchmarks.quant_step --layers 1 --tokens 512 --repeats 3
+    python -m benchmarks.quant_step --model wan2.2_t2v_a14b --layers 4 --tokens 9440 --device cuda   # a GPU
 
 The layers are Wan's real block shapes with random weights (bf16, diffusers' fp32 modules); the
 tokens are a slice of a video's, one CFG half. Every variant runs the same forward
@@ -59,7 +60,10 @@ def main(argv=None) -> None:
     p.add_argument("--tokens", type=int, default=1024, help="a multiple of 32 (a 32×32-token grid row)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--variants", nargs="+", default=["bf16", "dequant", "fp8"])
+    p.add_argument("--compile", action="store_true", help="torch.compile each variant's forward (inductor)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU (timed with a sync after each forward)")
     args = p.parse_args(argv)
+    device = torch.device(args.device)
 
     cfg = dataclasses.replace(ARCHITECTURES[args.model].transformer, num_layers=args.layers)
     g = torch.Generator().manual_seed(0)
@@ -69,25 +73,37 @@ def main(argv=None) -> None:
     context = torch.randn(1, cfg.text_len, cfg.text_dim, generator=g).to(torch.bfloat16)
     timestep = torch.tensor([500.0])
     cos, sin = (torch.from_numpy(a) for a in rope_tables(cfg.attention_head_dim, grid))
-    variants = {"bf16": (tree.unflatten(flat), torch_ops), "dequant": (tree.unflatten(_quantized(flat, "fp8")), torch_ops),
-                "fp8": (tree.unflatten(_quantized(flat, "fp8")), fp8_gemm.ops_for("fp8"))}
+    tokens, context, timestep, cos, sin = (t.to(device) for t in (tokens, context, timestep, cos, sin))
+    quantized = {n: t.to(device) for n, t in _quantized(flat, "fp8").items()}
+    flat = {n: t.to(device) for n, t in flat.items()}
+    variants = {"bf16": (tree.unflatten(flat), torch_ops), "dequant": (tree.unflatten(quantized), torch_ops),
+                "fp8": (tree.unflatten(quantized), fp8_gemm.ops_for("fp8"))}
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def attention(q, k, v):
         return torch_ops.attention(q, k, v)
 
     times: dict[str, list[float]] = {v: [] for v in args.variants}
+    # one compiled forward per variant (the ops namespace differs), so no variant recompiles another's
+    forwards = {name: torch.compile(dit.forward, dynamic=False) if args.compile else dit.forward for name in args.variants}
     with torch.inference_mode():
         for name in args.variants:  # a warm-up forward each (allocator, kernel choice)
             params, ops = variants[name]
-            dit.forward(params, tokens, timestep, context, (cos, sin), cfg, ops, attention)
+            forwards[name](params, tokens, timestep, context, (cos, sin), cfg, ops, attention)
         for _ in range(args.repeats):  # interleaved: other load on a shared machine hits every variant alike
             for name in args.variants:
                 params, ops = variants[name]
+                sync()
                 t0 = time.perf_counter()
-                dit.forward(params, tokens, timestep, context, (cos, sin), cfg, ops, attention)
+                forwards[name](params, tokens, timestep, context, (cos, sin), cfg, ops, attention)
+                sync()
                 times[name].append(time.perf_counter() - t0)
     print(f"{args.model} blocks (dim {cfg.dim}, FFN {cfg.ffn_dim}), {args.layers} layers, {args.tokens} tokens, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats}")
+          f"torch {torch.__version__}, {torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} CPU threads'}, "
+          f"{'compiled, ' if args.compile else ''}median of {args.repeats}")
     base = statistics.median(times["bf16"]) if "bf16" in times else None
     for name, ts in times.items():
         m = statistics.median(ts)

@@ -39,7 +39,7 @@ def use_quant_compute(backend, setting: str) -> None:
     ops namespace the model gets, and the choice the sidecar records; logged on rank 0."""
     from .torch import fp8_gemm
 
-    choice = fp8_gemm.choose(setting, backend.device)
+    choice = fp8_gemm.choose(setting, backend.device, compiled=bool(getattr(backend, "compile", False)))
     backend.ops, backend.quant_compute = fp8_gemm.ops_for(choice), choice
     if backend.is_main:
         fp8_gemm.log_choice(setting, choice, backend.device)

@@ -8,7 +8,8 @@ anything loads (no torch import):
                                     the run's dtype as it runs (every device, both backends); fp8
                                     multiplies in FP8 with per-token activation scales
                                     (torch._scaled_mm, W8A8); auto = fp8 on CUDA sm_89+ (H100,
-                                    B200), dequant elsewhere — decided by the backend on its device
+                                    B200) with compile=true, dequant elsewhere (eager FP8 measured
+                                    slower than bf16 on an H200) — decided by the backend
 
 Decisions: quantize=fp8 with dtype=float32 is allowed (weights stored in one byte, widened to
 float32: the memory saving is the point, the quantization error is the same as under bf16);

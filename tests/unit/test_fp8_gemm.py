@@ -87,7 +87,9 @@ def test_auto_picks_fp8_on_sm89_and_newer_only():
     assert fp8_gemm.choose("dequant", torch.device("cpu")) == "dequant"
     for capability, picked in (((9, 0), "fp8"), ((10, 0), "fp8"), ((8, 9), "fp8"), ((8, 0), "dequant")):
         with fake_gpus(FakeCudaRuntime(devices=1, capability=capability)):
-            assert fp8_gemm.choose("auto", torch.device("cuda", 0)) == picked, capability
+            assert fp8_gemm.choose("auto", torch.device("cuda", 0), compiled=True) == picked, capability
+            # eager W8A8 measured slower than bf16 on an H200: auto widens instead
+            assert fp8_gemm.choose("auto", torch.device("cuda", 0)) == "dequant", capability
             if picked == "dequant":
                 with pytest.raises(ConfigError, match=r"quant_compute=fp8 needs .* sm_80; set quant_compute=dequant"):
                     fp8_gemm.choose("fp8", torch.device("cuda", 0))
@@ -113,7 +115,7 @@ def test_fake_gpu_fp8_gemm_layouts_and_no_host_sync(capability, monkeypatch):
     monkeypatch.setattr(torch, "_scaled_mm", spy)
     with fake_gpus(FakeCudaRuntime(devices=1, capability=capability)) as mode:
         cuda = torch.device("cuda", 0)
-        assert fp8_gemm.choose("auto", cuda) == "fp8"
+        assert fp8_gemm.choose("auto", cuda, compiled=True) == "fp8"
         layer = {"weight": torch.empty(64, 48, dtype=torch.float8_e4m3fn, device=cuda),
                  "weight_scale": torch.empty(64, 1, device=cuda), "bias": torch.empty(64, dtype=torch.bfloat16, device=cuda)}
         x = torch.empty(2, 10, 48, dtype=torch.bfloat16, device=cuda)

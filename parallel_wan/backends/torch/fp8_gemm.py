@@ -59,12 +59,16 @@ def fp8_supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= FP8_CAPABILITY
 
 
-def choose(setting: str, device: torch.device) -> str:
-    """quant_compute's choice on this device: "fp8" | "dequant". auto → fp8 where FP8 GEMMs run.
+def choose(setting: str, device: torch.device, compiled: bool = False) -> str:
+    """quant_compute's choice on this device: "fp8" | "dequant". auto → fp8 where FP8 GEMMs run
+    AND the blocks are compiled; dequant otherwise. Measured on an H200 (A14B blocks, 18,880
+    tokens; BENCHMARKS.md "Quantized weights on a GPU"): compiled, W8A8 takes 0.81× the bf16
+    time (the per-token activation quantization fuses into generated kernels) and dequant 1.02×;
+    eager, the quantization's separate passes make W8A8 1.12–1.24× and dequant 1.08–1.19×.
     An explicit fp8 also runs on the CPU (torch._scaled_mm has a CPU kernel: the tests' path);
     on an older GPU it is refused, naming the device."""
     if setting == "auto":
-        return "fp8" if fp8_supported(device) else "dequant"
+        return "fp8" if fp8_supported(device) and compiled else "dequant"
     if setting == "fp8" and device.type == "cuda" and not fp8_supported(device):
         from ...errors import ConfigError
 
@@ -87,5 +91,7 @@ def log_choice(setting: str, choice: str, device: torch.device) -> None:
         log.info("quant_compute=%s → fp8 on %s: fp8 weights with one scale per output channel multiply in FP8 "
                  "(per-token activation scales); int8 or per-block weights are widened as they run", setting, device)
     else:
+        why = (" (eager: FP8 GEMMs pay off only with compile=true, where the activations' quantization fuses)"
+               if setting == "auto" and fp8_supported(device) else "")
         log.info("quant_compute=%s → dequant on %s: quantized weights are widened to the run's dtype as each layer "
-                 "runs", setting, device)
+                 "runs%s", setting, device, why)
