@@ -56,7 +56,7 @@ COMFY_METADATA = "_quantization_metadata"
 LEGACY_SCALE, SCALE, INPUT_SCALES, COMFY_QUANT = ".scale_weight", ".weight_scale", (".input_scale", ".scale_input"), ".comfy_quant"
 NVFP4_KEYS = (".weight_scale_2", ".input_global_scale", ".alpha")
 COMFY_FORMATS = {"float8_e4m3fn": torch.float8_e4m3fn, "int8_blockwise": torch.int8}
-QUANTIZED = (torch.float8_e4m3fn, torch.int8)
+QUANTIZED = tuple(LIMIT)  # the stored dtypes of weights/quantize.py's one form: float8_e4m3fn, int8
 
 
 @dataclass(frozen=True)
