@@ -2,8 +2,9 @@
 the planner and the benchmarks run the real parallel code with.
 
 - ProcessGroupCollectives: torch.distributed (NCCL on CUDA, gloo on CPU) — the run's.
-- NullCollectives: sends nothing; receive buffers keep what they were made with. The planner
-  runs rank 0's code on meta tensors with it: the same buffers, no messages.
+- NullCollectives: sends nothing; receive buffers are zero-filled (a buffer made with
+  `empty` holds whatever memory it was handed: NaN bit patterns after a busy process). The
+  planner runs rank 0's code on meta tensors with it: the same buffers, no messages.
 - LoopbackCollectives: each message comes back to its sender (all-to-all and ring hops copy
   the send buffer into the receive buffer), so one device computes one rank's work at its
   real shapes (benchmarks/step.py).
@@ -80,8 +81,8 @@ class ProcessGroupCollectives:
 
 class NullCollectives:
     """Rank `rank` of a job of `world` ranks whose messages are left out: every operation
-    returns at once and receive buffers are not written (on meta tensors there is nothing to
-    write)."""
+    returns at once with its receive buffers zero-filled, so a benchmark that decodes for real
+    with it computes on defined values (on meta tensors the fill is a no-op)."""
 
     def __init__(self, rank: int = 0, world: int = 1):
         self.rank, self.world = rank, world
@@ -93,13 +94,16 @@ class NullCollectives:
         return tuple(ranks)
 
     def all_to_all(self, recv, send, group=None) -> None:
-        return None
+        recv.zero_()
 
     def exchange(self, sends, recvs, group=None) -> list:
+        for buffer, _peer in recvs:
+            buffer.zero_()
         return []
 
     def all_gather(self, parts, tensor, group=None) -> None:
-        return None
+        for part in parts:
+            part.zero_()
 
     def broadcast(self, tensor, src: int = 0) -> None:
         return None
@@ -111,7 +115,7 @@ class NullCollectives:
         return None
 
     def recv(self, tensor, src: int) -> None:
-        return None
+        tensor.zero_()
 
     def vote(self, flag: bool) -> bool:
         return flag  # the other ranks' ballots are left out with their messages
