@@ -87,6 +87,12 @@ class Backend(Protocol):
     # as it runs; "fp8" multiplies in FP8 (torch: backends/torch/fp8_gemm.py). The sidecar records it.
     quant_compute: str = "dequant"
 
+    def attention_kernels(self) -> dict:
+        """The local attention kernels attention_impl resolved to in this run, {"dtype/head_dim":
+        kernel name} (torch: backends/torch/attention.py); {} where the backend has no choice
+        of kernel. The sidecar records it."""
+        return {}
+
     # ------------------------------------------------------------ arrays
     def to_device(self, array, dtype: str | None = None):
         """A host array on the device(s), cast to `dtype` when given."""

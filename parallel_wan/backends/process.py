@@ -61,9 +61,25 @@ def check_device(spec, local_rank: int = 0, world_size: int = 1) -> None:
         from ..errors import ConfigError
         from .torch.world import pick_device
 
-        pick_device(spec.execution.device, local_rank, world_size)
+        device = pick_device(spec.execution.device, local_rank, world_size)
+        if spec.execution.attention_impl not in ("auto", "xfuser"):
+            _check_attention_kernel(spec, device)
         if spec.execution.attention_impl == "xfuser":
             from .torch.xfuser_attention import xfuser_unavailable_reason
 
             if xfuser_unavailable_reason():
                 raise ConfigError(xfuser_unavailable_reason())
+
+
+def _check_attention_kernel(spec, device) -> None:
+    """attention_impl=sdpa|flash|cudnn|sage against this device, the run's dtype and the model's
+    head_dim (its architecture's: every Wan 2.2 model has 128), before anything loads."""
+    from ..errors import ConfigError
+    from ..models.registry import for_task
+    from .torch import ops
+    from .torch.attention import unavailable_reason
+
+    head_dim = for_task(spec.model.task, bool(spec.model.builtin)).transformer.attention_head_dim
+    reason = unavailable_reason(spec.execution.attention_impl, device, head_dim, ops.dtype(spec.execution.dtype))
+    if reason:
+        raise ConfigError(reason)

@@ -101,8 +101,10 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
 
     dtype = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES)
     attention_impl = _choice("attention_impl", str(_setting(cfg, "attention_impl")), ATTENTION_IMPLS)
-    if attention_impl == "xfuser" and backend != "torch":
-        raise ConfigError(f"attention_impl=xfuser is a PyTorch (CUDA) kernel but backend={backend}; use attention_impl=ours")
+    attention_impl = "auto" if attention_impl == "ours" else attention_impl  # ours: auto's old name
+    if attention_impl != "auto" and backend != "torch":
+        raise ConfigError(f"attention_impl={attention_impl} is a PyTorch (CUDA) kernel but backend={backend}; "
+                          "use attention_impl=auto (JAX picks its own attention)")
     guided = uses_guidance(guidance_high, guidance_low, model.experts)
     prompts = _prompts(cfg.get("prompt"))
     check_seed(seed, len(prompts))

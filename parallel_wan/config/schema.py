@@ -20,7 +20,9 @@ SAMPLERS = ("unipc", "euler")
 SCHEDULES = ("auto", "official", "diffusers")
 DTYPES = ("bfloat16", "float32")
 BACKENDS = ("torch", "jax")
-ATTENTION_IMPLS = ("ours", "xfuser")
+# The torch backend's local attention kernel (README "Attention kernels"): auto = the fastest
+# exact kernel for the device; ours = auto's old name, still accepted (resolve.py maps it).
+ATTENTION_IMPLS = ("auto", "sdpa", "flash", "cudnn", "sage", "xfuser", "ours")
 # Where the transformer weights live during denoising (README "Memory"): resident = both experts
 # whole on every device; sharded = each device keeps 1/world of every block and gathers one block
 # at a time (FSDP); swap = the low-noise expert waits in host memory, is copied in during the
@@ -138,7 +140,7 @@ class ExecutionSettings:
     backend: str  # torch | jax
     device: str
     dtype: str  # the transformer's and the loop's dtype (norms, modulation, embeddings stay float32)
-    attention_impl: str  # ours | xfuser
+    attention_impl: str  # auto | sdpa | flash | cudnn | sage | xfuser (ours → auto)
     compile: bool  # torch: torch.compile each transformer block, q/k/v fused
     scan_loop: bool  # JAX: every step in one lax.scan (lax.cond picks the expert)
     dist_timeout_s: float

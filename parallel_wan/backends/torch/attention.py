@@ -7,6 +7,12 @@ the CPU flash kernel on CPU; flash-attn 3 (Hopper), cuDNN (first on Hopper and B
 flash-attn 2 or PyTorch's flash / memory-efficient kernels on CUDA; a plain fp32 formula when
 none of them takes the inputs.
 
+`attention_impl` (the run's setting) narrows the choice to one family: sdpa (PyTorch's flash
+and memory-efficient kernels; the CPU flash kernel on CPU), flash (the flash-attn 3 package on
+Hopper, else flash-attn 2), cudnn, sage (SageAttention: sage_attention.py), or auto — every
+exact kernel, fastest first (`_candidates`). `unavailable_reason` says before a run whether
+its choice can run here.
+
 Layout is the model's: q (B, S, H, D), k and v (B, L, H, D). The log-sum-exp comes back as
 (B, S, H) in float32 (float64 for float64 inputs), the dtype merges are done in.
 """
@@ -39,6 +45,7 @@ def attention_with_lse(
     valid_keys: int | None = None,
     scale: float | None = None,
     kernel: str | None = None,
+    impl: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of q over the first `valid_keys` keys of k/v (all when None).
 
@@ -47,7 +54,8 @@ def attention_with_lse(
     valid key contributes nothing: out = 0 and lse = -inf (no kernel runs; the CPU flash
     kernel dies with SIGFPE on zero keys).
 
-    kernel: a name from `KERNELS` to force one (tests); None picks the fastest that works.
+    kernel: a name from `KERNELS` to force one (tests); None picks the fastest that works among
+    attention_impl `impl`'s kernels (`IMPL_KERNELS`).
     Returns (out (B, S, H, D) in q's dtype, lse (B, S, H) in `lse_dtype(q.dtype)`).
     """
     if valid_keys is not None:
@@ -62,7 +70,7 @@ def attention_with_lse(
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if kernel is not None:
         return KERNELS[kernel](q, k, v, scale)
-    return _run_best(q, k, v, scale)
+    return _run_best(q, k, v, scale, impl)
 
 
 # ---------------------------------------------------------------- kernels: (B, L, H, D) in and out
@@ -128,6 +136,12 @@ def math_kernel(q, k, v, scale):
     return out.to(q.dtype), lse.transpose(1, 2)
 
 
+def sage(q, k, v, scale):
+    from .sage_attention import sage_attention  # imports triton: only when sage is asked for
+
+    return sage_attention(q, k, v, scale)
+
+
 KERNELS: dict[str, Kernel] = {
     "cpu_flash": cpu_flash,
     "flash_attn3": flash_attn3_package,
@@ -136,6 +150,17 @@ KERNELS: dict[str, Kernel] = {
     "cuda_cudnn": cuda_cudnn,
     "cuda_efficient": cuda_efficient,
     "math": math_kernel,
+    "sage": sage,
+}
+
+# attention_impl → the kernels it may run, in the order tried (those the device cannot run are
+# left out by `_candidates`). auto: `_candidates`' table of every exact kernel. Sage is never
+# auto's: its int8 scores change the numbers (about 1e-2 relative), so a user asks for it.
+IMPL_KERNELS: dict[str, tuple[str, ...]] = {
+    "sdpa": ("cuda_flash", "cuda_efficient", "cpu_flash", "math"),
+    "flash": ("flash_attn3", "flash_attn"),
+    "cudnn": ("cuda_cudnn",),
+    "sage": ("sage",),
 }
 
 
@@ -159,10 +184,12 @@ def _has_flash_attn3() -> bool:
     return True
 
 
-def _candidates(q: torch.Tensor) -> list[str]:
+def _candidates(q: torch.Tensor, impl: str = "auto") -> list[str]:
     """Kernels worth trying for these inputs, fastest first. Each kernel's own checks are the
     final word (sm version, head size, alignment); the first that runs is remembered.
-    `preferred` (see `prefer_kernel`) goes first when set."""
+    `preferred` (see `prefer_kernel`) goes first when set (auto only)."""
+    if impl != "auto":
+        return _impl_candidates(q, impl)
     d = q.shape[-1]
     if q.device.type == "cpu":
         names = ["cpu_flash", "math"] if q.dtype in (torch.float32, torch.float64, *_HALF) else ["math"]
@@ -188,6 +215,49 @@ def _candidates(q: torch.Tensor) -> list[str]:
     return _with_preferred(names + ["math"])
 
 
+def _impl_candidates(q: torch.Tensor, impl: str) -> list[str]:
+    """attention_impl `impl`'s kernels this device can run, in IMPL_KERNELS' order."""
+    cuda = q.device.type == "cuda"
+    names = []
+    for name in IMPL_KERNELS[impl]:
+        if name == "cpu_flash" and cuda or name.startswith("cuda_") and not cuda or name == "math" and cuda:
+            continue
+        if name == "flash_attn3" and not (_has_flash_attn3() and torch.cuda.get_device_capability(q.device)[0] == 9):
+            continue
+        names.append(name)
+    return names
+
+
+def unavailable_reason(impl: str, device: torch.device, head_dim: int, dtype: torch.dtype) -> str | None:
+    """Why attention_impl=`impl` cannot run a model of `head_dim` in `dtype` on `device`, or None
+    when it can: asked before anything loads (backends/process.py check_device), so a run that
+    cannot use the kernel it names stops in one line. auto always runs (it falls back)."""
+    if impl in ("auto", "sdpa"):
+        return None
+    if impl == "sage":
+        from .sage_attention import sage_unavailable_reason
+
+        return sage_unavailable_reason(device, head_dim, dtype)
+    if device.type != "cuda":
+        return f"attention_impl={impl} runs on CUDA GPUs, not {device.type}; use attention_impl=auto"
+    major, minor = torch.cuda.get_device_capability(device)
+    if dtype not in _HALF:
+        return f"attention_impl={impl} runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; " \
+               "set dtype=bfloat16 or use attention_impl=auto"
+    if impl == "cudnn" and major < 8:
+        return f"attention_impl=cudnn needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
+    if impl == "flash":
+        if not (_has_flash_attn() or major == 9 and _has_flash_attn3()):
+            return "attention_impl=flash needs flash-attn (3 on Hopper, or 2): pip install flash-attn " \
+                   "--no-build-isolation, or use attention_impl=auto"
+        if major < 8:
+            return f"attention_impl=flash needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
+    if head_dim % 8 or head_dim > 256:
+        return f"attention_impl={impl} runs head_dim ≤ 256 in multiples of 8, this model has {head_dim}; " \
+               "use attention_impl=auto"
+    return None
+
+
 preferred: str | None = None
 
 
@@ -201,9 +271,10 @@ def prefer_kernel(name: str | None) -> None:
     _chosen.clear()
 
 
-def chosen_kernels() -> dict[tuple, str]:
-    """The kernel each (device type, dtype, head_dim) ended up with: for reports."""
-    return dict(_chosen)
+def chosen_kernels(impl: str = "auto") -> dict[tuple, str]:
+    """The kernel each (device type, dtype, head_dim) ended up with under attention_impl `impl`:
+    for reports (the sidecar's "attention", the benchmarks)."""
+    return {key[1:]: name for key, name in _chosen.items() if key[0] == impl}
 
 
 def _with_preferred(names: list[str]) -> list[str]:
@@ -215,8 +286,8 @@ def _with_preferred(names: list[str]) -> list[str]:
 _chosen: dict[tuple, str] = {}
 
 
-def _run_best(q, k, v, scale):
-    key = (q.device.type, q.dtype, q.shape[-1])
+def _run_best(q, k, v, scale, impl="auto"):
+    key = (impl, q.device.type, q.dtype, q.shape[-1])
     name = _chosen.get(key)
     if name is not None:
         try:
@@ -227,7 +298,7 @@ def _run_best(q, k, v, scale):
             # Some kernels also refuse particular sequence lengths: choose again for these.
             del _chosen[key]
     failures = []
-    for name in _candidates(q):
+    for name in _candidates(q, impl):
         try:
             result = KERNELS[name](q, k, v, scale)
         except torch.OutOfMemoryError:
@@ -238,6 +309,9 @@ def _run_best(q, k, v, scale):
             continue
         if failures:
             log.warning("attention kernel %s used for %s; faster ones refused: %s", name, key, "; ".join(failures))
+        log.info("attention_impl=%s → %s (%s, %s, head_dim %d)", impl, name, q.device.type,
+                 str(q.dtype).removeprefix("torch."), q.shape[-1])
         _chosen[key] = name
         return result
-    raise RuntimeError(f"no attention kernel runs on {key}: " + "; ".join(failures))
+    raise RuntimeError(f"attention_impl={impl}: no attention kernel runs on {key[1:]}: " + "; ".join(failures)
+                       + ("" if impl == "auto" else "; use attention_impl=auto"))

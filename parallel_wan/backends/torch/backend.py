@@ -3,6 +3,7 @@ parameter placement with the dtype policy, the attention callable and host↔dev
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -22,7 +23,7 @@ from .world import start_world
 
 
 def start_torch_backend(device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
-                        dist_timeout_s: float = 600.0, attention_impl: str = "ours", compile: bool = False,
+                        dist_timeout_s: float = 600.0, attention_impl: str = "auto", compile: bool = False,
                         comm: Collectives | None = None, cls: type | None = None) -> "TorchBackend":
     """A torch run's backend, made in torchtitan's order: the world (device, process group:
     world.py), then the mesh over it, then the backend from the two. `comm`: the collectives
@@ -30,6 +31,16 @@ def start_torch_backend(device: str = "auto", mesh: MeshSpec | None = None, laun
     `cls`: a subclass of TorchBackend to make (tests that watch a run)."""
     chosen = start_world(launch, device, dist_timeout_s)
     return (cls or TorchBackend)(chosen, TorchMesh.build(mesh or MeshSpec(), comm), attention_impl, compile)
+
+
+def local_kernel(attention_impl: str):
+    """The attention over one key block for `attention_impl` (auto, sdpa, flash, cudnn, sage):
+    auto is `attention_with_lse` itself (make_self_attention's one-device shortcut knows it)."""
+    from .attention import attention_with_lse
+
+    if attention_impl in ("auto", "ours"):  # ours: the old name of auto
+        return attention_with_lse
+    return functools.partial(attention_with_lse, impl=attention_impl)
 
 
 class TorchBackend(Backend):
@@ -41,13 +52,13 @@ class TorchBackend(Backend):
     single_controller = False  # one process per device; each rank computes its own shard
     compiles_ahead = False  # eager: no warm-up phase
 
-    def __init__(self, device: torch.device, mesh: TorchMesh, attention_impl: str = "ours", compile: bool = False,
+    def __init__(self, device: torch.device, mesh: TorchMesh, attention_impl: str = "auto", compile: bool = False,
                  ops=torch_ops):
         self.device = torch.device(device)
         self.ops = ops
         self.mesh = mesh
         self.exchanges = MeshExchanges(mesh)
-        self.attention_impl = attention_impl
+        self.attention_impl = "auto" if attention_impl == "ours" else attention_impl  # ours: auto's old name
         # compile=true: the hot path — q/k/v fused at placement (qkv_fusion.py), the block
         # function compiled by torch.compile (runners/compiled.py; self-attention stays eager).
         # Compile backend: inductor; tests swap in "aot_eager" (graph capture only) to stay
@@ -97,7 +108,18 @@ class TorchBackend(Backend):
             return make_xfuser_attention(self.mesh, shards.tokens, shards.local)
         from .sequence_parallel import make_self_attention
 
-        return make_self_attention(self.mesh, shards.tokens, shards.local)
+        return make_self_attention(self.mesh, shards.tokens, shards.local, local_kernel(self.attention_impl))
+
+    def attention_kernels(self) -> dict:
+        """What attention_impl resolved to in this process: {"dtype/head_dim": kernel} for the
+        kernels that ran on this backend's device (the sidecar's "attention")."""
+        if self.attention_impl == "xfuser":
+            return {}
+        from .attention import chosen_kernels
+
+        return {f"{str(dtype).removeprefix('torch.')}/{head_dim}": name
+                for (device, dtype, head_dim), name in chosen_kernels(self.attention_impl).items()
+                if device == self.device.type}
 
     def broadcast_from_main(self, tensor):
         return self.exchanges.broadcast_from_rank0(

@@ -25,6 +25,15 @@ from .ulysses import heads_to_sequence, sequence_to_heads
 SelfAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def _one_device(q, k, v):
+    """attention_impl=auto on one device, no padding: on CUDA the table's kernel (cuDNN first
+    on Hopper and Blackwell: attention.py), which torch's own SDPA dispatch does not put first
+    — and which the run then records; elsewhere torch's SDPA, exactly the one-device path."""
+    if q.is_cuda:
+        return attention_with_lse(q, k, v)[0]
+    return ops.attention(q, k, v)
+
+
 def make_self_attention(mesh, valid_tokens: int, local_tokens: int,
                         kernel: LseAttention = attention_with_lse) -> SelfAttention:
     """The callable `attention(q, k, v) -> out`, all (B, local_tokens, H, D), for this rank of
@@ -49,7 +58,7 @@ def make_self_attention(mesh, valid_tokens: int, local_tokens: int,
 
     if cp == 1:
         if valid_tokens == local_tokens and kernel is attention_with_lse:
-            return ops.attention  # exactly the one-device path
+            return _one_device
 
         def padded_local(q, k, v):
             check(q)

@@ -15,9 +15,9 @@ import torch
 def xfuser_unavailable_reason() -> str | None:
     """Why attention_impl=xfuser cannot run here, or None when it can."""
     if not torch.cuda.is_available():
-        return "attention_impl=xfuser needs CUDA GPUs (xfuser does not run on CPU); use attention_impl=ours"
+        return "attention_impl=xfuser needs CUDA GPUs (xfuser does not run on CPU); use attention_impl=auto"
     if importlib.util.find_spec("xfuser") is None:
-        return "attention_impl=xfuser needs xfuser: pip install 'parallel_wan[xfuser]', or use attention_impl=ours"
+        return "attention_impl=xfuser needs xfuser: pip install 'parallel_wan[xfuser]', or use attention_impl=auto"
     return None
 
 
@@ -29,7 +29,7 @@ def make_xfuser_attention(mesh, valid_tokens: int, local_tokens: int):
     if valid_tokens != local_tokens * cp:
         raise RuntimeError(
             f"attention_impl=xfuser cannot mask padding: {valid_tokens} tokens do not split evenly over cp={cp}; "
-            "use attention_impl=ours, or a frame count/size whose token count divides cp"
+            "use attention_impl=auto, or a frame count/size whose token count divides cp"
         )
     from xfuser.core.distributed import init_distributed_environment, initialize_model_parallel
     from xfuser.core.distributed import parallel_state

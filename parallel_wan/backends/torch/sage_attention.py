@@ -1,0 +1,83 @@
+"""attention_impl=sage: SageAttention (int8 QKᵀ with per-block scales, fp16 PV) for the
+torch backend, returning the log-sum-exp like every other kernel, so it serves every mesh —
+one device, Ulysses, ring and their hybrids.
+
+The steps are sageattn()'s from sageattention 1.0.6 (core.py): keys smoothed (their mean over
+the sequence taken out, which leaves softmax unchanged and makes int8 keys accurate), q and k
+quantized by Sage's own Triton kernel, v in fp16, then the attention kernel — ours
+(sage_kernel.py: Sage's with padding keys masked and the lse written). Smoothing shifts every
+score of a query row by q·mean(k)·scale, so the lse gets that back, exactly, in float32.
+
+On CUDA (sm_80+, head_dim 64 or 128: the ones Sage's kernels are tuned and built for). On CPU
+only under TRITON_INTERPRET=1, where the same kernels run in Triton's interpreter: that is how
+the tests check them without a GPU; nobody should run a video that way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from .attention import lse_dtype
+
+CUDA_HEAD_DIMS = (64, 128)
+INSTALL = "pip install 'parallel_wan[sage]' (sageattention==1.0.6)"
+
+
+def interpreted() -> bool:
+    """Triton's interpreter is on: kernels run on CPU tensors (tests)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def sage_unavailable_reason(device: torch.device, head_dim: int, dtype: torch.dtype) -> str | None:
+    """Why attention_impl=sage cannot run for this device/model, or None when it can."""
+    if importlib.util.find_spec("sageattention") is None or importlib.util.find_spec("triton") is None:
+        return f"attention_impl=sage needs SageAttention: {INSTALL}, or use attention_impl=auto"
+    if device.type == "cpu":
+        if interpreted():
+            return None if head_dim >= 16 and head_dim & (head_dim - 1) == 0 else \
+                f"attention_impl=sage under the Triton interpreter needs a power-of-two head_dim ≥ 16, not {head_dim}"
+        return "attention_impl=sage runs on CUDA GPUs (Triton kernels); use attention_impl=auto on CPU"
+    if device.type != "cuda":
+        return f"attention_impl=sage runs on CUDA GPUs, not {device.type}; use attention_impl=auto"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:
+        return f"attention_impl=sage needs an sm_80 or newer GPU (int8 tensor cores), this is sm_{major}{minor}; " \
+               "use attention_impl=auto"
+    if head_dim not in CUDA_HEAD_DIMS:
+        return f"attention_impl=sage runs head_dim {' or '.join(map(str, CUDA_HEAD_DIMS))}, this model has " \
+               f"{head_dim}; use attention_impl=auto"
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"attention_impl=sage runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; " \
+               "set dtype=bfloat16 or use attention_impl=auto"
+    return None
+
+
+def _clear_empty_blocks(x_int8: torch.Tensor, scale: torch.Tensor, block: int) -> torch.Tensor:
+    """Zeros where a block's scale is 0. A block of all-zero rows (one key minus its own mean)
+    gets scale 0 from Sage's quantizer and 0/0 = NaN before the int8 cast, whose result is
+    undefined; its true values are 0. On device, no sync: one pass over the int8 tensor."""
+    per_row = scale[..., 0].repeat_interleave(block, dim=2)[:, :, :x_int8.shape[1]]  # (B, H, L)
+    return x_int8.masked_fill(per_row.transpose(1, 2).unsqueeze(-1) == 0, 0)
+
+
+def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+    """attention.KERNELS' signature: q (B, S, H, D), k/v (B, L, H, D) → (out (B, S, H, D) in
+    q's dtype, lse (B, S, H) float32)."""
+    from sageattention.quant_per_block import per_block_int8
+
+    from .sage_kernel import BLOCK_M, BLOCK_N, launch_attention
+
+    q = q if q.stride(-1) == 1 else q.contiguous()  # the kernels address the last dim unstrided
+    mean_k = k.mean(dim=1, keepdim=True)
+    q_int8, q_scale, k_int8, k_scale = per_block_int8(q, k - mean_k, BLKQ=BLOCK_M, BLKK=BLOCK_N, sm_scale=scale,
+                                                      tensor_layout="NHD")
+    q_int8 = _clear_empty_blocks(q_int8, q_scale, BLOCK_M)
+    k_int8 = _clear_empty_blocks(k_int8, k_scale, BLOCK_N)
+    v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs
+    v16 = v16 if v16.stride(-1) == 1 else v16.contiguous()
+    out, lse = launch_attention(q_int8, k_int8, v16, q_scale, k_scale, q.dtype)
+    shift = torch.einsum("bshd,bxhd->bsh", q.to(torch.float32), mean_k.to(torch.float32)) * scale
+    return out, (lse + shift).to(lse_dtype(q.dtype))
