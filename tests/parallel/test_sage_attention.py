@@ -1,0 +1,116 @@
+"""attention_impl=sage without a GPU: SageAttention's Triton kernels (its quantizer, our masked
+lse-returning attention kernel: backends/torch/sage_kernel.py) run on CPU in Triton's
+interpreter, against the fp32 formula and through whole tiny videos on gloo meshes.
+
+Everything runs in the rank pool's processes, which set TRITON_INTERPRET=1 before the kernels
+are first imported there: this worker's own process never imports them interpreted (the
+Triton AOT module compiles the same kernels for sm_90a/sm_100a and needs them real)."""
+
+import numpy as np
+import pytest
+
+from harness.ranks import run_on_ranks
+
+# int8 per-block quantization (absmax/127 steps, round to nearest) of q and k: each value is off
+# by up to half a step, for Gaussian data ~4σ/254 ≈ 1.6 % of σ (rms 0.9 %), so every score
+# carries ~1.3 % relative noise; the output's relative error is of that order (measured 1.1–1.2e-2
+# at 128 queries × 64–130 keys × head_dim 64, fp16 in, against float64; the issue's 1.3e-2). Twice
+# that is the bound — Sage 1.0.6's own kernel, which scores padding keys 0 instead of −inf,
+# is off by 0.14 at 100 keys and 0.37 at 65 and fails it.
+REL_BOUND = 2e-2
+
+
+def _interpreted():
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "1"  # before sage_kernel/sageattention are imported here
+
+
+def _kernel_errors(rank, world):
+    """Relative errors of the sage kernel against float64 attention: out and lse per key count,
+    the ring merge of two key blocks, and whether padded keys change anything."""
+    _interpreted()
+    import torch
+
+    from parallel_wan.backends.torch.attention import attention_with_lse
+    from parallel_wan.backends.torch.ring import merge_partials
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, 2, 64, generator=gen).half() for n in (128, 192, 192))
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm())
+
+    errors = {}
+    for keys in (64, 100):  # a whole key block; a partial last block (the masking fix)
+        out, lse = attention_with_lse(q, k[:, :keys], v[:, :keys], impl="sage")
+        ref_out, ref_lse = attention_with_lse(q.double(), k[:, :keys].double(), v[:, :keys].double(), kernel="math")
+        errors[keys] = (rel(out, ref_out), float((lse.double() - ref_lse).abs().max()), out.dtype, lse.dtype)
+    # a ring of two blocks (64 + 36 keys) merged by their lse, against all 100 at once
+    parts = [attention_with_lse(q, k[:, a:b], v[:, a:b], impl="sage") for a, b in ((0, 64), (64, 100))]
+    merged, _ = merge_partials([p[0] for p in parts], [p[1] for p in parts])
+    ref_out, _ = attention_with_lse(q.double(), k[:, :100].double(), v[:, :100].double(), kernel="math")
+    errors["ring"] = rel(merged, ref_out)
+    # 92 padded keys of garbage after 100 real ones: masked exactly, not approximately
+    junk_k, junk_v = k.clone(), v.clone()
+    junk_k[:, 100:], junk_v[:, 100:] = 1e4, -1e4
+    padded = attention_with_lse(q, junk_k, junk_v, valid_keys=100, impl="sage")
+    unpadded = attention_with_lse(q, k[:, :100], v[:, :100], impl="sage")
+    errors["padded_equal"] = all(torch.equal(a, b) for a, b in zip(padded, unpadded))
+    return errors
+
+
+def test_sage_kernels_in_the_interpreter_match_fp32_attention():
+    import torch
+
+    errors = run_on_ranks(_kernel_errors, 1, timeout_s=300)[0]
+    print(errors)
+    for keys in (64, 100):
+        out_rel, lse_abs, out_dtype, lse_dtype = errors[keys]
+        assert out_rel <= REL_BOUND, (keys, out_rel)
+        # lse: natural-log units, the same score noise (~1e-2 absolute at unit-scale scores; measured ≤ 1.4e-2)
+        assert lse_abs <= 3e-2, (keys, lse_abs)
+        assert (out_dtype, lse_dtype) == (torch.float16, torch.float32)
+    assert errors["ring"] <= REL_BOUND, errors["ring"]
+    assert errors["padded_equal"]
+
+
+def _video(rank, world, overrides):
+    """One rank's part of a tiny generation with the settings' attention_impl, in the interpreter."""
+    _interpreted()
+    from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.config.compose import compose_spec
+    from parallel_wan.launch import Launch
+    from parallel_wan.pipeline import generate, preflight
+
+    spec = compose_spec(list(overrides), world, output_dir="/tmp/unused")
+    backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world, rank, "test"),
+                                  attention_impl=spec.execution.attention_impl)
+    gen = generate(spec, backend, preflight(spec))
+    return (gen.latents, gen.frames, gen.info["attention"]) if rank == 0 else None
+
+
+# 3×3×3 = 27 tokens: padded on both 2-rank meshes; 2 steps, the tiny model's 2 blocks
+BASE = ["dtype=float32", "steps=2", "num_frames=9", "height=48", "width=48", "seed=3", "prompt='a dog jumps'"]
+
+
+@pytest.fixture(scope="module")
+def sdpa_video():
+    return run_on_ranks(_video, 1, BASE + ["attention_impl=sdpa"], timeout_s=300)[0]
+
+
+@pytest.mark.slow  # over 5 s: two interpreted ranks (tests/README.md)
+@pytest.mark.parametrize("mesh", [["mesh=cp2"], ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]],
+                         ids=["ulysses2", "ring2"])
+def test_sage_video_on_a_mesh_is_close_to_the_sdpa_video(sdpa_video, mesh):
+    latents, frames, attention = run_on_ranks(_video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300)[0]
+    ref_latents, ref_frames, ref_attention = sdpa_video
+    assert attention == {"attention_impl": "sage", "kernels": {"float32/16": "sage"}}
+    assert ref_attention == {"attention_impl": "sdpa", "kernels": {"float32/16": "cpu_flash"}}
+    err = np.linalg.norm(latents - ref_latents) / np.linalg.norm(ref_latents)
+    diff = np.abs(frames.astype(np.int16) - ref_frames.astype(np.int16))
+    print(f"{mesh}: latents rel err {err:.2e}, frames max abs diff {diff.max()}, mean {diff.mean():.3f}")
+    # Each self-attention output is ~1.2e-2 off (the kernel test above); the residual stream and
+    # the 2 steps dilute it to 1.7e-3 / 1.8e-3 on the latents (ulysses2 / ring2) and ≤ 2 uint8
+    # levels in the frames: bounds at about twice that. 0 < err: the quantized kernel did run.
+    assert 0 < err <= 4e-3 and diff.max() <= 4
