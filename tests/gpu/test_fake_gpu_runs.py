@@ -36,8 +36,9 @@ def test_one_gpu(files, model, dtype):
     image = [f"image={files.image}"] if model != "tiny" else []
     sim = simulate([f"model={model}", f"dtype={dtype}", *image], 1, files)
     check(sim, bf16=dtype == "bfloat16")
-    # no sequence parallelism on one GPU: attention is torch's own SDPA, never the math formula
-    assert attention_kernels(sim) == {SDPA}
+    # one GPU, attention_impl=auto: self-attention is the table's kernel (cuDNN in bf16 on Hopper,
+    # the memory-efficient one in fp32), cross-attention torch's own SDPA; never the math formula
+    assert attention_kernels(sim) == {SDPA, "cuda_cudnn" if dtype == "bfloat16" else "cuda_efficient"}
 
 
 def _size(mesh: str) -> list[str]:
@@ -74,11 +75,11 @@ def test_every_mesh_preset(files, mesh, capability):
     check(sim)
     if world > 1:
         assert all(sim.ledger.calls[r] for r in range(world)), "a rank issued no collective"
-    # sequence-parallel attention needs the log-sum-exp: cuDNN's kernel in bf16 on both GPUs
-    # (attention.py's order, flash-attn not installed); cross-attention is torch's own SDPA
+    # attention_impl=auto: cuDNN's kernel in bf16 on both GPUs, with or without sequence
+    # parallelism (attention.py's order, flash-attn not installed); cross-attention is torch's own SDPA
     chosen = attention_kernels(sim) - {SDPA}
     print(f"mesh={mesh} sm_{capability[0]}{capability[1]}: attention kernels {sorted(chosen) or [SDPA]}")
-    assert chosen == ({"cuda_cudnn"} if degrees["cp"] > 1 else set())
+    assert chosen == {"cuda_cudnn"}
 
 
 @pytest.mark.parametrize("capability", [HOPPER, BLACKWELL], ids=["sm_90", "sm_100"])

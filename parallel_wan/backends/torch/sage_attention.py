@@ -79,5 +79,6 @@ def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs
     v16 = v16 if v16.stride(-1) == 1 else v16.contiguous()
     out, lse = launch_attention(q_int8, k_int8, v16, q_scale, k_scale, q.dtype)
-    shift = torch.einsum("bshd,bxhd->bsh", q.to(torch.float32), mean_k.to(torch.float32)) * scale
+    # a product and a sum, not a matmul: (B, S, H) values, float32 whatever the run's dtype
+    shift = (q.to(torch.float32) * mean_k.to(torch.float32)).sum(-1) * scale
     return out, (lse + shift).to(lse_dtype(q.dtype))

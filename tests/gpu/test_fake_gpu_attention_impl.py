@@ -1,0 +1,86 @@
+"""attention_impl on a fake H100 (tests/harness/fakegpu): each choice's self-attention launches
+the kernel it names, in the layout that kernel takes, with a quiet loop (no host read or copy)
+— a whole tiny bf16 generation each. No numbers (fake tensors carry none): sage's are
+tests/parallel/test_sage_attention.py's, the others' tests/unit/test_attention.py's and the GPU
+acceptance run's."""
+
+import sys
+import types
+
+import pytest
+import torch
+
+from harness.fakegpu.checks import all_problems, attention_kernels
+from harness.fakegpu.simulate import Checkpoints, simulate
+
+SDPA = "sdpa (torch chooses on the GPU)"  # cross-attention: torch's own SDPA, whatever the setting
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu_attention")))
+
+
+def _run(files, impl):
+    sim = simulate([f"attention_impl={impl}", "steps=2"], 1, files, decode=False)
+    problems = all_problems(sim)  # device/dtype mismatches, host reads and copies in the loop
+    assert not problems, "\n".join(problems[:8])
+    return sim
+
+
+@pytest.mark.parametrize("impl, kernel", [("auto", "cuda_cudnn"), ("sdpa", "cuda_flash"), ("cudnn", "cuda_cudnn")])
+def test_torch_kernels(files, impl, kernel):
+    sim = _run(files, impl)
+    assert attention_kernels(sim) == {SDPA, kernel}
+    assert sim.ranks[0].info["attention"] == {"attention_impl": impl, "kernels": {"bfloat16/16": kernel}}
+
+
+def _layout(seen, q, k, v):
+    """Record what a kernel was handed: (B, L, H, D) tensors on the GPU, last dim contiguous."""
+    assert all(t.device.type == "cuda" and t.dim() == 4 and t.stride(-1) == 1 for t in (q, k, v))
+    seen.append((q.dtype, k.dtype, v.dtype, tuple(q.shape), tuple(k.shape)))
+
+
+def test_flash_calls_flash_attn_3_on_hopper(files, monkeypatch):
+    seen = []
+
+    def flash_attn_func(q, k, v, softmax_scale=None, return_attn_probs=False):
+        _layout(seen, q, k, v)  # flash-attn takes (B, L, H, D) as they come: no transpose
+        return torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device)
+
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", types.SimpleNamespace(flash_attn_func=flash_attn_func))
+    sim = _run(files, "flash")
+    assert attention_kernels(sim) == {SDPA}  # no torch attention kernel besides cross-attention's
+    assert seen and {s[:3] for s in seen} == {(torch.bfloat16,) * 3}
+    assert sim.ranks[0].info["attention"]["kernels"] == {"bfloat16/16": "flash_attn3"}
+
+
+def test_sage_quantizes_then_runs_its_int8_kernel(files, monkeypatch):
+    from sageattention import quant_per_block
+
+    from parallel_wan.backends.torch import sage_kernel
+
+    quantized, launched = [], []
+
+    def per_block_int8(q, k, BLKQ, BLKK, sm_scale, tensor_layout):
+        _layout(quantized, q, k, k)
+        assert tensor_layout == "NHD" and (BLKQ, BLKK) == (sage_kernel.BLOCK_M, sage_kernel.BLOCK_N)
+        b, s, h, _ = q.shape
+        scales = [torch.empty(b, h, -(-n // blk), 1, device=q.device) for n, blk in ((s, BLKQ), (k.shape[1], BLKK))]
+        return (torch.empty(q.shape, dtype=torch.int8, device=q.device), scales[0],
+                torch.empty(k.shape, dtype=torch.int8, device=k.device), scales[1])
+
+    def launch_attention(q_int8, k_int8, v, q_scale, k_scale, out_dtype):
+        _layout(launched, q_int8, k_int8, v)
+        assert q_scale.dtype == k_scale.dtype == torch.float32
+        b, s, h, d = q_int8.shape
+        return torch.empty(b, s, h, d, dtype=out_dtype, device=q_int8.device), torch.empty(b, s, h, device=q_int8.device)
+
+    monkeypatch.setattr(quant_per_block, "per_block_int8", per_block_int8)
+    monkeypatch.setattr(sage_kernel, "launch_attention", launch_attention)
+    sim = _run(files, "sage")
+    assert attention_kernels(sim) == {SDPA}
+    # bf16 q/k quantized, then int8 QKᵀ with fp16 values (Sage's PV), once per block per step
+    assert quantized and {s[:2] for s in quantized} == {(torch.bfloat16, torch.bfloat16)}
+    assert len(launched) == len(quantized) and {s[:3] for s in launched} == {(torch.int8, torch.int8, torch.float16)}
+    assert sim.ranks[0].info["attention"]["kernels"] == {"bfloat16/16": "sage"}
