@@ -178,8 +178,14 @@ def test_cli_heads_check_runs_before_loading(tmp_path):
 def test_xfuser_without_cuda_is_refused_before_loading(tmp_path):
     proc, out = run_cli(tmp_path, "attention_impl=xfuser")
     assert proc.returncode == 2
-    assert "attention_impl=xfuser needs CUDA" in proc.stderr and "attention_impl=ours" in proc.stderr
+    assert "attention_impl=xfuser needs CUDA" in proc.stderr and "attention_impl=auto" in proc.stderr
     assert not out.exists()
+
+
+def test_attention_impl_defaults_to_auto_and_ours_is_its_old_name():
+    assert spec_for().execution.attention_impl == "auto"
+    assert spec_for("attention_impl=ours").execution.attention_impl == "auto"
+    assert spec_for("attention_impl=sage").execution.attention_impl == "sage"  # checked against the device later
 
 
 def test_prompt_batches_must_split_evenly_over_dp():
