@@ -75,9 +75,13 @@ def step_commands(mesh: str, dry: bool, device: str) -> tuple[list[str], list[st
 
 
 def device_kernels() -> list[str]:
-    """The ring kernels worth forcing on this GPU: every 16-bit one the attention module lists."""
-    return [k for k in ("flash_attn3", "flash_attn", "cuda_cudnn", "cuda_flash", "cuda_efficient")
-            if k in _kernel_names()]
+    """The ring kernels worth forcing on this GPU: every 16-bit one the attention module lists,
+    and sage (int8 QKᵀ: attention_impl=sage) when sageattention is installed."""
+    import importlib.util
+
+    names = [k for k in ("flash_attn3", "flash_attn", "cuda_cudnn", "cuda_flash", "cuda_efficient")
+             if k in _kernel_names()]
+    return names + (["sage"] if "sage" in _kernel_names() and importlib.util.find_spec("sageattention") else [])
 
 
 def _kernel_names():
