@@ -9,7 +9,6 @@ import types
 
 import pytest
 import torch
-
 from harness.fakegpu.checks import all_problems, attention_kernels
 from harness.fakegpu.simulate import Checkpoints, simulate
 

@@ -8,7 +8,6 @@ Triton AOT module compiles the same kernels for sm_90a/sm_100a and needs them re
 
 import numpy as np
 import pytest
-
 from harness.ranks import run_on_ranks
 
 # int8 per-block quantization (absmax/127 steps, round to nearest) of q and k: each value is off

@@ -137,7 +137,8 @@ def math_kernel(q, k, v, scale):
 
 
 def sage(q, k, v, scale):
-    from .sage_attention import sage_attention  # imports triton: only when sage is asked for
+    # imported here: sage_attention imports triton, only when sage is asked for
+    from .sage_attention import sage_attention
 
     return sage_attention(q, k, v, scale)
 
