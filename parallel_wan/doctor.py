@@ -113,6 +113,26 @@ class Doctor:
             self.say("!" * 78)
             self.say(f"WARNING: slow attention fallback: {text}")
             self.say("!" * 78)
+        self.chosen_attention(device, dtype, q)
+
+    def chosen_attention(self, device: torch.device, dtype: torch.dtype, q: torch.Tensor) -> None:
+        """attention_impl=sdpa|flash|cudnn|sage as set: can it run here, and which kernel it runs."""
+        from .backends.torch import attention
+
+        impl = str(self.raw.get("attention_impl") or "auto")
+        if impl in ("auto", "ours", "xfuser"):
+            return
+        reason = attention.unavailable_reason(impl, device, HEAD_DIM, dtype)
+        if reason is None:
+            try:
+                attention.attention_with_lse(q, q, q, impl=impl)
+            except Exception as exc:  # noqa: BLE001 — any refusal (torch, Triton compile, package) is the report
+                reason = f"attention_impl={impl} failed here: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        if reason:
+            self.problem(reason)
+            return
+        kernel = attention.chosen_kernels(impl)[(device.type, dtype, HEAD_DIM)]
+        self.say(f"attention_impl={impl} → {kernel} ({self.dtype}, head_dim {HEAD_DIM})")
 
     def communication(self, device: torch.device) -> None:
         import torch.distributed as dist

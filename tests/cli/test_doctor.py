@@ -62,6 +62,15 @@ def test_doctor_names_the_attention_kernel_of_each_gpu(capability, line):
     assert "one all_reduce OK" in out
 
 
+@pytest.mark.parametrize("impl,line,code", [
+    ("cudnn", "attention_impl=cudnn → cuda_cudnn (bfloat16, head_dim 128)", 0),
+    ("flash", "PROBLEM: attention_impl=flash needs flash-attn (3 on Hopper, or 2)", 1),
+])
+def test_doctor_checks_the_attention_impl_set(impl, line, code):
+    got, out = fake_doctor((9, 0), ["model=tiny", f"attention_impl={impl}"])
+    assert (got, line in out) == (code, True), out
+
+
 def test_doctor_reports_a_refused_device_setting():
     code, out = fake_doctor((9, 0), ["model=tiny", "mesh=cp2", "device=cuda:1"])
     assert code == 1
