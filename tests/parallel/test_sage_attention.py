@@ -41,7 +41,7 @@ def _kernel_errors(rank, world):
         return float((a.double() - b).norm() / b.norm())
 
     errors = {}
-    for keys in (64, 100):  # a whole key block; a partial last block (the masking fix)
+    for keys in (64, 100, 1):  # a whole key block; a partial last block (the masking fix); one key (scale 0)
         out, lse = attention_with_lse(q, k[:, :keys], v[:, :keys], impl="sage")
         ref_out, ref_lse = attention_with_lse(q.double(), k[:, :keys].double(), v[:, :keys].double(), kernel="math")
         errors[keys] = (rel(out, ref_out), float((lse.double() - ref_lse).abs().max()), out.dtype, lse.dtype)
@@ -64,7 +64,7 @@ def test_sage_kernels_in_the_interpreter_match_fp32_attention():
 
     errors = run_on_ranks(_kernel_errors, 1, timeout_s=300)[0]
     print(errors)
-    for keys in (64, 100):
+    for keys in (64, 100, 1):
         out_rel, lse_abs, out_dtype, lse_dtype = errors[keys]
         assert out_rel <= REL_BOUND, (keys, out_rel)
         # lse: natural-log units, the same score noise (~1e-2 absolute at unit-scale scores; measured ≤ 1.4e-2)
@@ -113,3 +113,19 @@ def test_sage_video_on_a_mesh_is_close_to_the_sdpa_video(sdpa_video, mesh):
     # the 2 steps dilute it to 1.7e-3 / 1.8e-3 on the latents (ulysses2 / ring2) and ≤ 2 uint8
     # levels in the frames: bounds at about twice that. 0 < err: the quantized kernel did run.
     assert 0 < err <= 4e-3 and diff.max() <= 4
+
+
+def test_the_smoothing_shift_is_exact_in_chunks(monkeypatch):
+    """sage's lse gets back q·mean(k)·scale, computed over chunks of tokens (memory): against
+    float64, chunks of 3 over 10 tokens (a partial last one)."""
+    import torch
+
+    from parallel_wan.backends.torch import sage_attention
+
+    monkeypatch.setattr(sage_attention, "SHIFT_CHUNK", 3)
+    gen = torch.Generator().manual_seed(1)
+    q, mean_k = torch.randn(2, 10, 3, 16, generator=gen).bfloat16(), torch.randn(2, 1, 3, 16, generator=gen).bfloat16()
+    got = sage_attention._smoothing_shift(q, mean_k, 0.25)
+    want = torch.einsum("bshd,bxhd->bsh", q.double(), mean_k.double()) * 0.25
+    assert got.dtype == torch.float32 and got.shape == (2, 10, 3)
+    assert float((got.double() - want).abs().max()) <= 1e-5 * float(want.abs().max())  # float32 sums of 16 exact products

@@ -55,14 +55,6 @@ def sage_unavailable_reason(device: torch.device, head_dim: int, dtype: torch.dt
     return None
 
 
-def _clear_empty_blocks(x_int8: torch.Tensor, scale: torch.Tensor, block: int) -> torch.Tensor:
-    """Zeros where a block's scale is 0. A block of all-zero rows (one key minus its own mean)
-    gets scale 0 from Sage's quantizer and 0/0 = NaN before the int8 cast, whose result is
-    undefined; its true values are 0. On device, no sync: one pass over the int8 tensor."""
-    per_row = scale[..., 0].repeat_interleave(block, dim=2)[:, :, :x_int8.shape[1]]  # (B, H, L)
-    return x_int8.masked_fill(per_row.transpose(1, 2).unsqueeze(-1) == 0, 0)
-
-
 def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
     """attention.KERNELS' signature: q (B, S, H, D), k/v (B, L, H, D) → (out (B, S, H, D) in
     q's dtype, lse (B, S, H) float32)."""
@@ -74,11 +66,20 @@ def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     mean_k = k.mean(dim=1, keepdim=True)
     q_int8, q_scale, k_int8, k_scale = per_block_int8(q, k - mean_k, BLKQ=BLOCK_M, BLKK=BLOCK_N, sm_scale=scale,
                                                       tensor_layout="NHD")
-    q_int8 = _clear_empty_blocks(q_int8, q_scale, BLOCK_M)
-    k_int8 = _clear_empty_blocks(k_int8, k_scale, BLOCK_N)
+    # A block of all-zero rows (one key minus its own mean) gets scale 0 and, from 0/0, undefined
+    # int8 values: harmless, the kernel multiplies every product by that 0 scale.
     v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs
     v16 = v16 if v16.stride(-1) == 1 else v16.contiguous()
     out, lse = launch_attention(q_int8, k_int8, v16, q_scale, k_scale, q.dtype)
-    # a product and a sum, not a matmul: (B, S, H) values, float32 whatever the run's dtype
-    shift = (q.to(torch.float32) * mean_k.to(torch.float32)).sum(-1) * scale
-    return out, (lse + shift).to(lse_dtype(q.dtype))
+    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
+
+
+SHIFT_CHUNK = 4096  # tokens: a float32 copy of 4096 × 40 heads × 128 is 84 MB, of a whole 720p sequence 1.5 GB
+
+
+def _smoothing_shift(q: torch.Tensor, mean_k: torch.Tensor, scale: float) -> torch.Tensor:
+    """q·mean(k)·scale per (B, S, H) in float32, exactly what smoothing took off every score of
+    the row. A product and a sum, not a matmul (whose float32 inputs a bf16 run never has), over
+    chunks of tokens so the float32 copy of q stays small."""
+    mean = mean_k.to(torch.float32)
+    return torch.cat([(part.to(torch.float32) * mean).sum(-1) for part in q.split(SHIFT_CHUNK, dim=1)], dim=1) * scale
