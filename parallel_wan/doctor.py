@@ -118,11 +118,12 @@ class Doctor:
     def chosen_attention(self, device: torch.device, dtype: torch.dtype, q: torch.Tensor) -> None:
         """attention_impl=sdpa|flash|cudnn|sage as set: can it run here, and which kernel it runs."""
         from .backends.torch import attention
+        from .backends.torch.attention_impl import unavailable_reason
 
         impl = str(self.raw.get("attention_impl") or "auto")
         if impl in ("auto", "ours", "xfuser"):
             return
-        reason = attention.unavailable_reason(impl, device, HEAD_DIM, dtype)
+        reason = unavailable_reason(impl, device, HEAD_DIM, dtype)
         if reason is None:
             try:
                 attention.attention_with_lse(q, q, q, impl=impl)

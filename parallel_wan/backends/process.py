@@ -77,7 +77,7 @@ def _check_attention_kernel(spec, device) -> None:
     from ..errors import ConfigError
     from ..models.registry import for_task
     from .torch import ops
-    from .torch.attention import unavailable_reason
+    from .torch.attention_impl import unavailable_reason
 
     head_dim = for_task(spec.model.task, bool(spec.model.builtin)).transformer.attention_head_dim
     reason = unavailable_reason(spec.execution.attention_impl, device, head_dim, ops.dtype(spec.execution.dtype))

@@ -10,8 +10,8 @@ none of them takes the inputs.
 `attention_impl` (the run's setting) narrows the choice to one family: sdpa (PyTorch's flash
 and memory-efficient kernels; the CPU flash kernel on CPU), flash (the flash-attn 3 package on
 Hopper, else flash-attn 2), cudnn, sage (SageAttention: sage_attention.py), or auto — every
-exact kernel, fastest first (`_candidates`). `unavailable_reason` says before a run whether
-its choice can run here.
+exact kernel, fastest first (`_candidates`). attention_impl.py says before a run whether its
+choice can run here.
 
 Layout is the model's: q (B, S, H, D), k and v (B, L, H, D). The log-sum-exp comes back as
 (B, S, H) in float32 (float64 for float64 inputs), the dtype merges are done in.
@@ -227,36 +227,6 @@ def _impl_candidates(q: torch.Tensor, impl: str) -> list[str]:
             continue
         names.append(name)
     return names
-
-
-def unavailable_reason(impl: str, device: torch.device, head_dim: int, dtype: torch.dtype) -> str | None:
-    """Why attention_impl=`impl` cannot run a model of `head_dim` in `dtype` on `device`, or None
-    when it can: asked before anything loads (backends/process.py check_device), so a run that
-    cannot use the kernel it names stops in one line. auto always runs (it falls back)."""
-    if impl in ("auto", "sdpa"):
-        return None
-    if impl == "sage":
-        from .sage_attention import sage_unavailable_reason
-
-        return sage_unavailable_reason(device, head_dim, dtype)
-    if device.type != "cuda":
-        return f"attention_impl={impl} runs on CUDA GPUs, not {device.type}; use attention_impl=auto"
-    major, minor = torch.cuda.get_device_capability(device)
-    if dtype not in _HALF:
-        return f"attention_impl={impl} runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; " \
-               "set dtype=bfloat16 or use attention_impl=auto"
-    if impl == "cudnn" and major < 8:
-        return f"attention_impl=cudnn needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
-    if impl == "flash":
-        if not (_has_flash_attn() or major == 9 and _has_flash_attn3()):
-            return "attention_impl=flash needs flash-attn (3 on Hopper, or 2): pip install flash-attn " \
-                   "--no-build-isolation, or use attention_impl=auto"
-        if major < 8:
-            return f"attention_impl=flash needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
-    if head_dim % 8 or head_dim > 256:
-        return f"attention_impl={impl} runs head_dim ≤ 256 in multiples of 8, this model has {head_dim}; " \
-               "use attention_impl=auto"
-    return None
 
 
 preferred: str | None = None

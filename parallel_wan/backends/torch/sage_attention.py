@@ -20,8 +20,6 @@ import os
 
 import torch
 
-from .attention import lse_dtype
-
 CUDA_HEAD_DIMS = (64, 128)
 INSTALL = "pip install 'parallel_wan[sage]' (sageattention==1.0.6)"
 
@@ -71,7 +69,8 @@ def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs
     v16 = v16 if v16.stride(-1) == 1 else v16.contiguous()
     out, lse = launch_attention(q_int8, k_int8, v16, q_scale, k_scale, q.dtype)
-    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
+    # float32 or wider, as attention.lse_dtype (not imported: attention.py imports this module)
+    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(torch.promote_types(q.dtype, torch.float32))
 
 
 SHIFT_CHUNK = 4096  # tokens: a float32 copy of 4096 × 40 heads × 128 is 84 MB, of a whole 720p sequence 1.5 GB
