@@ -87,11 +87,11 @@ class Backend(Protocol):
     # as it runs; "fp8" multiplies in FP8 (torch: backends/torch/fp8_gemm.py). The sidecar records it.
     quant_compute: str = "dequant"
 
-    def attention_kernels(self) -> dict:
-        """The local attention kernels attention_impl resolved to in this run, {"dtype/head_dim":
-        kernel name} (torch: backends/torch/attention.py); {} where the backend has no choice
-        of kernel. The sidecar records it."""
-        return {}
+    def attention_kernel(self, dtype: str, head_dim: int) -> str | None:
+        """The self-attention kernel attention_impl resolved to for a model of `head_dim` run in
+        `dtype` (torch: backends/torch/attention.py's name); None where the backend has no
+        choice of kernel. The sidecar records it."""
+        return None
 
     # ------------------------------------------------------------ arrays
     def to_device(self, array, dtype: str | None = None):

@@ -160,7 +160,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     info["quantization"] = {"quantize": spec.quantization.quantize, "quant_compute": spec.quantization.compute,
                             "chosen": backend.quant_compute}  # the path quantized layers take on this device
     # attention_impl as set (auto …) and the kernel it resolved to on this device
-    info["attention"] = {"attention_impl": spec.execution.attention_impl, "kernels": backend.attention_kernels()}
+    info["attention"] = {"attention_impl": spec.execution.attention_impl,
+                         "kernel": backend.attention_kernel(spec.execution.dtype, tcfg.attention_head_dim)}
     if compiled:
         info["compile"] = compiled
     if ckpt.expert_files:  # experts from one file each (weights_high= …): where, format, stored dtype

@@ -31,7 +31,7 @@ def _run(files, impl):
 def test_torch_kernels(files, impl, kernel):
     sim = _run(files, impl)
     assert attention_kernels(sim) == {SDPA, kernel}
-    assert sim.ranks[0].info["attention"] == {"attention_impl": impl, "kernels": {"bfloat16/16": kernel}}
+    assert sim.ranks[0].info["attention"] == {"attention_impl": impl, "kernel": kernel}
 
 
 def _layout(seen, q, k, v):
@@ -51,7 +51,7 @@ def test_flash_calls_flash_attn_3_on_hopper(files, monkeypatch):
     sim = _run(files, "flash")
     assert attention_kernels(sim) == {SDPA}  # no torch attention kernel besides cross-attention's
     assert seen and {s[:3] for s in seen} == {(torch.bfloat16,) * 3}
-    assert sim.ranks[0].info["attention"]["kernels"] == {"bfloat16/16": "flash_attn3"}
+    assert sim.ranks[0].info["attention"]["kernel"] == "flash_attn3"
 
 
 def test_sage_quantizes_then_runs_its_int8_kernel(files, monkeypatch):
@@ -82,4 +82,4 @@ def test_sage_quantizes_then_runs_its_int8_kernel(files, monkeypatch):
     # bf16 q/k quantized, then int8 QKᵀ with fp16 values (Sage's PV), once per block per step
     assert quantized and {s[:2] for s in quantized} == {(torch.bfloat16, torch.bfloat16)}
     assert len(launched) == len(quantized) and {s[:3] for s in launched} == {(torch.int8, torch.int8, torch.float16)}
-    assert sim.ranks[0].info["attention"]["kernels"] == {"bfloat16/16": "sage"}
+    assert sim.ranks[0].info["attention"]["kernel"] == "sage"

@@ -110,16 +110,17 @@ class TorchBackend(Backend):
 
         return make_self_attention(self.mesh, shards.tokens, shards.local, local_kernel(self.attention_impl))
 
-    def attention_kernels(self) -> dict:
-        """What attention_impl resolved to in this process: {"dtype/head_dim": kernel} for the
-        kernels that ran on this backend's device (the sidecar's "attention")."""
+    def attention_kernel(self, dtype: str, head_dim: int) -> str | None:
+        """What attention_impl resolved to on this device for `dtype` and `head_dim` (the
+        sidecar's "attention"). Process-wide choices (attention.chosen_kernels), read for this
+        run's key only: a process that ran other shapes before keeps their choices too."""
         if self.attention_impl == "xfuser":
-            return {}
+            return "xfuser"
         from .attention import chosen_kernels
 
-        return {f"{str(dtype).removeprefix('torch.')}/{head_dim}": name
-                for (device, dtype, head_dim), name in chosen_kernels(self.attention_impl).items()
-                if device == self.device.type}
+        # nothing chosen: auto on one CPU device, unpadded, ran torch's own SDPA dispatch
+        # (sequence_parallel._one_device), the only attention path that chooses nothing here
+        return chosen_kernels(self.attention_impl).get((self.device.type, torch_ops.dtype(dtype), head_dim), "torch_sdpa")
 
     def broadcast_from_main(self, tensor):
         return self.exchanges.broadcast_from_rank0(
