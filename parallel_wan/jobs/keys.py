@@ -32,6 +32,9 @@ def deciding_settings(spec: RunSpec) -> dict:
     # quantize/quant_compute at their defaults are left out, so the keys of runs made before
     # those settings existed (names, finished videos, saved states) still match.
     settings = {k: v for k, v in settings.items() if QUANT_DEFAULTS.get(k, object()) != v}
+    # attention_impl=auto was named "ours" before issue 27: loop states saved then still resume.
+    if settings.get("attention_impl") == "auto":
+        settings["attention_impl"] = "ours"
     # The image's content decides the video, not where it lies: a moved folder keeps its names.
     settings["image"] = {"sha256": file_sha256(spec.video.image)} if spec.video.image else None
     return settings

@@ -186,6 +186,11 @@ def test_attention_impl_defaults_to_auto_and_ours_is_its_old_name():
     assert spec_for().execution.attention_impl == "auto"
     assert spec_for("attention_impl=ours").execution.attention_impl == "auto"
     assert spec_for("attention_impl=sage").execution.attention_impl == "sage"  # checked against the device later
+    # a loop state's key still names it "ours", as states saved before the rename do
+    from parallel_wan.jobs.keys import state_settings
+
+    assert state_settings(spec_for(), 1)["attention_impl"] == "ours"
+    assert state_settings(spec_for("attention_impl=sage"), 1)["attention_impl"] == "sage"
 
 
 def test_prompt_batches_must_split_evenly_over_dp():
