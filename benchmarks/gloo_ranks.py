@@ -123,13 +123,29 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
             dist.destroy_process_group()
 
 
+# A pool's ranks fork from multiprocessing's fork server, which imported these once (one server
+# per calling process): a rank starts in a fraction of a second instead of importing torch,
+# transformers' UMT5 and the pipeline again (≈3-4 s of CPU per rank on the 2-core machine, the
+# suite's largest start-up cost). The server only imports — no tensor op runs there, so no
+# OpenMP thread exists to be lost in the fork (the hazard `spawn_ranks`' docstring names).
+PRELOAD = ("torch", "torch.distributed", "transformers.models.umt5.modeling_umt5", "parallel_wan.pipeline",
+           "parallel_wan.backends.torch.backend")
+
+
+def _forkserver():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts; later calls change nothing
+    return ctx
+
+
 class RankPool:
     """`spawn_ranks` with the processes kept: `pool.run(fn, world_size, *args)` calls `fn(rank,
     world_size, *args)` on `world_size` ranks that stay alive between calls, so a suite of tests
     pays for spawning a process and importing torch once per rank, not once per test.
 
     Each call gets a fresh gloo group (a new file store), torch's thread count set again, and the
-    caller's sys.path (a test module's folder); results come back in rank order. A failure, a
+    caller's sys.path (a test module's folder) and environment; results come back in rank order.
+    The processes fork from a server that preloaded torch (`PRELOAD`). A failure, a
     crash or a timeout fails the call as `spawn_ranks` does and discards that world size's
     processes: the next call starts new ones, so nothing a failed call left behind is reused.
     """
@@ -154,7 +170,8 @@ class RankPool:
         workdir = tempfile.mkdtemp(prefix="gloo_pool_")
         payload = pickle.dumps((fn, args))
         for rank in range(world_size):
-            tasks[rank].put((call, payload, list(sys.path), os.path.join(workdir, "store"), timeout_s))
+            tasks[rank].put((call, payload, list(sys.path), dict(os.environ), os.path.join(workdir, "store"),
+                             timeout_s))
         try:
             results, errors = _await_reports(procs, _ThisCall(reports, call), world_size, timeout_s)
         finally:
@@ -166,7 +183,7 @@ class RankPool:
     def _start(self, world_size: int):
         while self._ranks and sum(len(procs) for procs, _, _ in self._ranks.values()) + world_size > self.max_processes:
             self._stop(next(iter(self._ranks)))
-        ctx = mp.get_context("spawn")
+        ctx = _forkserver()
         tasks = [ctx.Queue() for _ in range(world_size)]
         reports = ctx.Queue()
         procs = [ctx.Process(target=_pool_rank_main, daemon=True, name=f"pool{world_size}-rank{rank}",
@@ -221,8 +238,11 @@ def _pool_rank_main(rank, world_size, threads, tasks, reports):
         item = tasks.get()
         if item is None:
             return
-        call, payload, path, store_path, timeout_s = item
+        call, payload, path, environ, store_path, timeout_s = item
         sys.path[:0] = [p for p in path if p not in sys.path]  # the caller's test folder, first
+        if environ != os.environ:  # the caller's now, not the fork server's when it started
+            os.environ.clear()
+            os.environ.update(environ)
         torch.set_num_threads(threads)
         try:
             fn, args = pickle.loads(payload)
