@@ -4,8 +4,8 @@ GPU: Triton compiles to PTX and, with the ptxas its wheel ships, to a cubin; not
 
 The two kernels a sage attention launches: Sage's own int8 quantizer
 (sageattention.quant_per_block) and our attention kernel (backends/torch/sage_kernel.py: Sage's
-int8 QKᵀ / fp16 PV with padding masked and the lse written), one compile each per architecture,
-with the launch settings the wrapper uses at head_dim 128. What this checks: both lower for the
+scheme, int8 QKᵀ / fp16 PV, with padding masked and the lse written), one compile each per
+architecture, with the launch settings the wrapper uses at head_dim 128. What this checks: both lower for the
 architecture's tensor cores within its limits (registers, shared memory). Their numbers are
 tests/parallel/test_sage_attention.py's (the same kernels in Triton's interpreter)."""
 
@@ -34,7 +34,7 @@ def test_sage_kernels_compile_to_cubins(arch):
     from parallel_wan.backends.torch import sage_kernel
 
     attention = _compile(
-        sage_kernel._sage_fwd,
+        sage_kernel._int8_attention,
         {"Q": "*i8", "K": "*i8", "V": "*fp16", "Q_scale": "*fp32", "K_scale": "*fp32", "Out": "*bf16", "Lse": "*fp32"},
         {"H": HEADS, "HEAD_DIM": HEAD_DIM, "BLOCK_M": sage_kernel.BLOCK_M, "BLOCK_N": sage_kernel.BLOCK_N},
         arch, num_warps=8, num_stages=4)  # launch_attention's settings at head_dim 128

@@ -4,13 +4,14 @@ one device, Ulysses, ring and their hybrids.
 
 The steps are sageattn()'s from sageattention 1.0.6 (core.py): keys smoothed (their mean over
 the sequence taken out, which leaves softmax unchanged and makes int8 keys accurate), q and k
-quantized by Sage's own Triton kernel, v in fp16, then the attention kernel — ours
-(sage_kernel.py: Sage's with padding keys masked and the lse written). Smoothing shifts every
-score of a query row by q·mean(k)·scale, so the lse gets that back, exactly, in float32.
+quantized by Sage's own Triton kernel, v in fp16, then the attention kernel — our own
+(sage_kernel.py: the same scheme, with padding keys masked and the lse written). Smoothing
+shifts every score of a query row by q·mean(k)·scale, so the lse gets that back, exactly, in
+float32.
 
-On CUDA (sm_80+, head_dim 64 or 128: the ones Sage's kernels are tuned and built for). On CPU
-only under TRITON_INTERPRET=1, where the same kernels run in Triton's interpreter: that is how
-the tests check them without a GPU; nobody should run a video that way.
+On CUDA (sm_80+, head_dim 64 or 128: the ones Sage's quantizer and our kernel are built for).
+On CPU only under TRITON_INTERPRET=1, where the same kernels run in Triton's interpreter: that
+is how the tests check them without a GPU; nobody should run a video that way.
 """
 
 from __future__ import annotations
