@@ -145,13 +145,16 @@ class RankPool:
 
     Each call gets a fresh gloo group (a new file store), torch's thread count set again, and the
     caller's sys.path (a test module's folder) and environment; results come back in rank order.
-    The processes fork from a server that preloaded torch (`PRELOAD`). A failure, a
-    crash or a timeout fails the call as `spawn_ranks` does and discards that world size's
-    processes: the next call starts new ones, so nothing a failed call left behind is reused.
+    The processes fork from a server that preloaded torch (`PRELOAD`); `preload=False` spawns
+    fresh interpreters instead, for callers that must set the environment before those imports
+    (TRITON_INTERPRET=1 is read when Triton is imported, and transformers imports Triton). A
+    failure, a crash or a timeout fails the call as `spawn_ranks` does and discards that world
+    size's processes: the next call starts new ones, so nothing a failed call left behind is reused.
     """
 
-    def __init__(self, threads_per_rank: int = 1, max_processes: int = 9):
+    def __init__(self, threads_per_rank: int = 1, max_processes: int = 9, preload: bool = True):
         self.threads = threads_per_rank
+        self.preload = preload
         # At most this many kept processes (each holds torch and a model's worth of memory): a
         # new world size first stops the least recently used ones. 9 = one 1-rank reference
         # beside an 8-rank mesh.
@@ -183,7 +186,7 @@ class RankPool:
     def _start(self, world_size: int):
         while self._ranks and sum(len(procs) for procs, _, _ in self._ranks.values()) + world_size > self.max_processes:
             self._stop(next(iter(self._ranks)))
-        ctx = _forkserver()
+        ctx = _forkserver() if self.preload else mp.get_context("spawn")
         tasks = [ctx.Queue() for _ in range(world_size)]
         reports = ctx.Queue()
         procs = [ctx.Process(target=_pool_rank_main, daemon=True, name=f"pool{world_size}-rank{rank}",

@@ -77,3 +77,4 @@ def _rank_pool():
     ranks = sys.modules.get("harness.ranks")
     if ranks is not None:
         ranks.POOL.close()
+        ranks.SPAWNED_POOL.close()

@@ -20,10 +20,14 @@ from harness.paths import REPO
 # serve every test of the module that asks for that many ranks; a failed call discards them
 # (benchmarks/gloo_ranks.py RankPool); conftest.py closes the pool after each module.
 POOL = RankPool(threads_per_rank=1)
+# Ranks spawned without the fork server's preloaded modules: for a module whose ranks set the
+# environment before torch's and transformers' imports (TRITON_INTERPRET=1: Triton reads it
+# when it is imported, and transformers imports Triton).
+SPAWNED_POOL = RankPool(threads_per_rank=1, preload=False)
 
 
-def run_on_ranks(fn, world_size: int, *args, timeout_s: float = 120.0) -> list:
-    return POOL.run(fn, world_size, *args, timeout_s=timeout_s)
+def run_on_ranks(fn, world_size: int, *args, timeout_s: float = 120.0, preloaded: bool = True) -> list:
+    return (POOL if preloaded else SPAWNED_POOL).run(fn, world_size, *args, timeout_s=timeout_s)
 
 
 def free_port() -> int:

@@ -2,8 +2,9 @@
 lse-returning attention kernel: backends/torch/sage_kernel.py) run on CPU in Triton's
 interpreter, against the fp32 formula and through whole tiny videos on gloo meshes.
 
-Every sage call runs in the rank pool's processes, which set TRITON_INTERPRET=1 before the
-kernels are first imported there: this worker's own process never imports them interpreted (the
+Every sage call runs in spawned rank processes (not the fork server's, whose preloaded
+transformers imported Triton without it), which set TRITON_INTERPRET=1 before the kernels are
+first imported there: this worker's own process never imports them interpreted (the
 Triton AOT module compiles the same kernels for sm_90a/sm_100a and needs them real); the sdpa
 reference video runs here."""
 
@@ -66,7 +67,7 @@ def _kernel_errors(rank, world):
 def test_sage_kernels_in_the_interpreter_match_fp32_attention():
     import torch
 
-    errors = run_on_ranks(_kernel_errors, 2, timeout_s=300)[0]
+    errors = run_on_ranks(_kernel_errors, 2, timeout_s=300, preloaded=False)[0]
     print(errors)
     for keys in (64, 100, 1):
         out_rel, lse_abs, out_dtype, lse_dtype = errors[keys]
@@ -109,7 +110,8 @@ def sdpa_video():
 @pytest.mark.parametrize("mesh", [["mesh=cp2"], ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]],
                          ids=["ulysses2", "ring2"])
 def test_sage_video_on_a_mesh_is_close_to_the_sdpa_video(sdpa_video, mesh):
-    latents, frames, attention = run_on_ranks(_video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300)[0]
+    latents, frames, attention = run_on_ranks(_video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300,
+                                                 preloaded=False)[0]
     ref_latents, ref_frames, ref_attention = sdpa_video
     assert attention == {"attention_impl": "sage", "kernel": "sage"}
     assert ref_attention == {"attention_impl": "sdpa", "kernel": "cpu_flash"}
