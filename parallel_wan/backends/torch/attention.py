@@ -218,15 +218,12 @@ def _candidates(q: torch.Tensor, impl: str = "auto") -> list[str]:
 
 def _impl_candidates(q: torch.Tensor, impl: str) -> list[str]:
     """attention_impl `impl`'s kernels this device can run, in IMPL_KERNELS' order."""
-    cuda = q.device.type == "cuda"
-    names = []
-    for name in IMPL_KERNELS[impl]:
-        if name == "cpu_flash" and cuda or name.startswith("cuda_") and not cuda or name == "math" and cuda:
-            continue
-        if name == "flash_attn3" and not (_has_flash_attn3() and torch.cuda.get_device_capability(q.device)[0] == 9):
-            continue
-        names.append(name)
-    return names
+    if q.device.type == "cuda":
+        hopper_fa3 = _has_flash_attn3() and torch.cuda.get_device_capability(q.device)[0] == 9
+        skip = {"cpu_flash", "math"} | (set() if hopper_fa3 else {"flash_attn3"})
+    else:
+        skip = {name for name in KERNELS if name.startswith("cuda_")} | {"flash_attn3"}
+    return [name for name in IMPL_KERNELS[impl] if name not in skip]
 
 
 preferred: str | None = None

@@ -38,7 +38,7 @@ def local_kernel(attention_impl: str):
     auto is `attention_with_lse` itself (make_self_attention's one-device shortcut knows it)."""
     from .attention import attention_with_lse
 
-    if attention_impl in ("auto", "ours"):  # ours: the old name of auto
+    if attention_impl == "auto":  # (resolve.py has already turned the old name "ours" into auto)
         return attention_with_lse
     return functools.partial(attention_with_lse, impl=attention_impl)
 
@@ -58,7 +58,7 @@ class TorchBackend(Backend):
         self.ops = ops
         self.mesh = mesh
         self.exchanges = MeshExchanges(mesh)
-        self.attention_impl = "auto" if attention_impl == "ours" else attention_impl  # ours: auto's old name
+        self.attention_impl = attention_impl
         # compile=true: the hot path — q/k/v fused at placement (qkv_fusion.py), the block
         # function compiled by torch.compile (runners/compiled.py; self-attention stays eager).
         # Compile backend: inductor; tests swap in "aot_eager" (graph capture only) to stay
