@@ -183,11 +183,13 @@ def _wait_for(stream, seen, event, *needles):
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "steps=400",
+    # 5000 steps (minutes of denoising): the interrupt always lands mid-denoise, however loaded
+    # the machine or late the reader thread; 400 steps once finished (36 step/s) before it arrived.
+    proc = subprocess.Popen([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "steps=5000",
                              "num_frames=5", "height=32", "width=32"], cwd=tmp_path, stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": REPO})
     seen, started = [], threading.Event()
-    reader = threading.Thread(target=_wait_for, args=(proc.stderr, seen, started, "denoise:", "/400"), daemon=True)
+    reader = threading.Thread(target=_wait_for, args=(proc.stderr, seen, started, "denoise:", "/5000"), daemon=True)
     reader.start()
     try:
         assert started.wait(240), "never started denoising:\n" + "".join(seen)[-3000:]
