@@ -55,13 +55,17 @@ def validate_job(raw: dict, world_size: int, node_size: int | None = None, local
 
     def check(spec):
         if not first:
-            check_device(spec, local_rank, world_size)
             first["ckpt"] = preflight(spec)
         elif first["ckpt"] is None:
             preflight(spec)  # the built-in tiny model: nothing read
         else:
             check_compatible(spec, first["ckpt"])
         check_fits(spec, first["ckpt"])
+        if not first.get("device"):
+            # last: asking for the device imports torch (2 s); a bad setting or checkpoint has
+            # been refused without it
+            check_device(spec, local_rank, world_size)
+            first["device"] = True
 
     job = build_job(raw, world_size, node_size, env, check)
     check_saved_states(job)

@@ -30,12 +30,23 @@ def join_job(backend: str, device: str = "auto") -> JobProcess:
     for launcher variables that cannot be read."""
     if backend == "jax":
         return _join_jax(device)
+    from ..launch import detect, require_coordinator
     from ..launch.backend_choice import node_size
-    from .torch.world import launch_from_env, shutdown
 
-    launch = launch_from_env()
+    # The launcher's variables are read without torch: a bad setting is refused in well under a
+    # second, before torch (2 s of imports) loads — it loads once the settings passed.
+    launch = require_coordinator(detect())
     return JobProcess(launch.rank, launch.world_size, launch.world_size, launch.local_rank, node_size(), launch,
-                      shutdown=shutdown)
+                      shutdown=_shutdown_torch)
+
+
+def _shutdown_torch() -> None:
+    import sys
+
+    if "torch.distributed" in sys.modules:  # no process group can exist before torch loaded
+        from .torch.world import shutdown
+
+        shutdown()
 
 
 def _join_jax(device: str) -> JobProcess:

@@ -167,7 +167,7 @@ def _metadata(path: Path) -> dict:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize  # a property of the dtype: no tensor made (under a fake mode that is an op)
 
 
 # ------------------------------------------------------------------------------ writing

@@ -116,7 +116,7 @@ def host_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
     The memory belongs to the tensor: it is unmapped when the last view of it is dropped.
     """
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < HUGE_PAGE or not hasattr(mmap, "MADV_HUGEPAGE"):
         return torch.empty(shape, dtype=dtype)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)

@@ -24,7 +24,7 @@ from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import transformer_keymap
-from parallel_wan.weights.safetensors_io import load_pth_mapped, tensor_index
+from parallel_wan.weights.safetensors_header import tensor_index
 from parallel_wan.weights.trust import check_links
 
 OFFICIAL_EXPERTS = {HIGH: "high_noise_model", LOW: "low_noise_model"}
@@ -359,6 +359,8 @@ def _weights_or_error(folder: Path, where: str):
 
 def _pth_shapes(path: Path, where: str) -> dict[str, tuple[int, ...]]:
     try:
+        from parallel_wan.weights.safetensors_io import load_pth_mapped  # torch: only for .pth files
+
         return {k: tuple(v.shape) for k, v in load_pth_mapped(path).items()}
     except ValueError as e:
         raise CheckpointError(f"{where}: {e}") from None

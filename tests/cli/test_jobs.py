@@ -170,6 +170,7 @@ def ti2v_job(tmp_path_factory):
     return folder, overrides
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeypatch):
     from parallel_wan.jobs import runner
     from parallel_wan.pipeline import checkpoint
@@ -196,6 +197,7 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
     assert frames(out, "boat").shape == (5, 64, 64, 3) and frames(out, job.entries[2].name).shape == (9, 96, 64, 3)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_an_i2v_job_takes_each_entrys_image_and_equals_its_single_runs(tmp_path):
     write_png(tmp_path / "a.png", 64, 64)
     write_png(tmp_path / "b.png", 96, 48)

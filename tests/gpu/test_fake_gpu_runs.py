@@ -32,6 +32,7 @@ def check(sim, **rules):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("model", ["tiny", "tiny_i2v", "tiny_ti2v"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_one_gpu(files, model, dtype):
     image = [f"image={files.image}"] if model != "tiny" else []
     sim = simulate([f"model={model}", f"dtype={dtype}", *image], 1, files)

@@ -389,6 +389,7 @@ def test_swap_with_each_cache_skipping_the_exchange_step(swap_caches, resident, 
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_compiled_blocks_with_each_cache_equal_the_eager_cached_run(resident, kind):
     """compile=true (q/k/v fused, the block function compiled; "aot_eager" as in
     tests/parallel/test_hot_path.py) with each cache: the eager cached run's skipped steps and latents

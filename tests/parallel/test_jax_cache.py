@@ -89,6 +89,7 @@ def test_step_compiles_once_whatever_the_steps_decide(kind, one_device):
 
 @pytest.mark.parametrize("mesh", MESHES)
 @pytest.mark.parametrize("kind", CACHES)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mesh_equals_torch_one_device(kind, mesh, torch_runs, monkeypatch):
     from parallel_wan.backends.jax import placement
 

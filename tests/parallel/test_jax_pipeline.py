@@ -90,6 +90,7 @@ def test_dp2_cp4_renders_the_one_device_video(one_device, dp2_cp4):
     ["mesh=ulysses8"],  # the tiny model's 8 heads, one per device
     ["mesh=dp2_cp2"],  # CFG × Ulysses 2 on 4 of the 8 devices
 ])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mesh_equals_one_device(one_device, mesh, monkeypatch):
     ref = one_device[0]
     gen, _, _ = generate(BASE + ["backend=jax"] + mesh, decode=False, monkeypatch=monkeypatch)
@@ -133,6 +134,7 @@ def test_step_compiles_once_and_nothing_compiles_in_the_loop(one_device):
     assert "compile" in gen.timings and set(gen.info["compile"]) >= {"step[high_noise+low_noise]"}
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_scan_loop_equals_python_loop(one_device, monkeypatch):
     ref = one_device[0]
     gen, log, _ = generate(BASE + ["backend=jax", "scan_loop=true"], decode=False, monkeypatch=monkeypatch)

@@ -204,6 +204,7 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 @pytest.mark.parametrize("variant", list(TINY_VAE))
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_vae_decode_and_encode_match_torch(variant, one_device):
     cfg = TINY_VAE[variant]
     torch.manual_seed(3)

@@ -116,6 +116,7 @@ def test_read_safetensors_matches_a_plain_read(checkpoints):
 
 # ------------------------------------------------------------------------------ shards
 @pytest.mark.parametrize("count", [1, 3, 130])  # 130 > 128 rows: the last shards are empty
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_shards_are_torch_chunk_pieces_and_read_only_their_bytes(checkpoints, copied_bytes, count):
     ckpt = checkpoints["bf16"]
     full = plain_read(ckpt, EXPERT, "bfloat16", keeps_fp32)

@@ -144,6 +144,7 @@ def _measure_decode(vcfg, vae_params, latent_shape, prompts, backend=None):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_tiny_run_phases_match_measured(tiny_ckpt, dtype):
     """The built-in run's shapes (model=tiny: 128×128×17, one prompt, CFG): both experts
     resident, the VAE, the denoise loop and the decode."""
@@ -303,6 +304,7 @@ def test_sequence_parallel_buffers_are_counted():
     assert usp.loop > one.loop
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cli_a14b_720p_fits_on_eight_80gb_devices(capsys):
     # In-process (`python -m parallel_wan.plan` is `sys.exit(main(argv))`): a subprocess would
     # import torch, diffusers and transformers again, ~10 s on 2 cores.
@@ -314,6 +316,7 @@ def test_cli_a14b_720p_fits_on_eight_80gb_devices(capsys):
     assert "one expert, whole                 28.64 GB" in out  # 14.3e9 params, bf16 with fp32 norms/tables
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_does_not_fit_suggests():
     import dataclasses
 

@@ -9,6 +9,10 @@ None of these is a GPU path of the project; each is host bookkeeping or a third-
 - First-Block Cache decides from activations, which fake tensors do not have: a test may give
   each rank's local sums as host values (`first_block_values`), which the harness carries
   through the group's all_gather and sum to the host read the decision is made from;
+- the checkpoint's bytes: a mapped file's view is a real tensor over the file (torch.frombuffer),
+  which the fake mode would convert to a fake one, tensor by tensor (milliseconds each, a third
+  of a rank's load); a fake view of the stored dtype and shape is made instead — the bytes are
+  never read under fake tensors either way, and the byte ranges are the CPU loader tests';
 - process-wide caches (module-level dicts, lists and sets of parallel_wan) would carry the
   previous simulated rank's process group and fake tensors into the next rank: each rank
   starts from the state the package had before the first rank, as a fresh process would.
@@ -45,6 +49,29 @@ def host_text_encoder(mode):
         return encoder
 
     return patched({(umt5.TextEncoder, "load"): classmethod(load)})
+
+
+def fake_file_views():
+    import math
+
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    from parallel_wan.weights.safetensors_io import MappedFile
+
+    real = MappedFile.view
+
+    def view(self, info, rows=None):
+        shape = list(info.shape)
+        start = info.start
+        if rows is not None and shape:
+            start += rows[0] * math.prod(shape[1:]) * info.torch_dtype.itemsize
+            shape[0] = rows[1] - rows[0]
+        in_range = start + math.prod(shape) * info.torch_dtype.itemsize <= min(info.end, self.size)
+        if _get_current_dispatch_mode() is None or not in_range:  # host-side reads (the text encoder), or a refusal
+            return real(self, info, rows)
+        return torch.empty(shape, dtype=info.torch_dtype)
+
+    return patched({(MappedFile, "view"): view})
 
 
 def host_device_mesh():

@@ -120,7 +120,7 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
     ledger.start_rank(rank)
     launch = Launch(rank, world, rank, "fake torchrun", kind=TORCHRUN)
     with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
-            host_side.host_text_encoder(mode), host_side.host_device_mesh(), \
+            host_side.host_text_encoder(mode), host_side.host_device_mesh(), host_side.fake_file_views(), \
             nccl_as_fake(rank, world, runtime) as requests, \
             checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu"), \
             host_side.first_block_values(first_block_metric, rank, out.recorder):
