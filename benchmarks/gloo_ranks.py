@@ -125,10 +125,10 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
 
 # A pool's ranks fork from multiprocessing's fork server, which imported these once (one server
 # per calling process): a rank starts in a fraction of a second instead of importing torch,
-# transformers' UMT5 and the pipeline again (≈3-4 s of CPU per rank on the 2-core machine, the
+# transformers' tokenizer and the pipeline again (≈3-4 s of CPU per rank on the 2-core machine, the
 # suite's largest start-up cost). The server only imports — no tensor op runs there, so no
 # OpenMP thread exists to be lost in the fork (the hazard `spawn_ranks`' docstring names).
-PRELOAD = ("torch", "torch.distributed", "transformers.models.umt5.modeling_umt5", "parallel_wan.pipeline",
+PRELOAD = ("torch", "torch.distributed", "transformers.models.auto.tokenization_auto", "parallel_wan.pipeline",
            "parallel_wan.backends.torch.backend")
 
 

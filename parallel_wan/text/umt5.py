@@ -5,18 +5,21 @@ T5EncoderModel): clean the prompt, tokenize padded to 512 with truncation, run t
 the attention mask, keep each row's real tokens and zero the rest. The zeros matter: the DiT's
 cross-attention has no mask, so padded slots take part in it.
 
-Both layouts load into transformers' UMT5EncoderModel built on the meta device, then filled
-from our reader (one cast copy per tensor); the official file's names are mapped on the way.
+Both layouts load into the encoder of `umt5_encoder.py` (transformers' UMT5EncoderModel's network
+and parameter names, without its import cost) built on the meta device, then filled from our
+reader (one cast copy per tensor); the official file's names are mapped on the way.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import weakref
 
 import torch
 
 from parallel_wan.text.clean import clean_prompt
+from parallel_wan.text.umt5_encoder import EncoderShape, UMT5Encoder
 from parallel_wan.weights import t5_keymap
 from parallel_wan.weights.layout import Checkpoint
 from parallel_wan.weights.safetensors_io import cast, load_pth_mapped, read_safetensors, torch_dtype
@@ -47,7 +50,7 @@ class TextEncoder:
 
     @property
     def dim(self) -> int:
-        return self.model.config.d_model
+        return self.model.d_model
 
     @torch.no_grad()
     def encode(self, prompts: list[str]) -> torch.Tensor:
@@ -68,7 +71,7 @@ class TextEncoder:
         )
         device = next(self.model.parameters()).device
         ids, mask = tokens.input_ids.to(device), tokens.attention_mask.to(device)
-        hidden = self.model(ids, mask).last_hidden_state
+        hidden = self.model(ids, mask)
         lengths = mask.gt(0).sum(dim=1).tolist()
         out = hidden.new_zeros(hidden.shape)
         for row, length in enumerate(lengths):
@@ -91,25 +94,26 @@ class TextEncoder:
             torch.cuda.empty_cache()
 
 
-def load_umt5(checkpoint: Checkpoint, dtype: str = "bfloat16"):
-    """transformers' UMT5EncoderModel with the checkpoint's weights, in `dtype`."""
-    from transformers import UMT5Config, UMT5EncoderModel
-
+def load_umt5(checkpoint: Checkpoint, dtype: str = "bfloat16") -> UMT5Encoder:
+    """The UMT5 encoder with the checkpoint's weights, in `dtype`."""
     target = torch_dtype(dtype)
     if checkpoint.text_encoder_format == "diffusers":
-        config = UMT5Config.from_pretrained(str(checkpoint.text_encoder_path))
+        config = checkpoint.text_encoder_path / "config.json"
+        shape = EncoderShape.from_config(json.loads(config.read_text()), str(config))
         state = read_safetensors(checkpoint.text_encoder_path, dtype=target, keep_fp32=_keep_fp32(target))
     else:
         official = load_pth_mapped(checkpoint.text_encoder_path)
-        config = UMT5Config(**t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official.items()}))
+        shape = EncoderShape.from_config(t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official.items()}),
+                                         str(checkpoint.text_encoder_path))
         mapped = t5_keymap.official_to_transformers(official)
         keep = _keep_fp32(target)
         state = {name: cast(t, name, target, keep, checkpoint.text_encoder_path) for name, t in mapped.items()}
-    # transformers ties the encoder's embedding to `shared`; filling both keeps them one table
+    # `shared` and the encoder's embedding are one module; checkpoints may store either name or
+    # both (then the encoder's is assigned last and used, as in transformers' class)
     state.setdefault("encoder.embed_tokens.weight", state["shared.weight"])
     state.setdefault("shared.weight", state["encoder.embed_tokens.weight"])
     with torch.device("meta"):
-        model = UMT5EncoderModel(config)
+        model = UMT5Encoder(shape)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:
         raise ValueError(

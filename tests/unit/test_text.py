@@ -101,3 +101,27 @@ def test_default_negative_prompt_is_the_official_one():
     path = official_wan_dir() / "configs" / "shared_config.py"
     official = re.search(r"sample_neg_prompt = '([^']*)'", path.read_text()).group(1)
     assert DEFAULT_NEGATIVE_PROMPT == official
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_encoder_is_transformers_umt5_bit_for_bit(tiny, checkpoints, dtype):
+    """parallel_wan/text/umt5_encoder.py against transformers' UMT5EncoderModel (the class
+    diffusers' WanPipeline runs) with the same weights: equal bit for bit, with padding and
+    without (a prompt of all 512 tokens), in each dtype a run may ask for (float16 keeps the FFN
+    output projections in float32, as transformers does)."""
+    import copy
+
+    reference = copy.deepcopy(tiny.text_encoder).to(getattr(torch, dtype))
+    if dtype == "float16":  # the projections' float32 weights themselves, not widened float16 ones
+        for block, source in zip(reference.encoder.block, tiny.text_encoder.encoder.block):
+            block.layer[1].DenseReluDense.wo.weight.data = source.layer[1].DenseReluDense.wo.weight.data.clone()
+    ours = TextEncoder.load(checkpoints["diffusers"], dtype=dtype)
+    for prompts in (PROMPTS, [" ".join(["cat dog"] * 400)]):
+        tokens = tiny.tokenizer(prompts, padding="max_length", max_length=TEXT_LEN, truncation=True,
+                                add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        with torch.no_grad():
+            want = reference(tokens.input_ids, tokens.attention_mask).last_hidden_state
+            got = ours.model(tokens.input_ids, tokens.attention_mask)
+        assert got.dtype == want.dtype == getattr(torch, dtype)
+        assert torch.equal(got, want), (dtype, (got.float() - want.float()).abs().max().item())
+    assert bool(tokens.attention_mask.all())  # the long prompt took the path without a mask
