@@ -8,7 +8,9 @@ the versions of the libraries they call. A change to any of them is a new folder
 stale one.
 
 The folder appears whole or not at all (written beside it, then renamed: two processes
-writing at once both end with the same complete folder). Where the cache home cannot be
+writing at once both end with the same complete folder). The processes of one run (8 ranks
+starting together on a fresh machine) take turns on a lock of the builtin/ folder itself, so
+one builds and the others wait and read its folder instead of each building a copy. Where the cache home cannot be
 written, the model is written to the run's temporary folder as before.
 
 Cache home: $PARALLEL_WAN_CACHE_HOME, else $XDG_CACHE_HOME/parallel_wan, else ~/.cache/parallel_wan.
@@ -16,6 +18,8 @@ Cache home: $PARALLEL_WAN_CACHE_HOME, else $XDG_CACHE_HOME/parallel_wan, else ~/
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -73,16 +77,42 @@ def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:
         return folder
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     except OSError:
         write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout="diffusers")
         return Path(fallback)
-    try:
-        write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout="diffusers")
-        os.rename(partial, folder)  # atomic; fails if another process got there first
-    except OSError:
-        if not folder.is_dir():
-            raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    with _turn(folder.parent):
+        if folder.is_dir():  # built by the process that held the lock before this one
+            return folder
+        try:
+            partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        except OSError:
+            write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout="diffusers")
+            return Path(fallback)
+        try:
+            write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout="diffusers")
+            os.rename(partial, folder)  # atomic; fails if another process got there first
+        except OSError:
+            if not folder.is_dir():
+                raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return folder
+
+
+@contextlib.contextmanager
+def _turn(directory: Path):
+    """An exclusive flock on the directory itself (no lock file is left behind); where the
+    file system has no flock, no lock: the rename above still keeps the folder whole."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
