@@ -27,7 +27,7 @@ is test_fake_gpu_runs'.
 import pytest
 
 from harness.fakegpu.checks import all_problems, one_gpu_per_rank
-from harness.fakegpu.simulate import Checkpoints, simulate
+from harness.fakegpu.simulate import Checkpoints, simulate, spec_of
 from harness.fakegpu.meshes import mesh_degrees
 
 THRESHOLD = 0.05  # conf/cache/fbcache.yaml
@@ -35,16 +35,11 @@ STEPS = 8
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu_cache")))
+def files(fake_gpu_checkpoints):
+    return fake_gpu_checkpoints  # the session's tiny checkpoints (conftest.py), read-only
 
 
-@pytest.fixture
-def three_layers(tmp_path, monkeypatch):
-    """The tiny model with 3 blocks, its own checkpoints. memory=sharded prefetches block
-    i + 1 while block i runs: with the tiny model's 2 blocks, running block 0 alone issues
-    the same FSDP gathers as running both, and a rank skipping while a peer computes would
-    go unseen."""
+def _with_three_layers(monkeypatch) -> None:
     import dataclasses
 
     from parallel_wan.models import registry
@@ -52,7 +47,26 @@ def three_layers(tmp_path, monkeypatch):
     tiny = registry.ARCHITECTURES["tiny"]
     monkeypatch.setitem(registry.ARCHITECTURES, "tiny", dataclasses.replace(
         tiny, transformer=dataclasses.replace(tiny.transformer, num_layers=3)))
-    return Checkpoints(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def three_layer_files(tmp_path_factory):
+    """The 3-block checkpoints, built once for the module (read-only)."""
+    files = Checkpoints(str(tmp_path_factory.mktemp("fakegpu_three_layers")))
+    with pytest.MonkeyPatch.context() as patch:
+        _with_three_layers(patch)
+        files.for_spec(spec_of(["model=tiny"]))
+    return files
+
+
+@pytest.fixture
+def three_layers(three_layer_files, monkeypatch):
+    """The tiny model with 3 blocks, its own checkpoints. memory=sharded prefetches block
+    i + 1 while block i runs: with the tiny model's 2 blocks, running block 0 alone issues
+    the same FSDP gathers as running both, and a rank skipping while a peer computes would
+    go unseen."""
+    _with_three_layers(monkeypatch)
+    return three_layer_files
 
 
 def fresh_steps(info: dict) -> set[int]:
