@@ -82,6 +82,21 @@ def fake_file_views():
     return patched({(MappedFile, "view"): view})
 
 
+def without_vae(skip: bool):
+    """A run that leaves the decode out (simulate's decode=False) on a text-to-video task, which
+    has no other use for the VAE: its weights are neither read nor placed on the GPU (a third
+    of a rank's load), the config still comes from the checkpoint. The VAE's load and decode on
+    fake GPUs are the decoded runs' (every world size and height: test_fake_gpu_runs)."""
+    if not skip:
+        return contextlib.nullcontext()
+    from parallel_wan.weights import loader
+
+    def load_vae(checkpoint, dtype="float32"):
+        return loader._as_checkpoint(checkpoint).vae_config, {}
+
+    return patched({(loader, "load_vae"): load_vae})
+
+
 def host_device_mesh():
     from torch.distributed.device_mesh import DeviceMesh
 

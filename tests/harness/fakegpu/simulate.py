@@ -122,6 +122,7 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
     launch = Launch(rank, world, rank, "fake torchrun", kind=TORCHRUN)
     with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
             host_side.host_text_encoder(mode), host_side.host_device_mesh(), host_side.fake_file_views(), \
+            host_side.without_vae(not decode and spec.model.task == "t2v"), \
             nccl_as_fake(rank, world, runtime) as requests, \
             host_side.first_block_values(first_block_metric, rank, out.recorder, spec.mesh.cp) as foresee, \
             checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu", foresee=foresee):
@@ -146,7 +147,7 @@ def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, 
     """`first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
     each rank's shard gives at each step, as host values (host_side.first_block_values);
     `decode=False` leaves the VAE decode out (half a tiny run's fake ops, and the reruns its
-    shape headers cause)."""
+    shape headers cause), and in a text-to-video run the VAE's load too (host_side.without_vae)."""
     spec = spec_of([*SMALL, *overrides, f"device={device}"], world)
     checkpoints = checkpoints or Checkpoints(tempfile.mkdtemp(prefix="fakegpu_ckpt_"))
     ckpt = checkpoints.for_spec(spec)
