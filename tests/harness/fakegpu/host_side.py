@@ -97,6 +97,24 @@ def without_vae(skip: bool):
     return patched({(loader, "load_vae"): load_vae})
 
 
+def dtensor_type_check():
+    """nn.Module._apply (FSDP2's to_empty at memory=sharded's load) asks
+    torch._has_compatible_shallow_copy_type of each parameter; on DTensors that runs DTensor's
+    sharding propagation, which bypasses its cache under a fake mode and decomposes the op
+    afresh: 15 ms a parameter, half of such a run. The answer DTensor computes is the local
+    tensors' (a bool, nothing to redistribute): asked of them directly here."""
+    from torch.distributed.tensor import DTensor
+
+    real = torch._has_compatible_shallow_copy_type
+
+    def has_compatible_shallow_copy_type(a, b):
+        if type(a) is DTensor and type(b) is DTensor:
+            return real(a._local_tensor, b._local_tensor)
+        return real(a, b)
+
+    return patched({(torch, "_has_compatible_shallow_copy_type"): has_compatible_shallow_copy_type})
+
+
 def host_device_mesh():
     from torch.distributed.device_mesh import DeviceMesh
 

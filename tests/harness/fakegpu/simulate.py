@@ -122,7 +122,7 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
     launch = Launch(rank, world, rank, "fake torchrun", kind=TORCHRUN)
     with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
             host_side.host_text_encoder(mode), host_side.host_device_mesh(), host_side.fake_file_views(), \
-            host_side.without_vae(not decode and spec.model.task == "t2v"), \
+            host_side.without_vae(not decode and spec.model.task == "t2v"), host_side.dtensor_type_check(), \
             nccl_as_fake(rank, world, runtime) as requests, \
             host_side.first_block_values(first_block_metric, rank, out.recorder, spec.mesh.cp) as foresee, \
             checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu", foresee=foresee):
