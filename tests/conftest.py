@@ -66,6 +66,15 @@ def tiny_t2v(tmp_path_factory):
                            official=str(folders["official"]))
 
 
+@pytest.fixture(scope="session")
+def fake_gpu_checkpoints(tmp_path_factory):
+    """The tiny checkpoints of the fake-GPU runs (harness.fakegpu.simulate.Checkpoints), each task
+    built on first use and shared by every fake-GPU module of the session. Read-only."""
+    from harness.fakegpu.simulate import Checkpoints
+
+    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu_checkpoints")))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _rank_pool():
     """The gloo rank processes a module's tests share (harness/ranks.py) stop when the module

@@ -10,14 +10,14 @@ import types
 import pytest
 import torch
 from harness.fakegpu.checks import all_problems, attention_kernels
-from harness.fakegpu.simulate import Checkpoints, simulate
+from harness.fakegpu.simulate import simulate
 
 SDPA = "sdpa (torch chooses on the GPU)"  # cross-attention: torch's own SDPA, whatever the setting
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu_attention")))
+def files(fake_gpu_checkpoints):
+    return fake_gpu_checkpoints  # the session's tiny checkpoints (conftest.py), read-only
 
 
 def _run(files, impl):

@@ -27,24 +27,23 @@ is test_fake_gpu_runs'.
 import pytest
 
 from harness.fakegpu.checks import all_problems, one_gpu_per_rank
-from harness.fakegpu.simulate import Checkpoints, simulate
+from harness.fakegpu.simulate import Checkpoints, simulate, spec_of
 from harness.fakegpu.meshes import mesh_degrees
 
 THRESHOLD = 0.05  # conf/cache/fbcache.yaml
-STEPS = 8
+# 7 steps: 5 high-noise (0-4), 2 low-noise (5-6), each expert's first step fresh. First-Block
+# Cache's planted pattern (`change`) then skips cond at 1, 3, 4, 6 and uncond at 3, 6 and computes
+# both at 2: every path, both branches skipping in both experts (8 steps, as before, left uncond's
+# skips in the high-noise expert alone). MagCache skips 1, 2, 4, 6, TaylorSeer predicts 2 and 4.
+STEPS = 7
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu_cache")))
+def files(fake_gpu_checkpoints):
+    return fake_gpu_checkpoints  # the session's tiny checkpoints (conftest.py), read-only
 
 
-@pytest.fixture
-def three_layers(tmp_path, monkeypatch):
-    """The tiny model with 3 blocks, its own checkpoints. memory=sharded prefetches block
-    i + 1 while block i runs: with the tiny model's 2 blocks, running block 0 alone issues
-    the same FSDP gathers as running both, and a rank skipping while a peer computes would
-    go unseen."""
+def _with_three_layers(monkeypatch) -> None:
     import dataclasses
 
     from parallel_wan.models import registry
@@ -52,7 +51,26 @@ def three_layers(tmp_path, monkeypatch):
     tiny = registry.ARCHITECTURES["tiny"]
     monkeypatch.setitem(registry.ARCHITECTURES, "tiny", dataclasses.replace(
         tiny, transformer=dataclasses.replace(tiny.transformer, num_layers=3)))
-    return Checkpoints(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def three_layer_files(tmp_path_factory):
+    """The 3-block checkpoints, built once for the module (read-only)."""
+    files = Checkpoints(str(tmp_path_factory.mktemp("fakegpu_three_layers")))
+    with pytest.MonkeyPatch.context() as patch:
+        _with_three_layers(patch)
+        files.for_spec(spec_of(["model=tiny"]))
+    return files
+
+
+@pytest.fixture
+def three_layers(three_layer_files, monkeypatch):
+    """The tiny model with 3 blocks, its own checkpoints. memory=sharded prefetches block
+    i + 1 while block i runs: with the tiny model's 2 blocks, running block 0 alone issues
+    the same FSDP gathers as running both, and a rank skipping while a peer computes would
+    go unseen."""
+    _with_three_layers(monkeypatch)
+    return three_layer_files
 
 
 def fresh_steps(info: dict) -> set[int]:
@@ -172,7 +190,7 @@ def test_host_planned_cache(request, kind, mesh, extra):
     files = request.getfixturevalue("three_layers" if "memory=sharded" in extra else "files")
     degrees = mesh_degrees(mesh)
     world = degrees["dp"] * degrees["cp"]
-    # magcache on the tiny model: the T2V-A14B curve at threshold 0.3 skips within 8 steps;
+    # magcache on the tiny model: the T2V-A14B curve at threshold 0.3 skips within 7 steps;
     # taylorseer: warm-up 2, interval 2 predicts from the third step of each expert
     settings = ["cache.threshold=0.3", "cache.retention=0"] if kind == "magcache" else \
         ["cache.warmup=2", "cache.interval=2"]

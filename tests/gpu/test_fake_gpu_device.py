@@ -9,7 +9,7 @@ import torch.distributed as dist
 from harness.fakegpu.checks import one_gpu_per_rank
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
-from harness.fakegpu.simulate import Checkpoints, simulate
+from harness.fakegpu.simulate import simulate
 from parallel_wan.backends.torch.world import pick_device
 from parallel_wan.config import ConfigError
 
@@ -37,8 +37,8 @@ def test_cuda_without_cuda_is_one_line():
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_device_cuda_puts_each_rank_on_its_own_gpu(tmp_path):
-    sim = simulate(["mesh=cp2"], 2, Checkpoints(str(tmp_path)), device="cuda")
+def test_device_cuda_puts_each_rank_on_its_own_gpu(fake_gpu_checkpoints):
+    sim = simulate(["mesh=cp2"], 2, fake_gpu_checkpoints, device="cuda")
     assert sim.problems() == []
     assert one_gpu_per_rank(sim) == []  # cuda:0 and cuda:1, NCCL on each rank's own GPU
 

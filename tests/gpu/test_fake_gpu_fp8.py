@@ -6,15 +6,15 @@ compiled. The layer's numbers are tests/unit/test_fp8_gemm.py's."""
 
 import pytest
 from harness.fakegpu.checks import all_problems
-from harness.fakegpu.simulate import BLACKWELL, HOPPER, Checkpoints, simulate
+from harness.fakegpu.simulate import BLACKWELL, HOPPER, simulate
 
 LINEARS_PER_BLOCK = 10  # q, k, v, out of self- and cross-attention, the FFN's two
 LAYERS = 2  # the tiny model's blocks
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu_fp8")))
+def files(fake_gpu_checkpoints):
+    return fake_gpu_checkpoints  # the session's tiny checkpoints (conftest.py), read-only
 
 
 def _scaled_mm_per_step(sim, rank=0):

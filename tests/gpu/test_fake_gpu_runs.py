@@ -11,7 +11,7 @@ import os
 import pytest
 
 from harness.fakegpu.checks import all_problems, attention_kernels
-from harness.fakegpu.simulate import BLACKWELL, HOPPER, Checkpoints, simulate
+from harness.fakegpu.simulate import BLACKWELL, HOPPER, simulate
 from harness.fakegpu.meshes import mesh_degrees
 from harness.paths import REPO
 
@@ -21,8 +21,8 @@ MESHES = sorted(name[:-5] for name in os.listdir(os.path.join(CONF, "mesh")) if 
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    return Checkpoints(str(tmp_path_factory.mktemp("fakegpu")))
+def files(fake_gpu_checkpoints):
+    return fake_gpu_checkpoints  # the session's tiny checkpoints (conftest.py), read-only
 
 
 def check(sim, **rules):

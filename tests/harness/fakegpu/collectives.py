@@ -40,8 +40,10 @@ def _meta(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), str(t.dtype).replace("torch.", ""), str(t.device))
 
 
-def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True):
-    """A context manager: dist.* wrapped for `rank` (call after ledger.start_rank(rank))."""
+def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, foresee=None):
+    """A context manager: dist.* wrapped for `rank` (call after ledger.start_rank(rank));
+    `foresee(member, values)`: what a member that has not run yet sends in a valued all_gather
+    where this rank sends `values` (Ledger.gathered), or None."""
     # FSDP2 (torch 2.13) gathers and reduces with all_gather_single / reduce_scatter_single,
     # the same NCCL collectives as the *_tensor forms: checked and recorded under those names.
     real = {name: getattr(dist, name) for name in ("all_to_all_single", "all_gather", "all_gather_into_tensor",
@@ -80,7 +82,8 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True):
             raise CollectiveError(f"all_gather: {len(tensor_list)} outputs for {size_of(group)} ranks, "
                                   "or their shapes/dtypes differ from the input's")
         values = getattr(tensor, "_fake_values", None)
-        received = None if values is None else ledger.gathered(rank, ranks_of(group), values)
+        ahead = None if foresee is None else (lambda member: foresee(member, values))
+        received = None if values is None else ledger.gathered(rank, ranks_of(group), values, ahead)
         out = real["all_gather"](tensor_list, tensor, group, async_op)
         for part, got in zip(tensor_list, received or ()):
             if got is not None:
@@ -145,6 +148,8 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True):
         sent = ledger.sent(src, rank)  # known when the peer has run already
         if k < len(sent) and sent[k].values is not None:
             tensor._fake_values = sent[k].values
+        elif k >= len(sent):  # src has not run yet: this rank runs again once it has
+            ledger.early.add(rank)
         return src
 
     table = {(dist, name): fn for name, fn in dict(

@@ -52,11 +52,35 @@ def _check_one_dtype(func, args) -> None:
         raise FakeCudaError(f"{func}: inputs on {sorted(map(str, devices))}; the kernel needs one device")
 
 
-def _keep_values(func, args, out) -> None:
-    if isinstance(out, torch.Tensor) and str(func) in _VALUE_JOINING:
+# Every op of a run passes through the dispatch below (tens of thousands per test): the names
+# and labels it needs are made once per op, device and dtype, not once per call.
+_NAMES: dict = {}  # op overload → (its name, its packet's name): "aten.add.Tensor", "aten.add"
+_DEVICES: dict = {}  # torch.device → "cuda:0"
+_DTYPES: dict = {}  # torch.dtype → "bfloat16"
+
+
+def _names(func) -> tuple[str, str]:
+    names = _NAMES.get(func)
+    if names is None:
+        names = _NAMES[func] = (str(func), str(func.overloadpacket))
+    return names
+
+
+def _device(t) -> str:
+    device = t.device
+    return _DEVICES.get(device) or _DEVICES.setdefault(device, str(device))
+
+
+def _dtype(t) -> str:
+    dtype = t.dtype
+    return _DTYPES.get(dtype) or _DTYPES.setdefault(dtype, str(dtype).replace("torch.", ""))
+
+
+def _keep_values(func, args, out, full: str) -> None:
+    if isinstance(out, torch.Tensor) and full in _VALUE_JOINING:
         _join_values(args, out)
         return
-    if isinstance(out, torch.Tensor) and str(func) == "aten.zeros_like.default" and out.dtype in _NUMPY \
+    if isinstance(out, torch.Tensor) and full == "aten.zeros_like.default" and out.dtype in _NUMPY \
             and getattr(args[0], "_fake_values", None) is not None:
         out._fake_values = np.zeros(tuple(out.shape), _NUMPY[out.dtype]).tolist()  # zeros of a valued tensor
         return
@@ -65,10 +89,10 @@ def _keep_values(func, args, out) -> None:
     src = args[0]
     if getattr(src, "_fake_pinned", False) and func.is_view:
         out._fake_pinned = True  # a view of pinned memory is pinned memory
-    if str(func) in _VALUE_ADDING:
+    if full in _VALUE_ADDING:
         _add_values(args, out)
         return
-    if str(func) not in _VALUE_KEEPING:
+    if full not in _VALUE_KEEPING:
         return
     values = getattr(src, "_fake_values", None)
     if values is None and getattr(src, "constant", None) is not None:
@@ -104,8 +128,7 @@ def _host_values(t, dtype):
     return None if values is None else np.asarray(values, dtype).reshape(tuple(t.shape))
 
 
-def _transfer(func, args, kwargs, out, recorder: Recorder) -> None:
-    name = str(func.overloadpacket)
+def _transfer(name, args, kwargs, out, recorder: Recorder) -> None:
     if name == "aten._to_copy" and isinstance(out, torch.Tensor):
         src, dst, non_blocking = args[0], out, bool(kwargs.get("non_blocking", False))
     elif name == "aten.copy_":
@@ -130,7 +153,7 @@ def _patched_fake_tensor_mode():
         if func in _TO:
             with self:
                 return func.decompose(*args, **kwargs)
-        name = str(func.overloadpacket)
+        full, name = _names(func)
         if name in _ONE_DTYPE_OPS:
             _check_one_dtype(func, args)
         # Only the program's own calls are recorded: the mode computes some outputs by running
@@ -142,19 +165,19 @@ def _patched_fake_tensor_mode():
             out = real_dispatch(self, func, types, args, kwargs)
         finally:
             self._depth = depth
-        _keep_values(func, args, out)
+        _keep_values(func, args, out, full)
         recorder = getattr(self, "recorder", None)
         if recorder is not None and depth == 0:
-            _transfer(func, args, kwargs, out, recorder)
+            _transfer(name, args, kwargs, out, recorder)
             first = out[0] if isinstance(out, (tuple, list)) and out else out
             if name in MATMUL_OPS and isinstance(first, torch.Tensor):
                 weight = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2][-1:]
                 shape = tuple(weight[0].shape) if weight else ()
                 if name in ("aten.mm", "aten.addmm"):  # linear's weight arrives transposed
                     shape = shape[::-1]
-                recorder.matmuls[(recorder.phase, str(first.dtype).replace("torch.", ""), shape)] += 1
+                recorder.matmuls[(recorder.phase, _dtype(first), shape)] += 1
             if isinstance(first, torch.Tensor):
-                recorder.ops[(name, str(first.device), str(first.dtype).replace("torch.", ""), recorder.phase)] += 1
+                recorder.ops[(name, _device(first), _dtype(first), recorder.phase)] += 1
         return out
 
     FakeTensorMode.dispatch = dispatch

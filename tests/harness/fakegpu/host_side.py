@@ -4,6 +4,7 @@ None of these is a GPU path of the project; each is host bookkeeping or a third-
 - UMT5 is transformers' module, built under torch.device("meta") (which a fake mode cannot
   host) and reading data-dependent prompt lengths: the encoder runs for real on the CPU and its
   output becomes a fake tensor on the run's device (so its own .to(device) is not exercised);
+  every rank encodes the same prompts with the same weights, so it runs once per process;
 - torch's DeviceMesh (FSDP2) keeps its rank layout in a CPU tensor and looks ranks up with
   nonzero(): built outside the fake mode;
 - First-Block Cache decides from activations, which fake tensors do not have: a test may give
@@ -30,6 +31,10 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .fake_mode import patched
 
+# (text encoder weights, dtype, prompts, text_len) → the host encoder's output: the same on every
+# simulated rank (the encoder is host code here, not a GPU path), computed once per process.
+_ENCODED: dict = {}
+
 
 def host_text_encoder(mode):
     from parallel_wan.text import umt5
@@ -38,14 +43,17 @@ def host_text_encoder(mode):
 
     class HostTextEncoder(umt5.TextEncoder):
         def encode(self, prompts):
-            with unset_fake_temporarily():
-                out = umt5.TextEncoder.encode(self, prompts)
-            return mode.from_tensor(out).to(self.run_device)
+            key = (*self.weights, tuple([prompts] if isinstance(prompts, str) else prompts), self.text_len)
+            if key not in _ENCODED:
+                with unset_fake_temporarily():
+                    _ENCODED[key] = umt5.TextEncoder.encode(self, prompts)
+            return mode.from_tensor(_ENCODED[key]).to(self.run_device)
 
     def load(cls, checkpoint, dtype="bfloat16", device="cpu"):
         with unset_fake_temporarily():
             encoder = real_load(HostTextEncoder, checkpoint, dtype, "cpu")
         encoder.run_device = torch.device(device)
+        encoder.weights = (str(checkpoint.text_encoder_path), dtype)
         return encoder
 
     return patched({(umt5.TextEncoder, "load"): classmethod(load)})
@@ -74,6 +82,39 @@ def fake_file_views():
     return patched({(MappedFile, "view"): view})
 
 
+def without_vae(skip: bool):
+    """A run that leaves the decode out (simulate's decode=False) on a text-to-video task, which
+    has no other use for the VAE: its weights are neither read nor placed on the GPU (a third
+    of a rank's load), the config still comes from the checkpoint. The VAE's load and decode on
+    fake GPUs are the decoded runs' (every world size and height: test_fake_gpu_runs)."""
+    if not skip:
+        return contextlib.nullcontext()
+    from parallel_wan.weights import loader
+
+    def load_vae(checkpoint, dtype="float32"):
+        return loader._as_checkpoint(checkpoint).vae_config, {}
+
+    return patched({(loader, "load_vae"): load_vae})
+
+
+def dtensor_type_check():
+    """nn.Module._apply (FSDP2's to_empty at memory=sharded's load) asks
+    torch._has_compatible_shallow_copy_type of each parameter; on DTensors that runs DTensor's
+    sharding propagation, which bypasses its cache under a fake mode and decomposes the op
+    afresh: 15 ms a parameter, half of such a run. The answer DTensor computes is the local
+    tensors' (a bool, nothing to redistribute): asked of them directly here."""
+    from torch.distributed.tensor import DTensor
+
+    real = torch._has_compatible_shallow_copy_type
+
+    def has_compatible_shallow_copy_type(a, b):
+        if type(a) is DTensor and type(b) is DTensor:
+            return real(a._local_tensor, b._local_tensor)
+        return real(a, b)
+
+    return patched({(torch, "_has_compatible_shallow_copy_type"): has_compatible_shallow_copy_type})
+
+
 def host_device_mesh():
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -86,27 +127,59 @@ def host_device_mesh():
     return patched({(DeviceMesh, "from_group"): staticmethod(from_group)})
 
 
-def first_block_values(metric, rank: int, recorder):
+@contextlib.contextmanager
+def first_block_values(metric, rank: int, recorder, cp: int = 1):
     """caching.first_block.branch_sums as the project computes it (the same fake tensor:
     device, dtype and shape are the project's), carrying `metric(rank, step, branches)` as its
     host values: what this rank's shard would give at that step. None: no values (the sums
-    read as zeros, every step computes)."""
+    read as zeros, every step computes).
+
+    Yields `foresee(member, values)` for checked_collectives: what a peer that has not run yet
+    sends in the sums' all_gather at this step, where this rank sends `values` — its planted
+    sums, laid out as the project lays them (under memory=sharded with CFG parallel, each dp
+    half's branch in its row of a (2, 2) array, the other row zeros: backends/torch/predictor.py;
+    the dp index of a rank is rank // cp). With it no rank runs twice for its peers' sums; the
+    ledger still holds each part to what its member sent (a wrong forecast: a rerun)."""
     if metric is None:
-        return contextlib.nullcontext()
+        yield None
+        return
     import numpy as np
 
     from parallel_wan.caching import first_block
 
     real = first_block.branch_sums
+    seen = {}  # this rank's branch count, as the loop last asked for its sums
 
     def branch_sums(residual, reference, valid, branches, ops):
         out = real(residual, reference, valid, branches, ops)
-        step = int(recorder.phase.split()[1])  # "step i", set by the loop's progress callback
-        local = np.asarray(metric(rank, step, branches), np.float32)
+        local = np.asarray(metric(rank, _step(recorder), branches), np.float32)
         out._fake_values = local.reshape(tuple(out.shape)).tolist()
+        seen["branches"] = branches
         return out
 
-    return patched({(first_block, "branch_sums"): branch_sums})
+    def foresee(member, values):
+        branches = seen.get("branches")
+        if branches is None or not recorder.in_loop(recorder.phase) or not _pairs(values):
+            return None  # not the sums' gather (a cache's logs after the loop): not foreseen
+        local = np.asarray(metric(member, _step(recorder), branches), np.float32).reshape(branches, -1)
+        if len(values) == branches:
+            return local.tolist()
+        if len(values) == 2 * branches:  # CFG parallel in lockstep: the member's row of (2, 2)
+            zero = np.zeros_like(local)
+            return np.concatenate([local, zero] if member // cp == 0 else [zero, local]).tolist()
+        return None
+
+    with patched({(first_block, "branch_sums"): branch_sums}):
+        yield foresee
+
+
+def _pairs(values) -> bool:
+    """values of a (rows, 2) tensor: the shape of the sums' gather."""
+    return isinstance(values, list) and all(isinstance(v, list) and len(v) == 2 for v in values)
+
+
+def _step(recorder) -> int:
+    return int(recorder.phase.split()[1])  # "step i", set by the loop's progress callback
 
 
 _CONTAINERS = (dict, list, set)

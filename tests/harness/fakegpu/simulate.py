@@ -8,7 +8,8 @@ Each simulated rank is a torchrun worker: LOCAL_RANK = rank, the project's own b
 whole generation: load, text, denoise, decode. Rank 0 runs first (its broadcast objects are
 replayed to the others) and once more at the end when it receives values from peers that had
 not run yet (the VAE's shape headers); so does every rank that gathered host values other
-than its peers sent (First-Block Cache's sums, `first_block_metric`).
+than its peers sent (First-Block Cache's sums, `first_block_metric`, which the harness hands
+out up front for peers that have not run: host_side.first_block_values).
 """
 
 from __future__ import annotations
@@ -121,9 +122,10 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
     launch = Launch(rank, world, rank, "fake torchrun", kind=TORCHRUN)
     with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
             host_side.host_text_encoder(mode), host_side.host_device_mesh(), host_side.fake_file_views(), \
+            host_side.without_vae(not decode and spec.model.task == "t2v"), host_side.dtensor_type_check(), \
             nccl_as_fake(rank, world, runtime) as requests, \
-            checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu"), \
-            host_side.first_block_values(first_block_metric, rank, out.recorder):
+            host_side.first_block_values(first_block_metric, rank, out.recorder, spec.mesh.cp) as foresee, \
+            checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu", foresee=foresee):
         try:
             backend = make_backend(spec, launch)
             out.device = str(backend.device)
@@ -145,7 +147,7 @@ def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, 
     """`first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
     each rank's shard gives at each step, as host values (host_side.first_block_values);
     `decode=False` leaves the VAE decode out (half a tiny run's fake ops, and the reruns its
-    shape headers cause)."""
+    shape headers cause), and in a text-to-video run the VAE's load too (host_side.without_vae)."""
     spec = spec_of([*SMALL, *overrides, f"device={device}"], world)
     checkpoints = checkpoints or Checkpoints(tempfile.mkdtemp(prefix="fakegpu_ckpt_"))
     ckpt = checkpoints.for_spec(spec)
@@ -153,12 +155,10 @@ def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, 
     ledger = Ledger()
     ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
              for r in range(world)]
-    # Rank 0 runs again when it received from peers that had not run yet (the VAE's shape
-    # headers) and so does every rank whose gathered host values are not what its peers sent
-    # (First-Block Cache's sums): until they are, at most `world` rounds.
-    again = {r for r, *_ in ledger.stale_gathers()}
-    if world > 1 and (ranks[0].error is not None or ledger.mismatches()):
-        again.add(0)
+    # A rank runs again when it received from peers that had not run yet (rank 0: the VAE's
+    # shape headers) and so does every rank whose gathered host values are not what its peers
+    # sent (First-Block Cache's sums, when not foreseen): until they are, at most `world` rounds.
+    again = {r for r, *_ in ledger.stale_gathers()} | ledger.early
     for _ in range(world):
         for r in sorted(again):
             ranks[r] = run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
