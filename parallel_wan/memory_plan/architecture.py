@@ -11,17 +11,20 @@ from ..models.registry import TEXT_LEN, UMT5_XXL, for_task  # noqa: F401  (TEXT_
 
 
 def architecture(spec: RunSpec):
-    """(TransformerConfig, VaeConfig, UMT5Config) of the run's model: from checkpoint_dir's
-    configs when given, else the model registry's architecture for the preset's task."""
-    from transformers import UMT5Config
+    """(TransformerConfig, VaeConfig, text encoder EncoderShape) of the run's model: from
+    checkpoint_dir's configs when given, else the model registry's architecture for the preset's task."""
+    from ..text.umt5_encoder import EncoderShape
 
     if spec.weights.checkpoint_dir is not None:
+        import json
+
         from ..weights.layout import describe_checkpoint
 
         ckpt = describe_checkpoint(spec.weights.checkpoint_dir)
-        text = UMT5Config(**UMT5_XXL)
+        text = EncoderShape.from_config(UMT5_XXL)
         if ckpt.text_encoder_format == "diffusers":
-            text = UMT5Config.from_pretrained(str(ckpt.text_encoder_path))
+            config = ckpt.text_encoder_path / "config.json"
+            text = EncoderShape.from_config(json.loads(config.read_text()), str(config))
         return next(iter(ckpt.transformers.values())), ckpt.vae_config, text
     arch = for_task(spec.model.task, bool(spec.model.builtin))
     text = dict(arch.text_encoder)
@@ -29,7 +32,7 @@ def architecture(spec: RunSpec):
         from ..builtin import tiny
 
         text["vocab_size"] = 8 * math.ceil(len(tiny.build_tokenizer()) / 8)
-    return arch.transformer, arch.vae, UMT5Config(**text)
+    return arch.transformer, arch.vae, EncoderShape.from_config(text)
 
 
 def meta_module(build):

@@ -362,3 +362,20 @@ def test_step_cache_arrays_are_counted(cache):
     assert arrays and held_bytes(*arrays) == planner.cache_bytes(spec, tcfg, planner.rank_shapes(spec, tcfg, vcfg)) > 0
     plain = planner.plan(_spec(["model=tiny", "dtype=float32", "steps=6"]))
     assert planner.plan(spec).denoise.held - plain.denoise.held == held_bytes(*arrays)
+
+
+def test_the_text_encoders_parameter_count_is_the_modules():
+    """The planner counts UMT5's weights from its shape; the count equals our encoder's and
+    transformers' UMT5EncoderModel's (both built on meta), for UMT5-XXL and the tiny one."""
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from parallel_wan.memory_plan.text_encoder_bytes import umt5_parameters
+    from parallel_wan.models.registry import UMT5_XXL
+    from parallel_wan.text.umt5_encoder import EncoderShape, UMT5Encoder
+
+    for fields in (UMT5_XXL, {**planner.architecture(_spec(["model=tiny"]))[2].__dict__}):
+        shape = EncoderShape.from_config(fields)
+        with torch.device("meta"):
+            ours = sum(p.numel() for p in UMT5Encoder(shape).parameters())
+            theirs = sum(p.numel() for p in UMT5EncoderModel(UMT5Config(**fields)).parameters())
+        assert umt5_parameters(shape) == ours == theirs, fields
