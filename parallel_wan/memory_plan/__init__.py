@@ -21,7 +21,7 @@ What is counted is what `live_bytes` measures: tensor storages, at op boundaries
   for rank 0's band when the decode is split (the run's `HeightBandOps`, null collectives).
 
 One file per phase: architecture.py, weight_bytes.py, denoise_bytes.py (on meta_backend.py),
-text_encoder_bytes.py, vae_bytes.py; report.py joins them; cli.py is `python -m
+text_encoder_bytes.py, vae_bytes.py (on steady_decode.py); report.py joins them; cli.py is `python -m
 parallel_wan.plan` (parallel_wan/plan/ holds only that command's name).
 Not counted, here or by the measurement: a kernel's private scratch (CPU flash attention's
 per-thread buffers, convolution workspaces, cuDNN/flash workspaces), the CUDA caching

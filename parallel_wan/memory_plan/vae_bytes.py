@@ -18,7 +18,8 @@ class VaeBytes:
 
 def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
     """The VAE decode on rank 0: `models.vae.decode` (one latent frame per call, the causal
-    time cache) and the uint8 frames, run on meta tensors of the whole video; split over every
+    time cache; the chunks after the cache's shapes settle are counted, not run:
+    steady_decode.py) and the uint8 frames, run on meta tensors of the whole video; split over every
     rank of the job by latent rows (backends/torch/vae_decode.py; JAX: vae_codec.py) when the
     job has several, rank 0 holding the largest band and receiving the others' uint8 bands."""
     import torch
@@ -27,11 +28,12 @@ def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
     from ..backends.torch import ops as torch_ops
     from ..backends.torch.collectives import NullCollectives
     from ..backends.torch.vae_decode import HeightBandOps, height_bands
-    from ..report.frames import to_uint8_frames
     from ..measure.live_bytes import LiveBytes
     from ..models import vae
+    from ..report.frames import to_uint8_frames
     from ..weights.tree import unflatten
     from .meta_backend import FusedAttentionOps
+    from .steady_decode import steady_decode
 
     model = meta_module(lambda: AutoencoderKLWan(**vcfg.to_diffusers()))
     weights = sum(p.numel() for p in model.parameters()) * 4  # the VAE runs in fp32
@@ -46,7 +48,7 @@ def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
     with torch.inference_mode(), LiveBytes() as live:
         for row in range(prompts):
             zrow = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], vcfg, torch_ops)
-            frames = to_uint8_frames(vae.decode(params, zrow, band_ops, vcfg), torch_ops).contiguous()
+            frames = to_uint8_frames(steady_decode(params, zrow, band_ops, vcfg, live), torch_ops).contiguous()
             if len(bands) > 1:  # rank 0 receives the other bands, then concatenates
                 others = [torch.empty((frames.shape[0], (b - a) * frames.shape[1] // (stop - start), *frames.shape[2:]),
                                       dtype=frames.dtype, device="meta") for a, b in bands[1:]]
