@@ -49,6 +49,7 @@ def _block_code():
     return code
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_compiled_blocks_with_fused_qkv_render_the_eager_latents(monkeypatch):
     import torch
     import torch._dynamo

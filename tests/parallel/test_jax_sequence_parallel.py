@@ -121,6 +121,7 @@ def forward_fn(cfg):
         (2, 2, 2, True, True),  # FSDP: weights sharded over all 8 devices, gathered per layer
     ],
 )
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_transformer_on_token_shards_equals_one_device(tiny_dit, dp, ring, ulysses, per_token, fsdp):
     cfg, params = tiny_dit
     mesh = mesh_of(dp, ring, ulysses)

@@ -64,6 +64,7 @@ def _kernel_errors(rank, world):
     return errors
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sage_kernels_in_the_interpreter_match_fp32_attention():
     import torch
 

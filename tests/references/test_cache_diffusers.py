@@ -181,6 +181,7 @@ def ratios_path(tmp_path_factory):
 
 @pytest.mark.parametrize("cache", ["magcache", "taylorseer", "fbcache"])
 @pytest.mark.parametrize("kind", ["t2v", "i2v", "ti2v"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cached_run_matches_diffusers_cache_hooks(models, ratios_path, tmp_path, kind, cache):
     case = models[kind]
     model = case["model"]

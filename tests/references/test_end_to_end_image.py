@@ -52,6 +52,7 @@ def i2v_runs(tiny_i2v, images, tmp_path_factory):
 
 
 @pytest.mark.parametrize("image", ["exact", "resized"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_i2v_matches_diffusers_image_to_video_pipeline(tiny_i2v, images, i2v_runs, image):
     model, _ = tiny_i2v
     ref = reference_frames(model, images[image], guidance_scale=I2V_GUIDANCE_HIGH, guidance_scale_2=I2V_GUIDANCE_LOW)

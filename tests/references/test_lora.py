@@ -40,6 +40,7 @@ def tiny(tmp_path_factory):
     return model, str(write_checkpoint(model, root / "ckpt", "diffusers")), files, root
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_t2v_frames_equal_diffusers_with_a_lora_per_expert(tiny, tmp_path):
     from diffusers import UniPCMultistepScheduler, WanPipeline
 
@@ -231,6 +232,7 @@ def test_cli_bad_lora_is_one_line_and_writes_nothing(tiny, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_i2v_frames_equal_diffusers_with_one_lora_for_both_experts(tmp_path_factory, tmp_path):
     """`lora=` on I2V-A14B: the musubi file (alpha 2 on rank 4) on both experts, equal to
     WanImageToVideoPipeline after load_lora_weights into transformer and transformer_2."""
