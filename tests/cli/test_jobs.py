@@ -24,6 +24,11 @@ from harness.images import write_png
 REPO = os.path.dirname(CONF_DIR)
 
 
+# A small video for the tests whose subject is the loop's stop and resume, not the picture:
+# 64×64×5 keeps both experts and every step, at a third of the tiny preset's 128×128×17 work.
+SMALL = ["num_frames=5", "height=64", "width=64"]
+
+
 def job_of(*overrides, world=1, env=None):
     return validate_job(compose_settings(list(overrides)), world, env=env or {})
 
@@ -245,7 +250,7 @@ def test_rerun_skips_verified_entries_and_redoes_a_damaged_one(ti2v_job, monkeyp
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_preempted_mid_denoise_saves_exits_75_and_resumes_to_the_same_frames(tmp_path, monkeypatch):
     prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "name": "fox"}, {"prompt": "a dog", "seed": 5})
-    args = [f"prompts={prompts}", "save_frames=true", "steps=8", "backend=torch"]
+    args = [f"prompts={prompts}", "save_frames=true", "steps=8", "backend=torch", *SMALL]
     full, ckpt = job_of(*args, f"output_dir={tmp_path / 'full'}")
     run_job(full, ckpt)
 
@@ -290,7 +295,7 @@ def test_a_signal_between_entries_stops_before_the_next_with_nothing_to_save(tmp
 
 def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):
     prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "name": "fox"})
-    args = [f"prompts={prompts}", "steps=6", f"output_dir={tmp_path}", "backend=torch"]
+    args = [f"prompts={prompts}", "steps=6", f"output_dir={tmp_path}", "backend=torch", *SMALL]
     job, ckpt = job_of(*args)
     backend = make_backend(job.base)
     SignalAtVote(backend, at=3)
@@ -312,7 +317,7 @@ def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache):
     # A step cache's state (TaylorSeer's factors, its skip log) travels in the saved state too.
-    args = ["steps=6", f"output_dir={tmp_path / 'cut'}", "save_frames=true", "backend=torch", f"cache={cache}"]
+    args = ["steps=6", f"output_dir={tmp_path / 'cut'}", "save_frames=true", "backend=torch", f"cache={cache}", *SMALL]
     job, ckpt = job_of(*args)
     backend = make_backend(job.base)
     SignalAtVote(backend, at=3)
@@ -321,7 +326,7 @@ def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache
     report = run_job(*job_of(*args))
     assert report.resumed == {"video": 2}
     run_job(*validate_job(compose_settings(["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true",
-                                            f"cache={cache}"]), 1))
+                                            f"cache={cache}", *SMALL]), 1))
     assert np.array_equal(np.load(tmp_path / "cut" / "frames.npy"), np.load(tmp_path / "full" / "frames.npy"))
     cut, full = (json.loads((tmp_path / d / "video.json").read_text()) for d in ("cut", "full"))
     assert cut["resumed_from_step"] == 2 and cut.get("cache") == full.get("cache")
