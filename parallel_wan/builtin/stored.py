@@ -77,25 +77,23 @@ def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:
         return folder
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
+        with _turn(folder.parent):
+            if folder.is_dir():  # built by the process that held the lock before this one
+                return folder
+            partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+            try:
+                write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout="diffusers")
+                os.rename(partial, folder)  # atomic; fails if another process got there first
+            except OSError:
+                if not folder.is_dir():
+                    raise
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
     except OSError:
+        if folder.is_dir():
+            return folder
         write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout="diffusers")
         return Path(fallback)
-    with _turn(folder.parent):
-        if folder.is_dir():  # built by the process that held the lock before this one
-            return folder
-        try:
-            partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        except OSError:
-            write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout="diffusers")
-            return Path(fallback)
-        try:
-            write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout="diffusers")
-            os.rename(partial, folder)  # atomic; fails if another process got there first
-        except OSError:
-            if not folder.is_dir():
-                raise
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
     return folder
 
 

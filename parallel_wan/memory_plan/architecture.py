@@ -16,15 +16,12 @@ def architecture(spec: RunSpec):
     from ..text.umt5_encoder import EncoderShape
 
     if spec.weights.checkpoint_dir is not None:
-        import json
-
         from ..weights.layout import describe_checkpoint
 
         ckpt = describe_checkpoint(spec.weights.checkpoint_dir)
         text = EncoderShape.from_config(UMT5_XXL)
         if ckpt.text_encoder_format == "diffusers":
-            config = ckpt.text_encoder_path / "config.json"
-            text = EncoderShape.from_config(json.loads(config.read_text()), str(config))
+            text = EncoderShape.from_config_file(ckpt.text_encoder_path / "config.json")
         return next(iter(ckpt.transformers.values())), ckpt.vae_config, text
     arch = for_task(spec.model.task, bool(spec.model.builtin))
     text = dict(arch.text_encoder)

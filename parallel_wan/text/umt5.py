@@ -13,7 +13,6 @@ reader (one cast copy per tensor); the official file's names are mapped on the w
 from __future__ import annotations
 
 import gc
-import json
 import weakref
 
 import torch
@@ -85,7 +84,7 @@ class TextEncoder:
         alive = weakref.ref(first) if first is not None else None
         del first
         self.model = None
-        # transformers' module holds no reference cycle, so dropping it frees the weights at
+        # the encoder module holds no reference cycle, so dropping it frees the weights at
         # once; a full collection (0.3-0.5 s in a process that has imported torch, transformers
         # and diffusers) only when something still holds them through a cycle.
         if alive is not None and alive() is not None:
@@ -98,8 +97,7 @@ def load_umt5(checkpoint: Checkpoint, dtype: str = "bfloat16") -> UMT5Encoder:
     """The UMT5 encoder with the checkpoint's weights, in `dtype`."""
     target = torch_dtype(dtype)
     if checkpoint.text_encoder_format == "diffusers":
-        config = checkpoint.text_encoder_path / "config.json"
-        shape = EncoderShape.from_config(json.loads(config.read_text()), str(config))
+        shape = EncoderShape.from_config_file(checkpoint.text_encoder_path / "config.json")
         state = read_safetensors(checkpoint.text_encoder_path, dtype=target, keep_fp32=_keep_fp32(target))
     else:
         official = load_pth_mapped(checkpoint.text_encoder_path)

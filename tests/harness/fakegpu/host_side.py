@@ -1,7 +1,7 @@
 """The few places of a run that fake tensors cannot follow, done for real on the host.
 
 None of these is a GPU path of the project; each is host bookkeeping or a third-party module:
-- UMT5 is transformers' module, built under torch.device("meta") (which a fake mode cannot
+- UMT5 (text/umt5_encoder.py) is built under torch.device("meta") (which a fake mode cannot
   host) and reading data-dependent prompt lengths: the encoder runs for real on the CPU and its
   output becomes a fake tensor on the run's device (so its own .to(device) is not exercised);
   every rank encodes the same prompts with the same weights, so it runs once per process;
