@@ -5,6 +5,7 @@ long job of many generations in one process holds its memory steady."""
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,7 +196,14 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
         assert started.wait(240), "never started denoising:\n" + "".join(seen)[-3000:]
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=60)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # say what the run was doing (an ignored SIGINT shows in SigIgn)
+            status = open(f"/proc/{proc.pid}/status").read()
+            ignored = int(re.search(r"SigIgn:\s*([0-9a-f]+)", status).group(1), 16) >> (signal.SIGINT - 1) & 1
+            pytest.fail(f"still running 60 s after SIGINT (SIGINT ignored by the run: {bool(ignored)}; by this "
+                        f"test's process: {signal.getsignal(signal.SIGINT) == signal.SIG_IGN}):\n"
+                        + "".join(seen)[-2000:])
     finally:
         if proc.poll() is None:
             proc.kill()
