@@ -196,7 +196,33 @@ class Doctor:
             self.communication(device)
         self.mesh_and_plan(device)
         self.say("ready" if not self.problems else f"{len(self.problems)} problem(s); see PROBLEM lines")
+        self.report_finished()
         return 1 if self.problems else 0
+
+    def report_finished(self) -> None:
+        """Under torchrun, a rank that ends with problems before rank 0 has printed its report
+        makes the agent stop every worker, rank 0 in the middle of its report. So rank 0 marks
+        its report done in the agent's store (TORCHELASTIC_USE_AGENT_STORE: the store torchrun
+        hosts for its workers, which no device or process group is needed for) and the other
+        ranks wait for that mark before they exit (at most 5 minutes: if rank 0 died, the agent
+        has already stopped them)."""
+        env = os.environ
+        if self.launch.world_size < 2 or env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            return
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        try:
+            store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                                  timeout=timedelta(minutes=5))
+            key = f"parallel_wan/doctor/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/report_done"
+            if self.reports:
+                store.set(key, "1")
+            else:
+                store.wait([key])
+        except Exception:  # noqa: BLE001 - the report is printed; this only orders the exits
+            pass
 
 
 def main(argv: list[str], out=sys.stdout) -> int:

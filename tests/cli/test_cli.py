@@ -135,10 +135,20 @@ def test_doctor_shows_the_planners_numbers_once_when_a_run_does_not_fit(capsys):
     assert text.count("try: ") == 1, text
 
 
-def torchrun_doctor(*settings):
+def torchrun_doctor(*settings, script=None):
+    entry = [script] if script else ["-m", "parallel_wan.doctor"]
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "parallel_wan.doctor", *settings], capture_output=True, text=True, timeout=300,
-                          env=ENV, cwd=REPO)
+                           *entry, *settings], capture_output=True, text=True, timeout=300, env=ENV, cwd=REPO)
+
+
+# The doctor with rank 0 late to its plan (3 s): rank 1, done first with a problem, must not exit
+# before rank 0 has printed its report (torchrun's agent stops every worker once one fails).
+RANK_0_LATE = """import sys, time
+from parallel_wan import doctor
+plan = doctor.Doctor.mesh_and_plan
+doctor.Doctor.mesh_and_plan = lambda self, device: (self.launch.rank == 0 and time.sleep(3), plan(self, device))
+sys.exit(doctor.main(sys.argv[1:]))
+"""
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
@@ -152,9 +162,12 @@ def test_doctor_under_torchrun_reports_once_from_rank_0():
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_doctor_under_torchrun_tags_another_ranks_problems():
-    proc = torchrun_doctor("model=tiny", "mesh=cp2", "device=cuda")
+def test_doctor_under_torchrun_tags_another_ranks_problems(tmp_path):
+    script = tmp_path / "rank_0_late.py"
+    script.write_text(RANK_0_LATE)
+    proc = torchrun_doctor("model=tiny", "mesh=cp2", "device=cuda", script=str(script))
     assert proc.returncode != 0, proc.stdout
     problems = [line for line in proc.stdout.splitlines() if "PROBLEM: device=cuda" in line]
     assert sorted(line.split("PROBLEM")[0] for line in problems) == ["", "[rank 1/2] "], proc.stdout
-    assert proc.stdout.count("problem(s); see PROBLEM lines") == 1, proc.stdout
+    assert proc.stdout.count("problem(s); see PROBLEM lines") == 1, proc.stdout  # rank 0's report, whole
+    assert "plan for this device's" in proc.stdout, proc.stdout
