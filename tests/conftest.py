@@ -61,24 +61,6 @@ def pytest_unconfigure(config):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
-@pytest.fixture(autouse=True)
-def _sigint_put_back(request):
-    """Ctrl-C's handler is process-wide state: a test that leaves SIGINT ignored in a worker makes
-    every process the worker later starts ignore it too (an ignored signal survives exec), and
-    tests/cli/test_faults.py's Ctrl-C run then never stops. Put it back after each test, and say
-    which test changed it (a warning in the summary: a library did it, not the test's subject)."""
-    import signal
-
-    before = signal.getsignal(signal.SIGINT)
-    yield
-    after = signal.getsignal(signal.SIGINT)
-    if after is not before:
-        signal.signal(signal.SIGINT, before)
-        import warnings
-
-        warnings.warn(f"{request.node.nodeid} left SIGINT's handler {after!r} (was {before!r}); put back")
-
-
 @pytest.fixture(scope="session")
 def tiny_t2v(tmp_path_factory):
     """The built-in tiny T2V model (seed 0) and its checkpoint in both layouts (the official one

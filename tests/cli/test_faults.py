@@ -186,8 +186,14 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
     out = tmp_path / "out"
     # 5000 steps (minutes of denoising): the interrupt always lands mid-denoise, however loaded
     # the machine or late the reader thread; 400 steps once finished (36 step/s) before it arrived.
-    proc = subprocess.Popen([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "steps=5000",
-                             "num_frames=5", "height=32", "width=32"], cwd=tmp_path, stderr=subprocess.PIPE,
+    # The run starts with Ctrl-C's default disposition, as from a terminal, whatever this test's
+    # process has: pytest started in the background by a non-interactive shell (`cmd &`, nohup in
+    # a script, some CI runners) ignores SIGINT, and an ignored signal stays ignored across exec —
+    # the run would never see the interrupt. A one-line shim resets it and execs the command.
+    command = [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "steps=5000", "num_frames=5", "height=32",
+               "width=32"]
+    shim = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    proc = subprocess.Popen([sys.executable, "-c", shim, *command], cwd=tmp_path, stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": REPO})
     seen, started = [], threading.Event()
     reader = threading.Thread(target=_wait_for, args=(proc.stderr, seen, started, "denoise:", "/5000"), daemon=True)
