@@ -1,6 +1,7 @@
 """Process-wide test setup shared by every test module."""
 
 import os
+import sys
 
 # JAX reads XLA_FLAGS once, when it is first imported; the sequence-parallel tests need 8
 # virtual CPU devices, so the flag is set here, before any test module can import jax. It
@@ -24,8 +25,8 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 # wall, 231 → 187 CPU-s. libgomp reads the variable when torch loads, so it is set here, before
 # any test module imports torch; a plugin that imported it first is corrected below.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-if "torch" in __import__("sys").modules:
-    __import__("torch").set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+if "torch" in sys.modules:
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # The built-in tiny model is stored once per machine (parallel_wan/builtin/stored.py); the
 # tests' runs and every process they start share one store of their own, made for this

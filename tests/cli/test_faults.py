@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,7 +206,7 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
         try:
             rc = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:  # say what the run was doing (an ignored SIGINT shows in SigIgn)
-            status = open(f"/proc/{proc.pid}/status").read()
+            status = Path(f"/proc/{proc.pid}/status").read_text()
             ignored = int(re.search(r"SigIgn:\s*([0-9a-f]+)", status).group(1), 16) >> (signal.SIGINT - 1) & 1
             pytest.fail(f"still running 60 s after SIGINT (SIGINT ignored by the run: {bool(ignored)}; by this "
                         f"test's process: {signal.getsignal(signal.SIGINT) == signal.SIG_IGN}):\n"
