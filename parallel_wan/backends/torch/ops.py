@@ -250,12 +250,34 @@ def rms_norm(x: torch.Tensor, w=None, eps: float = 1e-6) -> torch.Tensor:
 
 def l2_normalize(x: torch.Tensor, axis: int, eps: float = 1e-12) -> torch.Tensor:
     """F.normalize semantics: x / max(‖x‖₂, eps) along `axis`."""
+    if x.device.type == "cpu":
+        # The norm as a sum of squares: on CPU torch's vector_norm over an axis that is not the
+        # innermost (the VAE's channels) runs 4-10× slower than this (benchmarks/cpu_conv3d.py);
+        # the result differs from F.normalize's in the last bit at most.
+        return x / x.square().sum(dim=axis, keepdim=True).sqrt().clamp_min(eps)
     return F.normalize(x, dim=axis, eps=eps)
 
 
 def conv3d(x, w, b=None, stride=(1, 1, 1), padding=(0, 0, 0)) -> torch.Tensor:
     """(N, C, T, H, W) input, (out, in, kt, kh, kw) weight; padding is symmetric zeros per axis."""
+    if _onednn_conv3d(x, w, b):
+        return torch.ops.aten.mkldnn_convolution(x, w, b, list(padding), list(stride), [1, 1, 1], 1)
     return F.conv3d(x, w, b, stride=tuple(stride), padding=tuple(padding))
+
+
+def _onednn_conv3d(x, w, b) -> bool:
+    """Whether a 3-D convolution goes to oneDNN's kernel directly. On CPU, ATen sends float32
+    3-D convolutions with N·C·T·H ≤ 20,480 to its im2col reference kernel (`slow_conv3d`), though
+    oneDNN (bundled with every CPU build) runs them: the tiny VAE's 3×3×3 convolutions measured
+    2-10× faster there, one decode's 3-D convs 6.3× (one thread: benchmarks/cpu_conv3d.py); the
+    same sums in another order (float rounding). Convs without spatial extent (1×1×1, 3×1×1)
+    stay with ATen, which is as fast or faster on those. Inference only (no autograd), float32
+    CPU tensors, oneDNN enabled (`torch.backends.mkldnn.enabled = False` restores ATen's own
+    choice); GPUs and meta tensors keep torch's dispatch."""
+    return (x.device.type == "cpu" and w.shape[-1] * w.shape[-2] > 1
+            and x.dtype == w.dtype == torch.float32 and (b is None or b.dtype == torch.float32)
+            and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
+            and torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available())
 
 
 def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0)) -> torch.Tensor:
