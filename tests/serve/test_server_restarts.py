@@ -50,7 +50,11 @@ def test_a_dead_rank_and_kill_9_lose_no_accepted_job(tmp_path):
     storage = tmp_path / "storage"
     server = Server(storage, SETTINGS, ranks=4, agent=False).wait_ready()
     try:
-        jobs = [server.post(prompt=f"job {i}", seed=i, num_inference_steps=30 if i < 2 else 4) for i in range(3)]
+        # job 1 runs right after job 0 completes on the restarted server and must still be running
+        # when the test has seen that and polls it: 150 steps (about 5 s) — 30 (1.4 s with the
+        # CPU VAE's oneDNN convolutions) once finished before the poll in CI
+        steps = {0: 30, 1: 150, 2: 4}
+        jobs = [server.post(prompt=f"job {i}", seed=i, num_inference_steps=steps[i]) for i in range(3)]
         server.wait_step(jobs[0]["id"], 2)
         server.signal(signal.SIGKILL, rank=1)
         codes = server.wait_exit(timeout=120)
