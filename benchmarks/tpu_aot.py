@@ -37,13 +37,11 @@ def run_spec(*overrides: str, world: int = 8):
 def shapes_of(spec):
     """(TransformerConfig, VaeConfig, one expert's flat param shapes, the VAE's): the preset's
     architecture as the planner reads it; no weights exist."""
-    from diffusers import AutoencoderKLWan
-
     from parallel_wan import memory_plan as planner
+    from parallel_wan.models.vae_shapes import param_shapes
 
     tcfg, vcfg, _ = planner.architecture(spec)
-    vae = planner.meta_module(lambda: AutoencoderKLWan(**vcfg.to_diffusers()))
-    return tcfg, vcfg, planner.transformer_shapes(tcfg), {n: tuple(p.shape) for n, p in vae.named_parameters()}
+    return tcfg, vcfg, planner.transformer_shapes(tcfg), param_shapes(vcfg)
 
 
 def compile_model(spec, devices, vae_effort: float | None = None, step_effort: float | None = None) -> dict:

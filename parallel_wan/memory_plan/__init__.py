@@ -10,7 +10,7 @@ encoder, VAE decode, the peak of each phase, and FITS / DOES NOT FIT with what t
 status: 0 fits, 1 does not fit, 2 a bad setting (one line, as the run reports it).
 
 What is counted is what `live_bytes` measures: tensor storages, at op boundaries.
-- Weights: the parameter list of the model built on the meta device, in the loader's dtypes
+- Weights: the model's parameter tables (models/transformer_shapes.py, vae_shapes.py), in the loader's dtypes
   (equal to the loaded trees' bytes), per memory mode (`weight_bytes`).
 - Denoise: the run's own code on meta tensors of rank 0's shapes — `pipeline.denoise.denoise`
   (the sampler and its state) driving the run's `EagerNoisePredictor` (CFG rows, timesteps,
@@ -30,7 +30,7 @@ buffers. On CPU the figures equal the measured peaks (tests/unit/test_plan.py: w
 on a GPU add those. The text encoder's activations are a rough bound (widest FFN layer).
 """
 
-from .architecture import TEXT_LEN, UMT5_XXL, architecture, meta_module, transformer_shapes
+from .architecture import TEXT_LEN, UMT5_XXL, architecture, transformer_shapes
 from .cli import main, planning_spec
 from .denoise_bytes import PLAN_STEPS, DenoiseBytes, RankShapes, cache_bytes, denoise_bytes, rank_shapes
 from .report import GB, MemoryPlan, plan, report, suggestions
@@ -39,6 +39,6 @@ from .vae_bytes import VaeBytes, vae_decode_bytes
 from .weight_bytes import ExpertBytes, expert_bytes, tensor_bytes, weight_bytes
 
 __all__ = ["GB", "PLAN_STEPS", "TEXT_LEN", "UMT5_XXL", "DenoiseBytes", "ExpertBytes", "MemoryPlan", "RankShapes",
-           "VaeBytes", "architecture", "cache_bytes", "denoise_bytes", "expert_bytes", "main", "meta_module", "plan", "planning_spec",
+           "VaeBytes", "architecture", "cache_bytes", "denoise_bytes", "expert_bytes", "main", "plan", "planning_spec",
            "rank_shapes", "report", "suggestions", "tensor_bytes", "text_encoder_bytes", "transformer_shapes",
            "vae_decode_bytes", "weight_bytes"]

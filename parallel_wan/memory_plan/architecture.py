@@ -1,6 +1,5 @@
 """The run's model architecture, from its preset or its checkpoint's configs (no weights read),
-the modules built on the meta device that give the text encoder's and the VAE's parameters,
-and the transformer's (the model's own table)."""
+and the transformer's parameters (the model's own table; the VAE's: models/vae_shapes.py)."""
 
 from __future__ import annotations
 
@@ -28,15 +27,8 @@ def architecture(spec: RunSpec):
     if arch.builtin:  # the tiny text encoder's vocabulary follows the built-in tokenizer
         from ..builtin import tiny
 
-        text["vocab_size"] = 8 * math.ceil(len(tiny.build_tokenizer()) / 8)
+        text["vocab_size"] = 8 * math.ceil(tiny.tokenizer_size() / 8)
     return arch.transformer, arch.vae, EncoderShape.from_config(text)
-
-
-def meta_module(build):
-    import torch
-
-    with torch.device("meta"):
-        return build()
 
 
 def transformer_shapes(tcfg) -> dict:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architecture import meta_module
-
 
 @dataclass(frozen=True)
 class VaeBytes:
@@ -22,22 +20,24 @@ def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
     steady_decode.py) and the uint8 frames, run on meta tensors of the whole video; split over every
     rank of the job by latent rows (backends/torch/vae_decode.py; JAX: vae_codec.py) when the
     job has several, rank 0 holding the largest band and receiving the others' uint8 bands."""
+    import math
+
     import torch
-    from diffusers import AutoencoderKLWan
 
     from ..backends.torch import ops as torch_ops
     from ..backends.torch.collectives import NullCollectives
     from ..backends.torch.vae_decode import HeightBandOps, height_bands
     from ..measure.live_bytes import LiveBytes
     from ..models import vae
+    from ..models.vae_shapes import param_shapes
     from ..report.frames import to_uint8_frames
     from ..weights.tree import unflatten
     from .meta_backend import FusedAttentionOps
     from .steady_decode import steady_decode
 
-    model = meta_module(lambda: AutoencoderKLWan(**vcfg.to_diffusers()))
-    weights = sum(p.numel() for p in model.parameters()) * 4  # the VAE runs in fp32
-    params = unflatten({n: torch.empty(p.shape, device="meta") for n, p in model.named_parameters()})
+    shapes = param_shapes(vcfg)
+    weights = sum(math.prod(shape) for shape in shapes.values()) * 4  # the VAE runs in fp32
+    params = unflatten({n: torch.empty(shape, device="meta") for n, shape in shapes.items()})
     _, z, t, h, w = latent_shape
     latents = torch.empty((prompts, z, t, h, w), device="meta")
     bands = height_bands(h, ranks)

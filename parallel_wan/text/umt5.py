@@ -18,6 +18,7 @@ import weakref
 import torch
 
 from parallel_wan.text.clean import clean_prompt
+from parallel_wan.text.tokenizer import load_tokenizer
 from parallel_wan.text.umt5_encoder import EncoderShape, UMT5Encoder
 from parallel_wan.weights import t5_keymap
 from parallel_wan.weights.layout import Checkpoint
@@ -35,17 +36,15 @@ DEFAULT_NEGATIVE_PROMPT = (
 
 class TextEncoder:
     def __init__(self, model, tokenizer, text_len: int = TEXT_LEN):
+        # tokenizer(texts, length) → (input_ids, attention_mask): text/tokenizer.py
         self.model = model
         self.tokenizer = tokenizer
         self.text_len = text_len
 
     @classmethod
     def load(cls, checkpoint: Checkpoint, dtype: str = "bfloat16", device: str | torch.device = "cpu"):
-        from transformers import AutoTokenizer
-
         model = load_umt5(checkpoint, dtype).to(device)
-        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.tokenizer_path))
-        return cls(model, tokenizer)
+        return cls(model, load_tokenizer(checkpoint.tokenizer_path))
 
     @property
     def dim(self) -> int:
@@ -59,17 +58,9 @@ class TextEncoder:
             raise RuntimeError("the text encoder was released; encode every prompt before release()")
         if isinstance(prompts, str):
             prompts = [prompts]
-        tokens = self.tokenizer(
-            [clean_prompt(p) for p in prompts],
-            padding="max_length",
-            max_length=self.text_len,
-            truncation=True,
-            add_special_tokens=True,
-            return_attention_mask=True,
-            return_tensors="pt",
-        )
+        ids, mask = self.tokenizer([clean_prompt(p) for p in prompts], self.text_len)
         device = next(self.model.parameters()).device
-        ids, mask = tokens.input_ids.to(device), tokens.attention_mask.to(device)
+        ids, mask = ids.to(device), mask.to(device)
         hidden = self.model(ids, mask)
         lengths = mask.gt(0).sum(dim=1).tolist()
         out = hidden.new_zeros(hidden.shape)

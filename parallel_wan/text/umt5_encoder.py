@@ -9,7 +9,7 @@ in every process that encodes a prompt, more than a small run's whole denoising 
 by each CLI run, server start and preempted job's restart. The encoder itself is 24 identical
 blocks: an RMS norm, self-attention with a per-block relative-position bias and no score
 scaling, an RMS norm and a gated tanh-GELU feed-forward (the official `wan/modules/t5.py` carries
-its own copy of the same network, too). The tokenizer stays transformers' AutoTokenizer.
+its own copy of the same network, too). The tokenizer: text/tokenizer.py.
 """
 
 from __future__ import annotations
