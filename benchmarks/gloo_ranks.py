@@ -128,12 +128,15 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
 
 
 # A pool's ranks fork from multiprocessing's fork server, which imported these once (one server
-# per calling process): a rank starts in a fraction of a second instead of importing torch,
-# transformers' tokenizer and the pipeline again (≈3-4 s of CPU per rank on the 2-core machine, the
-# suite's largest start-up cost). The server only imports — no tensor op runs there, so no
-# OpenMP thread exists to be lost in the fork (the hazard `spawn_ranks`' docstring names).
-PRELOAD = ("torch", "torch.distributed", "transformers.models.auto.tokenization_auto", "parallel_wan.pipeline",
-           "parallel_wan.backends.torch.backend")
+# per calling process): a rank starts in a fraction of a second instead of importing torch, the
+# pipeline, Hydra (every rank composes its settings: 0.4 s) and torch._dynamo (2.3 s, imported on
+# first use by FSDP2's memory=sharded and by tensor ops under a dispatch mode) again — ≈3-6 s of
+# CPU per rank on the 2-core machine, the suite's largest start-up cost. The server only imports
+# (and starts no thread doing so) — no tensor op runs there, so no OpenMP thread exists to be
+# lost in the fork (the hazard `spawn_ranks`' docstring names). diffusers is left out: importing
+# its models starts a thread.
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "hydra", "hydra.compose", "omegaconf",
+           "parallel_wan.config.compose", "parallel_wan.pipeline", "parallel_wan.backends.torch.backend")
 
 
 def _forkserver():

@@ -33,7 +33,8 @@ SEED = 0
 _PACKAGE = Path(__file__).resolve().parents[1]
 # The code that decides the written bytes: the builder, the architectures, the configs it
 # turns into diffusers' and the official layouts, the key maps.
-_SOURCES = ["builtin/tiny.py", "builtin/scheduler.py", "models/registry.py", "models/transformer_config.py",
+_SOURCES = ["builtin/tiny.py", "builtin/kinds.py", "builtin/scheduler.py", "models/registry.py",
+            "models/transformer_config.py",
             "models/vae_config.py", "weights/t5_keymap.py", "weights/transformer_keymap.py", "weights/vae_keymap.py"]
 _LIBRARIES = ["torch", "diffusers", "transformers", "safetensors", "tokenizers"]
 
@@ -46,7 +47,7 @@ def cache_home() -> Path:
 
 
 def digest(kind: str) -> str:
-    from parallel_wan.builtin.tiny import ARCHITECTURE_OF_KIND
+    from parallel_wan.builtin.kinds import ARCHITECTURE_OF_KIND
 
     h = hashlib.sha256()
     h.update(f"{kind} seed={SEED} {registry.ARCHITECTURES[ARCHITECTURE_OF_KIND[kind]]!r}".encode())
@@ -61,7 +62,7 @@ def digest(kind: str) -> str:
 
 
 def stored_folder(kind: str) -> Path:
-    from parallel_wan.builtin.tiny import ARCHITECTURE_OF_KIND
+    from parallel_wan.builtin.kinds import ARCHITECTURE_OF_KIND
 
     return cache_home() / "builtin" / f"{ARCHITECTURE_OF_KIND[kind]}-{digest(kind)}"
 
@@ -69,12 +70,12 @@ def stored_folder(kind: str) -> Path:
 def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:
     """The folder holding the built-in `kind` model as a diffusers-layout checkpoint: the stored
     one (written now if it is not there yet), or `fallback` written now when the cache home is
-    not writable."""
-    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
-
+    not writable. Finding a stored folder imports no torch (the server's HTTP process does it)."""
     folder = stored_folder(kind)
     if folder.is_dir():
         return folder
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with _turn(folder.parent):

@@ -23,15 +23,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from parallel_wan.models import registry
+from parallel_wan.builtin.kinds import (  # noqa: F401 (re-exported)
+    ARCHITECTURE_OF_KIND, KINDS, architecture, transformer_config)
 from parallel_wan.builtin.scheduler import TINY_SCHEDULER_CONFIG
+from parallel_wan.models import registry
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights import t5_keymap, transformer_keymap
 
-KINDS = ("t2v", "i2v", "ti2v")
-
-# The tiny architectures live in the model registry beside the real ones; a kind names one.
-ARCHITECTURE_OF_KIND = {"t2v": "tiny", "i2v": "tiny_i2v", "ti2v": "tiny_ti2v"}
 TEXT_DIM = registry.TINY_TEXT_DIM  # the tiny UMT5's d_model, which is the transformer's text_dim
 
 _WORDS = """a an the and or of in on at to from with by for as is are was be it its this that
@@ -61,17 +59,6 @@ class TinyModel:
     tokenizer: object  # transformers fast tokenizer
     scheduler_config: dict  # diffusers UniPCMultistepScheduler config (flow matching)
     boundary_ratio: float | None
-
-
-def architecture(kind: str) -> registry.Architecture:
-    if kind not in ARCHITECTURE_OF_KIND:
-        raise ValueError(f"tiny model kind={kind!r} is not one of {list(KINDS)}")
-    return registry.architecture(ARCHITECTURE_OF_KIND[kind])
-
-
-def transformer_config(kind: str) -> TransformerConfig:
-    """The tiny transformer's dimensions, without building anything (for early validation)."""
-    return architecture(kind).transformer
 
 
 def vae_kind(arch: registry.Architecture) -> str:

@@ -19,7 +19,7 @@ def preflight(spec: RunSpec):
     """Cheap checks of the checkpoint against the run (json and safetensors headers only).
     Returns the checkpoint description, or None for the built-in tiny model."""
     if spec.weights.checkpoint_dir is None:
-        from ..builtin.tiny import transformer_config
+        from ..builtin.kinds import transformer_config  # no torch: the HTTP process runs this
 
         check_heads(spec, transformer_config(spec.model.task))
         experts = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]

@@ -38,14 +38,14 @@ def resident_and_sharded(rank, world, overrides):
     from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate
-    from parallel_wan.pipeline.checkpoint import load_components, materialize_tiny
+    from parallel_wan.pipeline.checkpoint import builtin_checkpoint, load_components
 
     resident, sharded = _spec(overrides, world), _spec(overrides + ["memory=sharded"], world)
     backend = start_torch_backend(resident.execution.device, resident.mesh, Launch(rank, world, rank, "test"))
     ref = generate(resident, backend)
     got = generate(sharded, backend)
     with tempfile.TemporaryDirectory() as folder, backend.inference_mode():
-        ckpt = materialize_tiny(sharded, folder)
+        ckpt = builtin_checkpoint(sharded, folder)  # the stored tiny model generate() read
         experts = load_components(sharded, ckpt, backend).experts
         before = sum(e.local_bytes() for _, e in experts.values())
         for _, e in experts.values():
@@ -378,14 +378,14 @@ def test_swap_exchange_completes_when_the_step_skips_its_forward():
 def test_text_encoder_is_freed_after_encoding():
 
     from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.pipeline.checkpoint import materialize_tiny
+    from parallel_wan.pipeline.checkpoint import builtin_checkpoint
     from parallel_wan.pipeline.generate import encode_text
     from parallel_wan.text.umt5 import TextEncoder
 
     spec = _spec(BASE)
     backend = start_torch_backend("cpu")
     with tempfile.TemporaryDirectory() as folder:
-        encoder = TextEncoder.load(materialize_tiny(spec, folder), "float32")
+        encoder = TextEncoder.load(builtin_checkpoint(spec, folder), "float32")
 
     class Loaded:
         text_encoder = encoder

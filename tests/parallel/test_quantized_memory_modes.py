@@ -24,14 +24,14 @@ def resident_and_sharded(rank, world, overrides):
     from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate
-    from parallel_wan.pipeline.checkpoint import load_components, materialize_tiny
+    from parallel_wan.pipeline.checkpoint import builtin_checkpoint, load_components
 
     resident, sharded = _spec(overrides, world), _spec(overrides + ["memory=sharded"], world)
     backend = start_torch_backend(resident.execution.device, resident.mesh, Launch(rank, world, rank, "test"))
     ref = generate(resident, backend).latents
     got = generate(sharded, backend).latents
     with tempfile.TemporaryDirectory() as folder, backend.inference_mode():
-        ckpt = materialize_tiny(sharded, folder)
+        ckpt = builtin_checkpoint(sharded, folder)  # the stored tiny model generate() read
         expert = load_components(sharded, ckpt, backend).experts["high_noise"][1]
         chunks = expert.blocks[0].local_chunks()
         dtypes = {name: str(t.dtype) for name, t in chunks.items()}

@@ -278,16 +278,15 @@ def test_models_metrics_and_the_page(api):
 
 
 def test_the_http_side_touches_no_device(tmp_path):
-    """What the HTTP process runs for a JAX server's request: no jax, no CUDA (the device's memory
-    comes from rank 0)."""
+    """What the HTTP process runs for a JAX server's request: no jax, no torch at all — so no CUDA
+    (the device's memory comes from rank 0) and no 1.5 s torch import per server start."""
     code = ("import sys\n"
             "from parallel_wan.config.compose import compose_settings\n"
             "from parallel_wan.serve.served import serve_start\n"
             "served = serve_start(compose_settings(['model=tiny_ti2v', 'backend=jax', 'mesh=dp2_cp4']), 8, None, "
             f"{str(tmp_path)!r}, (None, 'host memory'))\n"
             "assert served.request({'prompt': 'a', 'size': '64x64'})[0].mesh.dp == 2\n"
-            "torch = sys.modules.get('torch')\n"
-            "print('jax' in sys.modules, torch is not None and torch.cuda.is_initialized())\n")
+            "print('jax' in sys.modules, 'torch' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
 

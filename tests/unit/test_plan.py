@@ -169,20 +169,17 @@ def test_tiny_run_phases_match_measured(tiny_ckpt, dtype):
 def _tiny_on_rank(rank, world, overrides):
     """One rank of a cp=2 job (Ulysses): the tiny run's denoise phase and its split VAE
     decode, measured; random weights (the same on every rank)."""
-    from diffusers import AutoencoderKLWan
-
     from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.launch import Launch
     from parallel_wan.measure.live_bytes import held_bytes
+    from parallel_wan.models.vae_shapes import param_shapes  # AutoencoderKLWan's (tests/unit/test_vae_shapes.py)
 
     spec = _spec(overrides, world)
     tcfg, vcfg, _ = planner.architecture(spec)
     shapes = planner.rank_shapes(spec, tcfg, vcfg)
     backend = start_torch_backend("cpu", spec.mesh, Launch(rank, world, rank, "test"))
     params = _random_tree(planner.transformer_shapes(tcfg), torch.float32)
-    with torch.device("meta"):
-        vae_shapes = {n: p.shape for n, p in AutoencoderKLWan(**vcfg.to_diffusers()).named_parameters()}
-    vae_params = _random_tree(vae_shapes, torch.float32)
+    vae_params = _random_tree(param_shapes(vcfg), torch.float32)
     experts = {"high_noise": (tcfg, params), "low_noise": (tcfg, params)}
     denoise = _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend) - held_bytes(params, vae_params)
     decode = _measure_decode(vcfg, vae_params, shapes.latent_shape, 1, backend) - held_bytes(vae_params)
