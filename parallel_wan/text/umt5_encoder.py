@@ -121,16 +121,19 @@ class SelfAttention(nn.Module):
         far = torch.min(exact + log_ratio.to(torch.long), torch.full_like(distance, half - 1))
         return out + torch.where(distance < exact, distance, far)
 
-    def position_bias(self, length: int, device) -> torch.Tensor:
+    def pair_buckets(self, length: int, device) -> torch.Tensor:
+        """The (length, length) bucket of every query-key pair."""
         positions = torch.arange(length, dtype=torch.long, device=device)
-        relative = positions[None, :] - positions[:, None]  # key - query
-        return self.relative_attention_bias(self.bucket(relative)).permute([2, 0, 1]).unsqueeze(0)
+        return self.bucket(positions[None, :] - positions[:, None])  # key - query
 
-    def forward(self, x, keep):
-        """keep: (B, 1, 1, T) bool of the real tokens, or None when every token is real."""
+    def forward(self, x, keep, buckets=None):
+        """keep: (B, 1, 1, T) bool of the real tokens, or None when every token is real.
+        buckets: `pair_buckets(T)`, made once by the caller for every block (the same in each)."""
         b, t = x.shape[:2]
         q, k, v = (proj(x).view(b, -1, self.heads, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
-        bias = self.position_bias(t, q.device)
+        if buckets is None:
+            buckets = self.pair_buckets(t, q.device)
+        bias = self.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
         if keep is not None:
             bias = torch.where(keep, bias, torch.finfo(k.dtype).min)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.contiguous(), scale=1.0)  # T5: no scaling
@@ -179,9 +182,9 @@ class Block(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([_AttentionLayer(s), _FeedForwardLayer(s)])
 
-    def forward(self, x, keep):
+    def forward(self, x, keep, buckets=None):
         attention, ff = self.layer
-        x = _clamp_fp16(x + attention.SelfAttention(attention.layer_norm(x), keep))
+        x = _clamp_fp16(x + attention.SelfAttention(attention.layer_norm(x), keep, buckets))
         return _clamp_fp16(x + ff.DenseReluDense(ff.layer_norm(x)))
 
 
@@ -213,6 +216,9 @@ class UMT5Encoder(nn.Module):
         real = mask.bool()
         # transformers' SDPA path passes no mask when no token is padding (the bias alone)
         keep = None if bool(real.all()) else real[:, None, None, :]
+        # every block has its own bias table but the same query-key buckets: computed once, not
+        # 24 times (the log-spaced distances of 512² pairs)
+        buckets = self.encoder.block[0].layer[0].SelfAttention.pair_buckets(ids.shape[1], x.device)
         for block in self.encoder.block:
-            x = block(x, keep)
+            x = block(x, keep, buckets)
         return self.encoder.final_layer_norm(x)

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallel_wan.weights.trust import listed_file
+from parallel_wan.weights.trust import allowed_roots, listed_file
 
 # safetensors dtype codes → torch's dtype names and the bytes per value; the format is
 # little-endian, as is every host this runs on. float8: quantized experts (weights/expert_file.py);
@@ -135,11 +135,16 @@ def shard_files(source: str | Path) -> dict[str, Path]:
                 raise TypeError("weight_map is not an object")
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{indexes[0]}: not a safetensors index ({e}); re-download it") from None
-        files = {}
+        # Each shard is checked once, at its first entry, though hundreds of names list it
+        # (resolving symlinks per name was ~1/60 of the test suite's CPU).
+        files, shards, roots = {}, {}, allowed_roots(source)
         for name, file in weight_map.items():
-            path = listed_file(source, file, indexes[0].name)  # never outside `source`
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: listed in {indexes[0].name} but missing; re-download that shard")
+            path = shards.get(file) if isinstance(file, str) else None
+            if path is None:
+                path = listed_file(source, file, indexes[0].name, roots)  # never outside `source`
+                if not path.is_file():
+                    raise FileNotFoundError(f"{path}: listed in {indexes[0].name} but missing; re-download that shard")
+                shards[file] = path
             files[name] = path
         return files
     singles = sorted(source.glob("*.safetensors"))

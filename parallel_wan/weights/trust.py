@@ -29,9 +29,10 @@ def _within(path: Path, roots: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
-def listed_file(folder: Path, name, listed_in: str) -> Path:
+def listed_file(folder: Path, name, listed_in: str, roots: list[Path] | None = None) -> Path:
     """`folder / name` for a file name read from a file of the checkpoint (an index's weight
-    map), refused unless it is a relative path that stays inside `folder` after symlinks."""
+    map), refused unless it is a relative path that stays inside `folder` after symlinks.
+    `roots`: `allowed_roots(folder)`, when the caller checks many names of one folder."""
     where = f"{folder / listed_in}"
     if not isinstance(name, str) or not name:
         raise ValueError(f"{where} names {name!r} as a file; expected a file name inside {folder}")
@@ -40,7 +41,7 @@ def listed_file(folder: Path, name, listed_in: str) -> Path:
         raise ValueError(f"{where} names {name!r}, a path leading outside {folder}; a checkpoint may only name "
                          "files inside its folder (re-download that index)")
     path = folder / relative
-    if not _within(path.resolve(), allowed_roots(folder)):
+    if not _within(path.resolve(), roots if roots is not None else allowed_roots(folder)):
         raise ValueError(f"{where} names {name!r}, which is a symlink to {path.resolve()}, outside {folder}; "
                          "copy the file into the checkpoint folder instead of linking it")
     return path

@@ -1,7 +1,6 @@
 """Backends that watch a run: a CPU backend that records, before every step, what memory=swap
 keeps alive and where; the check that the experts were swapped at the switch."""
 
-import gc
 import weakref
 
 
@@ -33,7 +32,10 @@ def swap_probe():
 
             def before_step(step):
                 inner(step)
-                gc.collect()
+                # No gc.collect(): the swap must free the high-noise expert by reference count the
+                # moment it lets go (on a GPU, memory held in a cycle stays allocated until the
+                # collector happens to run) — and a full collection per step of a test worker's
+                # heap cost the suite ~30 CPU-s.
                 low = task.experts[LOW][1]
                 seen.append((step.index, step.expert, sum(r() is not None for r in high_refs),
                              None if isinstance(low, HostExpert) else low))
