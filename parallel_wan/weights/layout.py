@@ -282,11 +282,11 @@ def _official(name: str, official: bool) -> str:
 
 def _check_vae_shapes(folder: Path, cfg: VaeConfig, where: str) -> None:
     infos = _weights_or_error(folder, where)
-    expected = {
-        "encoder.conv_in.weight": (cfg.base_dim, cfg.in_channels, 3, 3, 3),
-        "post_quant_conv.weight": (cfg.z_dim, cfg.z_dim, 1, 1, 1),
-        "decoder.conv_in.weight": (cfg.decoder_dim * cfg.dim_mult[-1], cfg.z_dim, 3, 3, 3),
-    }
+    from ..models.vae_shapes import param_shapes  # AutoencoderKLWan's table
+
+    table = param_shapes(cfg)
+    expected = {name: table[name] for name in ("encoder.conv_in.weight", "post_quant_conv.weight",
+                                                "decoder.conv_in.weight")}
     for name, want in expected.items():
         have = infos.get(name)
         if have is None:
