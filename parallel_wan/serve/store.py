@@ -100,7 +100,7 @@ class Store:
 
     # ------------------------------------------------------------------ requests
     def add(self, video: dict, idempotency_key: str | None = None, request_sha256: str | None = None) -> tuple[dict, bool]:
-        """Queue `video` (id, model, prompt, size, seconds, settings, steps); (its row, True). With
+        """Queue `video` (id, model, prompt, size, seconds, settings, steps); (its row as queued, True). With
         an Idempotency-Key seen before: (that job's row, False), or IdempotencyConflict when the
         key came with another request."""
         with self._write() as db:
@@ -115,7 +115,10 @@ class Store:
                        (video["id"], video["model"], video["prompt"], video["size"], video["seconds"],
                         json.dumps(video["settings"]), idempotency_key, request_sha256, int(time.time()),
                         video["steps"]))
-        return self.get(video["id"]), True
+            # Read inside the transaction: after the commit a server may already have claimed
+            # the job, and the creator's answer is the job as it was queued.
+            row = db.execute("SELECT * FROM videos WHERE id = ?", (video["id"],)).fetchone()
+        return dict(row), True
 
     def get(self, video_id: str) -> dict | None:
         row = self._db().execute("SELECT * FROM videos WHERE id = ?", (video_id,)).fetchone()

@@ -307,6 +307,28 @@ def test_each_job_is_claimed_exactly_once_by_competing_processes(tmp_path):
     assert all(got == sorted(got) for got in claims)  # in order
 
 
+def test_the_creators_answer_is_the_job_as_queued_even_when_a_server_claims_it_at_once(tmp_path, monkeypatch):
+    """A server's worker may claim a job between the creator's commit and its answer; the answer
+    is still the queued job (progress 0), as OpenAI's create returns it."""
+    from parallel_wan.serve import store as store_module
+
+    path = str(tmp_path / "q.sqlite3")
+    store, worker = Store(path), Store(path)
+    worker.register("worker", "host:1")
+    commit, claimed = store_module._Transaction.__exit__, []
+
+    def commit_then_the_worker_claims(self, kind, exc, tb):
+        commit(self, kind, exc, tb)
+        if self.db is store._db() and not claimed:  # the creator's commit: the worker wins the race
+            claimed.append(worker.claim("worker"))
+
+    monkeypatch.setattr(store_module._Transaction, "__exit__", commit_then_the_worker_claims)
+    row, created = store.add({"id": f"video_{7:032x}", "model": "tiny", "prompt": "p", "size": "64x64",
+                              "seconds": "1", "settings": {}, "steps": 4})
+    assert claimed[0]["id"] == row["id"] and store.get(row["id"])["status"] == "in_progress"
+    assert created and row["status"] == "queued" and row["step"] == 0 and row["claimant"] is None
+
+
 def test_a_restarted_server_takes_back_its_jobs_and_a_silent_ones_after_its_lease(tmp_path):
     store = Store(str(tmp_path / "q.sqlite3"))
     ids = [f"video_{i:032x}" for i in range(4)]
