@@ -115,10 +115,9 @@ class Store:
                        (video["id"], video["model"], video["prompt"], video["size"], video["seconds"],
                         json.dumps(video["settings"]), idempotency_key, request_sha256, int(time.time()),
                         video["steps"]))
-            # Read inside the transaction: after the commit a server may already have claimed
-            # the job, and the creator's answer is the job as it was queued.
-            row = db.execute("SELECT * FROM videos WHERE id = ?", (video["id"],)).fetchone()
-        return dict(row), True
+            # Read before the commit (get() uses this connection): after it a server may
+            # already have claimed the job, and the creator's answer is the job as queued.
+            return self.get(video["id"]), True
 
     def get(self, video_id: str) -> dict | None:
         row = self._db().execute("SELECT * FROM videos WHERE id = ?", (video_id,)).fetchone()
