@@ -195,7 +195,8 @@ def forward(params, tokens, timestep, context, rope, cfg: TransformerConfig, ops
     """Noise prediction for patch tokens.
 
     tokens: (B, L, pt·ph·pw·in_channels) — this rank's tokens, any contiguous or padded slice.
-    timestep: (B,) or per-token (B, L). context: (B, text_len, text_dim).
+    timestep: (B,) or per-token (B, L), or one row for every row ((1,), (1, L)): the time
+    embedding and the modulation broadcast over the batch. context: (B, text_len, text_dim).
     rope: (cos, sin) tables (L, head_dim/2) for exactly these tokens' global positions.
     attention: self-attention callable (B, L, H, D)³ → (B, L, H, D); sequence-parallel backends
     pass one that exchanges keys and values across ranks.

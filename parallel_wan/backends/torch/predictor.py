@@ -129,14 +129,20 @@ class EagerNoisePredictor(NoisePredictor):
         x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
         x_in = both_halves(x_in, halves, ops)
         rows = halves * batch
-        # The timesteps are made on the device (a fill, and the TI2V mask uploaded once in
-        # __init__): uploading a host array every step would wait for the device's queue.
+        # Every row has the step's timestep, so it is embedded once, as one row that the
+        # modulation broadcasts over the rows: the same GEMM shapes on every mesh. Embedded per
+        # row, a CFG half alone (dp) ran its time embedding as a 1-row GEMM (a GEMV, summed in
+        # another order) where both halves run a 2-row one; in bf16 one modulation value then
+        # rounded otherwise and the whole video drifted by bf16's own error (issue 38 item 9,
+        # tests/parallel/test_bf16_meshes.py). The timesteps are made on the device (a fill,
+        # and the TI2V mask uploaded once in __init__): uploading a host array every step would
+        # wait for the device's queue.
         if task.per_token_timestep:
-            ts = ops.zeros((rows, n_tokens), "float32", like=x) + t
+            ts = ops.zeros((1, n_tokens), "float32", like=x) + t
             if self.timestep_mask is not None:
                 ts = ts * self.timestep_mask
         else:
-            ts = ops.zeros((rows,), "float32", like=x) + t
+            ts = ops.zeros((1,), "float32", like=x) + t
         out = dit.forward(params, x_in, ts, self.context[:rows], self.rope, tcfg, ops, self.attention, run_blocks)
         out = ops.cast(out, "float32")
         if cache is not None:
