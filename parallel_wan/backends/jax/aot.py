@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...models import transformer as dit
+from ...report.words import counted
 from ...parallel.shards import SequenceShards
 from . import ops, placement, target_platform
 from .predictor import STEP_NAME, make_step
@@ -217,7 +218,7 @@ def compile_vae_decode(vcfg, flat_shapes: dict, latent_shape, devices, platform:
                              scanned=())
     z = _struct(latent_shape, "float32", mesh, P(None, None, None, "height", None))
     frames = NamedSharding(mesh, P(None, "height", None, None))
-    return _compile(f"vae_decode[{mesh.size} devices by height]",
+    return _compile(f"vae_decode[{counted(mesh.size, 'device')} by height]",
                     lambda: jax.jit(decode_program(vcfg), out_shardings=frames), (params, z), platform, effort)
 
 
