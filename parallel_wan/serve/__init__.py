@@ -4,7 +4,8 @@ serves OpenAI's Videos API (README "Serving").
 
 settings.py   the server's own settings (host, port, storage_dir, max_body_mb), split from the run's
 served.py     the start settings checked once; each request resolved on top of them (the CLI's checks)
-fields.py     a request's fields → run settings (size, seconds, guidance mapping)
+fields.py     a request's fields → run settings (size, seconds, guidance mapping), and back (FIELD_OF)
+words.py      every answer in the request's words: the CLI's settings named by their fields, no server path
 store.py      the queue and job records in SQLite (WAL), claims, leases
 server.py     start-up in run.py's order, rank 0's HTTP process, how a server ends (exit 75 / 1)
 worker.py     the loop every rank runs: claim, hand over, generate through jobs/, vote, write
@@ -12,6 +13,6 @@ http_process.py  the HTTP process (rank 0's child): app.py's routes (FastAPI) on
 auth.py, limits.py, uploads.py, files.py, metrics.py, page.py: the key, the body limit, images,
               the files of a job, Prometheus, the page
 
-Only `settings`, `fields`, `served`, `store` and `files` import without the `serve` extra
+Only `settings`, `fields`, `words`, `served`, `store` and `files` import without the `serve` extra
 (fastapi, uvicorn, prometheus-client, python-multipart).
 """

@@ -35,9 +35,10 @@ def progress_of(row: dict) -> int:
     return min(99, 100 * row["step"] // max(1, row["steps"]))
 
 
-def video_object(row: dict, record: bool = True) -> dict:
+def video_object(row: dict, words, record: bool = True) -> dict:
     """A job as OpenAI's `Video` (every field the SDK's type needs), plus what we know besides:
-    the step, whether it resumed, and once completed (`record`: not in lists) the sidecar's record."""
+    the step, whether it resumed, and once completed (`record`: not in lists) the sidecar's record.
+    `words` (words.Words): its error and record as a client may read them — no server path."""
     video = {
         "id": row["id"], "object": "video", "model": row["model"], "status": row["status"],
         "progress": progress_of(row), "created_at": row["created_at"], "completed_at": row["completed_at"],
@@ -46,10 +47,37 @@ def video_object(row: dict, record: bool = True) -> dict:
         "step": row["step"], "steps": row["steps"], "resumed_from_step": row["resumed_from_step"],
     }
     if row["status"] == "failed":
-        video["error"] = {"code": "generation_failed", "message": row["error"] or "failed"}
+        video["error"] = {"code": "generation_failed", "message": words.public(row["error"] or "failed")}
     if record and row["status"] == "completed" and row["record"]:
-        video["record"] = json.loads(row["record"])
+        video["record"] = words.record(json.loads(row["record"]))
     return video
+
+
+def no_content(row: dict, words) -> str:
+    """Why GET …/content has no mp4 for this job: not yet, or (cancelled, failed) never."""
+    if row["status"] == "cancelled":
+        return f"video {row['id']} was cancelled: it has no mp4 and never will"
+    if row["status"] == "failed":
+        return (f"video {row['id']} failed ({words.public(row['error'] or 'no reason recorded')}): it has no mp4 and "
+                "never will; send the request again to try once more")
+    if row["status"] == "completed":
+        return f"video {row['id']} is completed but its mp4 is gone from the server"
+    return f"video {row['id']} is {row['status']}; its mp4 is there once it is completed"
+
+
+def deleted_object(video_id: str, had: str, row: dict | None) -> dict:
+    """OpenAI's deleted object, answered at once, with what happens to the job: `status` (what
+    GET says now) and `message`. A running job goes on until its current step ends."""
+    if had == "in_progress":
+        step = f" (step {row['step']} of {row['steps']} done)" if row else ""
+        status, message = "in_progress", (
+            f"{video_id} is running{step}: it stops after its current step, then it is cancelled and nothing of it is "
+            f"kept; GET /v1/videos/{video_id} says cancelled once it has stopped")
+    elif had == "queued":
+        status, message = "cancelled", f"{video_id} was queued: it is cancelled and will not run"
+    else:
+        status, message = "deleted", f"{video_id} ({had}) and its files are deleted"
+    return {"id": video_id, "object": "video.deleted", "deleted": True, "status": status, "message": message}
 
 
 def make_app(store, served, settings, health, metrics, key: bytes | None = None) -> FastAPI:
@@ -57,6 +85,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
     against), `settings` (ServerSettings), `health()` → (ready, problem), `metrics`, `key` (the
     API key: auth.api_key(); None: no key asked)."""
     app = FastAPI(title="parallel_wan", docs_url=None, redoc_url=None, openapi_url=None)
+    words = served.words.including(settings.storage_dir)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(KeyCheck, key=key)
 
@@ -84,7 +113,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
             return error(409, f"Idempotency-Key {idem!r} was used for another request; use a new key for a new "
                               "request", "Idempotency-Key")
         metrics.requests.labels("queued" if created else "repeated").inc()
-        return video_object(row)
+        return video_object(row, words)
 
     @app.get("/v1/videos")
     async def listing(limit: int = 20, after: str | None = None, order: str = "desc"):
@@ -93,7 +122,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
         if order not in ("asc", "desc"):
             return error(400, f"order={order!r} must be asc or desc", "order")
         rows, more = store.page(limit, after, order)
-        data = [video_object(r, record=False) for r in rows]
+        data = [video_object(r, words, record=False) for r in rows]
         return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                 "last_id": data[-1]["id"] if data else None, "has_more": more}
 
@@ -102,7 +131,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
         # The poll, read in the event loop: a primary-key read from SQLite costs less than the hop to
         # a worker thread (measured: 0.35 against 1.2 ms of CPU per request with the hop).
         row = found(video_id)
-        return missing(video_id) if row is None else JSONResponse(video_object(row))
+        return missing(video_id) if row is None else JSONResponse(video_object(row, words))
 
     @app.get("/v1/videos/{video_id}/content")
     async def content(video_id: str, variant: str = "video"):
@@ -113,8 +142,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
             return error(400, f"variant={variant!r} is not made here; ask for variant=video (the mp4)", "variant")
         path = video_path(settings, row["id"])
         if row["status"] != "completed" or not os.path.exists(path):
-            return error(404, f"video {row['id']} is {row['status']}; its mp4 is there once it is completed",
-                         "video_id")
+            return error(404, no_content(row, words), "video_id")
         return FileResponse(path, media_type="video/mp4", filename=f"{row['id']}.mp4")
 
     @app.delete("/v1/videos/{video_id}")
@@ -124,12 +152,15 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
         had = await run_in_threadpool(store.cancel, video_id)
         if had is None:
             return missing(video_id)
+        row = None
         if had in FINISHED:
             await run_in_threadpool(delete_files, settings, video_id)
             await run_in_threadpool(store.remove, video_id)
         elif had == "queued":
             await run_in_threadpool(delete_files, settings, video_id)
-        return {"id": video_id, "object": "video.deleted", "deleted": True}
+        else:  # running: the answer says how far it is
+            row = await run_in_threadpool(found, video_id)
+        return deleted_object(video_id, had, row)
 
     @app.get("/health")
     async def healthy():
@@ -137,7 +168,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
         body = {"status": "ok" if ready else ("loading" if problem is None else "unavailable"),
                 "model": served.model, "ranks": served.base.mesh.world_size}
         if problem is not None:
-            body["message"] = problem
+            body["message"] = words.public(problem)
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/v1/models")

@@ -14,10 +14,11 @@ Guidance, as in diffusers' Wan pipelines: `guidance_scale` is the high-noise exp
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 
-from ..config.checks import _nearest
+from ..config.checks import known_keys
 
 # request field → the run setting it sets (one to one)
 SETTING_OF = {
@@ -33,6 +34,10 @@ SETTING_OF = {
 }
 DERIVED = ("size", "seconds", "model", "input_reference")  # fields read here, not copied
 FIELDS = tuple(SETTING_OF) + DERIVED
+# run setting → the request field that sets it: the one table by which the server's answers say
+# the CLI's words (`steps=0 …`) in the request's (`num_inference_steps=0 …`); words.py. `image` is
+# a file on the server, set by the uploaded `input_reference`.
+FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {"image": "input_reference"}
 TEXT_FIELDS = ("prompt", "negative_prompt", "model", "size")
 
 
@@ -50,7 +55,7 @@ def request_settings(fields: dict, fps: int) -> tuple[dict, dict]:
     RequestError for a field nobody reads or one that cannot be read at all."""
     for key, value in fields.items():
         if key not in FIELDS:
-            raise RequestError(f"{key}={_shown(value)} is not a field of POST /v1/videos{_nearest(key, FIELDS)}; "
+            raise RequestError(f"{key}={_shown(value)} is not a field of POST /v1/videos{_hint(key)}; "
                                f"remove it (fields: {', '.join(FIELDS)})", key)
     if "prompt" not in fields or fields["prompt"] is None:
         raise RequestError("prompt is required: the text of the video to make", "prompt")
@@ -114,15 +119,22 @@ def seconds_of(num_frames: int, fps: int) -> str:
     return f"{(num_frames - 1) / fps:g}"
 
 
-def field_of(message: str, source: dict) -> str | None:
-    """The request field a settings error names: the message starts with `setting=`."""
-    m = re.match(r"([a-z_]+)=", message)
-    if not m:
-        return None
-    setting = m.group(1)
-    if setting == "image":
-        return "input_reference"
-    return source.get(setting, next((f for f, s in SETTING_OF.items() if s == setting), None))
+def _hint(key: str) -> str:
+    """What an unknown field may have meant: the field of a command-line setting (steps →
+    num_inference_steps), a setting fixed at start, a near spelling or a field sharing a word
+    (frame_count → num_frames); nothing otherwise (`format` is not `prompt`)."""
+    if key in FIELD_OF:
+        return f" (the field for {key} is {FIELD_OF[key]})"
+    if key in known_keys():
+        return f" ({key} is set when the server starts; a request cannot change it)"
+    close = (difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.75)
+             or [f for f in FIELDS if _words(key) & _words(f)][:1])
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _words(name: str) -> set[str]:
+    parts = name.split("_")
+    return set(parts) | {w.rstrip("s") for w in parts}
 
 
 def _shown(value) -> str:

@@ -5,15 +5,15 @@ itself from the same words. Cheap: no torch."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
+import functools
 from dataclasses import dataclass
 
 from ..config import ConfigError, RunSpec, resolve
+from ..config.placeholder_image import placeholder_image
 from ..memory_plan.fits import check_fits
 from ..pipeline.checkpoint import check_compatible, preflight
-from .fields import RequestError, field_of, request_settings
+from .fields import RequestError, request_settings
+from .words import Words, server_paths
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,12 @@ class Served:
     @property
     def model(self) -> str:
         return self.base.model.name
+
+    @functools.cached_property
+    def words(self) -> Words:
+        """How answers say the run's messages (words.py): the paths to hide are the start
+        settings' and the server's videos folder and checkpoint."""
+        return Words(server_paths(self.raw, self.videos_dir, getattr(self.ckpt, "root", None)))
 
     def spec(self, settings: dict) -> RunSpec:
         """A job's settings (a request's, as run settings) → its RunSpec, checked as run.py
@@ -53,8 +59,8 @@ class Served:
             settings["image"] = image
         try:
             return self.spec(settings), settings
-        except ConfigError as exc:
-            raise RequestError(str(exc), field_of(str(exc), source)) from None
+        except ConfigError as exc:  # the CLI's line, said of the request's fields (words.py)
+            raise RequestError(*self.words.refusal(str(exc), source, image)) from None
 
 
 def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str, device: tuple | None = None) -> Served:
@@ -63,24 +69,9 @@ def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str, d
     as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
     from ..memory_plan.fits import device_memory
 
-    with _placeholder_image(raw) as image:  # an i2v model's image comes with each request
+    with placeholder_image(raw) as image:  # an i2v model's image comes with each request
         base = resolve({**raw, "output_dir": videos_dir, **image}, world, node_size)
     ckpt = preflight(base)
     device = tuple(device) if device is not None else device_memory(base)
     check_fits(base, ckpt, device=device)
     return Served({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)
-
-
-@contextlib.contextmanager
-def _placeholder_image(raw: dict):
-    """{"image": a small PNG} while the start settings of an image-to-video model without image=
-    are checked (every request brings its own); {} otherwise."""
-    if raw.get("image") or (raw.get("model") or {}).get("task") != "i2v":
-        yield {}
-        return
-    from PIL import Image
-
-    with tempfile.TemporaryDirectory(prefix="parallel_wan_serve_") as folder:
-        path = os.path.join(folder, "placeholder.png")
-        Image.new("RGB", (16, 16)).save(path)
-        yield {"image": path}

@@ -1,5 +1,6 @@
 """The server's HTTP side in this process (FastAPI's TestClient; no model loaded, no loop): a bad
-request gets HTTP 400 with the command line's own one line and nothing is queued or written;
+request gets HTTP 400 with the command line's own one line in the request's words (its fields,
+never a path on the server) and nothing is queued or written;
 the SDK's field shapes, Idempotency-Key, the API key, the body limit, listing, DELETE of a
 queued job, ids as the only file names; and the store's claim (each job to exactly one
 claimant), leases and restarts."""
@@ -7,6 +8,7 @@ claimant), leases and restarts."""
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -23,7 +25,7 @@ from parallel_wan.serve.served import serve_start
 from parallel_wan.serve.settings import server_settings
 from parallel_wan.serve.store import Store
 
-from harness.paths import ENV
+from harness.paths import ENV, REPO
 from harness.serve import KEY, SETTINGS
 
 BIG_SEED = 2**70
@@ -32,12 +34,12 @@ BIG_SEED = 2**70
 class Api:
     """An app over a fresh storage_dir, as rank 0 builds it."""
 
-    def __init__(self, storage, start=(), max_body_mb="32", key=None):
+    def __init__(self, storage, start=(), max_body_mb="32", key=None, world=1):
         self.settings = server_settings({"host": "127.0.0.1", "port": "0", "storage_dir": str(storage),
                                          "max_body_mb": max_body_mb})
         os.makedirs(self.settings.videos_dir, exist_ok=True)
         self.start = [*SETTINGS, *start]
-        self.served = serve_start(compose_settings(self.start), 1, None, self.settings.videos_dir)
+        self.served = serve_start(compose_settings(self.start), world, None, self.settings.videos_dir)
         self.store = Store(self.settings.database)
         self.store.register("test", "127.0.0.1:0")
 
@@ -100,10 +102,18 @@ BAD = {
 }
 
 
+# the settings above that a request sets under another name: the answer names the field
+REQUEST_WORDS = {"steps": "num_inference_steps", "guidance_high": "guidance_scale", "guidance_low": "guidance_scale_2"}
+
+
+def in_request_words(line: str) -> str:
+    return re.sub(r"\b(steps|guidance_high|guidance_low)=", lambda m: REQUEST_WORDS[m.group(1)] + "=", line)
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_request_gets_the_clis_line_as_400_and_nothing_is_queued(case, api, tmp_path):
     fields, words, param = BAD[case]
-    expected = api.cli_refusal(words, tmp_path)
+    expected = in_request_words(api.cli_refusal(words, tmp_path))
     for answer in (api.client.post("/v1/videos", json={"prompt": "a cat", **fields}),
                    api.client.post("/v1/videos", files=multipart({"prompt": "a cat", **fields}))):
         assert answer.status_code == 400, answer.text
@@ -158,24 +168,138 @@ def test_uploads_are_decoded_as_images_or_refused(tmp_path):
     assert settings["image"] == os.path.join(api.settings.inputs_dir, f"{video_id}.jpg")
 
 
-def test_an_image_on_a_text_to_video_model_is_the_clis_refusal(api):
+def test_an_image_on_a_text_to_video_model_is_refused_naming_the_field(api):
+    """The CLI's `image=PATH was given … drop image=`, said of the request: its field, and not
+    where the server stored the upload."""
     answer = api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", png_bytes())})
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
-    assert error["param"] == "input_reference" and "text-to-video; drop image=" in error["message"], error
+    assert error == {"message": "input_reference was given but model=tiny is text-to-video; drop input_reference or "
+                                "use an i2v/ti2v model", "param": "input_reference", "type": "invalid_request_error"}
     api.nothing_queued()
+
+
+def test_an_image_to_video_server_asks_for_input_reference(tmp_path):
+    api = Api(tmp_path / "storage", ["model=tiny_i2v"])
+    answer = api.client.post("/v1/videos", json={"prompt": "a"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "input_reference", error
+    assert error["message"] == "model=tiny_i2v generates from an image; set input_reference (a PNG/JPEG)", error
+    api.nothing_queued()
+
+
+def test_an_unknown_field_is_named_with_the_fields_taken(api):
+    """Refused by name with the fields a request may have; a guess only where one is close
+    (`format` is not `prompt`), and a setting of the command line pointed to its field."""
+    fields = ("prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
+              "guidance_scale_2, size, seconds, model, input_reference")
+    for body, message in (
+            ({"prompt": "a", "format": "gif"},
+             f"format='gif' is not a field of POST /v1/videos; remove it (fields: {fields})"),
+            ({"prompt": "a", "steps": 4},
+             f"steps=4 is not a field of POST /v1/videos (the field for steps is num_inference_steps); remove it "
+             f"(fields: {fields})"),
+            ({"prompt": "a", "dtype": "float32"},
+             f"dtype='float32' is not a field of POST /v1/videos (dtype is set when the server starts; a request "
+             f"cannot change it); remove it (fields: {fields})"),
+            ({"prompt": "a", "promt": "b"},
+             f"promt='b' is not a field of POST /v1/videos (did you mean prompt?); remove it (fields: {fields})")):
+        answer = api.client.post("/v1/videos", json=body)
+        assert answer.status_code == 400, answer.text
+        key = next(k for k in body if k != "prompt")
+        assert answer.json()["error"] == {"message": message, "param": key, "type": "invalid_request_error"}
+    api.nothing_queued()
+
+
+# the command line's words that name no request field, anywhere in an answer
+CLI_WORDS = re.compile(r"(?<![\w.])(image|steps|guidance_high|guidance_low|output_dir)=|\bPATH\b")
+A_PATH = re.compile(r"(?<![\w.:/])/[\w.-]+/")  # an absolute path: /x/…
+
+
+def speaks_to_a_client(text: str, tmp_path) -> None:
+    assert str(tmp_path) not in text and not A_PATH.search(text), text
+    assert not CLI_WORDS.search(text), text
+
+
+def test_no_answer_speaks_the_clis_words_or_shows_a_server_path(tmp_path):
+    """Every way a refusal of resolve() and the run's checks, or the text of a job, reaches a
+    client: each refusal reachable from a request, on servers of each kind; a failed job's error,
+    a completed job's record, a cancelled or failed job's content, /health."""
+    servers = {"t2v": Api(tmp_path / "t2v"), "i2v": Api(tmp_path / "i2v", ["model=tiny_i2v"]),
+               "lightning": Api(tmp_path / "lightning", ["model=tiny_lightning"]),
+               "dp2": Api(tmp_path / "dp2", ["mesh=dp2"], world=2)}
+    requests = [("t2v", {"prompt": "a cat", **fields}, None) for fields, _, _ in BAD.values()]
+    requests += [("t2v", {"prompt": "a"}, png_bytes()), ("i2v", {"prompt": "a"}, None),
+                 ("i2v", {"prompt": "a", "num_inference_steps": 0}, png_bytes()),
+                 ("lightning", {"prompt": "a", "num_inference_steps": 7}, None),
+                 ("dp2", {"prompt": "a", "guidance_scale": 1}, None)]
+    for name, fields, image in requests:
+        api = servers[name]
+        answer = (api.client.post("/v1/videos", json=fields) if image is None else
+                  api.client.post("/v1/videos", files={**multipart(fields), "input_reference": ("x.png", image)}))
+        assert answer.status_code == 400, (name, fields, answer.text)
+        speaks_to_a_client(answer.text, tmp_path)
+    # a storage folder gone bad under a running server: refused without saying where it is
+    api = servers["t2v"]
+    os.rmdir(api.settings.videos_dir)
+    open(api.settings.videos_dir, "w").close()
+    answer = api.client.post("/v1/videos", json={"prompt": "a"})
+    assert answer.status_code == 400, answer.text
+    speaks_to_a_client(answer.text, tmp_path)
+    for api in servers.values():
+        api.nothing_queued()
+    # what a job's run wrote, as answers show it
+    api = Api(tmp_path / "jobs")
+    ids = [api.client.post("/v1/videos", json={"prompt": f"a cat in /usr/share {i}"}).json()["id"] for i in range(3)]
+    api.store.register("me", "here:1")
+    for _ in ids:
+        api.store.claim("me")
+    videos = api.settings.videos_dir
+    api.store.finish(ids[0], "failed", error=f"could not write the outputs to output_dir={videos} (No space left on "
+                                             "device); nothing was kept; free space there or set another output_dir")
+    api.store.finish(ids[1], "completed", record={"config": {"output_dir": videos, "prompts": ["a cat in /usr/share 1"],
+                                                             "image": os.path.join(api.settings.inputs_dir, "x.png"),
+                                                             "weights": "/srv/wan weights/high.safetensors"}})
+    api.client.delete(f"/v1/videos/{ids[2]}")
+    api.store.finish(ids[2], "cancelled")
+    api.store.set_health("test", False, f"FileNotFoundError: [Errno 2] No such file or directory: '{videos}/x.mp4'")
+    for path in (f"/v1/videos/{ids[0]}", f"/v1/videos/{ids[1]}", "/v1/videos", f"/v1/videos/{ids[0]}/content",
+                 f"/v1/videos/{ids[2]}/content", "/health"):
+        text = api.client.get(path).text.replace("/usr/share", "")
+        speaks_to_a_client(text, tmp_path)
+        assert "safetensors" not in text, text
+    record = api.client.get(f"/v1/videos/{ids[1]}").json()["record"]
+    assert record["config"]["prompts"] == ["a cat in /usr/share 1"]  # the client's own words stay as sent
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md): the planner runs
 def test_the_planners_memory_check_refuses_before_queueing(tmp_path, monkeypatch):
     from parallel_wan.memory_plan import fits
 
-    monkeypatch.setattr(fits, "device_memory", lambda spec: (1e5, "a 100 kB test device"))
+    # the planner: 0.01 GB for the start settings' 16×16×5 (weights, mostly), 0.05 GB for 128×128×17
+    monkeypatch.setattr(fits, "device_memory", lambda spec: (25e6, "a 25 MB test device"))
     api = Api(tmp_path / "storage", ["num_frames=5", "height=16", "width=16"])  # the start settings fit
     answer = api.client.post("/v1/videos", json={"prompt": "a", "size": "128x128", "num_frames": 17})
     assert answer.status_code == 400, answer.text
-    assert "does not fit" in answer.json()["error"]["message"] and "a 100 kB test device" in answer.text
+    assert "does not fit" in answer.json()["error"]["message"] and "a 25 MB test device" in answer.text
     api.nothing_queued()
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md): the planner runs
+def test_a_request_over_the_device_but_over_no_floor_is_refused_before_queueing(tmp_path, monkeypatch):
+    """Issue 38 item 1: 4001 frames of 1024² passed the frames-and-latents floor of a 24 GB
+    host (12.6 GB) and were queued and started; the planner puts them at 156.55 GB."""
+    from parallel_wan.memory_plan import fits
+
+    monkeypatch.setattr(fits, "device_memory", lambda spec: (24e9, "a 24 GB test host"))
+    api = Api(tmp_path / "storage", [])
+    answer = api.client.post("/v1/videos", json={"prompt": "a", "size": "1024x1024", "num_frames": 4001})
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]["message"]
+    assert "does not fit" in message and "156.55 GB" in message and "a 24 GB test host" in message, message
+    api.nothing_queued()
+    assert api.client.post("/v1/videos", json={"prompt": "a", "size": "64x64"}).status_code == 200
 
 
 def test_the_sdks_multipart_strings_and_json_make_the_same_job(api):
@@ -256,12 +380,61 @@ def test_list_retrieve_content_and_delete(api):
         assert api.client.get(f"/v1/videos/{bad}").status_code == 404
         assert api.client.delete(f"/v1/videos/{bad}").status_code == 404
     deleted = api.client.delete(f"/v1/videos/{ids[1]}").json()
-    assert deleted == {"id": ids[1], "object": "video.deleted", "deleted": True}
+    assert {k: deleted[k] for k in ("id", "object", "deleted", "status")} == {
+        "id": ids[1], "object": "video.deleted", "deleted": True, "status": "cancelled"}
     assert api.client.get(f"/v1/videos/{ids[1]}").json()["status"] == "cancelled"
     assert api.store.counts() == {"queued": 4, "in_progress": 0, "completed": 0, "failed": 0, "cancelled": 1}
     api.store.register("me", "here:1")
     assert api.store.claim("me")["id"] == ids[0]  # the cancelled one is never claimed
     assert api.store.claim("me")["id"] == ids[2]
+
+
+def test_deleting_a_running_job_says_it_stops_after_its_current_step(api):
+    """OpenAI's deleted object, answered at once; the job itself stops only after the step it is
+    running, so the answer says so (and GET keeps saying in_progress until then)."""
+    video_id = api.client.post("/v1/videos", json={"prompt": "a"}).json()["id"]
+    api.store.register("me", "here:1")
+    api.store.claim("me")
+    api.store.progress(video_id, 2)
+    answer = api.client.delete(f"/v1/videos/{video_id}").json()
+    assert {k: answer[k] for k in ("id", "object", "deleted")} == {"id": video_id, "object": "video.deleted",
+                                                                  "deleted": True}
+    assert answer["status"] == "in_progress", answer
+    assert answer["message"] == (f"{video_id} is running (step 2 of 4 done): it stops after its current step, then "
+                                 f"it is cancelled and nothing of it is kept; GET /v1/videos/{video_id} says "
+                                 "cancelled once it has stopped"), answer
+    assert api.client.get(f"/v1/videos/{video_id}").json()["status"] == "in_progress"
+    queued = api.client.post("/v1/videos", json={"prompt": "b"}).json()["id"]
+    answer = api.client.delete(f"/v1/videos/{queued}").json()
+    assert answer["status"] == "cancelled" and "cancelled" in answer["message"], answer
+
+
+def test_the_content_of_a_cancelled_or_failed_job_says_it_never_comes(api):
+    ids = [api.client.post("/v1/videos", json={"prompt": f"p{i}"}).json()["id"] for i in range(3)]
+    api.client.delete(f"/v1/videos/{ids[0]}")
+    api.store.register("me", "here:1")
+    api.store.claim("me")
+    api.store.finish(ids[1], "failed", error="non-finite values in the latents after step 3")
+    for video_id, words in ((ids[0], "was cancelled: it has no mp4 and never will"),
+                            (ids[1], "failed (non-finite values in the latents after step 3): it has no mp4 and "
+                                     "never will"),
+                            (ids[2], "is queued; its mp4 is there once it is completed")):
+        answer = api.client.get(f"/v1/videos/{video_id}/content")
+        assert answer.status_code == 404 and words in answer.json()["error"]["message"], answer.text
+    assert "once" not in api.client.get(f"/v1/videos/{ids[0]}/content").text
+
+
+def test_without_the_serve_extra_the_server_names_the_readmes_command(monkeypatch, capsys):
+    """No package index has parallel_wan: the hint is the README's own install command."""
+    from parallel_wan.serve import __main__ as serve_main
+
+    monkeypatch.setattr(serve_main, "EXTRA", (*serve_main.EXTRA, "parallel_wan_no_such_module"))
+    with pytest.raises(SystemExit) as end:
+        serve_main.main([])
+    line = capsys.readouterr().err.strip()
+    command = 'pip install -e ".[serve]"'
+    assert end.value.code == 2 and command in line and "parallel_wan_no_such_module" in line, line
+    assert command in open(os.path.join(REPO, "README.md")).read().split("## Serving")[1].split("\n## ")[0]
 
 
 def test_models_metrics_and_the_page(api):
