@@ -30,6 +30,15 @@ def known_keys() -> frozenset[str]:
     return frozenset(set(conf) - {"hydra"} | groups)
 
 
+@functools.lru_cache(maxsize=None)
+def default_value(key: str):
+    """conf/config.yaml's value of a top-level setting: what a run has when the command line
+    leaves the key alone (how a setting the user gave is told from one they did not)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_YAML), resolve=False).get(key)
+
+
 def check_known_keys(cfg: Mapping) -> None:
     """A key nothing reads — mistyped, or added with Hydra's `+` — would be silently ignored
     and the run would go on with the default; refuse it, naming the nearest real setting."""
@@ -57,8 +66,9 @@ def _words(name: str) -> set[str]:
 def check_seed(seed: int, prompts: int) -> None:
     """Prompt i is seeded seed + i (RunSpec.seed_of); every one must be a torch generator seed."""
     if seed < 0 or seed + prompts - 1 >= INT_LIMIT:
-        raise ConfigError(f"seed={seed} must be between 0 and {INT_LIMIT - prompts} (2^63 − prompts); "
-                          "set e.g. seed=42")
+        why = ("a seed is a 64-bit generator seed" if prompts == 1 else
+               f"prompt i of the {prompts} is seeded seed + i, and each must be a 64-bit generator seed")
+        raise ConfigError(f"seed={seed} must be between 0 and {INT_LIMIT - prompts} ({why}); set e.g. seed=42")
 
 
 def writable_folder(key: str, value: str, instead: str) -> str:

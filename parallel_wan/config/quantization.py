@@ -14,7 +14,11 @@ anything loads (no torch import):
 Decisions: quantize=fp8 with dtype=float32 is allowed (weights stored in one byte, widened to
 float32: the memory saving is the point, the quantization error is the same as under bf16);
 quant_compute=fp8 needs fp8 weights, so it is refused with quantize=int8 and on JAX (whose
-layers widen: XLA's CPU/TPU dots take no fp8 operands with per-token scales).
+layers widen: XLA's CPU/TPU dots take no fp8 operands with per-token scales), and wherever no
+layer would hold any: with quantize=none and no expert file (checkpoint folders load wide),
+here; with expert files, once their headers say what they store (pipeline/checkpoint.py
+`check_fp8_compute`: FP8 runs only if some expert holds float8 block linears — an fp8 file, or
+a wide one quantized by quantize=fp8).
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ class QuantSettings:
 NO_QUANTIZATION = QuantSettings("none", "auto")
 
 
-def quant_settings(cfg: Mapping, backend: str) -> QuantSettings:
+def quant_settings(cfg: Mapping, backend: str, expert_files: bool = False) -> QuantSettings:
+    """`expert_files`: weights_high=/weights_low=/weights= were given (an fp8 file brings float8
+    weights without quantize=; checked against the files' headers later)."""
     quantize = _choice(cfg, "quantize", QUANTIZE)
     compute = _choice(cfg, "quant_compute", QUANT_COMPUTE)
     if compute == "fp8" and quantize == "int8":
@@ -48,6 +54,11 @@ def quant_settings(cfg: Mapping, backend: str) -> QuantSettings:
     if compute == "fp8" and backend == "jax":
         raise ConfigError("quant_compute=fp8 is the PyTorch FP8 GEMM (torch._scaled_mm) but backend=jax widens quantized "
                           "weights inside the layer scan; set quant_compute=dequant (or auto), or backend=torch")
+    if compute == "fp8" and quantize == "none" and not expert_files:
+        # a checkpoint folder's weights load in the run's dtype: the FP8 GEMM would never run
+        raise ConfigError("quant_compute=fp8 multiplies float8 weights, but quantize=none keeps every weight in the "
+                          "run's dtype (nothing would run in FP8); add quantize=fp8 (or give fp8 expert files: "
+                          "weights_high=/weights_low=/weights=), or set quant_compute=dequant (or auto)")
     return QuantSettings(quantize=quantize, compute=compute)
 
 

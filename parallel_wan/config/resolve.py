@@ -109,7 +109,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     prompts = _prompts(cfg.get("prompt"))
     check_seed(seed, len(prompts))
     memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
-    quantization = quant_settings(cfg, backend)
+    quantization = quant_settings(cfg, backend, expert_files=any(files.values()))
     if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
         mesh = _auto_mesh(mesh_cfg, model, world_size, guides_every_step(guidance_high, guidance_low, model.experts),
                           len(prompts), node_size, backend)

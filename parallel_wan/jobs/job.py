@@ -56,6 +56,18 @@ def prompts_setting(raw: dict) -> str | None:
     return os.path.abspath(os.path.expanduser(value))
 
 
+def check_no_prompt_beside(raw: dict, prompts_file: str) -> None:
+    """Every line of a prompt file gives its video's prompt, so a `prompt=` on the command line
+    would be ignored without a word: refused (told from conf/config.yaml's default prompt — the
+    same text given explicitly changes nothing either way)."""
+    from ..config.checks import default_value
+
+    if raw.get("prompt") != default_value("prompt"):
+        raise ConfigError(f"prompt={raw.get('prompt')!r} was given beside prompts={prompts_file}, whose lines give "
+                          "every video its prompt (prompt= would be ignored); drop prompt=, or add it to the file "
+                          "as a line")
+
+
 def default_output_dir(raw: dict, prompts_file: str) -> dict:
     """A prompt-file job without output_dir writes to outputs/<file name without suffix>, the
     same folder every time: running the command again resumes it."""
@@ -76,6 +88,7 @@ def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.e
         check(spec)
         return Job((Entry(SINGLE_NAME, spec, result_key(spec)),), spec.output.dir,
                    fresh_output=raw.get("output_dir") in (None, ""))
+    check_no_prompt_beside(raw, path)
     raw = default_output_dir(raw, path)
     file_entries = read_prompt_file(path)
     share = array_share(env)  # checked before the entries: a bad array setting is one line too

@@ -33,6 +33,7 @@ def preflight(spec: RunSpec):
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
     ckpt = with_expert_files(spec, ckpt)
+    check_fp8_compute(spec, ckpt)
     check_compatible(spec, ckpt)
     expert_loras(spec, ckpt.transformers)  # every LoRA file checked against the model, headers only
     return ckpt
@@ -62,6 +63,65 @@ def with_expert_files(spec: RunSpec, ckpt):
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return dataclasses.replace(ckpt, expert_files=described)
+
+
+def check_fp8_compute(spec: RunSpec, ckpt) -> None:
+    """quant_compute=fp8 multiplies float8 block linears only (backends/torch/fp8_gemm.py); an
+    expert holds them when its file stores fp8, or when it loads wide (from checkpoint_dir, which
+    loads in the run's dtype, or a bf16 file) under quantize=fp8 — a file's int8 weights stay
+    int8 and are widened. Refused in one line when no expert would: the log and the sidecar
+    would say FP8 while every layer widens (config/quantization.py refuses the case without
+    expert files before this)."""
+    if spec.quantization.compute != "fp8":
+        return
+    quantize_fp8 = spec.quantization.quantize == "fp8"
+    why, wide = [], False
+    for expert in ckpt.experts:
+        file = ckpt.expert_files.get(expert)
+        if file is not None and file.fp8_linears:
+            return
+        if file is None or file.wide_linears:
+            if quantize_fp8:
+                return
+            wide = True
+        why.append(f"the {expert} expert loads wide from checkpoint_dir" if file is None else
+                   f"{file.setting}={file.path} stores {file.stored_dtype} ({file.format})"
+                   + (", which quantize=fp8 keeps as stored" if quantize_fp8 else ""))
+    fix = "add quantize=fp8 (it quantizes the wide ones), or " if wide else ""
+    raise ConfigError(f"quant_compute=fp8 multiplies float8 weights, but no expert of this run holds any under "
+                      f"quantize={spec.quantization.quantize} ({'; '.join(why)}); {fix}set quant_compute=dequant "
+                      "(or auto), or give fp8 expert files")
+
+
+def architecture_record(spec: RunSpec, ckpt) -> dict:
+    """The sidecar's record of the architecture that ran: the registry's name for the
+    checkpoint's configs (None: one it does not list), the preset's, whether they agree, and the
+    dimensions read from the checkpoint — which win over the preset's (docs/architecture.md)."""
+    from ..models.known_architecture import dimensions, identify, of_preset
+
+    tcfg = next(iter(ckpt.transformers.values()))  # the experts of a pair share every dimension
+    name = identify(tcfg, ckpt.vae_config)
+    preset = of_preset(spec.model.name, spec.model.task, spec.model.builtin).name
+    dims = dimensions(tcfg, ckpt.vae_config)
+    return {"name": name, "preset": preset, "matches_preset": name == preset,
+            **{k: dims[k] for k in ("dim", "num_layers", "num_attention_heads", "ffn_dim", "in_channels", "vae_z_dim")}}
+
+
+def log_architecture(spec: RunSpec, ckpt) -> None:
+    """One line on the main rank: the architecture used, and a WARNING when the preset names
+    another (the checkpoint's configs are used; the preset gives only the run's defaults)."""
+    from ..models.known_architecture import described, identify, of_preset
+
+    tcfg = next(iter(ckpt.transformers.values()))
+    name = identify(tcfg, ckpt.vae_config)
+    what = f"{'the ' + name if name else 'an unlisted'} architecture ({described(tcfg, ckpt.vae_config)})"
+    preset = of_preset(spec.model.name, spec.model.task, spec.model.builtin)
+    if name == preset.name:
+        log.info("architecture: %s, from %s", what, ckpt.root)
+        return
+    log.warning("model=%s is a preset for %s (%s), but checkpoint_dir=%s holds %s: the checkpoint's configs are used; "
+                "the preset gives only the run's defaults (steps, size, frames, guidance, shift, boundary)",
+                spec.model.name, preset.name, described(preset.transformer, preset.vae), ckpt.root, what)
 
 
 def log_expert_files(ckpt) -> None:
@@ -205,6 +265,7 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     loras = expert_loras(spec, ckpt.transformers)
     if backend.is_main:
+        log_architecture(spec, ckpt)
         log_expert_files(ckpt)
 
     def expert(name):

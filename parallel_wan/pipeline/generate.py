@@ -13,7 +13,7 @@ import numpy as np
 from ..config import RunSpec
 from ..models import transformer as dit
 from ..report.timing import PhaseTimer
-from .checkpoint import load
+from .checkpoint import architecture_record, load
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise
 from .steps import pick_schedule, plan_record, step_cache_plan, step_plan, unguided_experts
@@ -146,7 +146,8 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     for step in plan:
         steps_per_expert[step.expert] = steps_per_expert.get(step.expert, 0) + 1
     info = {
-        "checkpoint": {"layout": ckpt.layout, "path": spec.weights.checkpoint_dir or "built-in tiny model"},
+        "checkpoint": {"layout": ckpt.layout, "path": spec.weights.checkpoint_dir or "built-in tiny model",
+                       "architecture": architecture_record(spec, ckpt)},  # the checkpoint's configs, which won
         "schedule": schedule_kind,
         "timesteps": [float(t) for t in schedule.timesteps],
         "sigmas": [float(s) for s in schedule.sigmas],  # steps + 1: the last is 0

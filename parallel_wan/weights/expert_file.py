@@ -80,6 +80,17 @@ class ExpertFile:
         """The diffusers names of the weights stored quantized."""
         return [n for n, info in self.tensors.items() if info.torch_dtype in QUANTIZED]
 
+    @property
+    def fp8_linears(self) -> int:
+        """Block linears stored float8: quant_compute=fp8 multiplies these in FP8 (their scale is
+        always one per output row: per-block tables are int8-only, `_scale`)."""
+        return sum(1 for n, info in self.tensors.items() if quantizable(n) and info.torch_dtype is torch.float8_e4m3fn)
+
+    @property
+    def wide_linears(self) -> int:
+        """Block linears stored bf16/fp16/fp32: what quantize=fp8|int8 quantizes as they load."""
+        return sum(1 for n, info in self.tensors.items() if quantizable(n) and info.torch_dtype not in QUANTIZED)
+
     def record(self) -> dict:
         """The sidecar's record (and the log's words)."""
         return {"path": str(self.path), "format": self.format, "stored_dtype": self.stored_dtype,

@@ -131,6 +131,17 @@ SETTINGS = {
     "not_safetensors": (["weights_low={text}"], ["weights_low=", "not a safetensors file"]),
     "without_checkpoint_dir": (["weights_high={file}", "checkpoint_dir=null"], ["weights_high=", "checkpoint_dir=DIR"]),
     "not_a_string": (["weights_high=[a,b]"], ["weights_high=['a', 'b']", "one .safetensors file"]),
+    # quant_compute=fp8 multiplies float8 block linears only: int8 files, and a wide expert under
+    # quantize=none, hold none (quantize=fp8 leaves a file's int8 weights as stored)
+    "fp8_compute_on_int8_files": (["weights_high={file}", "weights_low={file}", "quant_compute=fp8"],
+                                  ["quant_compute=fp8", "weights_high=", "weights_low=", "int8", "quantize=none",
+                                   "quant_compute=dequant"]),
+    "fp8_compute_on_int8_files_quantize_fp8": (["weights_high={file}", "weights_low={file}", "quantize=fp8",
+                                                "quant_compute=fp8"],
+                                               ["quant_compute=fp8", "weights_low=", "int8", "quant_compute=dequant"]),
+    "fp8_compute_on_an_int8_file_and_a_wide_expert": (["weights_high={file}", "quant_compute=fp8"],
+                                                      ["quant_compute=fp8", "weights_high=", "int8", "low_noise",
+                                                       "quantize=none", "quantize=fp8"]),
 }
 
 
@@ -145,6 +156,21 @@ def test_bad_expert_file_setting(case, good, tiny_t2v, tmp_path):
     if not any(o.startswith("checkpoint_dir=") for o in overrides):
         overrides.append(f"checkpoint_dir={tiny_t2v.diffusers}")
     assert_words(refusal(overrides, tmp_path), words)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["weights_high={scaled_fp8}", "weights_low={lightx2v_int8}"],  # the high-noise expert's layers run in FP8
+    ["weights_low={comfy_fp8}"],  # ComfyUI's per-tensor fp8 (scale expanded to rows); high: wide, widened as it runs
+    ["weights_high={lightx2v_int8}", "quantize=fp8"],  # the low-noise expert, read wide, is quantized to fp8 at load
+])
+def test_fp8_compute_is_accepted_where_an_expert_holds_fp8_weights(overrides, good, tiny_t2v, tmp_path):
+    from harness.settings import raw_config
+
+    from parallel_wan.run import validate_job
+
+    overrides = [o.format(**good) for o in overrides] + [f"checkpoint_dir={tiny_t2v.diffusers}", "quant_compute=fp8"]
+    job, _ = validate_job(raw_config(overrides, str(tmp_path / "out")), 1)
+    assert job.base.quantization.compute == "fp8"
 
 
 def test_nan_in_a_float8_weight_is_refused_as_it_loads(good, tiny_t2v, tmp_path):
