@@ -18,6 +18,7 @@ PROGRAMS = {
     "doctor": "python -m parallel_wan.doctor",
     "launch": "python -m parallel_wan.launch",
     "serve": "python -m parallel_wan.serve",
+    "quantize": "python -m parallel_wan.quantize",
 }
 
 _OTHERS = """Other entry points:
@@ -26,6 +27,7 @@ _OTHERS = """Other entry points:
   python -m parallel_wan.doctor               check this machine (devices, attention kernel, NCCL, plan)
   python -m parallel_wan.launch               what a process started here would see (rank, world, launcher)
   python -m parallel_wan.serve                serve videos over HTTP (OpenAI's Videos API), the model loaded once
+  python -m parallel_wan.quantize             write a checkpoint's experts as FP8/INT8 files (weights_high= …)
 Every one takes --help and --version; README.md has the whole story."""
 
 HELP = {
@@ -50,8 +52,9 @@ Most used settings (every one: python -m parallel_wan.run --cfg job):
   output_dir=outputs/run1 save_frames=true                      where the video and its sidecar go
 
 Options:
-  --nproc N     start N processes on this machine (torchrun --standalone --nproc-per-node N);
-                torchrun's own flag is --nproc-per-node: its --nproc is ambiguous and refused
+  --nproc N     start N processes on this machine (torchrun --standalone --nproc-per-node N),
+                then exit as the first rank that stopped: its line once, its exit code
+                (torchrun's own flag is --nproc-per-node: its --nproc is ambiguous and refused)
   --cfg job     print every setting as the run would see it, and exit
   -h, --help    this text;  -V, --version  the version
 
@@ -59,15 +62,17 @@ Exit codes: 0 done, 1 failed (one line says why), 2 a bad setting or input (noth
 75 preempted (state saved: run it again to resume), 130 Ctrl-C.
 
 {_OTHERS}""",
-    "plan": f"""usage: python -m parallel_wan.plan device_memory_gb=N [key=value ...]
+    "plan": f"""usage: python -m parallel_wan.plan device_memory_gb=N [device_tflops=T] [key=value ...]
 
 Print a run's memory per device before it runs — weights, the denoising loop, the text encoder,
 the VAE decode, the peak of each phase — and whether it fits in N GB, with what to try when it
-does not. The same settings and checks as parallel_wan.run; no weights are read (a preset's
+does not; then its compute per device and roughly how long it takes on this machine's device
+(measured) and, with device_tflops=T, on a device of T dense TFLOP/s (e.g. 989: H100 SXM bf16).
+The same settings and checks as parallel_wan.run; no weights and no image are read (a preset's
 architecture is known; checkpoint_dir= reads only its configs).
 
 Examples:
-  python -m parallel_wan.plan model=wan2.2_t2v_a14b mesh=dp2_cp4 device_memory_gb=80
+  python -m parallel_wan.plan model=wan2.2_t2v_a14b mesh=dp2_cp4 device_memory_gb=80 device_tflops=989
   python -m parallel_wan.plan model=wan2.2_i2v_a14b memory=swap height=480 width=832 device_memory_gb=24
   python -m parallel_wan.plan model=wan2.2_ti2v_5b mesh=cp4 memory=sharded device_memory_gb=40
 
@@ -80,9 +85,10 @@ Exit codes: 0 fits, 1 does not fit, 2 a bad setting.
 Check this machine before renting a big job, without loading weights: the devices torch sees and
 the one this process takes, the attention kernel sequence-parallel attention will run (run once on
 a small input; a slow fallback is a loud WARNING), whether the process group (NCCL, gloo on CPU)
-starts and one all_reduce completes, the mesh and its launch command, and the memory planner's
-verdict for this device's memory. Under torchrun rank 0 reports; another rank prints only its
-problems, tagged [rank r/world].
+starts and one all_reduce completes, the mesh and its launch command (under torchrun: a PROBLEM
+when the processes started are not the mesh's world, which the run refuses), and the memory
+planner's verdict for this device's memory. Under torchrun rank 0 reports; another rank prints
+only its problems, tagged [rank r/world].
 
 Examples:
   python -m parallel_wan.doctor model=wan2.2_t2v_a14b mesh=dp2_cp4
@@ -111,6 +117,26 @@ Examples:
 
 Exit codes: 75 stopped by SIGTERM/SIGUSR1 (start it again to resume), 1 failed (a rank is gone),
 2 a bad setting or the port is taken.
+
+{_OTHERS}""",
+    "quantize": f"""usage: python -m parallel_wan.quantize checkpoint_dir=DIR quantize=fp8|int8 output_dir=DIR
+
+Write every expert of a checkpoint (diffusers or official layout) once as a quantized single file:
+each transformer block's linear weights in float8_e4m3fn or int8 with one float32 scale per output
+channel (what quantize=fp8|int8 does at load), everything else as stored, official names
+(LightX2V's layout). Runs then read them with weights_high= / weights_low= (A14B) or weights=
+(TI2V-5B) and give the video of quantize= on the checkpoint. One tensor at a time: memory holds one
+tensor, not the expert. The files appear whole or not at all; nothing is overwritten. The built-in
+models' folders under ~/.cache/parallel_wan/builtin/ are checkpoints too.
+
+Examples:
+  python -m parallel_wan.quantize checkpoint_dir=/ckpt/Wan2.2-T2V-A14B quantize=fp8 output_dir=/ckpt/T2V-A14B-fp8
+  python -m parallel_wan.run model=wan2.2_t2v_a14b checkpoint_dir=/ckpt/Wan2.2-T2V-A14B \\
+      weights_high=/ckpt/T2V-A14B-fp8/high_noise_model_fp8.safetensors \\
+      weights_low=/ckpt/T2V-A14B-fp8/low_noise_model_fp8.safetensors
+
+Exit codes: 0 written, 1 the disk failed, 2 a bad setting, checkpoint or weight (NaN/inf), 130
+Ctrl-C; nothing is left behind by a failure.
 
 {_OTHERS}""",
     "launch": f"""usage: python -m parallel_wan.launch [first-host HOSTLIST]
@@ -156,7 +182,7 @@ def front(program: str, argv: list[str]) -> list[str]:
         _refuse(f"{flags[0]} is not an option of {PROGRAMS[program]}; it takes --nproc N, --cfg job, --help, "
                 f"--version and key=value settings{hint}")
     if nproc is not None and nproc > 1:
-        _exec_torchrun(nproc, rest)
+        _start_ranks(nproc, rest)
     return rest
 
 
@@ -181,16 +207,26 @@ def _take_nproc(argv: list[str]) -> tuple[int | None, list[str]]:
     return nproc, rest
 
 
-def _exec_torchrun(nproc: int, settings: list[str]) -> None:
-    """Become torchrun with N workers of parallel_wan.run: exec, so the launcher's exit code
-    (75 after a preemption) and the signals a scheduler sends (SIGTERM) reach torchrun directly.
-    torch.distributed.run is what the `torchrun` script runs; through this interpreter it is the
-    one that has this environment's torch, on PATH or not."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "parallel_wan.run", *settings]
+def _start_ranks(nproc: int, settings: list[str]) -> None:
+    """Start N ranks of parallel_wan.run as torchrun would (launch/nproc.py), and exit as the
+    first rank that stopped: its one line, once, and its code (75 after a preemption). A setting
+    that cannot mean N processes is refused first, before any starts."""
+    from .config import ConfigError, backend_name
+    from .config.compose import compose_settings
+
+    try:
+        backend = backend_name(compose_settings(settings))
+    except ConfigError as exc:
+        _refuse(str(exc))
+    if backend == "jax":
+        _refuse(f"--nproc {nproc} with backend=jax: JAX runs one process per host, which drives all of its devices; "
+                "drop --nproc (python -m parallel_wan.run backend=jax mesh=…), or use backend=torch for one process "
+                "per device")
     print(f"parallel_wan: starting {nproc} processes: torchrun --standalone --nproc-per-node {nproc} "
           f"-m parallel_wan.run {' '.join(settings)}".rstrip(), file=sys.stderr, flush=True)
-    os.execv(sys.executable, argv)
+    from .launch.nproc import run_ranks
+
+    sys.exit(run_ranks(nproc, settings))
 
 
 def _print_settings(overrides: list[str]) -> None:

@@ -9,7 +9,8 @@ The same Hydra settings as `parallel_wan.run`. It prints:
   small input in the run's dtype (flash-attn 3, cuDNN, PyTorch's flash kernel ...), with a loud
   WARNING when it falls back to a slow one;
 - whether the process group starts (NCCL on CUDA, gloo on CPU) and one all_reduce completes;
-- the mesh the run would use and the launch command it needs;
+- the mesh the run would use and the launch command it needs; under a launcher (torchrun, srun),
+  a PROBLEM when the processes started are not the world the mesh needs (the run refuses them);
 - the memory planner's verdict (`parallel_wan.plan`) for this device's memory.
 Exit status: 0 ready, 1 a problem (named on a line starting "PROBLEM"), 2 a bad setting.
 """
@@ -70,9 +71,12 @@ class Doctor:
         if self.reports:
             print(line, file=self.out, flush=True)
 
-    def problem(self, line: str) -> None:
+    def problem(self, line: str, every_rank: bool = True) -> None:
+        """Record a problem (this process exits 1). `every_rank=False`: the job's, the same on
+        every rank, so only rank 0 prints it."""
         self.problems.append(line)
-        print(f"{self.tag if not self.reports else ''}PROBLEM: {line}", file=self.out, flush=True)
+        if every_rank or self.reports:
+            print(f"{self.tag if not self.reports else ''}PROBLEM: {line}", file=self.out, flush=True)
 
     # ------------------------------------------------------------ the checks
     def devices(self) -> torch.device | None:
@@ -165,6 +169,7 @@ class Doctor:
             f"torchrun --nproc-per-node {m.world_size} -m parallel_wan.run"
         self.say(f"mesh={m.name}: dp={m.dp} × cp={m.cp} (ulysses {m.ulysses} × ring {m.ring}) = "
                  f"{m.world_size} process{'es' if m.world_size > 1 else ''}; launch with `{launch} mesh={m.name} ...`")
+        self.launched_world()
         if device is not None and device.type == "cuda" and m.world_size > torch.cuda.device_count():
             self.say(f"note: {m.world_size} processes, {torch.cuda.device_count()} GPUs here: "
                      "the job needs several nodes")
@@ -184,10 +189,24 @@ class Doctor:
         lines = text.splitlines()
         verdict = next((line for line in lines if line.startswith("peak ") and "GB of" in line), lines[-1])
         self.say(f"plan for this device's {gb:.1f} GB: {verdict}")
+        self.say("  " + next(line for line in lines if line.startswith("time ")))  # on this device, measured
         if not fits:
-            self.say("  " + lines[-1])  # what to try
+            self.say("  " + next(line for line in lines if line.startswith("try: ")))
             self.problem(f"the run does not fit: {verdict.removesuffix(': DOES NOT FIT')} "
                          "(python -m parallel_wan.plan … prints every phase)")
+
+    def launched_world(self) -> None:
+        """Started by a launcher (torchrun, srun, …), the processes are the job's own: a mesh for
+        another number of them is the launch parallel_wan.run refuses, in the run's words. One
+        process started by hand only describes the launch the mesh needs; mesh=auto fits any world."""
+        from .launch import SINGLE
+
+        if self.launch.kind == SINGLE or self.mesh.name == "auto":
+            return
+        try:
+            mesh_spec(self.raw.get("mesh") or {}, self.launch.world_size)
+        except ConfigError as exc:
+            self.problem(str(exc), every_rank=False)
 
     def run(self) -> int:
         device = self.devices()

@@ -18,6 +18,7 @@ import sys
 from .config import ConfigError, RunSpec, backend_name
 from .config.compose import CONF_DIR, compose_settings, hydra_error_line  # noqa: F401 (API)
 from .errors import RunError
+from .launch.rank_exit import leave
 from .jobs.generation import gen_summary, log_run, progress_bar, write_generation  # noqa: F401 (API)
 
 log = logging.getLogger("parallel_wan")
@@ -47,6 +48,7 @@ def validate_job(raw: dict, world_size: int, node_size: int | None = None, local
     ConfigError naming the line; loads nothing, compiles nothing, writes nothing."""
     from .backends.process import check_device
     from .jobs import check_saved_states, build_job
+    from .jobs.single_outputs import check_single_outputs
     from .pipeline import preflight
     from .pipeline.checkpoint import check_compatible
     from .memory_plan.fits import check_fits
@@ -69,6 +71,8 @@ def validate_job(raw: dict, world_size: int, node_size: int | None = None, local
 
     job = build_job(raw, world_size, node_size, env, check)
     check_saved_states(job)
+    if job.single and not job.fresh_output:  # output_dir= holding another run's video: refused
+        check_single_outputs(job.output_dir, job.entries[0])
     return job, first.get("ckpt")
 
 
@@ -95,9 +99,11 @@ def _log_choices(why: str | None, spec) -> None:
 
 def _refuse(exc: ConfigError, speaks: bool) -> None:
     # Every process validates the same settings and stops here, before any process group
-    # exists or anything compiles, so nobody waits on anybody; one process says why.
-    if speaks:
-        print(f"parallel_wan: error: {exc}", file=sys.stderr)
+    # exists or anything compiles, so nobody waits on anybody; one process says why (under
+    # `parallel-wan --nproc`, the script does: launch/rank_exit.py).
+    line = f"parallel_wan: error: {exc}"
+    if not leave(2, line) and speaks:
+        print(line, file=sys.stderr)
     sys.exit(2)
 
 
@@ -117,6 +123,8 @@ def start(raw: dict, why: str | None = None) -> None:
     _log_choices(why, job.base)
     if process.note:
         log.info(process.note)
+    if process.rank == 0 and job.entries:
+        _announce_duration(job, ckpt)
     try:
         from .jobs import run_job
 
@@ -124,6 +132,18 @@ def start(raw: dict, why: str | None = None) -> None:
     except BaseException as exc:
         _fail(exc, process.rank, process.count)
     process.shutdown()
+
+
+def _announce_duration(job, ckpt) -> None:
+    """A job far longer than a quick run says so before anything loads: its FLOPs over this
+    device's measured speed (memory_plan/compute_time.py; measured only for a long job)."""
+    from .memory_plan.compute_time import job_estimate
+    from .memory_plan.fits import architecture_of
+
+    tcfg, vcfg = architecture_of(job.base, ckpt)
+    said = job_estimate([entry.spec for entry in job.entries], tcfg, vcfg)
+    if said is not None:
+        (log.warning if said[1] else log.info)(said[0])
 
 
 def _fail(exc: BaseException, rank: int, world: int) -> None:
@@ -145,23 +165,20 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
 
     tag = f" (rank {rank}/{world})" if world > 1 else ""
     if isinstance(exc, Preempted):
-        if rank == 0:
-            print(f"parallel_wan: {exc}", file=sys.stderr, flush=True)
-        code = PREEMPTED_EXIT
+        code, line, speaks = PREEMPTED_EXIT, f"parallel_wan: {exc}", rank == 0
     elif isinstance(exc, KeyboardInterrupt):
-        if rank == 0:
-            print(f"parallel_wan: interrupted{tag}; nothing was written", file=sys.stderr, flush=True)
-        code = 130
+        code, line, speaks = 130, f"parallel_wan: interrupted{tag}; nothing was written", rank == 0
     elif isinstance(exc, RunError):
-        print(f"parallel_wan: error{tag}: {exc}", file=sys.stderr, flush=True)
-        code = exc.exit_code
+        code, line, speaks = exc.exit_code, f"parallel_wan: error{tag}: {exc}", True
     elif world == 1:
         raise exc
     else:
         lines = "".join(traceback.format_exception(exc)).splitlines()
         print("\n".join(f"[rank {rank}/{world}] {line}" for line in lines), file=sys.stderr)
-        print(f"parallel_wan: rank {rank}/{world} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        code = 1
+        code, line, speaks = 1, f"parallel_wan: rank {rank}/{world} failed: {type(exc).__name__}: {exc}", True
+    # under `parallel-wan --nproc` the script prints the first rank's line (launch/rank_exit.py)
+    if not leave(code, line) and speaks:
+        print(line, file=sys.stderr, flush=True)
     if world > 1:
         os._exit(code)
     sys.exit(code)

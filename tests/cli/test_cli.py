@@ -1,21 +1,26 @@
 """The entry points' own flags (issue 22 items 6, 7 and 10): `--help` says what each does, its
 settings with examples (all of which exist) and the other entry points; `--version` prints
-parallel_wan's; `parallel-wan --nproc N` starts torchrun (whose own `--nproc` is ambiguous);
-`python -m parallel_wan.doctor` under torchrun reports once, from rank 0, with the planner's
+parallel_wan's; `parallel-wan --nproc N` starts torchrun's ranks (torchrun's own `--nproc` is
+ambiguous) and ends as the first rank that stopped — its line once, its exit code, signals passed
+on (issue 38 item 5); `python -m parallel_wan.doctor` under torchrun reports once, from rank 0, with the planner's
 numbers shown once."""
 
 import importlib.metadata
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from parallel_wan import cli, doctor
+from parallel_wan.launch import nproc
 from parallel_wan.config.compose import CONF_DIR, compose_settings
 from parallel_wan.serve.settings import SERVER_KEYS
+
+from harness.launchers import wait_for_log
 
 REPO = os.path.dirname(CONF_DIR)
 ENV = {**os.environ, "PYTHONPATH": REPO}
@@ -50,7 +55,8 @@ def _example_settings(program):
     for line in cli.HELP[program].splitlines():
         words = [w.replace('"', "") for w in re.findall(r"(?<!\S)([a-z_.]+=(?:\"[^\"]*\"|\S+))", line)]
         if words:
-            yield [w for w in words if not w.startswith("device_memory_gb=") and w.split("=")[0] not in SERVER_KEYS]
+            yield [w for w in words if not w.startswith(("device_memory_gb=", "device_tflops="))
+                   and w.split("=")[0] not in SERVER_KEYS]
 
 
 @pytest.mark.parametrize("program", sorted(cli.PROGRAMS))
@@ -82,17 +88,59 @@ def test_cfg_job_prints_every_setting_and_flags_that_do_not_exist_are_refused():
 
 
 # ------------------------------------------------------------------------------ --nproc N
-def test_nproc_becomes_torchrun(monkeypatch):
-    """The script execs torchrun (exit codes and signals then belong to torchrun, as when typed)."""
+def test_nproc_starts_torchruns_ranks(monkeypatch):
+    """The script starts N ranks as `torchrun --standalone --nproc-per-node N` would, and exits
+    with the code of the first rank that stopped (launch/nproc.py)."""
     seen = []
-    monkeypatch.setattr(os, "execv", lambda path, argv: seen.append(argv) or sys.exit(0))
+    monkeypatch.setattr(nproc, "run_ranks", lambda n, settings: seen.append((n, settings)) or 75)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     for flags in (["--nproc", "4"], ["--nproc=4"], ["--nproc-per-node", "4"], ["--nproc_per_node=4"]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as stop:
             cli.front("run", [*flags, "mesh=usp2x2", "prompt=a b"])
-        assert seen.pop() == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-                              "-m", "parallel_wan.run", "mesh=usp2x2", "prompt=a b"]
+        assert stop.value.code == 75 and seen.pop() == (4, ["mesh=usp2x2", "prompt=a b"])
     assert cli.front("run", ["--nproc", "1", "seed=3"]) == ["seed=3"]  # one process: no launcher needed
+
+
+def test_nproc_gives_the_ranks_time_to_save_after_a_signal(monkeypatch):
+    """torchrun SIGKILLs its ranks 30 s after passing a signal on; a preempted rank first ends
+    its step and saves. The script gives them 300 s unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT says."""
+    from torch.distributed import run as torchrun
+
+    seen = []
+    monkeypatch.setattr(torchrun, "run", lambda args: seen.append(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")))
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    monkeypatch.delenv("PARALLEL_WAN_RANK_EXITS", raising=False)  # run_ranks sets both for its ranks
+    assert nproc.run_ranks(2, ["steps=2"]) == 0
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "45")
+    assert nproc.run_ranks(2, ["steps=2"]) == 0
+    assert seen == ["300", "45"]
+
+
+@pytest.mark.parametrize("records,failures,signum,lines,code", [
+    # a bad setting: every rank refuses; the earliest says it, whoever the agent saw first
+    ([{"code": 2, "line": "bad", "time": 100.3}, {"code": 2, "line": "bad", "time": 100.4}],
+     [(1, 2, 100), (0, 2, 100)], None, ["bad"], 2),
+    # a rank fails; the agent closes its peer with SIGTERM (not a failure of its own)
+    ([{"code": 1, "line": "rank 1/2 failed", "time": 100.3}], [(1, 1, 100), (0, -15, 100)], None,
+     ["rank 1/2 failed"], 1),
+    # the OOM killer takes rank 1; rank 0 then loses its peer and records that
+    ([{"code": 1, "line": "rank 0/2 failed: peer gone", "time": 100.3}], [(1, -9, 100), (0, 1, 100)], None,
+     ["parallel_wan: rank 1/2 was killed by SIGKILL", "rank 0/2 failed: peer gone"], 137),
+    # rank 0 fails; rank 1, hung, is killed by the agent 30 s after its SIGTERM: rank 0 was first
+    ([{"code": 1, "line": "rank 0/2 failed", "time": 100.3}], [(0, 1, 100), (1, -9, 131)], None,
+     ["parallel_wan: rank 1/2 was killed by SIGKILL", "rank 0/2 failed"], 1),
+    # SIGTERM to the script: every rank saved and recorded 75
+    ([{"code": 75, "line": "preempted", "time": 100.3}, {"code": 75, "line": "preempted", "time": 100.3}], [],
+     signal.SIGTERM, ["preempted"], 75),
+    # SIGTERM while the ranks were still importing: no rank could catch it
+    ([], [], signal.SIGTERM, ["parallel_wan: stopped by SIGTERM before any rank could stop cleanly; nothing was saved"],
+     143),
+    # a rank's own uncaught traceback (no record) and a clean run
+    ([], [(1, 1, 100), (0, -15, 100)], None, [], 1),
+    ([], [], None, [], 0),
+], ids=["refused", "failed", "oom-killed", "hung-then-killed", "preempted", "signal-at-start", "traceback", "ok"])
+def test_the_script_reports_the_first_rank_to_stop(records, failures, signum, lines, code):
+    assert nproc.verdict(records, failures, 2, signum) == (lines, code)
 
 
 @pytest.mark.parametrize("flags", [["--nproc"], ["--nproc", "0"], ["--nproc", "four"], ["--nproc=-2"]])
@@ -120,6 +168,59 @@ def test_nproc_2_runs_the_tiny_model_on_two_processes(tmp_path):
     assert "starting 2 processes: torchrun --standalone --nproc-per-node 2" in proc.stderr
     mesh = json.loads((out / "video.json").read_text())["config"]["mesh"]
     assert (mesh["name"], mesh["dp"] * mesh["cp"]) == ("auto:dp2", 2), mesh  # mesh=auto: CFG parallel on 2
+
+
+def test_nproc_refuses_jax_before_torchrun_starts(tmp_path):
+    proc = python_m("parallel_wan.run", "--nproc", "2", "backend=jax", "steps=1", "num_frames=1", "height=32",
+                    "width=32", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr[-3000:]
+    assert proc.stderr.startswith("parallel_wan: error: --nproc 2 with backend=jax"), proc.stderr
+    assert "one process per host" in proc.stderr and "drop --nproc" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+NPROC_RUN = ["backend=torch", "dist_timeout_s=60"]
+TORCHRUNS_OWN = ("Traceback", "ChildFailedError", "closing signal", "exitcode")  # its wall and its notices
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_nproc_a_bad_setting_exits_2_with_one_line(tmp_path):
+    proc = python_m("parallel_wan.run", "--nproc", "2", *NPROC_RUN, "steps=1", "num_frames=1", "height=50", "width=32",
+                    f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert lines[0].startswith("parallel_wan: starting 2 processes: torchrun"), proc.stderr
+    assert lines[1:] == ["parallel_wan: error: height=50 must be a positive multiple of 16 for tiny; try height=48"], \
+        proc.stderr[-3000:]
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+@pytest.mark.parametrize("signum,code,line", [
+    (signal.SIGTERM, 75, r"parallel_wan: preempted \(SIGTERM\): stopped after step \d+ of 400 of video; the loop state "
+                         r"is saved in .*; run the same command again to resume \(exit code 75\)"),
+    (signal.SIGUSR1, 75, r"parallel_wan: preempted \(SIGUSR1\): stopped after step \d+ of 400 of video"),
+    (signal.SIGINT, 130, r"parallel_wan: interrupted \(rank \d/2\); nothing was written"),
+], ids=["SIGTERM", "SIGUSR1", "SIGINT"])
+def test_a_signal_to_nproc_reaches_the_ranks_and_their_exit_code_comes_back(tmp_path, signum, code, line):
+    # As a scheduler (SIGTERM, or SLURM's --signal=USR1: preemption, requeued on 75) or a terminal
+    # (Ctrl-C) stops the `parallel-wan --nproc` process itself, mid-denoise (400 steps: it is
+    # stopped after a few, long before it could finish).
+    log = tmp_path / "log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "parallel_wan.run", "--nproc", "2", *NPROC_RUN, "mesh=cp2",
+                                 "num_frames=9", "height=48", "width=80", "steps=400", f"output_dir={tmp_path / 'out'}"],
+                                cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_for_log(log, r"denoise: +\d+%.*\| ([2-9]|[1-9]\d)/400", proc)
+            proc.send_signal(signum)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert proc.returncode == code, text[-3000:]
+    assert len(re.findall(line, text)) == 1, text[-3000:]
+    assert not [word for word in TORCHRUNS_OWN if word in text], text[-3000:]
 
 
 # ------------------------------------------------------------------------------ doctor

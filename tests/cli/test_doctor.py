@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from harness.fakegpu.collectives import nccl_as_fake
+from harness.launchers import LAUNCH_VARS
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
 from parallel_wan import doctor
@@ -76,6 +77,21 @@ def test_doctor_reports_a_refused_device_setting():
     assert code == 1
     assert "PROBLEM: device=cuda:1 with 2 processes would put every rank on GPU 1" in out
     assert "launch with `torchrun --nproc-per-node 2 -m parallel_wan.run mesh=cp2 ...`" in out
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_doctor_under_torchrun_reports_a_world_the_mesh_does_not_use():
+    # parallel_wan.run refuses this launch (cp4 needs 4 processes, 2 were started): so must the doctor
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARS)} | {"PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "parallel_wan.doctor", "model=tiny", "mesh=cp4"], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr[-3000:]
+    assert out.count("PROBLEM: mesh=cp4 needs dp×cp=1×4=4 processes but 2 were started; launch with "
+                     "`torchrun --nproc-per-node 4 -m parallel_wan.run mesh=cp4`\n") == 1, out  # once, from rank 0
+    assert "ready" not in out.splitlines() and out.count("1 problem(s); see PROBLEM lines") == 1, out
+    assert "communication: gloo group of 2, one all_reduce OK" in out, out  # the other checks still ran
 
 
 def test_slow_attention_fallbacks_are_flagged():

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from parallel_wan.run import CONF_DIR, compose_settings, validate_job
 
 from harness.images import write_png
 from harness.frames import assert_same_frames
-from harness.launchers import LAUNCH_VARS
+from harness.launchers import LAUNCH_VARS, wait_for_log
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -69,17 +68,6 @@ def test_a_prompt_file_on_4_ranks_without_a_mesh_equals_the_one_process_job(tmp_
         assert sidecar["mesh"]["dp"] == 2 and sidecar["job"]["result_key"] == entry.key
 
 
-def wait_for(path, pattern, proc, timeout=240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the job ended ({proc.returncode}) before {pattern!r}:\n{path.read_text()[-3000:]}")
-        if path.exists() and re.search(pattern, path.read_text()):
-            return
-        time.sleep(0.2)
-    pytest.fail(f"{pattern!r} never showed:\n{path.read_text()[-3000:]}")
-
-
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sigterm_to_torchrun_mid_denoise_saves_every_rank_and_the_rerun_resumes_bit_for_bit(tmp_path):
     # Two ranks (the agent forwards the signal to each of its workers; the property does not grow
@@ -95,7 +83,7 @@ def test_sigterm_to_torchrun_mid_denoise_saves_every_rank_and_the_rerun_resumes_
                                 stderr=stderr, stdout=subprocess.DEVNULL,
                                 env=env(PARALLEL_WAN_PREEMPTED_FILE=str(marker)))
         try:
-            wait_for(log, r"denoise: +\d+%.*\| ([3-9]|1\d)/16", proc)  # a few of fox's 16 steps are done
+            wait_for_log(log, r"denoise: +\d+%.*\| ([3-9]|1\d)/16", proc)  # a few of fox's 16 steps are done
             proc.send_signal(signal.SIGTERM)  # to the agent, as slurmstepd or the kubelet would
             proc.wait(timeout=120)
         finally:
