@@ -46,9 +46,12 @@ def main(checkouts: list[str]) -> None:
         out = tempfile.mkdtemp(prefix="startup_")
         cpu_seconds(["-m", "parallel_wan.run", f"output_dir={out}/warm", "steps=2"], env)  # stores the tiny model
         for name, argv in COMMANDS.items():
-            if argv[1] == "parallel_wan.run":
-                argv = [*argv, f"output_dir={out}/run"]
-            rows.setdefault(name, []).append(statistics.median(cpu_seconds(argv, env) for _ in range(3)))
+            def once(i, argv=argv):
+                if argv[1] == "parallel_wan.run":  # a folder per run: a run into its own finished video does nothing
+                    argv = [*argv, f"output_dir={out}/run{i}"]
+                return cpu_seconds(argv, env)
+
+            rows.setdefault(name, []).append(statistics.median(once(i) for i in range(3)))
     print(f"{'median CPU-s of 3':<38}" + "".join(f"{c[-28:]:>30}" for c in checkouts))
     for name, values in rows.items():
         ratio = f"   ({values[0] / values[-1]:.2f}x)" if len(values) > 1 else ""

@@ -18,7 +18,11 @@ def progress_bar(total: int, enabled: bool):
     from tqdm.auto import tqdm
 
     def wrap(iterable):
-        return tqdm(iterable, total=total, desc="denoise", unit="step", disable=not enabled, file=sys.stderr)
+        # a resumed loop runs range(step, stop): the bar starts at the step it resumes from, so it
+        # ends at total/total (it ended at 22/30 after a resume from step 8)
+        initial = iterable.start if isinstance(iterable, range) else 0
+        return tqdm(iterable, total=total, initial=initial, desc="denoise", unit="step", disable=not enabled,
+                    file=sys.stderr)
 
     return wrap
 
@@ -54,10 +58,15 @@ def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = 
 
         sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output.dir, cache["measured_ratios"]))}
     try:
-        return save_generation(spec.output.dir, gen.videos, spec.model.fps, sidecar, spec.output.save_frames, stem=stem)
+        paths = save_generation(spec.output.dir, gen.videos, spec.model.fps, sidecar, spec.output.save_frames, stem=stem)
     except OSError as exc:  # full disk, I/O error: save_generation has removed what it wrote
         raise OutputWriteError(f"could not write the outputs to output_dir={spec.output.dir} ({exc.strerror or exc}); "
                                "nothing was kept; free space there or set another output_dir") from exc
+    if "ratios_file" in (sidecar.get("cache") or {}):
+        curve = sidecar["cache"]["ratios_file"]
+        log.info("cache.calibrate=true: the measured MagCache curve (%d ratios) is in %s; use it with cache=magcache "
+                 "cache.ratios=%s", len(cache["measured_ratios"]), curve, curve)
+    return paths
 
 
 def gen_summary(gen, paths) -> str:

@@ -26,6 +26,7 @@ from .output_folder import claim_folder, release_if_empty
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, write_marker
 from .texts import encode_job_texts
 from .resume import drop_state, finished, saved_state, state_dir
+from .single_outputs import check_single_outputs, earlier_files, remove_earlier
 
 log = logging.getLogger("parallel_wan")
 
@@ -99,9 +100,10 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
         log.info("array task %d of %d: no entries (the file has %d); nothing to do", *job.share, job.total)
         return report
     todo = _todo(job, report)
-    if not todo:
-        log.info("job complete: all %d %s in %s are done; nothing to do", len(job.entries), _entries_word(job),
-                 job.output_dir)
+    if not todo and not job.single:
+        log.info("job complete: %s in %s %s done; nothing to do",
+                 "the 1 entry" if len(job.entries) == 1 else f"all {len(job.entries)} entries", job.output_dir,
+                 "is" if len(job.entries) == 1 else "are")
         _summary(job, report, time.perf_counter() - started, backend)
         return report
 
@@ -138,6 +140,13 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
 
 def _todo(job: Job, report: JobReport) -> list:
     if job.single:
+        entry = job.entries[0]
+        if not job.fresh_output and check_single_outputs(job.output_dir, entry):
+            report.skipped.append(entry.name)
+            log.info("%s.mp4 in output_dir=%s was made before with these settings (checksum verified): nothing to do; "
+                     "set another output_dir, or delete %s.mp4 and %s.json there, to make it again", entry.name,
+                     job.output_dir, entry.name, entry.name)
+            return []
         return list(job.entries)
     todo = []
     for entry in job.entries:
@@ -245,11 +254,14 @@ def _write(job: Job, entry: Entry, gen, resumed: int | None) -> dict:
     extra = {}
     if resumed is not None:
         extra["resumed_from_step"] = resumed
+    # what the video is, so a later run into this folder knows whether it is the same one
+    extra["job"] = {"result_key": entry.key, "settings": result_settings(entry.spec)}
     if not job.single:
-        extra["job"] = {"prompts_file": job.prompts_file, "line": entry.line, "name": entry.name,
-                        "result_key": entry.key, "settings": result_settings(entry.spec),
+        extra["job"] = {"prompts_file": job.prompts_file, "line": entry.line, "name": entry.name, **extra["job"],
                         "share": list(job.share) if job.share else None}
+    earlier = earlier_files(job.output_dir, entry.name)
     paths = write_generation(entry.spec, gen, extra, stem=entry.name)
+    remove_earlier(job.output_dir, entry.name, earlier)  # an unfinished earlier run's files: not beside ours
     if job.single:
         print(gen_summary(gen, paths), file=sys.stderr)
     return paths

@@ -22,7 +22,11 @@ What is counted is what `live_bytes` measures: tensor storages, at op boundaries
 
 One file per phase: architecture.py, weight_bytes.py, denoise_bytes.py (on meta_backend.py),
 text_encoder_bytes.py, vae_bytes.py (on steady_decode.py); report.py joins them; cli.py is `python -m
-parallel_wan.plan` (parallel_wan/plan/ holds only that command's name).
+parallel_wan.plan` (parallel_wan/plan/ holds only that command's name). Around them: fits.py,
+the check every run and request passes before anything loads (a floor, bound.py's arithmetic
+upper bound of the plan, then the plan itself), host_memory.py (what a process may allocate:
+MemAvailable, or its container's cgroup limit), compute_time.py (the job's FLOPs over this
+device's measured speed: how long it will take).
 Not counted, here or by the measurement: a kernel's private scratch (CPU flash attention's
 per-thread buffers, convolution workspaces, cuDNN/flash workspaces), the CUDA caching
 allocator's rounding and fragmentation, the CUDA context (~0.5 GB per device), NCCL's

@@ -12,7 +12,7 @@ from ..models.registry import TEXT_LEN, UMT5_XXL, for_task  # noqa: F401  (TEXT_
 def architecture(spec: RunSpec):
     """(TransformerConfig, VaeConfig, text encoder EncoderShape) of the run's model: from
     checkpoint_dir's configs when given, else the model registry's architecture for the preset's task."""
-    from ..text.umt5_encoder import EncoderShape
+    from ..text.encoder_shape import EncoderShape
 
     if spec.weights.checkpoint_dir is not None:
         from ..weights.layout import describe_checkpoint

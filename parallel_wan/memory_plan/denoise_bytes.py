@@ -13,6 +13,10 @@ from ..parallel.work import RankWork, rank_work
 from .architecture import transformer_shapes
 
 PLAN_STEPS = 3  # the sampler's state is full from the third step on (UniPC: last sample and two x0)
+# Beyond this many tokens per rank the loop is run at two smaller videos and extrapolated
+# (`denoise_bytes`): the predictor builds its RoPE tables and token index for real (on the
+# host, O(tokens)), which for a video of millions of tokens would itself take seconds and GBs.
+RUN_TOKENS = 65_536
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,43 @@ class DenoiseBytes:
         return self.held + self.loop
 
 
-def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
+def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes, vcfg=None) -> DenoiseBytes:
     """`pipeline.denoise.denoise` (the sampler) driving the run's `EagerNoisePredictor` (CFG
     rows, timesteps, the forward, the sequence-parallel attention, the dp exchange, the guidance
-    combine) for PLAN_STEPS steps, on meta tensors of the rank's shapes (`MetaBackend`)."""
+    combine) for PLAN_STEPS steps, on meta tensors of the rank's shapes (`MetaBackend`).
+
+    Over RUN_TOKENS tokens per rank (and `vcfg` given) it is run for two shorter, lower videos of
+    about RUN_TOKENS / 2 and RUN_TOKENS tokens per rank and extrapolated along the token count:
+    every tensor the loop holds is a fixed size (the text) or rows × tokens × a fixed width, so
+    past a few thousand tokens each count is a straight line in the tokens per rank
+    (tests/unit/test_plan_bound.py holds the extrapolation to the direct count)."""
+    if vcfg is not None and shapes.local > RUN_TOKENS:
+        (l1, b1), (l2, b2) = ((s.local, _denoise_bytes(spec.replace(num_frames=f, height=h), tcfg, s))
+                              for f, h, s in (_smaller(spec, tcfg, vcfg, RUN_TOKENS // 2), _smaller(spec, tcfg, vcfg, RUN_TOKENS)))
+
+        def line(a: int, b: int) -> int:
+            return round(b + (b - a) / (l2 - l1) * (shapes.local - l2))
+
+        return DenoiseBytes(line(b1.held, b2.held), line(b1.loop, b2.loop))
+    return _denoise_bytes(spec, tcfg, shapes)
+
+
+def _smaller(spec: RunSpec, tcfg, vcfg, target: int) -> tuple[int, int, RankShapes]:
+    """(num_frames, height, rank shapes) of this video cut short in time — and, when one latent
+    frame alone is over `target` tokens per rank, in height — to about `target` tokens per rank."""
+    st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
+    pt, ph, pw = tcfg.patch_size
+    frames, height = spec.video.num_frames, spec.video.height
+    per_frame = (height // ss // ph) * (spec.video.width // ss // pw) / spec.mesh.cp
+    latent_frames = max(1, min((frames - 1) // st + 1, round(target / per_frame) * pt))
+    frames = (latent_frames - 1) * st + 1
+    if per_frame > target:  # a frame is too many tokens already: fewer rows of patches too
+        height = max(1, round(target / (spec.video.width // ss // pw) * spec.mesh.cp)) * ss * ph
+    small = spec.replace(num_frames=frames, height=height)
+    return frames, height, rank_shapes(small, tcfg, vcfg)
+
+
+def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     import numpy as np
     import torch
 

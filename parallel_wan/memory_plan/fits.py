@@ -1,12 +1,15 @@
 """Will this video fit — the model's positions and the device's memory? Decided during
-validation, before anything loads, so "far too large" is one line, not a traceback minutes in.
+validation, before anything loads (CLI) or is queued (server), so "far too large" is one line,
+not an OOM kill minutes in.
 
-The memory check is two-stage because the planner costs seconds (it runs the model on meta
-tensors): a floor every run needs — the decoded uint8 video of one prompt, which the main rank
-holds whole, plus the fp32 latents of every prompt — is compared first, and only a video whose
-floor already exceeds the device runs the planner, whose verdict and suggestions the refusal
-quotes. A video that fits the floor but not the planner's peak is left to the run (and to
-`python -m parallel_wan.plan`, which reports it in full).
+Every size is checked against the planner's numbers, in up to three stages, cheapest first:
+1. a floor every run needs — the decoded uint8 video of one prompt, which the main rank holds
+   whole, plus the fp32 latents of every prompt: over the device → refused;
+2. an upper bound of the planner's peak by arithmetic alone (bound.py; no torch): within the
+   device → fits, and nothing else runs (the runs people start: microseconds, so a normal start
+   is not slower and a server's HTTP process checks each request without importing torch);
+3. otherwise the planner itself (report.plan: the run's code on meta tensors, 0.3–1 s plus
+   torch's import), whose peak decides and whose verdict and suggestions the refusal quotes.
 """
 
 from __future__ import annotations
@@ -16,13 +19,9 @@ import os
 
 from ..config import ConfigError, RunSpec
 from ..models.rope import MAX_POSITIONS
+from .host_memory import host_memory
 
 GB = 1e9
-# The planner builds each rank's RoPE tables for real (tokens × head_dim floats) and runs the
-# step on meta tensors: fine at any real video size (720p × 81 frames is 75k tokens), but for a
-# video of millions of tokens it would itself take minutes and gigabytes. Beyond this many
-# tokens per rank the floor alone is the verdict.
-PLANNER_TOKENS = 300_000
 
 
 def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tuple | None = None) -> None:
@@ -30,7 +29,7 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
     numbers, the memory of one device. `budget`: bytes per device (default: `device_memory`);
     `device`: what `device_memory` said, asked once before (a server's HTTP process checks every
     request against it and never touches a device)."""
-    tcfg, vcfg = _architecture(spec, ckpt)
+    tcfg, vcfg = architecture_of(spec, ckpt)
     st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
     latent = ((spec.video.num_frames - 1) // st + 1, spec.video.height // ss, spec.video.width // ss)
@@ -51,20 +50,23 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
         return
     floor = spec.video.num_frames * spec.video.height * spec.video.width * 3 + len(spec.video.prompts) * tcfg.out_channels * math.prod(latent) * 4
     if floor <= budget:
+        from .bound import peak_bound
+
+        if peak_bound(spec, tcfg, vcfg, _text_shape(spec, ckpt)) <= budget:
+            return  # fits even by the generous bound: the planner is not needed
+    from .report import plan, suggestions
+
+    p = plan(spec)
+    if p.peak <= budget:
         return
     size = f"num_frames={spec.video.num_frames} height={spec.video.height} width={spec.video.width}"
-    need, tries = f"its frames and latents alone need {floor / GB:.2f} GB", ["smaller height/width/num_frames"]
-    tokens = (latent[0] // pt) * (latent[1] // ph) * (latent[2] // pw) // spec.mesh.cp
-    if tokens <= PLANNER_TOKENS:
-        from .report import plan, suggestions
-
-        p = plan(spec)
-        need, tries = f"the planner puts its peak at {p.peak / GB:.2f} GB", suggestions(p, budget)
-    raise ConfigError(f"{size} does not fit: {need} per device but {where} has {budget / GB:.2f} GB; "
-                      f"try: {'; '.join(tries)}")
+    raise ConfigError(f"{size} does not fit: the planner puts its peak at {p.peak / GB:.2f} GB per device but {where} "
+                      f"has {budget / GB:.2f} GB; try: {'; '.join(suggestions(p, budget))} "
+                      "(python -m parallel_wan.plan prints the whole plan)")
 
 
-def _architecture(spec: RunSpec, ckpt):
+def architecture_of(spec: RunSpec, ckpt):
+    """(TransformerConfig, VaeConfig) of the run: the checkpoint's when described, else the registry's."""
     if ckpt is not None:
         return next(iter(ckpt.transformers.values())), ckpt.vae_config
     from ..models.registry import for_task
@@ -73,13 +75,29 @@ def _architecture(spec: RunSpec, ckpt):
     return arch.transformer, arch.vae
 
 
+def _text_shape(spec: RunSpec, ckpt):
+    """The text encoder's shape without torch or a tokenizer: the checkpoint's config, else the
+    registry's (the built-in model's vocabulary follows its tokenizer: a bound stands in)."""
+    from ..models.registry import UMT5_XXL, for_task
+    from ..text.encoder_shape import EncoderShape
+
+    if ckpt is not None and ckpt.text_encoder_format == "diffusers":
+        return EncoderShape.from_config_file(ckpt.text_encoder_path / "config.json")
+    if ckpt is not None:
+        return EncoderShape.from_config(UMT5_XXL)
+    fields = dict(for_task(spec.model.task, bool(spec.model.builtin)).text_encoder)
+    fields.setdefault("vocab_size", 1 << 17)  # the tiny tokenizer's is far smaller
+    return EncoderShape.from_config(fields)
+
+
 def device_memory(spec: RunSpec) -> tuple[float | None, str]:
     """(bytes one device can hold, where that number comes from); None when unknown.
 
-    A GPU: its total memory (nothing of this run is on it yet). The CPU: the host's
-    MemAvailable — what new allocations get without swapping — shared by the processes of this
-    node (torchrun's LOCAL_WORLD_SIZE) or by JAX's virtual CPU devices, which all live in this
-    one process's memory."""
+    A GPU: its total memory (nothing of this run is on it yet). The CPU: what new allocations get
+    without swapping — the host's MemAvailable, or inside a container what its memory cgroup
+    still allows when that is less (host_memory.py) — shared by the processes of this node
+    (torchrun's LOCAL_WORLD_SIZE) or by JAX's virtual CPU devices, which all live in this one
+    process's memory."""
     if spec.execution.backend == "torch":
         import torch
 
@@ -97,18 +115,7 @@ def device_memory(spec: RunSpec) -> tuple[float | None, str]:
             limit = (device.memory_stats() or {}).get("bytes_limit")
             return (float(limit) if limit else None), f"{device.platform}:{device.id}"
         sharers = len(jax.local_devices(backend="cpu"))
-    available = _mem_available()
-    if available is None:
+    host = host_memory()
+    if host is None:
         return None, "host memory"
-    return available / max(sharers, 1), f"host memory (MemAvailable{f' / {sharers} processes' if sharers > 1 else ''})"
-
-
-def _mem_available() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return host.available / max(sharers, 1), host.where + (f" / {sharers} processes" if sharers > 1 else "")

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import RunSpec
+from ..report.words import counted
 from .architecture import architecture, transformer_shapes
 from .denoise_bytes import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
 from .text_encoder_bytes import text_encoder_bytes
@@ -51,7 +52,7 @@ def plan(spec: RunSpec) -> MemoryPlan:
     tcfg, vcfg, text_cfg = architecture(spec)
     shapes = rank_shapes(spec, tcfg, vcfg)
     eb = expert_bytes(transformer_shapes(tcfg), spec.execution.dtype, spec.mesh.world_size, spec.quantization.quantize)
-    dn = denoise_bytes(spec, tcfg, shapes)
+    dn = denoise_bytes(spec, tcfg, shapes, vcfg)
     prompts = len(spec.video.prompts)
     # generate keeps, while the VAE decodes: the predictor (context, RoPE tables, condition)
     # and the initial noise (dn.held), the loop's final sample, and off a single process the
@@ -73,7 +74,7 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
     lines = [
         f"model={spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} dtype={spec.execution.dtype} backend={spec.execution.backend} "
         f"mesh={spec.mesh.name} (dp={spec.mesh.dp} cp={spec.mesh.cp} = ulysses {spec.mesh.ulysses} × ring {spec.mesh.ring}, "
-        f"{spec.mesh.world_size} devices) memory={spec.memory.mode}",
+        f"{counted(spec.mesh.world_size, 'device')}) memory={spec.memory.mode}",
         f"tokens {s.tokens:,} → {s.local:,} per rank; {s.rows} forward row(s) per rank "
         f"({'CFG halves split over dp' if s.cfg_branch is not None else 'prompts × CFG halves'})",
         "per device:",
@@ -83,7 +84,7 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         f"{', step cache' if p.spec.cache.on else ''})",
         f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
         f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
-        f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over {p.vae.bands} ranks of the job)",
+        f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over {counted(p.vae.bands, 'rank')} of the job)",
         "peak per phase:",
     ]
     for phase, value in p.phases.items():
@@ -97,14 +98,24 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
 
 
 def suggestions(p: MemoryPlan, budget: float) -> list[str]:
+    """What to try, for what takes the memory: the weights (sharded, swap, quantized), the
+    loop's activations (a larger cp), the VAE decode (more ranks split it by height)."""
     spec = p.spec
     out = []
-    if spec.memory.mode != "sharded" and spec.mesh.world_size > 1:
+    weighty = p.weights["denoise"] > 0.25 * budget
+    if weighty and spec.memory.mode != "sharded" and spec.mesh.world_size > 1:
         out.append("memory=sharded (weights 1/world per device)")
-    if spec.memory.mode == "resident" and spec.model.experts == 2 and spec.execution.backend == "torch":
+    if weighty and spec.memory.mode == "resident" and spec.model.experts == 2 and spec.execution.backend == "torch":
         out.append("memory=swap (one expert on the device; exchanged block by block at the switch)")
+    if weighty and spec.quantization.quantize == "none":
+        # block linears at one byte per weight (+ a float32 scale per row) instead of bf16's two
+        out.append("quantize=fp8 or quantize=int8 (the block weights at 1 byte each, about half of bf16's; "
+                   "README \"Quantized weights\")")
     if p.activations > 0.2 * budget or p.weights["denoise"] > budget:
         out.append(f"a larger cp (more devices share the tokens: now {p.shapes.local:,} per rank)")
+    phases = p.phases
+    if max(phases, key=phases.get) == "vae decode" and p.vae.peak > 0.2 * budget:
+        out.append(f"more devices (the VAE decode is split by height over every rank of the job: now {p.vae.bands})")
     if spec.execution.dtype == "float32":
         out.append("dtype=bfloat16")
     out.append("smaller height/width/num_frames")

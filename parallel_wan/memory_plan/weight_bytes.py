@@ -16,7 +16,7 @@ def tensor_bytes(name: str, shape, dtype: str, quantize: str = "none") -> int:
     quantize=fp8|int8 a block linear's weight is one byte per value plus its float32 scale per
     output row: weights/quantize.py)."""
     from ..models.transformer import keeps_fp32
-    from ..weights.quantize import quantizable
+    from ..weights.quantizable import quantizable
 
     if quantize != "none" and quantizable(name) and len(shape) == 2:
         return math.prod(shape) + shape[0] * 4
@@ -37,7 +37,7 @@ def expert_bytes(shapes: dict, dtype: str, world: int, quantize: str = "none") -
     """Byte counts of one expert on a rank of `world`. Chunks follow FSDP2: dim 0 padded to a
     multiple of the world, ceil(rows / world) rows per rank (a quantized weight's rows carry
     their scale, so its chunk is rows × (in + 4) bytes as well)."""
-    from ..weights.quantize import quantizable
+    from ..weights.quantizable import quantizable
 
     whole = block0 = sharded = rest = rest_chunk = widened = 0
     blocks: dict[str, int] = {}

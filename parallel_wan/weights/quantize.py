@@ -20,25 +20,14 @@ modulation tables and the head stay as the references keep them.
 
 from __future__ import annotations
 
-import re
 
 import torch
+
+from .quantizable import quantizable  # noqa: F401 (the name rule, torch-free; importers take it from here too)
 
 KINDS = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
 LIMIT = {torch.float8_e4m3fn: 448.0, torch.int8: 127.0}  # the largest magnitude each stores
 SCALE_SUFFIX = "_scale"  # "<layer>.weight" → "<layer>.weight_scale"
-
-# diffusers names of the block linears' weights (to_qkv is the fused form of to_q/k/v)
-_QUANTIZABLE = re.compile(
-    r"^blocks\.\d+\.(attn1\.(to_q|to_k|to_v|to_qkv|to_out\.0)|attn2\.(to_q|to_k|to_v|to_out\.0)"
-    r"|ffn\.net\.0\.proj|ffn\.net\.2)\.weight$"
-)
-
-
-def quantizable(name: str) -> bool:
-    """True for the diffusers name of a block linear's weight (the only tensors quantized)."""
-    return bool(_QUANTIZABLE.match(name))
-
 
 def scale_name(weight_name: str) -> str:
     return weight_name + SCALE_SUFFIX

@@ -79,6 +79,9 @@ SETTINGS = {
     "output_dir_read_only": (["output_dir=/sys/parallel_wan_out"], ["output_dir=/sys/parallel_wan_out", "not writable"]),
     "cache_dir_read_only": (["weights_cache_dir=/sys/pw_cache"], ["weights_cache_dir=/sys/pw_cache", "not writable",
                                                                   "weights_cache_dir=null"]),
+    # the built-in model's weights are wide: without quantize=fp8 no layer would multiply in FP8
+    "fp8_compute_without_quantize": (["quant_compute=fp8"], ["quant_compute=fp8", "quantize=none", "quantize=fp8",
+                                                             "quant_compute=dequant"]),
 }
 
 MESHES = {
@@ -129,6 +132,13 @@ def test_output_dir_under_a_file(tmp_path):
     assert_words(msg, ["output_dir=", "is a file, not a folder"])
 
 
+def test_prompt_beside_a_prompt_file(tmp_path):
+    """Every line of a prompt file gives its video's prompt, so a prompt= beside it would be ignored."""
+    (tmp_path / "prompts.txt").write_text("a red fox walks through fresh snow\n")
+    msg = refusal([f"prompts={tmp_path / 'prompts.txt'}", "prompt=a cat surfing"], tmp_path)
+    assert_words(msg, ["prompt='a cat surfing'", f"prompts={tmp_path / 'prompts.txt'}", "ignored", "drop prompt="])
+
+
 def test_weights_cache_dir_under_a_file(tmp_path):
     (tmp_path / "file").write_text("")
     assert_words(refusal([f"weights_cache_dir={tmp_path / 'file' / 'c'}"], tmp_path),
@@ -144,6 +154,19 @@ def test_a_video_too_large_for_the_device_gets_the_planners_verdict(tmp_path, mo
     msg = refusal(["num_frames=17", "height=128", "width=128", "dtype=float32"], tmp_path)
     assert_words(msg, ["num_frames=17 height=128 width=128 does not fit", "the planner puts its peak at",
                        "a 100 kB test device", "try:", "dtype=bfloat16", "smaller height/width/num_frames"])
+
+
+@pytest.mark.parametrize("size, peak", [(["num_frames=4001", "height=1024", "width=1024"], "156.55 GB"),
+                                        (["height=16384", "width=16384"], "645.12 GB")])
+def test_a_video_over_the_device_but_over_no_floor_is_refused_by_the_planner(tmp_path, monkeypatch, size, peak):
+    """Issue 38 item 1: these passed the frames-and-latents floor (12.6 GB and 13.7 GB of a 24 GB
+    host), started, and were OOM-killed; the planner puts them far over it."""
+    from parallel_wan.memory_plan import fits
+
+    monkeypatch.setattr(fits, "device_memory", lambda spec: (24e9, "a 24 GB test host"))
+    msg = refusal(size, tmp_path)
+    assert_words(msg, ["does not fit", f"the planner puts its peak at {peak}", "a 24 GB test host has 24.00 GB",
+                       "smaller height/width/num_frames", "python -m parallel_wan.plan"])
 
 
 # ------------------------------------------------------------------------------ images
@@ -382,7 +405,8 @@ def test_index_traversal_opens_nothing_outside_the_checkpoint(layout, checkpoint
 
 def test_catalogue_has_at_least_sixty_cases():
     count = (len(SETTINGS) + len(MESHES) + len(CACHE) + len(IMAGES) + len(LORA_KINDS) + len(CHECKPOINT_CASES)
-             + 2 + 1 + 2 + 2 + 1 + 2)  # the single tests above: dirs under files, too large, images, LoRA, i2v
+             + 2 + 1 + 1 + 2 + 2 + 1 + 2)  # the single tests above: dirs under files, prompt beside prompts=,
+    # too large, images, LoRA, i2v
     assert count >= 60, count
 
 

@@ -376,3 +376,29 @@ def test_the_text_encoders_parameter_count_is_the_modules():
             ours = sum(p.numel() for p in UMT5Encoder(shape).parameters())
             theirs = sum(p.numel() for p in UMT5EncoderModel(UMT5Config(**fields)).parameters())
         assert umt5_parameters(shape) == ours == theirs, fields
+
+
+def test_every_example_of_the_planners_help_runs_without_an_image(capsys):
+    """Issue 38 item 6: the help's image-to-video example needed a real image file. Planning
+    reads no image (the size decides the bytes): each example plans (exit 0 fits, 1 does not)."""
+    from parallel_wan.cli import HELP
+
+    examples = [line.split("python -m parallel_wan.plan", 1)[1].split() for line in HELP["plan"].splitlines()
+                if line.strip().startswith("python -m parallel_wan.plan ") and "device_memory_gb=N" not in line
+                and "device_memory_gb=" in line]
+    assert any("model=wan2.2_i2v_a14b" in e for e in examples), examples
+    for example in examples:
+        code = planner.main(example)
+        captured = capsys.readouterr()
+        assert code in (0, 1) and "error" not in captured.err, (example, captured.err)
+        assert "peak per phase:" in captured.out
+
+
+def test_a_plan_whose_weights_do_not_fit_suggests_quantized_weights():
+    """Issue 38 item 6: quantize=fp8/int8 halve the block weights; a plan that does not fit
+    because of its weights says so (and not once they are quantized)."""
+    p = planner.plan(_spec(["model=wan2.2_i2v_a14b", "memory=swap", "height=480", "width=832"]))
+    assert "quantize=fp8 or quantize=int8" in "; ".join(planner.suggestions(p, 24e9))
+    q = planner.plan(_spec(["model=wan2.2_i2v_a14b", "memory=swap", "height=480", "width=832", "quantize=fp8"]))
+    assert q.weights["denoise"] < 0.55 * p.weights["denoise"]
+    assert "quantize=" not in "; ".join(planner.suggestions(q, 24e9))
