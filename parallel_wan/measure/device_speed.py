@@ -1,15 +1,26 @@
 """The dense matrix-multiply speed of the device this process runs on, measured (a few tenths
-of a second): the rate the job-time estimate divides the FLOPs by (memory_plan/compute_time.py).
+of a second, only for a long job): the rate the job-time estimate divides the FLOPs by (memory_plan/compute_time.py).
 
 Square matrices of the run's dtype, large enough to be compute bound (2048 on a GPU/TPU, 512 on
 a CPU, where the run's threads are the ones measured and a bf16 product without AVX-512 BF16 is
-slow), one warm-up, then as many products as fit in `seconds`. Asked only when a job looks long, never in a normal start.
+slow), one warm-up, then as many products as fit in `seconds`, the best of WINDOWS windows. Asked only when a job looks long, never in a normal start.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import NamedTuple
+
+# The best of this many equal windows: another process taking the cores for a moment (a shared
+# machine, a warm-up) lowers one window, not the figure.
+WINDOWS = 6
+
+
+class DeviceSpeed(NamedTuple):
+    flops: float  # FLOP/s of one dense matrix-multiply stream
+    name: str  # the device, for messages
+    cpu: bool  # a CPU (the job-time estimate takes another share of this speed there)
 
 
 def accelerator_present(backend: str) -> bool:
@@ -23,15 +34,14 @@ def accelerator_present(backend: str) -> bool:
     return jax.devices()[0].platform != "cpu"
 
 
-def measure_device(backend: str, device: str = "auto", dtype: str = "bfloat16", seconds: float = 0.3) -> tuple[float, str]:
-    """(FLOP/s of one matrix multiply stream, the device's name) for the device a process of
-    this run computes on."""
+def measure_device(backend: str, device: str = "auto", dtype: str = "bfloat16", seconds: float = 0.6) -> DeviceSpeed:
+    """The speed of the device a process of this run computes on."""
     if backend == "torch":
         return _torch(device, dtype, seconds)
     return _jax(dtype, seconds)
 
 
-def _torch(device: str, dtype: str, seconds: float) -> tuple[float, str]:
+def _torch(device: str, dtype: str, seconds: float) -> DeviceSpeed:
     import torch
 
     if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
@@ -51,21 +61,24 @@ def _torch(device: str, dtype: str, seconds: float) -> tuple[float, str]:
     kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = torch.randn(n, n, device=where, dtype=kind)
     b = torch.randn(n, n, device=where, dtype=kind)
-    with torch.inference_mode():
-        torch.mm(a, b)
-        sync()
+
+    def window() -> float:
         count, start = 0, time.perf_counter()
         while True:
             torch.mm(a, b)
             count += 1
             if count % batch == 0:
                 sync()
-                if time.perf_counter() - start >= seconds:
-                    break
-    return 2 * n ** 3 * count / (time.perf_counter() - start), name
+                if time.perf_counter() - start >= seconds / WINDOWS:
+                    return 2 * n ** 3 * count / (time.perf_counter() - start)
+
+    with torch.inference_mode():
+        torch.mm(a, b)
+        sync()
+        return DeviceSpeed(max(window() for _ in range(WINDOWS)), name, where.type == "cpu")
 
 
-def _jax(dtype: str, seconds: float) -> tuple[float, str]:
+def _jax(dtype: str, seconds: float) -> DeviceSpeed:
     import jax
     import jax.numpy as jnp
 
@@ -75,8 +88,13 @@ def _jax(dtype: str, seconds: float) -> tuple[float, str]:
     a = jax.device_put(jnp.ones((n, n), kind), device)
     mm = jax.jit(lambda x, y: x @ y)
     mm(a, a).block_until_ready()
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        mm(a, a).block_until_ready()
-        count += 1
-    return 2 * n ** 3 * count / (time.perf_counter() - start), f"{device.platform}:{device.id} ({device.device_kind})"
+
+    def window() -> float:
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / WINDOWS:
+            mm(a, a).block_until_ready()
+            count += 1
+        return 2 * n ** 3 * count / (time.perf_counter() - start)
+
+    return DeviceSpeed(max(window() for _ in range(WINDOWS)), f"{device.platform}:{device.id} ({device.device_kind})",
+                       device.platform == "cpu")

@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
 def plan_report(raw: dict, budget_gb: float, device_tflops: float | None = None, measure=None) -> tuple[str, bool]:
     """(the plan as printed, whether it fits in `budget_gb`) for composed settings `raw`, on the
     world its mesh names, with the job's compute and how long it takes on this machine's device
-    (measured: `measure` () → (FLOP/s, name), default measure/device_speed.py) and, given
+    (measured: `measure` () → DeviceSpeed, default measure/device_speed.py) and, given
     `device_tflops` (a device's dense TFLOP/s), on that device. Raises ConfigError for a bad setting."""
     raw = {**raw, "output_dir": "unused"}
     mesh = raw.get("mesh") or {}
@@ -74,12 +74,11 @@ def time_lines(spec: RunSpec, device_tflops: float | None = None, measure=None) 
         def measure():
             return measure_device("jax" if spec.execution.backend == "jax" else "torch", spec.execution.device,
                                   spec.execution.dtype)
-    speed, where = measure()
-    lines = ["time (dense, no step cache): " + describe(flops, speed, where)]
+    lines = ["time (dense, no step cache): " + describe(flops, measure())]
     if device_tflops is not None:
         seconds = estimate_seconds(flops, device_tflops * 1e12)
-        lines.append(f"  at device_tflops={device_tflops:g}: about {duration(seconds)} ({EFFICIENCY:.0%} of "
-                     f"{device_tflops:g} TFLOP/s)")
+        lines.append(f"  at device_tflops={device_tflops:g}: about {duration(seconds)} "
+                     f"({EFFICIENCY['accelerator']:.0%} of {device_tflops:g} TFLOP/s)")
     return "\n".join(lines)
 
 

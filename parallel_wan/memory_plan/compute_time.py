@@ -18,22 +18,24 @@ import os
 from dataclasses import dataclass
 
 from ..config import RunSpec
+from ..measure.device_speed import DeviceSpeed
 from ..measure.flops import forward_flops
 from ..measure.vae_flops import decode_flops
 from .denoise_bytes import rank_shapes
 
-# The share of the measured dense-GEMM speed a whole job reaches: one H200's compiled A14B
-# forward ran at 66–68 % of its GEMM peak, eager lower (BENCHMARKS.md "GPU acceptance"); on this
-# project's 2-core CPU the tiny model's denoising ran at 1.2–1.7× the bf16 GEMM probe's rate and
-# its VAE decode at 0.1–0.7× the fp32 one's (BENCHMARKS.md "Job time estimate"). One number
-# for every device and phase: the estimate is for the order of magnitude (within ~3× there).
-EFFICIENCY = 0.5
+# The share of the measured dense-GEMM speed (measure/device_speed.py) a whole job reaches, per
+# kind of device. A GPU/TPU: one H200's compiled A14B forward ran at 66–68 % of its GEMM peak, eager
+# lower (BENCHMARKS.md "GPU acceptance"). A CPU: the tiny model's runs on this project's 2-core
+# machine took 0.5–1.5× the time their FLOPs need at the bf16 GEMM probe's rate (its attention and
+# fp32 VAE convolutions do better than a bf16 GEMM without AVX-512 BF16 does; BENCHMARKS.md "Job
+# time estimate"). The estimate is for the order of magnitude, not the minute.
+EFFICIENCY = {"accelerator": 0.5, "cpu": 1.0}
 # The most FLOP/s any device of a kind could give (per device): an accelerator's dense bf16 peak
 # (B200: 2.25e15) rounded up; a CPU core's fp32 FMA peak (2 AVX-512 FMA units × 16 × 2 × 3.5 GHz).
 OPTIMISTIC_FLOPS = {"accelerator": 2.5e15, "cpu_core": 2.3e11}
 PROBE_AFTER_S = 60  # the device is measured only for a job that takes this long even at OPTIMISTIC_FLOPS
 LOG_AFTER_S = 10 * 60  # a job estimated longer than this is announced (INFO)
-WARN_AFTER_S = 2 * 3600  # and longer than this, warned about
+WARN_AFTER_S = 3600  # and longer than this, warned about
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,8 @@ def optimistic_seconds(flops: JobFlops, spec: RunSpec) -> float:
     return flops.total / OPTIMISTIC_FLOPS["accelerator"]
 
 
-def estimate_seconds(flops: JobFlops, device_flops: float) -> float:
-    return flops.total / (device_flops * EFFICIENCY)
+def estimate_seconds(flops: JobFlops, device_flops: float, cpu: bool = False) -> float:
+    return flops.total / (device_flops * EFFICIENCY["cpu" if cpu else "accelerator"])
 
 
 def duration(seconds: float) -> str:
@@ -113,11 +115,12 @@ def amount(flops: float) -> str:
     return f"{flops:.3g} FLOP"
 
 
-def describe(flops: JobFlops, device_flops: float, where: str) -> str:
+def describe(flops: JobFlops, speed: DeviceSpeed) -> str:
     """One line: the work, the device's speed, the estimate."""
-    return (f"about {duration(estimate_seconds(flops, device_flops))} on {where} "
+    share = EFFICIENCY["cpu" if speed.cpu else "accelerator"]
+    return (f"about {duration(estimate_seconds(flops, speed.flops, speed.cpu))} on {speed.name} "
             f"({amount(flops.total)} per device: {flops.forwards} transformer steps {amount(flops.denoise)} + VAE "
-            f"decode {amount(flops.decode)}, at {EFFICIENCY:.0%} of the {device_flops / 1e12:.3g} TFLOP/s its "
+            f"decode {amount(flops.decode)}, at {share:.0%} of the {speed.flops / 1e12:.3g} TFLOP/s its "
             "matrix multiplies reach)")
 
 
@@ -141,7 +144,8 @@ def _processes_per_host(spec: RunSpec) -> int:
 def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:
     """(the line to log, whether it is a warning) for the generations `specs` of one job, or
     None when it is estimated within LOG_AFTER_S. The device is measured only when even its
-    kind's fastest would need over PROBE_AFTER_S. `measure`: () → (FLOP/s, device name) — measure/device_speed.py's probe."""
+    kind's fastest would need over PROBE_AFTER_S. `measure`: () → DeviceSpeed (default:
+    measure/device_speed.py's probe)."""
     specs = list(specs)
     parts = [job_flops(s, tcfg, vcfg) for s in specs]
     total = JobFlops(sum(p.forwards for p in parts), sum(p.denoise for p in parts), sum(p.decode for p in parts),
@@ -153,15 +157,16 @@ def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:
 
         def measure():
             return measure_device(specs[0].execution.backend, specs[0].execution.device, specs[0].execution.dtype)
-    speed, where = measure()
-    seconds = estimate_seconds(total, speed)
+    speed = measure()
+    seconds = estimate_seconds(total, speed.flops, speed.cpu)
     if seconds <= LOG_AFTER_S:
         return None
-    line = "this job will take " + describe(total, speed, where)
+    line = "this job will take " + describe(total, speed)
     if seconds > WARN_AFTER_S:
         line += ("; far beyond a quick run — stop it now (Ctrl-C) and try fewer steps, a smaller "
                  "num_frames/height/width, or more devices (python -m parallel_wan.plan shows the estimate)")
     return line, seconds > WARN_AFTER_S
 
 
-__all__ = ["EFFICIENCY", "JobFlops", "describe", "duration", "estimate_seconds", "job_estimate", "job_flops"]
+__all__ = ["EFFICIENCY", "DeviceSpeed", "JobFlops", "describe", "duration", "estimate_seconds", "job_estimate",
+           "job_flops"]

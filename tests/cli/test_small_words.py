@@ -8,6 +8,7 @@ import pytest
 
 from parallel_wan.config import ConfigError
 from parallel_wan.config.compose import compose_settings
+from parallel_wan.measure.device_speed import DeviceSpeed
 
 from harness.cli import run_in_process
 from harness.settings import assert_words, refusal
@@ -47,7 +48,7 @@ def test_the_seeds_bound_says_why_in_words(tmp_path):
 def test_counts_of_one_read_as_one():
     from parallel_wan.memory_plan.cli import plan_report
 
-    text, _ = plan_report(compose_settings(["mesh=single"]), 24, measure=lambda: (1e10, "a test CPU"))
+    text, _ = plan_report(compose_settings(["mesh=single"]), 24, measure=lambda: DeviceSpeed(1e10, "a test CPU", True))
     assert "1 device)" in text and "over 1 rank of the job" in text
     assert "1 devices" not in text and "1 ranks" not in text
 
