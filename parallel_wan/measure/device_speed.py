@@ -44,7 +44,9 @@ def measure_device(backend: str, device: str = "auto", dtype: str = "bfloat16", 
 def _torch(device: str, dtype: str, seconds: float) -> DeviceSpeed:
     import torch
 
-    if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+    # a GPU when the run asks for one (or auto) and there is one; else this CPU — the planner and
+    # the doctor may run where device=cuda names a GPU the machine lacks (the doctor says so)
+    if device != "cpu" and torch.cuda.is_available():
         index = int(device.split(":")[1]) if device.startswith("cuda:") else int(os.environ.get("LOCAL_RANK", "0") or 0)
         where = torch.device("cuda", index)
         name = f"cuda:{index} ({torch.cuda.get_device_name(index)})"
