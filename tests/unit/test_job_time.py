@@ -136,12 +136,11 @@ def test_the_device_probe_measures_a_positive_speed_and_names_the_device():
     assert speed.flops > 0 and speed.name.startswith("this CPU") and speed.cpu
 
 
-def test_the_probe_measures_this_cpu_where_device_cuda_names_a_gpu_the_machine_lacks():
+def test_the_probe_measures_this_cpu_where_device_cuda_names_a_gpu_the_machine_lacks(monkeypatch):
     """The planner and the doctor run where the job's device=cuda is not (a login node, a
     machine the doctor is about to call unfit): they measure what is here rather than fail."""
     from parallel_wan.measure.device_speed import measure_device
 
-    if torch.cuda.is_available():
-        pytest.fail("this test is for a machine without CUDA (the project's CI)")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     speed = measure_device("torch", "cuda", "float32", seconds=0.05)
     assert speed.cpu and speed.name.startswith("this CPU")
