@@ -117,6 +117,9 @@ def test_the_readme_says_how_close_each_mesh_is_in_bf16():
     for name in MESHES:
         assert any(f"`{name}`" in row for row in rows[2:]), name
     assert "benchmarks/bf16_meshes.py" in section and "tests/parallel/test_bf16_meshes.py" in section
+    # JAX too: its meshes against its one device, and the limit XLA:CPU leaves at tiny sizes
+    jax = section.split("JAX (8 CPU devices", 1)[1].split("\n- ", 1)[0]
+    assert "bit for bit" in jax and "ring" in jax and "4096" in jax
 
 
 def test_the_readme_says_what_the_tiny_model_costs_on_a_cpu_with_jax_and_compile_true():

@@ -12,11 +12,13 @@ chosen per platform behind it.
 Layouts are (batch, tokens, heads, head_dim); log-sum-exp is (batch, tokens, heads).
 
 Sequence padding sits at the END of the global sequence (see sequence_parallel.py), so the
-keys to drop are exactly those at global positions ≥ `valid_keys`. Shapes are static in JAX,
-so masking goes by position (`key_offset` is the global position of this block's first key and
-may be traced), never by slicing. Masked logits get a finite, hugely negative value rather
-than -inf: a block whose keys are all padding then gives a finite log-sum-exp near -1e30
-whose merge weight, exp(-1e30 - lse), is exactly 0, with no inf - inf = NaN on the way.
+keys to drop are exactly those at global positions ≥ `valid_keys`. A ring's block masks them
+by position (`key_offset` is the global position of the block's first key and may be traced;
+shapes are static in JAX). Masked logits get a finite, hugely negative value rather than -inf:
+a block whose keys are all padding then gives a finite log-sum-exp near -1e30 whose merge
+weight, exp(-1e30 - lse), is exactly 0, with no inf - inf = NaN on the way. Where every key is
+on hand (`attention`: one device, Ulysses) the plain jnp kernel slices the padding off instead,
+so it sums over the one-device run's keys exactly.
 """
 
 from __future__ import annotations
@@ -55,8 +57,26 @@ def attention(q, k, v, scale: float | None = None, valid_keys: int | None = None
         return jax.nn.dot_product_attention(
             q, k, v, scale=scale, key_value_seq_lengths=lengths, implementation="cudnn"
         )
-    out, _ = _jnp_attention(q, k, v, scale, _key_mask(k.shape[1], valid_keys, 0))
-    return out.astype(q.dtype)
+    if valid_keys is not None and valid_keys < k.shape[1]:
+        # The padding's keys are dropped (all keys are here, from position 0), not masked: with
+        # 3 masked keys more (45 tokens padded to 48) the sums ran over another length, in
+        # another order, and a padded Ulysses mesh drifted from one device in bf16.
+        k, v = k[:, :valid_keys], v[:, :valid_keys]
+    out, _ = _jnp_attention(q, k, v, scale, None)
+    return rounded(out, q.dtype)
+
+
+def rounded(out, dtype):
+    """A float32 attention output in the inputs' `dtype`, rounded for certain, as the fused
+    kernels (splash, cuDNN) return theirs. A plain cast is not enough: where the next op widens
+    the value again (the output projection's GEMM runs in float32 on the CPU), XLA drops the
+    cast pair (it allows excess precision) — on one device, but not where a bf16 all-to-all
+    comes first (Ulysses), so one device's video drifted from every Ulysses mesh's by as much
+    as bf16 costs (tests/parallel/test_bf16_meshes.py). `reduce_precision` is never dropped."""
+    if out.dtype == dtype:
+        return out
+    info = jnp.finfo(dtype)
+    return jax.lax.reduce_precision(out, exponent_bits=info.nexp, mantissa_bits=info.nmant).astype(dtype)
 
 
 def attention_with_lse(
@@ -113,16 +133,29 @@ def _key_mask(length: int, valid_keys: int | None, key_offset):
 
 # ---------------------------------------------------------------- plain jnp
 def _jnp_attention(q, k, v, scale: float, key_mask):
-    """Materialises the (B, H, S, L) logits in float32; for CPU and for shapes the fused
-    kernels refuse."""
-    logits = jnp.einsum("bshd,blhd->bhsl", q, k, preferred_element_type=jnp.float32) * scale
+    """Materialises the (B·H, S, L) logits in float32; for CPU and for shapes the fused
+    kernels refuse.
+
+    Batch and heads are folded into one batch dim of the two dots, so a row's numbers do not
+    depend on how many rows and heads a device holds. With (b, h) as two batch dims, XLA drops
+    a dim of size 1 (a CFG half alone under dp, one head per device under Ulysses 8) and gives
+    the dot another operand layout, which XLA:CPU sums in another order: that device's float32
+    attention differed in the last bits from one device's, and in bfloat16 the video drifted
+    (tests/parallel/test_bf16_meshes.py). A folded batch of 1 keeps the layout."""
+    b, s, h, d = q.shape
+
+    def heads_first(x):  # (B, n, H, D) → (B·H, n, D)
+        return jnp.reshape(jnp.transpose(x, (0, 2, 1, 3)), (b * h, x.shape[1], d))
+
+    logits = jnp.einsum("nsd,nld->nsl", heads_first(q), heads_first(k), preferred_element_type=jnp.float32) * scale
     if key_mask is not None:
         logits = jnp.where(key_mask, logits, MASK_VALUE)
     peak = jnp.max(logits, axis=-1, keepdims=True)
     weights = jnp.exp(logits - peak)
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    out = jnp.einsum("bhsl,blhd->bshd", weights, v.astype(jnp.float32)) / jnp.transpose(total, (0, 2, 1, 3))
-    lse = jnp.transpose((peak + jnp.log(total))[..., 0], (0, 2, 1))
+    out = jnp.einsum("nsl,nld->nsd", weights, heads_first(v).astype(jnp.float32)) / total
+    out = jnp.transpose(jnp.reshape(out, (b, h, s, d)), (0, 2, 1, 3))
+    lse = jnp.transpose(jnp.reshape(peak + jnp.log(total), (b, h, s)), (0, 2, 1))
     return out, lse
 
 

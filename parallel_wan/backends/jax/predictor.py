@@ -41,23 +41,32 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
     the CFG combine. It closes over plain values only (no arrays), so a cached program keeps
     no weights alive. With a step cache (`cache`): cached_step.py's step, which also takes the
     step's plan row and the cache arrays and returns (prediction, arrays, decisions)."""
+    def forward_float32(p, x, t, c, rope, attn, run_blocks):
+        # float32 inside the mapped forward: every program keeps the last linear's float32
+        # result. Cast outside, whether the bf16 rounding at the shard_map's edge happened was
+        # XLA's choice per program (it allows excess precision): one device's kept float32
+        # where every mesh rounded, 3.9e-3 of a step's prediction (tests/parallel/test_bf16_meshes.py)
+        return ops.cast(dit.forward(p, x, t, c, rope, tcfg, ops, attn, run_blocks), "float32")
+
     forward = shard_forward(
-        lambda p, x, t, c, rope, attn, run_blocks: dit.forward(p, x, t, c, rope, tcfg, ops, attn, run_blocks),
-        mesh, valid, per_token_timestep=per_token, param_specs=param_specs, kernel=kernel,
+        forward_float32, mesh, valid, per_token_timestep=per_token, shared_timestep=True,
+        param_specs=param_specs, kernel=kernel,
         block_seam=BlockCache(cache) if cache is not None and cache.kind != "taylorseer" else None,
     )
 
     def forward_rows(x, t, cond, t_mask):
-        """The forward's input rows and their timesteps."""
+        """The forward's input rows and the step's timestep, one row that every row uses: the
+        time embedding runs as a 1-row GEMM on every mesh. Per row, a CFG half alone (dp) ran a
+        1-row GEMM where one device runs 2 rows, and XLA:CPU summed them in other orders (45 of
+        1000 timesteps came out otherwise), as torch did (backends/torch/predictor.py)."""
         x_in = x
         if cond is not None:
             x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])],
                                      tcfg.patch_size, ops)
         x_in = both_halves(x_in, halves, ops)  # [x…, x…] against [prompts…, negative × B]
-        rows = x_in.shape[0]
         if per_token:
-            return x_in, jnp.full((rows, padded), t, jnp.float32) * t_mask[None]
-        return x_in, jnp.full((rows,), t, jnp.float32)
+            return x_in, jnp.full((1, padded), t, jnp.float32) * t_mask[None]
+        return x_in, jnp.full((1,), t, jnp.float32)
 
     def combine(out, guidance):
         return out if halves == 1 else guided(out, batch, guidance)
@@ -67,7 +76,7 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
 
     def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask):
         x_in, ts = forward_rows(x, t, cond, t_mask)
-        return combine(ops.cast(forward(params, x_in, ts, context, cos, sin), "float32"), guidance)
+        return combine(forward(params, x_in, ts, context, cos, sin), guidance)
 
     noise_prediction_step.__name__ = STEP_NAME
     return noise_prediction_step

@@ -126,7 +126,7 @@ def sequence_parallel_attention(
         if ring == 1:
             out = local.attention(q, k, v, scale=scale, valid_keys=valid_tokens, kernel=kernel)
         else:
-            out = _ring(q, k, v, ring, ulysses * lc, valid_tokens, scale, kernel).astype(q.dtype)
+            out = local.rounded(_ring(q, k, v, ring, ulysses * lc, valid_tokens, scale, kernel), q.dtype)
         if ulysses > 1:
             out = lax.all_to_all(out, "ulysses", split_axis=1, concat_axis=2, tiled=True)
         return out
@@ -171,6 +171,7 @@ def shard_forward(
     valid_tokens: int,
     *,
     per_token_timestep: bool = False,
+    shared_timestep: bool = False,
     param_specs=None,
     kernel: str = "auto",
     block_seam=None,
@@ -180,8 +181,9 @@ def shard_forward(
     attn, run)`) to run on token shards. The result `f(params, tokens, timestep, context, cos, sin)` is
     jitted and takes global arrays:
 
-      tokens (B, cp·Lc, C) padded at the end; timestep (B,) or per-token (B, cp·Lc);
-      context (B, text_len, text_dim); cos, sin (cp·Lc, head_dim/2) for the global positions.
+      tokens (B, cp·Lc, C) padded at the end; timestep (B,) or per-token (B, cp·Lc) — with
+      `shared_timestep`, one row that every row uses, (1,) or (1, cp·Lc), on every device of
+      dp; context (B, text_len, text_dim); cos, sin (cp·Lc, head_dim/2) for the global positions.
 
     It returns (B, cp·Lc, C_out) sharded like the tokens. Params are replicated, or, with
     `param_specs` (placement.param_specs of FSDP-placed params), sharded at rest: the
@@ -193,11 +195,11 @@ def shard_forward(
     result then takes one more argument, the seam's inputs (`block_seam.in_specs`), and returns
     (tokens, the seam's outputs) (`block_seam.out_specs`).
     """
-    seq = P("dp", CP)
+    rows = None if shared_timestep else "dp"
     in_specs = (
         P() if param_specs is None else param_specs,
         P("dp", CP, None),
-        seq if per_token_timestep else P("dp"),
+        P(rows, CP) if per_token_timestep else P(rows),
         P("dp", None, None),
         P(CP, None),
         P(CP, None),
