@@ -32,9 +32,9 @@ def spec_of(*overrides, image=None):
 
 GRID = [
     *(["model=tiny", f"mesh={mesh}", f"dtype={dtype}", *size]
-      for mesh, dtype, size in itertools.product(["single", "cp2", "ring4", "dp2_cp4"], ["bfloat16", "float32"],
-                                                  [["num_frames=5", "height=64", "width=64"],
-                                                   ["num_frames=33", "height=256", "width=256"]])),
+      for mesh, (dtype, size) in itertools.product(["single", "cp2", "ring4", "dp2_cp4"],
+                                                    [("float32", ["num_frames=5", "height=64", "width=64"]),
+                                                     ("bfloat16", ["num_frames=33", "height=256", "width=256"])])),
     ["model=tiny_ti2v", "mesh=usp2x2", "num_frames=33", "height=256", "width=256"],
     ["model=tiny_i2v", "mesh=dp2_cp2", "cache=fbcache", "prompt=[a,b]"],
     ["model=tiny", "cache=taylorseer", "prompt=[a,b,c]", "memory=swap"],
