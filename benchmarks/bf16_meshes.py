@@ -72,18 +72,24 @@ def main(argv: list[str]) -> None:
             overrides.append(arg)
     unknown = [n for n in names if n not in MESHES]
     if unknown:
-        print(f"meshes={','.join(unknown)}: not a mesh of this benchmark; pick from {','.join(MESHES)}", file=sys.stderr)
+        print(
+            f"meshes={','.join(unknown)}: not a mesh of this benchmark; pick from {','.join(MESHES)}", file=sys.stderr
+        )
         sys.exit(2)
     jax = "backend=jax" in overrides  # one process, 8 virtual CPU devices; else torch on gloo ranks
     pool = RankPool(threads_per_rank=1)
     renders = {}
     try:
-        for name, world, mesh, dtype in [("fp32", 1, [], "float32"), ("single", 1, [], "bfloat16"),
-                                         *[(n, *MESHES[n], "bfloat16") for n in names]]:
+        for name, world, mesh, dtype in [
+            ("fp32", 1, [], "float32"),
+            ("single", 1, [], "bfloat16"),
+            *[(n, *MESHES[n], "bfloat16") for n in names],
+        ]:
             t0 = time.perf_counter()
             settings = [*overrides, *mesh, f"dtype={dtype}"]
-            renders[name] = (render_on_jax(world, settings) if jax else
-                             pool.run(render_on_rank, world, settings, timeout_s=1800)[0])
+            renders[name] = (
+                render_on_jax(world, settings) if jax else pool.run(render_on_rank, world, settings, timeout_s=1800)[0]
+            )
             print(f"{name:10s} rendered in {time.perf_counter() - t0:6.1f} s", flush=True)
     finally:
         pool.close()

@@ -45,8 +45,16 @@ def build(tokens: int, layers: int):
 
     from .jax_compile import tiny_params
 
-    cfg = TransformerConfig(num_attention_heads=16, attention_head_dim=64, ffn_dim=4096, num_layers=layers,
-                            in_channels=16, out_channels=16, text_dim=256, freq_dim=256)
+    cfg = TransformerConfig(
+        num_attention_heads=16,
+        attention_head_dim=64,
+        ffn_dim=4096,
+        num_layers=layers,
+        in_channels=16,
+        out_channels=16,
+        text_dim=256,
+        freq_dim=256,
+    )
     backend = start_torch_backend("cpu")
     params = map_leaves(lambda name, a: torch.from_numpy(a * 0.1), tiny_params(cfg))  # tamer activations
     placed = backend.place(params, "float32", dit.keeps_fp32)
@@ -64,8 +72,7 @@ def run_loop(kind: str, steps: int, built) -> dict:
 
     from benchmarks.tiny_generation import compose_spec
     from parallel_wan.pipeline.denoise import DenoiseTask, denoise
-    from parallel_wan.pipeline.steps import step_plan
-    from parallel_wan.pipeline.steps import step_cache_plan
+    from parallel_wan.pipeline.steps import step_cache_plan, step_plan
     from parallel_wan.sampling import make_schedule
 
     cfg, backend, experts, context, grid, work, x = built
@@ -76,16 +83,27 @@ def run_loop(kind: str, steps: int, built) -> dict:
         scheduler_config = None
 
     plan = step_cache_plan(spec, NoScheduler(), step_plan(spec, schedule))
-    task = DenoiseTask(experts, context, 1, work, grid, uses_guidance=True, per_token_timestep=False,
-                       cache=spec.cache if spec.cache.on else None, cache_plan=plan)
+    task = DenoiseTask(
+        experts,
+        context,
+        1,
+        work,
+        grid,
+        uses_guidance=True,
+        per_token_timestep=False,
+        cache=spec.cache if spec.cache.on else None,
+        cache_plan=plan,
+    )
     predict = backend.noise_predictor(task)
     with torch.inference_mode():
         t0 = time.perf_counter()
         state = denoise(spec, schedule, x.clone(), predict, lambda it: it, backend.ops)
         seconds = time.perf_counter() - t0
-    record = predict.cache_report() or {"block_forwards": 2 * steps * cfg.num_layers,
-                                        "block_forwards_dense": 2 * steps * cfg.num_layers,
-                                        "skipped": {"cond": [], "uncond": []}}
+    record = predict.cache_report() or {
+        "block_forwards": 2 * steps * cfg.num_layers,
+        "block_forwards_dense": 2 * steps * cfg.num_layers,
+        "skipped": {"cond": [], "uncond": []},
+    }
     # Per branch: the dense count is steps × layers for each of cond and uncond.
     return {"kind": kind, "seconds": seconds, "latents": state.latents.numpy().copy(), "record": record}
 
@@ -106,18 +124,24 @@ def main(argv=None) -> None:
     run_loop("none", 2, built)  # warm-up: allocator, thread pool
     results = [run_loop(kind, args.steps, built) for kind in ["none", *[c for c in args.caches if c != "none"]]]
     dense = results[0]
-    print(f"# {args.steps} steps, {args.tokens} tokens × CFG 2, dim 1024, FFN 4096, {args.layers} layers, two "
-          f"experts, float32, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
-    print("| cache | skipped steps (cond) | block forwards | wall s | wall / dense | work / dense | "
-          "overhead (wall ratio ÷ work ratio) | latents rel. diff vs dense |")
+    print(
+        f"# {args.steps} steps, {args.tokens} tokens × CFG 2, dim 1024, FFN 4096, {args.layers} layers, two "
+        f"experts, float32, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "| cache | skipped steps (cond) | block forwards | wall s | wall / dense | work / dense | "
+        "overhead (wall ratio ÷ work ratio) | latents rel. diff vs dense |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         rec = r["record"]
         work = rec["block_forwards"] / rec["block_forwards_dense"]
         wall = r["seconds"] / dense["seconds"]
         diff = np.linalg.norm(r["latents"] - dense["latents"]) / np.linalg.norm(dense["latents"])
-        print(f"| {r['kind']} | {len(rec['skipped']['cond'])} | {rec['block_forwards']}/{rec['block_forwards_dense']} "
-              f"| {r['seconds']:.1f} | {wall:.3f} | {work:.3f} | {wall / work:.3f} | {diff:.3g} |")
+        print(
+            f"| {r['kind']} | {len(rec['skipped']['cond'])} | {rec['block_forwards']}/{rec['block_forwards_dense']} "
+            f"| {r['seconds']:.1f} | {wall:.3f} | {work:.3f} | {wall / work:.3f} | {diff:.3g} |"
+        )
 
 
 if __name__ == "__main__":

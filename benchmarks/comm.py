@@ -43,8 +43,11 @@ LINKS = {
 }
 MODELS = {
     "a14b": (TransformerConfig(), A14B, 75_600),
-    "5b": (TransformerConfig(num_attention_heads=24, ffn_dim=14336, num_layers=30, in_channels=48, out_channels=48),
-           ModelShape(heads=24, head_dim=128, dtype="bfloat16", out_features=192, layers=30, steps=50), 27_280),
+    "5b": (
+        TransformerConfig(num_attention_heads=24, ffn_dim=14336, num_layers=30, in_channels=48, out_channels=48),
+        ModelShape(heads=24, head_dim=128, dtype="bfloat16", out_features=192, layers=30, steps=50),
+        27_280,
+    ),
 }
 PRESETS = ("cp2", "dp2", "cp4", "ulysses4", "ring4", "usp2x2", "dp2_cp2", "cp8", "ulysses8", "ring8", "dp2_cp4")
 # REFERENCE.md, T2V-A14B 720p, 81 frames, 40 steps.
@@ -79,7 +82,10 @@ def measure_bandwidth(sizes_mb=(16, 64, 256), iters: int = 10, warmup: int = 3) 
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
 
-        for name, fn, sent in (("a2a", a2a, send.numel() * 2 * (world - 1) / world), ("p2p", ring_hop, send.numel() * 2)):
+        for name, fn, sent in (
+            ("a2a", a2a, send.numel() * 2 * (world - 1) / world),
+            ("p2p", ring_hop, send.numel() * 2),
+        ):
             for _ in range(warmup):
                 fn()
             times = []
@@ -95,13 +101,25 @@ def measure_bandwidth(sizes_mb=(16, 64, 256), iters: int = 10, warmup: int = 3) 
             # The slowest rank sets the pace of a collective: take every rank's median, keep the max.
             med = torch.tensor([statistics.median(times)], dtype=torch.float64)
             dist.all_reduce(med, op=dist.ReduceOp.MAX)
-            rows.append({"kind": name, "mb_per_rank": send.numel() * 2 / 1e6, "seconds": float(med),
-                         "gbps": sent / float(med) / 1e9})
+            rows.append(
+                {
+                    "kind": name,
+                    "mb_per_rank": send.numel() * 2 / 1e6,
+                    "seconds": float(med),
+                    "gbps": sent / float(med) / 1e9,
+                }
+            )
     if rank != 0:
         return None
     best = {k: max(r["gbps"] for r in rows if r["kind"] == k) for k in ("a2a", "p2p")}
-    return {"world": world, "backend": dist.get_backend(), "rows": rows,
-            "a2a_gbps": best["a2a"], "p2p_gbps": best["p2p"], "source": f"measured, {world} ranks, {dist.get_backend()}"}
+    return {
+        "world": world,
+        "backend": dist.get_backend(),
+        "rows": rows,
+        "a2a_gbps": best["a2a"],
+        "p2p_gbps": best["p2p"],
+        "source": f"measured, {world} ranks, {dist.get_backend()}",
+    }
 
 
 def measure_on_rank(rank: int, world: int, sizes_mb, iters: int) -> dict | None:
@@ -153,14 +171,18 @@ def measured_layers(step_jsons: list[dict], model: str) -> dict[str, dict]:
         if r["model"] != model:
             continue
         t = statistics.median(r["variants"][r["fastest_ours"]])
-        out[r["mesh"]["name"]] = {"layer_s": t * r["flops_per_layer"] / r["flops_per_forward"],
-                                  "tflops": r["flops_per_forward"] / t / 1e12, "device": r["device"],
-                                  "tokens": r["tokens"]}
+        out[r["mesh"]["name"]] = {
+            "layer_s": t * r["flops_per_layer"] / r["flops_per_forward"],
+            "tflops": r["flops_per_forward"] / t / 1e12,
+            "device": r["device"],
+            "tokens": r["tokens"],
+        }
     return out
 
 
-def predict(spec, cfg: TransformerConfig, shape: ModelShape, tokens: int, link: Link,
-            measured: dict | None, tflops: float) -> Prediction:
+def predict(
+    spec, cfg: TransformerConfig, shape: ModelShape, tokens: int, link: Link, measured: dict | None, tflops: float
+) -> Prediction:
     lc, rows = local_tokens(tokens, spec), batch_per_rank(spec)
     flops = forward_flops(cfg, lc, rows=rows, key_tokens=tokens)
     vol = analytic(spec, tokens, shape)
@@ -176,8 +198,9 @@ def predict(spec, cfg: TransformerConfig, shape: ModelShape, tokens: int, link: 
         ring_exposed = (spec.ring - 1) * max(0.0, hop - attention_per_block)
     cfg_step = vol.cfg_per_step / (link.p2p_gbps * 1e9)
     step = shape.layers * (compute + ulysses + ring_exposed) + cfg_step
-    return Prediction(spec.name, spec.world_size, compute, source, ulysses, ring_exposed, cfg_step, step,
-                      shape.steps * step)
+    return Prediction(
+        spec.name, spec.world_size, compute, source, ulysses, ring_exposed, cfg_step, step, shape.steps * step
+    )
 
 
 def report(preds: list[Prediction], link: Link, model: str, tokens: int, shape: ModelShape, rate_note: str) -> str:
@@ -192,9 +215,11 @@ def report(preds: list[Prediction], link: Link, model: str, tokens: int, shape: 
     for p in preds:
         comm = p.ulysses_layer_s + p.ring_exposed_layer_s
         share = comm / (comm + p.compute_layer_s)
-        lines.append(f"| {p.mesh} | {p.world} | {1e3 * p.compute_layer_s:.2f} ({p.compute_source}) "
-                     f"| {1e3 * p.ulysses_layer_s:.2f} | {1e3 * p.ring_exposed_layer_s:.2f} | {1e3 * p.cfg_step_s:.2f} "
-                     f"| {100 * share:.0f} % | {p.step_s:.3f} | {p.denoise_s:.1f} |")
+        lines.append(
+            f"| {p.mesh} | {p.world} | {1e3 * p.compute_layer_s:.2f} ({p.compute_source}) "
+            f"| {1e3 * p.ulysses_layer_s:.2f} | {1e3 * p.ring_exposed_layer_s:.2f} | {1e3 * p.cfg_step_s:.2f} "
+            f"| {100 * share:.0f} % | {p.step_s:.3f} | {p.denoise_s:.1f} |"
+        )
     if model == "a14b":
         lines += ["", "Published (REFERENCE.md, T2V-A14B 720p):"]
         for name, gpus, hw, figure in PUBLISHED:
@@ -206,8 +231,10 @@ def report(preds: list[Prediction], link: Link, model: str, tokens: int, shape: 
         if eight:
             best = min(eight, key=lambda p: p.denoise_s)
             verdict = "meets" if best.denoise_s <= TARGET_DENOISE_S else "misses"
-            lines.append(f"- Issue-7 target, 8 GPUs ≤ {TARGET_DENOISE_S:.0f} s denoise: {verdict} it "
-                         f"({best.denoise_s:.1f} s, {best.mesh}).")
+            lines.append(
+                f"- Issue-7 target, 8 GPUs ≤ {TARGET_DENOISE_S:.0f} s denoise: {verdict} it "
+                f"({best.denoise_s:.1f} s, {best.mesh})."
+            )
     return "\n".join(lines)
 
 
@@ -257,13 +284,16 @@ def main(argv=None) -> None:
     measured = measured_layers(steps, args.model)
     for name, m in measured.items():
         if m["tokens"] != tokens:
-            raise SystemExit(f"--step-json for mesh {name} measured {m['tokens']:,} tokens, but the prediction is for "
-                             f"{tokens:,}; pass --tokens {m['tokens']} or a step.py run at this resolution")
+            raise SystemExit(
+                f"--step-json for mesh {name} measured {m['tokens']:,} tokens, but the prediction is for "
+                f"{tokens:,}; pass --tokens {m['tokens']} or a step.py run at this resolution"
+            )
     tflops = args.tflops or (max(m["tflops"] for m in measured.values()) if measured else None)
     if tflops is None:
         raise SystemExit("no compute figure: pass --step-json from benchmarks/step.py, or --tflops")
-    rate_note = (f"meshes without a step.py run computed at {tflops:.0f} TFLOP/s "
-                 + ("(given)" if args.tflops else "(the best measured mesh's rate)"))
+    rate_note = f"meshes without a step.py run computed at {tflops:.0f} TFLOP/s " + (
+        "(given)" if args.tflops else "(the best measured mesh's rate)"
+    )
     specs = [load_preset(n) for n in args.presets]
     preds = [predict(s, cfg, shape, tokens, link, measured.get(s.name), tflops) for s in specs]
     print(report(preds, link, args.model, tokens, shape, rate_note))

@@ -31,8 +31,20 @@ from parallel_wan.parallel.shards import SequenceShards
 from parallel_wan.parallel.work import rank_work
 
 MESH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "mesh")
-PRESETS = ("single", "cp2", "dp2", "cp4", "ulysses4", "ring4", "usp2x2", "dp2_cp2", "cp8", "ulysses8", "ring8",
-           "dp2_cp4")
+PRESETS = (
+    "single",
+    "cp2",
+    "dp2",
+    "cp4",
+    "ulysses4",
+    "ring4",
+    "usp2x2",
+    "dp2_cp2",
+    "cp8",
+    "ulysses8",
+    "ring8",
+    "dp2_cp4",
+)
 TOKENS_720P = 75_600  # T2V-A14B 1280×720, 81 frames: 21 latent frames × (90/2) × (160/2) patches
 SCALE = 175  # 75,600 / 175 = 432 tokens, divisible by cp = 1, 2, 4, 8
 LATENT_BYTES = 4  # the sampler's state (latent tokens) is float32 whatever the model dtype
@@ -71,7 +83,7 @@ class Volume:
     def attention(self) -> int:
         return self.ulysses + self.ring
 
-    def scaled(self, factor: int) -> "Volume":
+    def scaled(self, factor: int) -> Volume:
         return Volume(*(v * factor for v in asdict(self).values()))
 
 
@@ -146,17 +158,24 @@ def measure_on_rank(rank: int, world: int, presets: list[dict], tokens: int, sha
         cfg_sent = sent(lambda: collectives.exchange_dp(prediction) if spec.dp == 2 else None)
         latent_tokens = torch.randn(1, lc, shape.out_features, dtype=torch.float32)
         gather_sent = sent(lambda: collectives.gather_tokens(latent_tokens))
-        out.append({
-            "volume": asdict(Volume(
-                ulysses=attn_sent.get("all_to_all", 0),
-                ring=attn_sent.get("exchange", 0),
-                cfg_per_step=sum(cfg_sent.values()),
-                gather_once=sum(gather_sent.values()),
-            )),
-            "attention_other": sum(attn_sent.values()) - attn_sent.get("all_to_all", 0) - attn_sent.get("exchange", 0),
-            "unexpected": sorted({name for calls in (attn_sent, cfg_sent, gather_sent) for name in calls
-                                  if name not in EXPECTED}),
-        })
+        out.append(
+            {
+                "volume": asdict(
+                    Volume(
+                        ulysses=attn_sent.get("all_to_all", 0),
+                        ring=attn_sent.get("exchange", 0),
+                        cfg_per_step=sum(cfg_sent.values()),
+                        gather_once=sum(gather_sent.values()),
+                    )
+                ),
+                "attention_other": sum(attn_sent.values())
+                - attn_sent.get("all_to_all", 0)
+                - attn_sent.get("exchange", 0),
+                "unexpected": sorted(
+                    {name for calls in (attn_sent, cfg_sent, gather_sent) for name in calls if name not in EXPECTED}
+                ),
+            }
+        )
     return out
 
 

@@ -11,7 +11,8 @@ levels, the share of values that differ and the mean difference. Variants:
   bf16            eager bfloat16 (the default dtype)
   fused           bf16, compile=true with dynamo's "eager" backend: q/k/v fused, the captured
                   graph run op for op as eager runs it — what the fused GEMM alone changes
-  aot_eager       bf16, compile=true through AOTAutograd without code generation (tests/parallel/test_hot_path.py's fp32 test)
+  aot_eager       bf16, compile=true through AOTAutograd without code generation (tests/parallel/test_hot_path.py's
+  fp32 test)
   inductor        bf16, compile=true as users run it (Inductor's generated kernels)
   inductor_emul   inductor with torch._inductor.config.emulate_precision_casts=True
   fp32_inductor   float32, compile=true with Inductor
@@ -49,16 +50,22 @@ class Distance:
     mean_levels: float
 
     def __str__(self) -> str:
-        return (f"latents {self.latent_rel:.2e}, frames max {self.max_levels:2d} levels, "
-                f"{100 * self.differ:5.2f} % differ, mean {self.mean_levels:.3f}")
+        return (
+            f"latents {self.latent_rel:.2e}, frames max {self.max_levels:2d} levels, "
+            f"{100 * self.differ:5.2f} % differ, mean {self.mean_levels:.3f}"
+        )
 
 
 def distance(a, b) -> Distance:
     """a, b: (latents, frames) of two renders."""
     la, lb = a[0].astype(np.float64), b[0].astype(np.float64)
     diff = np.abs(a[1].astype(np.int16) - b[1].astype(np.int16))
-    return Distance(float(np.linalg.norm(la - lb) / np.linalg.norm(lb)), int(diff.max()), float((diff > 0).mean()),
-                    float(diff.mean()))
+    return Distance(
+        float(np.linalg.norm(la - lb) / np.linalg.norm(lb)),
+        int(diff.max()),
+        float((diff > 0).mean()),
+        float(diff.mean()),
+    )
 
 
 def render(overrides: list[str], dtype: str, compile_backend: str | None, emulate: bool = False):
@@ -69,8 +76,8 @@ def render(overrides: list[str], dtype: str, compile_backend: str | None, emulat
     from torch._dynamo.utils import counters
 
     from benchmarks.tiny_generation import compose_spec
-    from parallel_wan.pipeline import generate
     from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate
 
     compiled = ["compile=true"] if compile_backend else []
     spec = compose_spec([*overrides, f"dtype={dtype}", *compiled], 1)

@@ -81,11 +81,15 @@ def main(argv=None) -> None:
     params = unflatten({k: v.float() for k, v in model.state_dict().items()})
     s = cfg.scale_factor_spatial
     z = torch.randn(1, cfg.z_dim, (args.frames - 1) // cfg.scale_factor_temporal + 1, args.height // s, args.width // s)
-    print(f"Wan 2.1 VAE decoder, base width {args.base_dim}, {args.width}×{args.height}×{args.frames} "
-          f"(latents {tuple(z.shape)}), {args.threads} thread(s), best of {args.repeats}")
+    print(
+        f"Wan 2.1 VAE decoder, base width {args.base_dim}, {args.width}×{args.height}×{args.frames} "
+        f"(latents {tuple(z.shape)}), {args.threads} thread(s), best of {args.repeats}"
+    )
 
-    print(f"\n{'input':>22} {'weight':>18} {'stride':>9} {'calls':>5} {'F.conv3d ms':>11} {'ops.conv3d ms':>13} "
-          f"{'ratio':>6}")
+    print(
+        f"\n{'input':>22} {'weight':>18} {'stride':>9} {'calls':>5} {'F.conv3d ms':>11} {'ops.conv3d ms':>13} "
+        f"{'ratio':>6}"
+    )
     total_torch = total_ops = 0.0
     with torch.inference_mode():
         for x_shape, w_shape, stride, padding, calls in _conv_shapes(params, z, cfg):
@@ -94,21 +98,28 @@ def main(argv=None) -> None:
             t_ops = _best(lambda: ops.conv3d(x, w, b, stride, padding), args.repeats)
             total_torch += calls * t_torch
             total_ops += calls * t_ops
-            print(f"{str(x_shape):>22} {str(w_shape):>18} {str(stride):>9} {calls:>5} {t_torch * 1e3:11.2f} "
-                  f"{t_ops * 1e3:13.2f} {t_torch / t_ops:6.1f}")
-        print(f"{'all 3-D convs of one decode':>56} {total_torch * 1e3:11.1f} {total_ops * 1e3:13.1f} "
-              f"{total_torch / total_ops:6.1f}")
+            print(
+                f"{str(x_shape):>22} {str(w_shape):>18} {str(stride):>9} {calls:>5} {t_torch * 1e3:11.2f} "
+                f"{t_ops * 1e3:13.2f} {t_torch / t_ops:6.1f}"
+            )
+        print(
+            f"{'all 3-D convs of one decode':>56} {total_torch * 1e3:11.1f} {total_ops * 1e3:13.1f} "
+            f"{total_torch / total_ops:6.1f}"
+        )
 
         ours, theirs = {}, {}
-        t_ours = _best(lambda: ours.setdefault("v", to_uint8_frames(vae.decode(params, z, ops, cfg), ops)),
-                       args.repeats)
+        t_ours = _best(
+            lambda: ours.setdefault("v", to_uint8_frames(vae.decode(params, z, ops, cfg), ops)), args.repeats
+        )
         t_theirs = _best(lambda: theirs.setdefault("v", model.decode(z).sample), args.repeats)
     ours_frames = ours["v"].numpy().astype(np.int16)
     theirs_frames = to_uint8_frames(theirs["v"], ops).numpy().astype(np.int16)
-    print(f"\nwhole decode: models.vae.decode (torch ops) {t_ours:.3f} s, diffusers AutoencoderKLWan.decode "
-          f"{t_theirs:.3f} s: {t_theirs / t_ours:.1f}× faster; uint8 frames differ by at most "
-          f"{np.abs(ours_frames - theirs_frames).max()} ({int((ours_frames != theirs_frames).sum())} of "
-          f"{ours_frames.size} values)")
+    print(
+        f"\nwhole decode: models.vae.decode (torch ops) {t_ours:.3f} s, diffusers AutoencoderKLWan.decode "
+        f"{t_theirs:.3f} s: {t_theirs / t_ours:.1f}× faster; uint8 frames differ by at most "
+        f"{np.abs(ours_frames - theirs_frames).max()} ({int((ours_frames != theirs_frames).sum())} of "
+        f"{ours_frames.size} values)"
+    )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,13 @@ def step_times_on_rank(rank: int, world: int, overrides: list[str], decode: bool
     # longer than all the steps together.
     spec, gen = generate_on_rank(rank, world, overrides, progress, decode=decode)
     pairs = list(zip(stamps, stamps[1:]))
-    return {"steps": [b[0] - a[0] for a, b in pairs], "cpu": [b[1] - a[1] for a, b in pairs],
-            "denoise": gen.timings["denoise"], "tokens": gen.info["mesh"]["tokens"],
-            "tokens_per_rank": gen.info["mesh"]["tokens_per_rank"]}
+    return {
+        "steps": [b[0] - a[0] for a, b in pairs],
+        "cpu": [b[1] - a[1] for a, b in pairs],
+        "denoise": gen.timings["denoise"],
+        "tokens": gen.info["mesh"]["tokens"],
+        "tokens_per_rank": gen.info["mesh"]["tokens_per_rank"],
+    }
 
 
 def run_preset(name: str, overrides: list[str], decode: bool, cores: int, threads: int | None = None) -> dict:
@@ -53,11 +57,20 @@ def run_preset(name: str, overrides: list[str], decode: bool, cores: int, thread
 
     spec = load_preset(name)
     threads = threads or max(1, cores // spec.world_size)
-    ranks = spawn_ranks(step_times_on_rank, spec.world_size, overrides + [f"mesh={name}"], decode,
-                        threads_per_rank=threads, timeout_s=900)
+    ranks = spawn_ranks(
+        step_times_on_rank,
+        spec.world_size,
+        overrides + [f"mesh={name}"],
+        decode,
+        threads_per_rank=threads,
+        timeout_s=900,
+    )
     steps = ranks[0]["steps"]
     return {
-        "name": name, "spec": spec, "threads": threads, "tokens": ranks[0]["tokens"],
+        "name": name,
+        "spec": spec,
+        "threads": threads,
+        "tokens": ranks[0]["tokens"],
         "tokens_per_rank": ranks[0]["tokens_per_rank"],
         # Ranks meet in every layer's collectives, so rank 0's steps are the mesh's steps. The
         # first step also pays one-time costs (kernel choice, allocator warm-up): left out.
@@ -95,17 +108,23 @@ def main(argv=None) -> None:
             runs.setdefault(name, []).append(run_preset(name, overrides, args.decode, cores))
     best = {k: best_of(v) for k, v in runs.items()}
     base = best["single"]["median_step"]
-    print(f"Tiny T2V ({' '.join(args.overrides)}: {best['single']['tokens']:,} tokens), float32, {args.steps} steps, "
-          f"{cores} cores; best of {args.repeats}; load average before {load_before[0]:.2f}, "
-          f"after {os.getloadavg()[0]:.2f}; {time.perf_counter() - t0:.0f} s in all.\n")
-    print("| preset | processes | dp × (U × R) | threads/process | tokens/rank | median step s | denoise/steps s "
-          "| vs one process (2 threads) | CPU s/step, all ranks |")
+    print(
+        f"Tiny T2V ({' '.join(args.overrides)}: {best['single']['tokens']:,} tokens), float32, {args.steps} steps, "
+        f"{cores} cores; best of {args.repeats}; load average before {load_before[0]:.2f}, "
+        f"after {os.getloadavg()[0]:.2f}; {time.perf_counter() - t0:.0f} s in all.\n"
+    )
+    print(
+        "| preset | processes | dp × (U × R) | threads/process | tokens/rank | median step s | denoise/steps s "
+        "| vs one process (2 threads) | CPU s/step, all ranks |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for key, r in best.items():
         s = r["spec"]
-        print(f"| {key} | {s.world_size} | {s.dp} × ({s.ulysses} × {s.ring}) | {r['threads']} | {r['tokens_per_rank']:,} "
-              f"| {r['median_step']:.3f} | {r['denoise_per_step']:.3f} | {r['median_step'] / base:.2f}× "
-              f"| {r['cpu_step']:.2f} |")
+        print(
+            f"| {key} | {s.world_size} | {s.dp} × ({s.ulysses} × {s.ring}) | {r['threads']} | {r['tokens_per_rank']:,} "
+            f"| {r['median_step']:.3f} | {r['denoise_per_step']:.3f} | {r['median_step'] / base:.2f}× "
+            f"| {r['cpu_step']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

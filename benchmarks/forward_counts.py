@@ -53,8 +53,11 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for model in MODELS:
         image = [f"image={frame}"] if "_i2v_" in model else []
-        rows = [("dense, 40/50 steps with CFG", []), ("cache=magcache (preset)", ["cache=magcache"]),
-                ("cache=taylorseer (5, 3, 1)", ["cache=taylorseer"])]
+        rows = [
+            ("dense, 40/50 steps with CFG", []),
+            ("cache=magcache (preset)", ["cache=magcache"]),
+            ("cache=taylorseer (5, 3, 1)", ["cache=taylorseer"]),
+        ]
         lightning = LIGHTNING.get(model)
         if lightning and os.path.exists(os.path.join(CONF_DIR, "model", lightning + ".yaml")):
             rows.append(("Lightning (4 steps, no CFG)", ["__model__=" + lightning]))

@@ -24,7 +24,6 @@ import traceback
 
 import torch.multiprocessing as mp
 
-
 # A pool rank's report that its gloo group could not form (the caller's function never ran there).
 RENDEZVOUS_FAILED = "rendezvous failed (init_process_group): "
 
@@ -39,9 +38,12 @@ def spawn_ranks(fn, world_size: int, *args, threads_per_rank: int = 1, timeout_s
     workdir = tempfile.mkdtemp(prefix="gloo_ranks_")
     reports = ctx.Queue()
     procs = [
-        ctx.Process(target=_rank_main, daemon=True, name=f"rank{rank}",
-                    args=(fn, rank, world_size, os.path.join(workdir, "store"), threads_per_rank, timeout_s,
-                          reports, args))
+        ctx.Process(
+            target=_rank_main,
+            daemon=True,
+            name=f"rank{rank}",
+            args=(fn, rank, world_size, os.path.join(workdir, "store"), threads_per_rank, timeout_s, reports, args),
+        )
         for rank in range(world_size)
     ]
     try:
@@ -117,8 +119,13 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
     torch.set_num_threads(threads)
     try:
         if world_size > 1:
-            dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size,
-                                    timeout=datetime.timedelta(seconds=timeout_s))
+            dist.init_process_group(
+                "gloo",
+                init_method=f"file://{store_path}",
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
         reports.put((rank, True, fn(rank, world_size, *args)))
     except BaseException:
         reports.put((rank, False, traceback.format_exc()))
@@ -135,8 +142,17 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
 # (and starts no thread doing so) — no tensor op runs there, so no OpenMP thread exists to be
 # lost in the fork (the hazard `spawn_ranks`' docstring names). diffusers is left out: importing
 # its models starts a thread.
-PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "hydra", "hydra.compose", "omegaconf",
-           "parallel_wan.config.compose", "parallel_wan.pipeline", "parallel_wan.backends.torch.backend")
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "hydra",
+    "hydra.compose",
+    "omegaconf",
+    "parallel_wan.config.compose",
+    "parallel_wan.pipeline",
+    "parallel_wan.backends.torch.backend",
+)
 
 
 def _forkserver():
@@ -183,8 +199,9 @@ class RankPool:
             call = self._calls
             workdir = tempfile.mkdtemp(prefix="gloo_pool_")
             for rank in range(world_size):
-                tasks[rank].put((call, payload, list(sys.path), dict(os.environ), os.path.join(workdir, "store"),
-                                 timeout_s))
+                tasks[rank].put(
+                    (call, payload, list(sys.path), dict(os.environ), os.path.join(workdir, "store"), timeout_s)
+                )
             try:
                 results, errors = _await_reports(procs, _ThisCall(reports, call), world_size, timeout_s)
             finally:
@@ -196,9 +213,12 @@ class RankPool:
                 # The pool's own gloo rendezvous failed (seen once in ~15 suite runs: "connectFullMesh
                 # failed … Connection closed by peer"), before the caller's function ran on that
                 # rank: new processes, the whole call once more, and a line saying so.
-                print(f"gloo_ranks: the {world_size}-rank pool's rendezvous failed on rank(s) {sorted(errors)}; "
-                      f"running {fn.__name__} again on new processes:\n{next(iter(errors.values()))[-600:]}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"gloo_ranks: the {world_size}-rank pool's rendezvous failed on rank(s) {sorted(errors)}; "
+                    f"running {fn.__name__} again on new processes:\n{next(iter(errors.values()))[-600:]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             break
         return _in_rank_order(fn, world_size, results, errors)
@@ -209,9 +229,15 @@ class RankPool:
         ctx = _forkserver() if self.preload else mp.get_context("spawn")
         tasks = [ctx.Queue() for _ in range(world_size)]
         reports = ctx.Queue()
-        procs = [ctx.Process(target=_pool_rank_main, daemon=True, name=f"pool{world_size}-rank{rank}",
-                             args=(rank, world_size, self.threads, tasks[rank], reports))
-                 for rank in range(world_size)]
+        procs = [
+            ctx.Process(
+                target=_pool_rank_main,
+                daemon=True,
+                name=f"pool{world_size}-rank{rank}",
+                args=(rank, world_size, self.threads, tasks[rank], reports),
+            )
+            for rank in range(world_size)
+        ]
         for p in procs:
             p.start()
         return procs, tasks, reports
@@ -271,8 +297,13 @@ def _pool_rank_main(rank, world_size, threads, tasks, reports):
             fn, args = pickle.loads(payload)
             if world_size > 1:
                 try:
-                    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
-                                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
+                    dist.init_process_group(
+                        "gloo",
+                        init_method=f"file://{store_path}",
+                        rank=rank,
+                        world_size=world_size,
+                        timeout=datetime.timedelta(seconds=timeout_s),
+                    )
                 except Exception:
                     reports.put((call, rank, False, RENDEZVOUS_FAILED + traceback.format_exc()))
                     continue  # `finally` below still runs

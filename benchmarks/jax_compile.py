@@ -34,16 +34,29 @@ def tiny_params(cfg, seed: int = 0) -> dict:
         return {"weight": w(o, i), "bias": w(o)}
 
     def attn(kv_dim):
-        return {"to_q": lin(dim, dim), "to_k": lin(dim, kv_dim), "to_v": lin(dim, kv_dim), "to_out": [lin(dim, dim)],
-                "norm_q": {"weight": w(dim)}, "norm_k": {"weight": w(dim)}}
+        return {
+            "to_q": lin(dim, dim),
+            "to_k": lin(dim, kv_dim),
+            "to_v": lin(dim, kv_dim),
+            "to_out": [lin(dim, dim)],
+            "norm_q": {"weight": w(dim)},
+            "norm_k": {"weight": w(dim)},
+        }
 
-    block = lambda: {"attn1": attn(dim), "attn2": attn(dim), "norm2": {"weight": w(dim), "bias": w(dim)},
-                     "ffn": {"net": [{"proj": lin(ffn, dim)}, None, lin(dim, ffn)]}, "scale_shift_table": w(1, 6, dim)}
+    block = lambda: {
+        "attn1": attn(dim),
+        "attn2": attn(dim),
+        "norm2": {"weight": w(dim), "bias": w(dim)},
+        "ffn": {"net": [{"proj": lin(ffn, dim)}, None, lin(dim, ffn)]},
+        "scale_shift_table": w(1, 6, dim),
+    }
     return {
         "patch_embedding": {"weight": w(dim, cfg.in_channels, *cfg.patch_size), "bias": w(dim)},
-        "condition_embedder": {"time_embedder": {"linear_1": lin(dim, freq), "linear_2": lin(dim, dim)},
-                               "time_proj": lin(6 * dim, dim),
-                               "text_embedder": {"linear_1": lin(dim, text), "linear_2": lin(dim, dim)}},
+        "condition_embedder": {
+            "time_embedder": {"linear_1": lin(dim, freq), "linear_2": lin(dim, dim)},
+            "time_proj": lin(6 * dim, dim),
+            "text_embedder": {"linear_1": lin(dim, text), "linear_2": lin(dim, dim)},
+        },
         "blocks": [block() for _ in range(cfg.num_layers)],
         "scale_shift_table": w(1, 2, dim),
         "proj_out": lin(patch * cfg.out_channels, dim),
@@ -70,15 +83,22 @@ def compile_seconds(layers: int, mesh_shape, unrolled: bool, tokens_grid=(3, 8, 
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from parallel_wan.backends.jax import placement
-    from parallel_wan.backends.jax import predictor as pred
+    from parallel_wan.backends.jax import placement, predictor as pred
     from parallel_wan.backends.jax.sequence_parallel import CP, build_mesh
     from parallel_wan.models import transformer as dit
     from parallel_wan.models.rope import rope_tables
     from parallel_wan.models.transformer_config import TransformerConfig
 
-    cfg = TransformerConfig(num_attention_heads=8, attention_head_dim=16, in_channels=16, out_channels=16,
-                            text_dim=32, freq_dim=32, ffn_dim=256, num_layers=layers)
+    cfg = TransformerConfig(
+        num_attention_heads=8,
+        attention_head_dim=16,
+        in_channels=16,
+        out_channels=16,
+        text_dim=32,
+        freq_dim=32,
+        ffn_dim=256,
+        num_layers=layers,
+    )
     dp, ring, ulysses = mesh_shape
     mesh = build_mesh(dp, ring, ulysses, devices=jax.devices()[: dp * ring * ulysses])
     params = placement.place(tiny_params(cfg), mesh, "float32", dit.keeps_fp32)
@@ -89,8 +109,10 @@ def compile_seconds(layers: int, mesh_shape, unrolled: bool, tokens_grid=(3, 8, 
         # make_step closes over the module-level ops; swap them for this trace only.
         saved, pred.ops = pred.ops, unrolled_ops()
     try:
-        step = jax.jit(pred.make_step(cfg, None, mesh, n, padded, 1, 2, False, "auto"),
-                       out_shardings=NamedSharding(mesh, P(None, CP, None)))
+        step = jax.jit(
+            pred.make_step(cfg, None, mesh, n, padded, 1, 2, False, "auto"),
+            out_shardings=NamedSharding(mesh, P(None, CP, None)),
+        )
         x = jnp.zeros((1, padded, 64), jnp.float32)
         cos, sin = rope_tables(cfg.attention_head_dim, tokens_grid, token_index=np.arange(padded))
         context = jnp.zeros((2, 512, 32), jnp.float32)
@@ -117,13 +139,15 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     import jax
 
-    print(f"JAX {jax.__version__}, {jax.default_backend()} ({jax.device_count()} devices, {os.cpu_count()} cores), "
-          f"mesh dp×ring×ulysses = {' × '.join(map(str, args.mesh))}, tiny width (8 heads × 16, FFN 256), "
-          f"192 tokens, CFG batch 2, float32; load average {os.getloadavg()[0]:.2f}.\n")
+    print(
+        f"JAX {jax.__version__}, {jax.default_backend()} ({jax.device_count()} devices, {os.cpu_count()} cores), "
+        f"mesh dp×ring×ulysses = {' × '.join(map(str, args.mesh))}, tiny width (8 heads × 16, FFN 256), "
+        f"192 tokens, CFG batch 2, float32; load average {os.getloadavg()[0]:.2f}.\n"
+    )
     print("| layers | blocks as | trace + lower s | XLA compile s | one step s |")
     print("|---|---|---|---|---|")
     for layers in args.layers:
-        for unrolled in ([False] if args.no_unrolled else [False, True]):
+        for unrolled in [False] if args.no_unrolled else [False, True]:
             lower, comp, run = compile_seconds(layers, args.mesh, unrolled)
             kind = "Python loop (unrolled)" if unrolled else "one lax.scan"
             print(f"| {layers} | {kind} | {lower:.2f} | {comp:.2f} | {run:.4f} |", flush=True)

@@ -70,21 +70,29 @@ def decode_rows(size: int, frames: int, repeats: int) -> None:
     h = size // cfg.scale_factor_spatial
     shape = (1, cfg.z_dim, (frames - 1) // cfg.scale_factor_temporal + 1, h, h)
     z = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    print(f"Tiny Wan 2.1 VAE, {size}×{size}×{frames} frames (latents {shape}), float32, torch threads "
-          f"{torch.get_num_threads()}, {jax.default_backend()}; load average {_load()}\n")
-    print("| decode | compile s wall (CPU) | decode s median / best | JAX / torch (median) | max uint8 diff from torch |")
+    print(
+        f"Tiny Wan 2.1 VAE, {size}×{size}×{frames} frames (latents {shape}), float32, torch threads "
+        f"{torch.get_num_threads()}, {jax.default_backend()}; load average {_load()}\n"
+    )
+    print(
+        "| decode | compile s wall (CPU) | decode s median / best | JAX / torch (median) | max uint8 diff from torch |"
+    )
     print("|---|---|---|---|---|")
 
     zt = torch.from_numpy(z)
     with torch.inference_mode():
-        med_t, best_t, ref = _times(lambda: to_uint8_frames(
-            vae.decode(host, vae.denormalize_latents(zt, cfg, tops), tops, cfg), tops).numpy(), repeats)
+        med_t, best_t, ref = _times(
+            lambda: to_uint8_frames(vae.decode(host, vae.denormalize_latents(zt, cfg, tops), tops, cfg), tops).numpy(),
+            repeats,
+        )
     print(f"| torch (`models.vae.decode`, torch ops) | — | {med_t:.2f} / {best_t:.2f} | 1.00× | 0 |", flush=True)
 
     params = jax.tree.map(jax.numpy.asarray, host)
     plain = {"conv3d": spmd_ops.conv3d, "conv2d": spmd_ops.conv2d}
-    for label, convs in (("JAX, ops' convolutions (before)", {"conv3d": jops.conv3d, "conv2d": jops.conv2d}),
-                         ("JAX, cpu_convs (now)", plain)):
+    for label, convs in (
+        ("JAX, ops' convolutions (before)", {"conv3d": jops.conv3d, "conv2d": jops.conv2d}),
+        ("JAX, cpu_convs (now)", plain),
+    ):
         for name, fn in convs.items():
             setattr(spmd_ops, name, fn)
         jax.clear_caches()
@@ -93,7 +101,9 @@ def decode_rows(size: int, frames: int, repeats: int) -> None:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         med, best, out = _times(lambda program=program: np.asarray(program(params, z)), repeats)
         diff = int(np.abs(out.astype(np.int16) - ref.astype(np.int16)).max())
-        print(f"| {label} | {wall:.1f} ({cpu:.1f}) | {med:.2f} / {best:.2f} | {med / med_t:.2f}× | {diff} |", flush=True)
+        print(
+            f"| {label} | {wall:.1f} ({cpu:.1f}) | {med:.2f} / {best:.2f} | {med / med_t:.2f}× | {diff} |", flush=True
+        )
     for name, fn in plain.items():
         setattr(spmd_ops, name, fn)
     print(f"\nload average after: {_load()}")
@@ -116,16 +126,21 @@ def cli_rows() -> None:
     with tempfile.TemporaryDirectory() as folder:
         jax_cache = {"JAX_COMPILATION_CACHE_DIR": os.path.join(folder, "jax_cache")}
         inductor = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor")}
-        runs = [("backend=jax", ["backend=jax"], jax_cache, "empty JAX cache"),
-                ("backend=jax", ["backend=jax"], jax_cache, "JAX cache of the run above"),
-                ("(torch)", [], {}, "—"),
-                ("compile=true", ["compile=true"], inductor, "empty Inductor cache"),
-                ("compile=true", ["compile=true"], inductor, "Inductor cache of the run above")]
+        runs = [
+            ("backend=jax", ["backend=jax"], jax_cache, "empty JAX cache"),
+            ("backend=jax", ["backend=jax"], jax_cache, "JAX cache of the run above"),
+            ("(torch)", [], {}, "—"),
+            ("compile=true", ["compile=true"], inductor, "empty Inductor cache"),
+            ("compile=true", ["compile=true"], inductor, "Inductor cache of the run above"),
+        ]
         for i, (label, overrides, env, cache) in enumerate(runs):
             r = _cli(overrides, env, os.path.join(folder, f"run{i}"))
             compile_s = f"{r['compile']:.2f}" if "compile" in r else "—"
-            print(f"| `{label}` | {cache} | {r['wall']:.1f} | {compile_s} | {r['denoise']:.2f} | {r['vae_decode']:.2f} "
-                  f"| {r['total']:.2f} |", flush=True)
+            print(
+                f"| `{label}` | {cache} | {r['wall']:.1f} | {compile_s} | {r['denoise']:.2f} | {r['vae_decode']:.2f} "
+                f"| {r['total']:.2f} |",
+                flush=True,
+            )
     print(f"\nload average after: {_load()}")
 
 

@@ -28,8 +28,8 @@ def main(argv=None) -> None:
     import jax
 
     from parallel_wan.backends.jax.backend import JaxBackend
-    from parallel_wan.config import MeshSpec
     from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+    from parallel_wan.config import MeshSpec
     from parallel_wan.weights.loader import load_vae
 
     with tempfile.TemporaryDirectory() as folder:
@@ -37,10 +37,14 @@ def main(argv=None) -> None:
     h = args.size // cfg.scale_factor_spatial
     shape = (1, cfg.z_dim, (args.frames - 1) // cfg.scale_factor_temporal + 1, h, h)
     z = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    print(f"Tiny Wan 2.1 VAE, {args.size}×{args.size}×{args.frames} frames (latents {shape}), float32, "
-          f"{jax.device_count()} {jax.default_backend()} devices.\n")
-    print("| devices | rows per device | per-device memory MB (args + output + temp) | compile s | decode s | "
-          "frames equal to 1 device |")
+    print(
+        f"Tiny Wan 2.1 VAE, {args.size}×{args.size}×{args.frames} frames (latents {shape}), float32, "
+        f"{jax.device_count()} {jax.default_backend()} devices.\n"
+    )
+    print(
+        "| devices | rows per device | per-device memory MB (args + output + temp) | compile s | decode s | "
+        "frames equal to 1 device |"
+    )
     print("|---|---|---|---|---|---|")
     reference = None
     for n in args.devices:
@@ -59,9 +63,13 @@ def main(argv=None) -> None:
         run_s = time.perf_counter() - t0
         reference = frames if reference is None else reference
         same = int(np.abs(frames.astype(int) - reference).max())
-        print(f"| {entry['split']} | {h // entry['split']} | {per_device:.1f} ({mem.argument_size_in_bytes / 2**20:.1f} + "
-              f"{mem.output_size_in_bytes / 2**20:.1f} + {mem.temp_size_in_bytes / 2**20:.1f}) | {compile_s:.1f} "
-              f"| {run_s:.2f} | max diff {same} |", flush=True)
+        print(
+            f"| {entry['split']} | {h // entry['split']} | {per_device:.1f} ({mem.argument_size_in_bytes / 2**20:.1f} "
+            "+ "
+            f"{mem.output_size_in_bytes / 2**20:.1f} + {mem.temp_size_in_bytes / 2**20:.1f}) | {compile_s:.1f} "
+            f"| {run_s:.2f} | max diff {same} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,15 @@ def task_for(backend, cfg, params, latent, work):
     rng = np.random.default_rng(1)
     context = backend.to_device(rng.standard_normal((2, 512, cfg.text_dim)).astype(np.float32))
     grid = dit.patch_grid(cfg, (1, cfg.out_channels) + latent)
-    return DenoiseTask({"single": (cfg, backend.place(params, "float32", dit.keeps_fp32))}, context, 1, work, grid,
-                       uses_guidance=True, per_token_timestep=False)
+    return DenoiseTask(
+        {"single": (cfg, backend.place(params, "float32", dit.keeps_fp32))},
+        context,
+        1,
+        work,
+        grid,
+        uses_guidance=True,
+        per_token_timestep=False,
+    )
 
 
 def timed(fn, repeats: int) -> list[float]:
@@ -73,14 +80,22 @@ def measure(size: str, repeats: int) -> dict:
     from parallel_wan.backends.jax.backend import JaxBackend
     from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.models.transformer_config import TransformerConfig
-    from parallel_wan.pipeline.local_work import RankWork
     from parallel_wan.parallel.shards import SequenceShards
+    from parallel_wan.pipeline.local_work import RankWork
 
     from .jax_compile import tiny_params
 
     heads, head_dim, ffn, layers, latent = SIZES[size]
-    cfg = TransformerConfig(num_attention_heads=heads, attention_head_dim=head_dim, in_channels=16, out_channels=16,
-                            text_dim=32, freq_dim=32, ffn_dim=ffn, num_layers=layers)
+    cfg = TransformerConfig(
+        num_attention_heads=heads,
+        attention_head_dim=head_dim,
+        in_channels=16,
+        out_channels=16,
+        text_dim=32,
+        freq_dim=32,
+        ffn_dim=ffn,
+        num_layers=layers,
+    )
     params = tiny_params(cfg)
     tokens = int(np.prod(latent)) // 4
     shards = SequenceShards(tokens, 1)
@@ -112,39 +127,57 @@ def measure(size: str, repeats: int) -> dict:
     times["jax"] = timed(jax_step, repeats)
     jax_out = jb.to_host(jax_step())
     err = float(np.linalg.norm(jax_out - torch_out) / np.linalg.norm(torch_out))
-    return {"size": size, "cfg": cfg, "tokens": tokens, "compile": compile_s, "rel_err": err,
-            **{f"{k}_median": statistics.median(v) for k, v in times.items()},
-            **{f"{k}_best": min(v) for k, v in times.items()}}
+    return {
+        "size": size,
+        "cfg": cfg,
+        "tokens": tokens,
+        "compile": compile_s,
+        "rel_err": err,
+        **{f"{k}_median": statistics.median(v) for k, v in times.items()},
+        **{f"{k}_best": min(v) for k, v in times.items()},
+    }
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--threads", type=int, default=None,
-                   help="1: torch.set_num_threads(1) and XLA without its Eigen thread pool (default: both use every core)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="1: torch.set_num_threads(1) and XLA without its Eigen thread pool (default: both use every core)",
+    )
     args = p.parse_args(argv)
     if args.threads == 1:  # before JAX starts its CPU client
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                                   "intra_op_parallelism_threads=1").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        ).strip()
     import jax
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    print(f"CPU, {os.cpu_count()} cores (torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"JAX {jax.__version__}); {args.repeats} calls each after 2 warm-ups; load average "
-          f"{os.getloadavg()[0]:.2f}.\n")
-    print("| model | dim × layers | tokens | PyTorch step s (median / best) | JAX step s (median / best) "
-          "| JAX / PyTorch (best) | JAX compile s | rel. diff |")
+    print(
+        f"CPU, {os.cpu_count()} cores (torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"JAX {jax.__version__}); {args.repeats} calls each after 2 warm-ups; load average "
+        f"{os.getloadavg()[0]:.2f}.\n"
+    )
+    print(
+        "| model | dim × layers | tokens | PyTorch step s (median / best) | JAX step s (median / best) "
+        "| JAX / PyTorch (best) | JAX compile s | rel. diff |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for size in args.sizes:
         r = measure(size, args.repeats)
         c = r["cfg"]
-        print(f"| {size} | {c.dim} × {c.num_layers} | {r['tokens']:,} | {r['torch_median']:.4f} / {r['torch_best']:.4f} "
-              f"| {r['jax_median']:.4f} / {r['jax_best']:.4f} | {r['jax_best'] / r['torch_best']:.2f}× "
-              f"| {r['compile']:.2f} | {r['rel_err']:.1e} |", flush=True)
+        print(
+            f"| {size} | {c.dim} × {c.num_layers} | {r['tokens']:,} | {r['torch_median']:.4f} / {r['torch_best']:.4f} "
+            f"| {r['jax_median']:.4f} / {r['jax_best']:.4f} | {r['jax_best'] / r['torch_best']:.2f}× "
+            f"| {r['compile']:.2f} | {r['rel_err']:.1e} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

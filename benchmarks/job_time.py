@@ -39,14 +39,21 @@ def main() -> None:
         flops = job_flops(spec, *architecture_of(spec, None))
         speed = measure_device("torch", "cpu", spec.execution.dtype)
         with tempfile.TemporaryDirectory() as out:
-            subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}/v", *overrides],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}/v", *overrides],
+                check=True,
+                capture_output=True,
+            )
             with open(f"{out}/v/video.json") as f:
                 timings = json.load(f)["timings_s"]
         ran = timings["denoise"] + timings["vae_decode"]
         guess = estimate_seconds(flops, speed.flops, speed.cpu)
-        print(f"| {' '.join(overrides)} | {flops.total / 1e12:.2f} TFLOP | {speed.flops / 1e9:.1f} GFLOP/s | {duration(guess)} "
-              f"| {duration(ran)} | {guess / ran:.2f} |", flush=True)
+        print(
+            f"| {' '.join(overrides)} | {flops.total / 1e12:.2f} TFLOP | {speed.flops / 1e9:.1f} GFLOP/s | "
+            f"{duration(guess)} "
+            f"| {duration(ran)} | {guess / ran:.2f} |",
+            flush=True,
+        )
     print(f"load average {open('/proc/loadavg').read().split()[:3]}")
 
 

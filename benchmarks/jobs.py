@@ -25,8 +25,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run(args: list[str], cwd: str) -> tuple[float, str]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     return time.perf_counter() - t0, proc.stderr
@@ -46,7 +51,9 @@ def main() -> None:
         job_loads = len(re.findall(r"loaded the model once", job_log))
         single_s, single_loads = 0.0, 0
         for i, p in enumerate(prompts):
-            seconds, log = run([f"prompt='{p}'", f"seed={i}", f"output_dir={folder}/single{i}", *opts.overrides], folder)
+            seconds, log = run(
+                [f"prompt='{p}'", f"seed={i}", f"output_dir={folder}/single{i}", *opts.overrides], folder
+            )
             single_s += seconds
             single_loads += len(re.findall(r"loaded \S+ checkpoint", log))
     print(f"{opts.videos} videos ({' '.join(opts.overrides) or 'tiny model, defaults'}), wall seconds incl. start-up:")

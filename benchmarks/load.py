@@ -48,20 +48,33 @@ import torch
 
 from parallel_wan.models.transformer import keeps_fp32
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.weights import copy_pool
 from parallel_wan.models.transformer_shapes import param_shapes
+from parallel_wan.weights import copy_pool
 from parallel_wan.weights.layout import Checkpoint
 from parallel_wan.weights.loader import load_transformer
 from parallel_wan.weights.safetensors_io import read_header
 
 SHARD_BYTES = 1 << 30
-A14B_BLOCK = dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, text_dim=4096, freq_dim=256,
-                  in_channels=16, out_channels=16, patch_size=[1, 2, 2], cross_attn_norm=True,
-                  qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+A14B_BLOCK = dict(
+    num_attention_heads=40,
+    attention_head_dim=128,
+    ffn_dim=13824,
+    text_dim=4096,
+    freq_dim=256,
+    in_channels=16,
+    out_channels=16,
+    patch_size=[1, 2, 2],
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    rope_max_seq_len=1024,
+)
 
 
 # ------------------------------------------------------------------------------ the checkpoint
-def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch.float32, block: dict = A14B_BLOCK) -> Path:
+def write_synthetic_expert(
+    folder: Path, layers: int, dtype: torch.dtype = torch.float32, block: dict = A14B_BLOCK
+) -> Path:
     """A diffusers-layout `transformer/` folder of random `dtype` weights with `block`'s shapes
     (default A14B's)."""
     from safetensors.torch import save_file
@@ -83,12 +96,16 @@ def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch
     weight_map = {}
     for i, group in enumerate(groups):
         file = f"diffusion_pytorch_model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
-        save_file({n: torch.randn(shapes[n], generator=generator, dtype=dtype) for n in group},
-                  folder / file, metadata={"format": "pt"})
+        save_file(
+            {n: torch.randn(shapes[n], generator=generator, dtype=dtype) for n in group},
+            folder / file,
+            metadata={"format": "pt"},
+        )
         weight_map.update(dict.fromkeys(group, file))
     total = sum(math.prod(s) * itemsize for s in shapes.values())
     (folder / "diffusion_pytorch_model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
 
@@ -96,9 +113,19 @@ def write_synthetic_expert(folder: Path, layers: int, dtype: torch.dtype = torch
 def as_checkpoint(folder: Path) -> Checkpoint:
     """Only what the transformer loader reads; the other components are not part of this benchmark."""
     config = TransformerConfig.from_diffusers(json.loads((folder / "config.json").read_text()))
-    return Checkpoint(root=folder, layout="diffusers", experts={"single": folder}, transformers={"single": config},
-                      vae_path=None, vae_kind=None, vae_config=None, text_encoder_path=None,
-                      text_encoder_format=None, tokenizer_path=None, scheduler_config=None)
+    return Checkpoint(
+        root=folder,
+        layout="diffusers",
+        experts={"single": folder},
+        transformers={"single": config},
+        vae_path=None,
+        vae_kind=None,
+        vae_config=None,
+        text_encoder_path=None,
+        text_encoder_format=None,
+        tokenizer_path=None,
+        scheduler_config=None,
+    )
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -120,10 +147,14 @@ def page_cache_rates(root: Path, layers: int, repeats: int, block: dict = A14B_B
     ckpt = as_checkpoint(folder)
     read_s = timed(lambda: read_into(files, buffer), repeats)
     ours_s = timed(lambda: load_transformer(ckpt, "single", "bfloat16", keeps_fp32), repeats)
-    return {"checkpoint_gb": nbytes / 1e9, "layers": layers, "copy_threads": copy_pool.load_threads(),
-            "read_gbps": nbytes / min(read_s) / 1e9, "ours_fp32_to_bf16_gbps": nbytes / min(ours_s) / 1e9,
-            "ours_vs_read": min(read_s) / min(ours_s)}
-
+    return {
+        "checkpoint_gb": nbytes / 1e9,
+        "layers": layers,
+        "copy_threads": copy_pool.load_threads(),
+        "read_gbps": nbytes / min(read_s) / 1e9,
+        "ours_fp32_to_bf16_gbps": nbytes / min(ours_s) / 1e9,
+        "ours_vs_read": min(read_s) / min(ours_s),
+    }
 
 
 def timed(fn, repeats: int) -> list[float]:
@@ -242,16 +273,27 @@ def without_finite_check(fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=4, help="A14B-shaped blocks (1.4 GB each in fp32, 0.70 in bf16)")
-    parser.add_argument("--source-dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="dtype of the synthetic files; every load produces bf16 (norms etc. fp32)")
+    parser.add_argument(
+        "--source-dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="dtype of the synthetic files; every load produces bf16 (norms etc. fp32)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint and cache afterwards")
     parser.add_argument("--skip-diffusers", action="store_true")
-    parser.add_argument("--lora-rank", type=int, default=64,
-                        help="also load with a LoRA of this rank on every linear layer of every block (0: no row)")
-    parser.add_argument("--all-rows", action="store_true",
-                        help="also: ours → fp32, one more copy thread, 4 KiB pages, the cache, diffusers + a read")
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=64,
+        help="also load with a LoRA of this rank on every linear layer of every block (0: no row)",
+    )
+    parser.add_argument(
+        "--all-rows",
+        action="store_true",
+        help="also: ours → fp32, one more copy thread, 4 KiB pages, the cache, diffusers + a read",
+    )
     args = parser.parse_args()
     source = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.source_dtype]
     short = {"float32": "fp32", "bfloat16": "bf16"}[args.source_dtype]
@@ -263,8 +305,10 @@ def main() -> None:
         if (folder / "config.json").is_file():
             stored = read_header(weight_files(folder)[0])
             if any(info.torch_dtype != source for info in stored.values()):
-                raise SystemExit(f"{folder} holds another dtype than --source-dtype {args.source_dtype}; "
-                                 "delete it or pass another --dir")
+                raise SystemExit(
+                    f"{folder} holds another dtype than --source-dtype {args.source_dtype}; "
+                    "delete it or pass another --dir"
+                )
         else:
             start = time.perf_counter()
             write_synthetic_expert(folder, args.layers, source)
@@ -274,10 +318,12 @@ def main() -> None:
         ckpt = as_checkpoint(folder)
         cores = copy_pool.load_threads()
         thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-        print(f"checkpoint: {len(files)} shards, {nbytes / 1e9:.2f} GB {args.source_dtype}, "
-              f"{ckpt.transformers['single'].num_layers} A14B-shaped layers | cores: {os.cpu_count()} (copy threads "
-              f"{cores}, torch intra-op threads {torch.get_num_threads()}) | THP: "
-              f"{thp.read_text().strip() if thp.exists() else 'n/a'} | load average before: {os.getloadavg()[0]:.1f}")
+        print(
+            f"checkpoint: {len(files)} shards, {nbytes / 1e9:.2f} GB {args.source_dtype}, "
+            f"{ckpt.transformers['single'].num_layers} A14B-shaped layers | cores: {os.cpu_count()} (copy threads "
+            f"{cores}, torch intra-op threads {torch.get_num_threads()}) | THP: "
+            f"{thp.read_text().strip() if thp.exists() else 'n/a'} | load average before: {os.getloadavg()[0]:.1f}"
+        )
 
         os.sync()  # the freshly written shards' writeback must not run during the timings
         for _ in range(2):
@@ -309,13 +355,16 @@ def main() -> None:
         if args.lora_rank:
             lora = write_synthetic_lora(root / "lora.safetensors", ckpt.transformers["single"], args.lora_rank)
             lora_label = f"ours {short} → bf16 + LoRA rank {args.lora_rank} merged"
-            methods.append((lora_label, lambda: load_transformer(ckpt, "single", "bfloat16", keeps_fp32,
-                                                                 lora=expert_with(lora, ckpt))))
+            methods.append(
+                (
+                    lora_label,
+                    lambda: load_transformer(ckpt, "single", "bfloat16", keeps_fp32, lora=expert_with(lora, ckpt)),
+                )
+            )
         if args.all_rows:
             methods += [
                 (f"ours {short} → fp32", ours("float32")),
-                (f"ours {short} → bf16, {cores + 1} copy threads",
-                 lambda: with_threads(cores + 1, ours("bfloat16"))),
+                (f"ours {short} → bf16, {cores + 1} copy threads", lambda: with_threads(cores + 1, ours("bfloat16"))),
                 (f"ours {short} → bf16, 4 KiB pages", lambda: without_huge_pages(ours("bfloat16"))),
                 ("cache miss: convert + write the entry", cache_miss),
                 ("cache hit: map the entry", cached),
@@ -328,8 +377,10 @@ def main() -> None:
             pass
         elif not is_accelerate_available():
             # Without accelerate, diffusers refuses Wan's fp32-kept modules outright.
-            print("diffusers rows skipped: from_pretrained needs accelerate for this model "
-                  "(pip install 'parallel_wan[bench]')")
+            print(
+                "diffusers rows skipped: from_pretrained needs accelerate for this model "
+                "(pip install 'parallel_wan[bench]')"
+            )
         else:
             from diffusers import WanTransformer3DModel
             from diffusers.utils import logging as diffusers_logging
@@ -341,8 +392,12 @@ def main() -> None:
 
             methods.append((diffusers_label, diffusers_load))
             if args.all_rows:
-                methods.append(("diffusers + one read of every byte",
-                                lambda: touch_every_byte(list(diffusers_load().state_dict().values()), sink)))
+                methods.append(
+                    (
+                        "diffusers + one read of every byte",
+                        lambda: touch_every_byte(list(diffusers_load().state_dict().values()), sink),
+                    )
+                )
         # Each row: one untimed run, then its timed runs back to back — the steady state of that
         # method. Untimed runs matter on this VM: memory the guest has not touched yet is slow to
         # fault in (0.4–0.8 GB/s), and huge pages are fast only when freed ones are at hand, so a
@@ -358,21 +413,35 @@ def main() -> None:
         print(f"\n| {'':46s} | {'best s':>8s} | {'median s':>9s} | {'GB/s':>7s} | {'vs best read()':>15s} |")
         print("|---|---|---|---|---|")
         for label, times in rows.items():
-            print(f"| {label:46s} | {best[label]:8.3f} | {statistics.median(times):9.3f} | "
-                  f"{nbytes / best[label] / 1e9:7.2f} | {peer / best[label]:15.2f} |")
-        print(f"\nours vs the best read() of the same files: {peer / best[ours_label]:.2f} (target ≥ 0.5); "
-              f"vs read() into fresh memory: {best[READ_FRESH] / best[ours_label]:.2f}")
-        print(f"the NaN/inf check (weights/finite.py): ours / the same load without it = "
-              f"{best[ours_label] / best[UNCHECKED]:.2f}× wall (medians {statistics.median(rows[ours_label]) / statistics.median(rows[UNCHECKED]):.2f}×)")
+            print(
+                f"| {label:46s} | {best[label]:8.3f} | {statistics.median(times):9.3f} | "
+                f"{nbytes / best[label] / 1e9:7.2f} | {peer / best[label]:15.2f} |"
+            )
+        print(
+            f"\nours vs the best read() of the same files: {peer / best[ours_label]:.2f} (target ≥ 0.5); "
+            f"vs read() into fresh memory: {best[READ_FRESH] / best[ours_label]:.2f}"
+        )
+        print(
+            f"the NaN/inf check (weights/finite.py): ours / the same load without it = "
+            f"{best[ours_label] / best[UNCHECKED]:.2f}× wall (medians "
+            f"{statistics.median(rows[ours_label]) / statistics.median(rows[UNCHECKED]):.2f}×)"
+        )
         if lora_label is not None:
             print(f"loading with the LoRA merged / without: {best[lora_label] / best[ours_label]:.2f}× (target ≤ 1.2×)")
         if diffusers_label in best:
-            print(f"ours vs diffusers: {best[diffusers_label] / best[ours_label]:.2f}× (target ≥ 5×)"
-                  + (" — diffusers maps bf16 files and reads no byte, so this compares a copy with a map"
-                     if source == torch.bfloat16 else ""))
-        print(f"load average after: {os.getloadavg()[0]:.1f}; command: python -m benchmarks.load --layers "
-              f"{args.layers} --source-dtype {args.source_dtype} --repeats {args.repeats}"
-              f"{' --all-rows' if args.all_rows else ''}")
+            print(
+                f"ours vs diffusers: {best[diffusers_label] / best[ours_label]:.2f}× (target ≥ 5×)"
+                + (
+                    " — diffusers maps bf16 files and reads no byte, so this compares a copy with a map"
+                    if source == torch.bfloat16
+                    else ""
+                )
+            )
+        print(
+            f"load average after: {os.getloadavg()[0]:.1f}; command: python -m benchmarks.load --layers "
+            f"{args.layers} --source-dtype {args.source_dtype} --repeats {args.repeats}"
+            f"{' --all-rows' if args.all_rows else ''}"
+        )
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -387,9 +456,11 @@ def write_synthetic_lora(path: Path, cfg: TransformerConfig, rank: int) -> Path:
 
     dim, ffn, tensors = cfg.dim, cfg.ffn_dim, {}
     for i in range(cfg.num_layers):
-        for module, (out, inp) in {**{f"attn{a}.{p}": (dim, dim) for a in (1, 2) for p in ("to_q", "to_k", "to_v",
-                                                                                             "to_out.0")},
-                                   "ffn.net.0.proj": (ffn, dim), "ffn.net.2": (dim, ffn)}.items():
+        for module, (out, inp) in {
+            **{f"attn{a}.{p}": (dim, dim) for a in (1, 2) for p in ("to_q", "to_k", "to_v", "to_out.0")},
+            "ffn.net.0.proj": (ffn, dim),
+            "ffn.net.2": (dim, ffn),
+        }.items():
             stem = "diffusion_model." + diffusers_to_official_name(f"blocks.{i}.{module}.weight")[: -len(".weight")]
             tensors[f"{stem}.lora_down.weight"] = torch.randn(rank, inp, dtype=torch.bfloat16) * 0.01
             tensors[f"{stem}.lora_up.weight"] = torch.randn(out, rank, dtype=torch.bfloat16) * 0.01

@@ -77,8 +77,11 @@ def measure_peak(device, dtype, shapes=DEFAULT_SHAPES, warmup: int = 3, iters: i
     """{'peak_tflops': best over shapes, 'shapes': [(m, k, n, tflops), …]}."""
     device = torch.device(device)
     rows = [(m, k, n, gemm_tflops(m, k, n, device, dtype, warmup, iters)) for m, k, n in shapes]
-    return {"peak_tflops": max(r[3] for r in rows), "median_tflops": statistics.median(r[3] for r in rows),
-            "shapes": rows}
+    return {
+        "peak_tflops": max(r[3] for r in rows),
+        "median_tflops": statistics.median(r[3] for r in rows),
+        "shapes": rows,
+    }
 
 
 def parse_shapes(texts: list[str]) -> list[tuple[int, int, int]]:
@@ -99,8 +102,10 @@ def main(argv=None) -> None:
     p.add_argument("--iters", type=int, default=10)
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {args.device}: this machine has no CUDA device (torch {torch.__version__}); "
-                         "run on a GPU or pass --device cpu")
+        raise SystemExit(
+            f"--device {args.device}: this machine has no CUDA device (torch {torch.__version__}); "
+            "run on a GPU or pass --device cpu"
+        )
     result = measure_peak(args.device, getattr(torch, args.dtype), parse_shapes(args.shapes), iters=args.iters)
     print("| M | K | N | TFLOP/s |\n|---|---|---|---|")
     for m, k, n, t in result["shapes"]:

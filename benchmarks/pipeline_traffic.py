@@ -20,8 +20,7 @@ from .comm_volume import LATENT_BYTES, ModelShape, analytic, load_preset, local_
 # 48×48 pixels × 9 frames → 3 × 3 × 3 = 27 tokens: padded for cp 2, 4 and 8.
 TINY = ModelShape(heads=8, head_dim=16, dtype="bfloat16", out_features=64, layers=2, steps=2)
 TOKENS = 27
-OVERRIDES = ["model=tiny", "dtype=bfloat16", "steps=2", "num_frames=9", "height=48", "width=48", "seed=1",
-             "device=cpu"]
+OVERRIDES = ["model=tiny", "dtype=bfloat16", "steps=2", "num_frames=9", "height=48", "width=48", "seed=1", "device=cpu"]
 PRESETS = ("cp2", "dp2", "usp2x2", "ring4", "ulysses4", "dp2_cp2")
 
 
@@ -58,8 +57,10 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     args = p.parse_args(argv)
-    print(f"Tiny T2V, {TOKENS} tokens, {TINY.layers} layers, {TINY.steps} steps, {TINY.dtype}; bytes per rank "
-          "(the most any rank sent) over the whole generation, measured / expected:\n")
+    print(
+        f"Tiny T2V, {TOKENS} tokens, {TINY.layers} layers, {TINY.steps} steps, {TINY.dtype}; bytes per rank "
+        "(the most any rank sent) over the whole generation, measured / expected:\n"
+    )
     print("| preset | all_to_all | exchange (P2P) | all_gather | broadcast (rank 0, text) | other calls | equal |")
     print("|---|---|---|---|---|---|---|")
     ok = True
@@ -72,8 +73,10 @@ def main(argv=None) -> None:
         equal = got == want
         ok &= equal
         cells = " | ".join(f"{got[k]:,} / {want[k]:,}" for k in want)
-        print(f"| {name} | {cells} | {ranks[0]['by_call'].get('broadcast', 0):,} | {', '.join(other) or '—'} "
-              f"| {'yes' if equal else 'NO'} |")
+        print(
+            f"| {name} | {cells} | {ranks[0]['by_call'].get('broadcast', 0):,} | {', '.join(other) or '—'} "
+            f"| {'yes' if equal else 'NO'} |"
+        )
     if not ok:
         raise SystemExit("measured traffic differs from the per-layer formulas: see the rows marked NO")
 

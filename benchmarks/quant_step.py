@@ -48,8 +48,7 @@ def _quantized(flat, kind):
 
 
 def main(argv=None) -> None:
-    from parallel_wan.backends.torch import fp8_gemm
-    from parallel_wan.backends.torch import ops as torch_ops
+    from parallel_wan.backends.torch import fp8_gemm, ops as torch_ops
     from parallel_wan.models import transformer as dit
     from parallel_wan.models.registry import ARCHITECTURES
     from parallel_wan.models.rope import rope_tables
@@ -76,8 +75,11 @@ def main(argv=None) -> None:
     tokens, context, timestep, cos, sin = (t.to(device) for t in (tokens, context, timestep, cos, sin))
     quantized = {n: t.to(device) for n, t in _quantized(flat, "fp8").items()}
     flat = {n: t.to(device) for n, t in flat.items()}
-    variants = {"bf16": (tree.unflatten(flat), torch_ops), "dequant": (tree.unflatten(quantized), torch_ops),
-                "fp8": (tree.unflatten(quantized), fp8_gemm.ops_for("fp8"))}
+    variants = {
+        "bf16": (tree.unflatten(flat), torch_ops),
+        "dequant": (tree.unflatten(quantized), torch_ops),
+        "fp8": (tree.unflatten(quantized), fp8_gemm.ops_for("fp8")),
+    }
 
     def sync():
         if device.type == "cuda":
@@ -88,7 +90,9 @@ def main(argv=None) -> None:
 
     times: dict[str, list[float]] = {v: [] for v in args.variants}
     # one compiled forward per variant (the ops namespace differs), so no variant recompiles another's
-    forwards = {name: torch.compile(dit.forward, dynamic=False) if args.compile else dit.forward for name in args.variants}
+    forwards = {
+        name: torch.compile(dit.forward, dynamic=False) if args.compile else dit.forward for name in args.variants
+    }
     with torch.inference_mode():
         for name in args.variants:  # a warm-up forward each (allocator, kernel choice)
             params, ops = variants[name]
@@ -101,9 +105,12 @@ def main(argv=None) -> None:
                 forwards[name](params, tokens, timestep, context, (cos, sin), cfg, ops, attention)
                 sync()
                 times[name].append(time.perf_counter() - t0)
-    print(f"{args.model} blocks (dim {cfg.dim}, FFN {cfg.ffn_dim}), {args.layers} layers, {args.tokens} tokens, "
-          f"torch {torch.__version__}, {torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} CPU threads'}, "
-          f"{'compiled, ' if args.compile else ''}median of {args.repeats}")
+    print(
+        f"{args.model} blocks (dim {cfg.dim}, FFN {cfg.ffn_dim}), {args.layers} layers, {args.tokens} tokens, "
+        f"torch {torch.__version__}, "
+        f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} CPU threads'}, "
+        f"{'compiled, ' if args.compile else ''}median of {args.repeats}"
+    )
     base = statistics.median(times["bf16"]) if "bf16" in times else None
     for name, ts in times.items():
         m = statistics.median(ts)

@@ -41,7 +41,9 @@ from parallel_wan.weights.transformer_keymap import diffusers_to_official_name
 
 
 def config(layers: int) -> TransformerConfig:
-    return TransformerConfig.from_diffusers({"_class_name": "WanTransformer3DModel", **A14B_BLOCK, "num_layers": layers})
+    return TransformerConfig.from_diffusers(
+        {"_class_name": "WanTransformer3DModel", **A14B_BLOCK, "num_layers": layers}
+    )
 
 
 def write_files(folder: Path, cfg: TransformerConfig) -> tuple[Path, Path]:
@@ -69,10 +71,20 @@ def write_files(folder: Path, cfg: TransformerConfig) -> tuple[Path, Path]:
 
 def checkpoint(folder: Path, cfg: TransformerConfig, file: Path) -> Checkpoint:
     """Only what the transformer loader reads, the expert given as one file."""
-    return Checkpoint(root=folder, layout="official", experts={"single": folder}, transformers={"single": cfg},
-                      vae_path=None, vae_kind=None, vae_config=None, text_encoder_path=None, text_encoder_format=None,
-                      tokenizer_path=None, scheduler_config=None,
-                      expert_files={"single": describe_expert_file("weights", file, cfg)})
+    return Checkpoint(
+        root=folder,
+        layout="official",
+        experts={"single": folder},
+        transformers={"single": cfg},
+        vae_path=None,
+        vae_kind=None,
+        vae_config=None,
+        text_encoder_path=None,
+        text_encoder_format=None,
+        tokenizer_path=None,
+        scheduler_config=None,
+        expert_files={"single": describe_expert_file("weights", file, cfg)},
+    )
 
 
 def warm(path: Path) -> None:
@@ -98,16 +110,20 @@ def main(argv=None) -> None:
             load_transformer(ckpt, "single", "bfloat16", keeps_fp32)  # untimed: page cache, pool, huge pages
             times = timed(lambda ckpt=ckpt: load_transformer(ckpt, "single", "bfloat16", keeps_fp32), args.repeats)
             rows[label] = (path.stat().st_size, min(times), statistics.median(times))
-        print(f"python -m benchmarks.quantized_load --layers {args.layers} --repeats {args.repeats}   "
-              f"({time.strftime('%Y-%m-%d %H:%M')}, torch threads {torch.get_num_threads()})")
+        print(
+            f"python -m benchmarks.quantized_load --layers {args.layers} --repeats {args.repeats}   "
+            f"({time.strftime('%Y-%m-%d %H:%M')}, torch threads {torch.get_num_threads()})"
+        )
         print("| file | GB on disk | best s | median s | GB/s (best) |")
         print("|---|---|---|---|---|")
         for label, (size, best, median) in rows.items():
             print(f"| {label} | {size / 1e9:.2f} | {best:.3f} | {median:.3f} | {size / 1e9 / best:.2f} |")
         (_, bf16_best, bf16_median), (_, fp8_best, fp8_median) = rows.values()
         (bf16_size, *_), (fp8_size, *_) = rows.values()
-        print(f"fp8 vs bf16: {bf16_best / fp8_best:.2f}× faster (best / best), "
-              f"{bf16_median / fp8_median:.2f}× (median / median); bytes ratio {bf16_size / fp8_size:.2f}")
+        print(
+            f"fp8 vs bf16: {bf16_best / fp8_best:.2f}× faster (best / best), "
+            f"{bf16_median / fp8_median:.2f}× (median / median); bytes ratio {bf16_size / fp8_size:.2f}"
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

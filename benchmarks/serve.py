@@ -53,23 +53,38 @@ def throughput(videos: int, folder: Path) -> None:
     path = folder / "prompts.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
     job = cli([f"prompts={path}", f"output_dir={folder / 'job'}"], folder)
-    single = sum(cli([f"prompt='{p['prompt']}'", f"seed={p['seed']}", f"output_dir={folder / f'one{i}'}"], folder)
-                 for i, p in enumerate(prompts))
+    single = sum(
+        cli([f"prompt='{p['prompt']}'", f"seed={p['seed']}", f"output_dir={folder / f'one{i}'}"], folder)
+        for i, p in enumerate(prompts)
+    )
     print(f"{videos} tiny videos ({' '.join(TINY)}), wall seconds incl. start-up:")
     print(f"  {'':44s} {'seconds':>8s} {'per video':>10s}")
-    rows = [("server: start until ready", ready - t0), ("server: first POST to last completed", done - ready),
-            ("server: total", done - t0), ("one prompts=FILE job", job), ("one CLI process per video", single)]
+    rows = [
+        ("server: start until ready", ready - t0),
+        ("server: first POST to last completed", done - ready),
+        ("server: total", done - t0),
+        ("one prompts=FILE job", job),
+        ("one CLI process per video", single),
+    ]
     for name, seconds in rows:
         per = f"{seconds / videos:10.2f}" if "until ready" not in name else ""
         print(f"  {name:44s} {seconds:8.1f} {per}")
-    print(f"  server overhead per video against prompts=FILE: {(done - t0 - job) / videos:+.2f} s "
-          f"(hot, after loading: {(done - ready) / videos:.2f} s per video)")
+    print(
+        f"  server overhead per video against prompts=FILE: {(done - t0 - job) / videos:+.2f} s "
+        f"(hot, after loading: {(done - ready) / videos:.2f} s per video)"
+    )
 
 
 def cli(words: list[str], cwd: Path) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", *TINY, *words], cwd=cwd, capture_output=True,
-                          text=True, env=environment(), check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", *TINY, *words],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=environment(),
+        check=False,
+    )
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     return time.perf_counter() - t0
@@ -109,13 +124,19 @@ def polling(clients: int, every: float, steps: int, folder: Path, layout: str) -
             results.append((arm, seconds / count, count, pollers.requests, pollers.elapsed, beside))
     finally:
         server.stop()
-    where = (f"the loop's process on core {cores[0]}; the HTTP process and the clients on {cores[1:]}"
-             if len(cores) > 1 and layout != "shared" else f"every process on cores {cores}, shared")
+    where = (
+        f"the loop's process on core {cores[0]}; the HTTP process and the clients on {cores[1:]}"
+        if len(cores) > 1 and layout != "shared"
+        else f"every process on cores {cores}, shared"
+    )
     print(f"denoise step time, tiny model 128×128×17 fp32, one process ({where}):")
     for arm, mean, count, requests, elapsed, beside in results:
-        print(f"  {arm:14s} {mean * 1000:8.1f} ms/step over {count} steps; {requests / elapsed:6.0f} requests/s answered; "
-              f"HTTP process CPU {beside / elapsed * 100:5.1f}% of a core"
-              + (f" ({(beside / requests) * 1000:.2f} ms per request)" if requests else ""))
+        print(
+            f"  {arm:14s} {mean * 1000:8.1f} ms/step over {count} steps; {requests / elapsed:6.0f} requests/s "
+            "answered; "
+            f"HTTP process CPU {beside / elapsed * 100:5.1f}% of a core"
+            + (f" ({(beside / requests) * 1000:.2f} ms per request)" if requests else "")
+        )
     quiet = (results[0][1] + results[2][1]) / 2
     print(f"  with clients / without: {results[1][1] / quiet:.3f}×")
 
@@ -186,8 +207,12 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.1)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--jobs", type=int, default=50)
-    parser.add_argument("--layout", choices=("apart", "shared"), default="apart",
-                        help="polling: the loop's thread on a core of its own (apart) or every thread anywhere")
+    parser.add_argument(
+        "--layout",
+        choices=("apart", "shared"),
+        default="apart",
+        help="polling: the loop's thread on a core of its own (apart) or every thread anywhere",
+    )
     opts = parser.parse_args()
     os.environ.setdefault("PYTHONPATH", REPO)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_bench_serve_") as folder:

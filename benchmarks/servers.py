@@ -21,8 +21,20 @@ import httpx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Variables a launcher sets for its processes: the caller's own must not leak into a server's.
-LAUNCH_VARS = ("SLURM_", "TORCHELASTIC_", "JAX_", "TPU_", "MEGASCALE_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-               "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+LAUNCH_VARS = (
+    "SLURM_",
+    "TORCHELASTIC_",
+    "JAX_",
+    "TPU_",
+    "MEGASCALE_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+)
 
 
 class ServerFailed(AssertionError):
@@ -44,8 +56,17 @@ def environment(**extra) -> dict:
 class ServerProcesses:
     """A started server: its processes (rank order; under torchrun the agent), its log, a client."""
 
-    def __init__(self, storage, settings, ranks: int = 1, agent: bool = True, key: str | None = None,
-                 port: int | None = None, env: dict | None = None, tag: str = "server"):
+    def __init__(
+        self,
+        storage,
+        settings,
+        ranks: int = 1,
+        agent: bool = True,
+        key: str | None = None,
+        port: int | None = None,
+        env: dict | None = None,
+        tag: str = "server",
+    ):
         self.storage, self.port = Path(storage), port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = self.storage.parent / f"{self.storage.name}-{tag}-{self.port}.log"
@@ -55,20 +76,49 @@ class ServerProcesses:
         if ranks == 1:
             cmds, envs = [[sys.executable, "-m", "parallel_wan.serve", *words]], [env]
         elif agent:
-            cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-                     "-m", "parallel_wan.serve", *words]]
+            cmds = [
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node",
+                    str(ranks),
+                    "-m",
+                    "parallel_wan.serve",
+                    *words,
+                ]
+            ]
             envs = [env]
         else:  # torchrun's environment contract, one process per rank, no agent in between
             master = free_port()
             cmds = [[sys.executable, "-m", "parallel_wan.serve", *words]] * ranks
-            envs = [env | {"RANK": str(r), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(r),
-                           "LOCAL_WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master)}
-                    for r in range(ranks)]
-        self.procs = [subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=self.stderr,
-                                       cwd=self.storage.parent, start_new_session=True)
-                      for cmd, e in zip(cmds, envs)]
-        self.client = httpx.Client(base_url=self.url, timeout=60,
-                                   headers={"Authorization": f"Bearer {key}"} if key else {})
+            envs = [
+                env
+                | {
+                    "RANK": str(r),
+                    "WORLD_SIZE": str(ranks),
+                    "LOCAL_RANK": str(r),
+                    "LOCAL_WORLD_SIZE": str(ranks),
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(master),
+                }
+                for r in range(ranks)
+            ]
+        self.procs = [
+            subprocess.Popen(
+                cmd,
+                env=e,
+                stdout=subprocess.DEVNULL,
+                stderr=self.stderr,
+                cwd=self.storage.parent,
+                start_new_session=True,
+            )
+            for cmd, e in zip(cmds, envs)
+        ]
+        self.client = httpx.Client(
+            base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {key}"} if key else {}
+        )
 
     def text(self) -> str:
         return self.log.read_text()

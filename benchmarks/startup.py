@@ -18,10 +18,12 @@ import subprocess
 import sys
 import tempfile
 
-HTTP_SIDE = ("import tempfile; from parallel_wan.config.compose import compose_settings; "
-             "from parallel_wan.serve.served import serve_start; "
-             "s = serve_start(compose_settings(['model=tiny']), 1, None, tempfile.mkdtemp(), (None, 'host')); "
-             "s.request({'prompt': 'a', 'size': '64x64'})")
+HTTP_SIDE = (
+    "import tempfile; from parallel_wan.config.compose import compose_settings; "
+    "from parallel_wan.serve.served import serve_start; "
+    "s = serve_start(compose_settings(['model=tiny']), 1, None, tempfile.mkdtemp(), (None, 'host')); "
+    "s.request({'prompt': 'a', 'size': '64x64'})"
+)
 COMMANDS = {
     "tiny run (steps=2)": ["-m", "parallel_wan.run", "steps=2"],
     "doctor model=tiny mesh=single": ["-m", "parallel_wan.doctor", "model=tiny", "mesh=single"],
@@ -33,8 +35,14 @@ COMMANDS = {
 def cpu_seconds(argv: list[str], env: dict) -> float:
     """user + sys CPU of one child process (and anything it waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, *argv], env=env, cwd=tempfile.gettempdir(), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, *argv],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -46,6 +54,7 @@ def main(checkouts: list[str]) -> None:
         out = tempfile.mkdtemp(prefix="startup_")
         cpu_seconds(["-m", "parallel_wan.run", f"output_dir={out}/warm", "steps=2"], env)  # stores the tiny model
         for name, argv in COMMANDS.items():
+
             def once(i, argv=argv):
                 if argv[1] == "parallel_wan.run":  # a folder per run: a run into its own finished video does nothing
                     argv = [*argv, f"output_dir={out}/run{i}"]

@@ -33,10 +33,9 @@ import warnings
 
 import torch
 
-from parallel_wan.backends.torch import attention as attention_kernels
-from parallel_wan.backends.torch import ops
+from parallel_wan.backends.torch import attention as attention_kernels, ops
 from parallel_wan.backends.torch.qkv_fusion import fuse_qkv
-from parallel_wan.backends.torch.runners import Compiler, CompiledRunner, ResidentRunner
+from parallel_wan.backends.torch.runners import CompiledRunner, Compiler, ResidentRunner
 from parallel_wan.backends.torch.ulysses import check_heads
 from parallel_wan.measure.flops import forward_flops
 from parallel_wan.models import transformer as dit
@@ -51,8 +50,9 @@ from .matmul_peak import measure_peak, time_call
 MODELS = {
     "a14b": TransformerConfig(),  # T2V-A14B (I2V differs only in in_channels 36)
     "5b": TransformerConfig(num_attention_heads=24, ffn_dim=14336, num_layers=30, in_channels=48, out_channels=48),
-    "tiny": TransformerConfig(num_attention_heads=4, attention_head_dim=16, ffn_dim=128, num_layers=2,
-                              text_dim=32, freq_dim=32),
+    "tiny": TransformerConfig(
+        num_attention_heads=4, attention_head_dim=16, ffn_dim=128, num_layers=2, text_dim=32, freq_dim=32
+    ),
 }
 # Token grids (latent frames, height/2, width/2) of the published resolutions (REFERENCE.md).
 RESOLUTIONS = {"720p": (21, 45, 80), "480p": (21, 30, 52), "704p": (31, 22, 40)}
@@ -83,8 +83,10 @@ def rank_grid(tokens: int, limit: int) -> tuple[int, int, int]:
         if f <= limit and hs:
             h = min(hs, key=lambda d: abs(d - math.isqrt(rest)))
             return f, h, rest // h
-    raise SystemExit(f"{tokens:,} tokens per rank cannot be laid out as a video of ≤ {limit} patches per side; "
-                     "pick a mesh whose cp gives another local token count")
+    raise SystemExit(
+        f"{tokens:,} tokens per rank cannot be laid out as a video of ≤ {limit} patches per side; "
+        "pick a mesh whose cp gives another local token count"
+    )
 
 
 # ---------------------------------------------------------------- models
@@ -94,7 +96,6 @@ def build_diffusers(cfg: TransformerConfig, layers: int, dtype: torch.dtype, dev
     ours too), so 14B parameters are never built on the host."""
     from diffusers import WanTransformer3DModel
     from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
-
     from diffusers.utils import logging as diffusers_logging
 
     # It warns that `.to(dtype)` casts its fp32 modules; they are put back to fp32 just below.
@@ -113,7 +114,7 @@ def build_diffusers(cfg: TransformerConfig, layers: int, dtype: torch.dtype, dev
         for name, p in model.named_parameters():
             p.normal_(generator=gen)
             if name.endswith("scale_shift_table"):
-                p.mul_(cfg.dim ** -0.5)  # as diffusers initialises it: small modulation
+                p.mul_(cfg.dim**-0.5)  # as diffusers initialises it: small modulation
             elif p.ndim == 1 and "norm" in name and name.endswith("weight"):
                 p.mul_(0.1).add_(1.0)  # norm scales near 1, not all 1 (a swapped name must show)
             elif p.ndim == 1:
@@ -138,9 +139,11 @@ def layers_that_fit(cfg: TransformerConfig, rows: int, lc: int, dtype: torch.dty
     free = torch.cuda.mem_get_info(device)[0]
     fit = (free - reserve) // per_layer
     if fit < 1:
-        raise SystemExit(f"one layer ({per_layer / 2**30:.1f} GiB) does not fit beside {reserve / 2**30:.1f} GiB of "
-                         f"activations in {free / 2**30:.1f} GiB free; pick a mesh with fewer tokens per rank, "
-                         "or pass --layers N to override the estimate")
+        raise SystemExit(
+            f"one layer ({per_layer / 2**30:.1f} GiB) does not fit beside {reserve / 2**30:.1f} GiB of "
+            f"activations in {free / 2**30:.1f} GiB free; pick a mesh with fewer tokens per rank, "
+            "or pass --layers N to override the estimate"
+        )
     return int(min(cfg.num_layers, fit))
 
 
@@ -226,12 +229,18 @@ def attention_kernel_table(rows, lc, cfg, ulysses, ring, valid, dtype, device, w
         if name == "math" and device.type == "cuda":
             continue  # materialises the score matrix: tens of GB at these shapes
         try:
-            times = time_call(lambda: attention_kernels.attention_with_lse(q, k, v, valid_keys=keys, kernel=name),
-                              device, warmup, iters)
+            times = time_call(
+                lambda: attention_kernels.attention_with_lse(q, k, v, valid_keys=keys, kernel=name),
+                device,
+                warmup,
+                iters,
+            )
         except (RuntimeError, NotImplementedError, ImportError) as exc:
             out.append({"kernel": name, "error": str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})
             continue
-        out.append({"kernel": name, "seconds": statistics.median(times), "tflops": flops / statistics.median(times) / 1e12})
+        out.append(
+            {"kernel": name, "seconds": statistics.median(times), "tflops": flops / statistics.median(times) / 1e12}
+        )
     return out
 
 
@@ -239,6 +248,7 @@ def with_kernel(name: str, fn):
     """`fn` with the local attention kernel `name` tried first (attention.prefer_kernel), then
     the default order restored; a kernel that refuses the inputs falls through to the next, so
     `kernels_used` in the results says what ran."""
+
     def call():
         attention_kernels.prefer_kernel(name)
         try:
@@ -247,6 +257,7 @@ def with_kernel(name: str, fn):
             return out
         finally:
             attention_kernels.prefer_kernel(None)
+
     call.ran = []
     return call
 
@@ -262,8 +273,10 @@ def describe_device(device: torch.device) -> str:
 def run(args) -> dict:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device {args.device}: no CUDA device here (torch {torch.__version__}); run on a GPU, "
-                         "or pass --device cpu with --model tiny for the smoke run")
+        raise SystemExit(
+            f"--device {args.device}: no CUDA device here (torch {torch.__version__}); run on a GPU, "
+            "or pass --device cpu with --model tiny for the smoke run"
+        )
     if device.type == "cpu" and args.model != "tiny":
         raise SystemExit(f"--model {args.model} on CPU would take hours per forward; use --model tiny on CPU")
     if args.cuda_graphs and device.type != "cuda":
@@ -287,9 +300,19 @@ def run(args) -> dict:
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = False  # bf16 run: fp32 parts stay true fp32, as the reference
 
-    peak = measure_peak(device, dtype, [tuple(s) for s in args.peak_shapes] if args.peak_shapes else
-                        [(8192, 8192, 8192), (16384, 8192, 8192), (rows * lc, cfg.dim, 3 * cfg.dim),
-                         (rows * lc, cfg.dim, cfg.ffn_dim)], iters=args.iters)
+    peak = measure_peak(
+        device,
+        dtype,
+        [tuple(s) for s in args.peak_shapes]
+        if args.peak_shapes
+        else [
+            (8192, 8192, 8192),
+            (16384, 8192, 8192),
+            (rows * lc, cfg.dim, 3 * cfg.dim),
+            (rows * lc, cfg.dim, cfg.ffn_dim),
+        ],
+        iters=args.iters,
+    )
     model = build_diffusers(cfg, layers, dtype, device, args.seed)
     params = unflatten(model.state_dict())  # the same storage as the diffusers model
     fused = fuse_qkv(params)
@@ -313,14 +336,16 @@ def run(args) -> dict:
         variants = {"ours eager, q/k/v separate": ours(params), "ours eager, fused q/k/v": ours(fused)}
         if args.compile:  # the run's compile=true: runners/compiled.py over the resident runner
             compiler = Compiler(args.compile_backend)
-            variants["ours compiled, fused q/k/v"] = ours(fused, CompiledRunner(ResidentRunner(), compiler),
-                                                          compiler.attention(attention))
+            variants["ours compiled, fused q/k/v"] = ours(
+                fused, CompiledRunner(ResidentRunner(), compiler), compiler.attention(attention)
+            )
         for kernel in args.kernels or ():  # the ring's local kernel forced (Ulysses alone calls SDPA)
             variants[f"ours eager, fused q/k/v, kernel {kernel}"] = with_kernel(kernel, ours(fused))
         if args.cuda_graphs:
             compiler = Compiler(cuda_graphs=True)
-            variants["ours compiled + CUDA graphs"] = ours(fused, CompiledRunner(ResidentRunner(), compiler),
-                                                           compiler.attention(attention))
+            variants["ours compiled + CUDA graphs"] = ours(
+                fused, CompiledRunner(ResidentRunner(), compiler), compiler.attention(attention)
+            )
 
         def diffusers_forward():
             return model(latent, timestep, context, return_dict=False)[0]
@@ -332,8 +357,10 @@ def run(args) -> dict:
         # --- agreement before timing
         reference = variants["ours eager, q/k/v separate"]()
         # the default choice, before a --kernels variant forces another
-        kernels_used = {f"{k[0]} {str(k[1]).replace('torch.', '')} d={k[2]}": v
-                        for k, v in attention_kernels.chosen_kernels().items()}
+        kernels_used = {
+            f"{k[0]} {str(k[1]).replace('torch.', '')} d={k[2]}": v
+            for k, v in attention_kernels.chosen_kernels().items()
+        }
         if not torch.isfinite(reference).all():
             raise SystemExit("our forward produced non-finite values; the random weights or a kernel are broken")
         tol = args.tolerance or TOLERANCE[args.dtype]
@@ -357,13 +384,17 @@ def run(args) -> dict:
         results["agreement"] = checks
         bad = {k: v for k, v in checks.items() if not v <= tol}
         if bad:
-            raise SystemExit(f"variants disagree with our eager forward beyond {tol:g} (rel. error): {bad}; "
-                             "a fast path computes something else — nothing was timed")
+            raise SystemExit(
+                f"variants disagree with our eager forward beyond {tol:g} (rel. error): {bad}; "
+                "a fast path computes something else — nothing was timed"
+            )
         if not diffusers_ok and not args.no_diffusers:
             raise SystemExit(f"no diffusers attention backend ran: {results['errors']}")
         if device.type == "cuda" and "math" in kernels_used.values():
-            raise SystemExit(f"our attention fell back to the fp32 math kernel on CUDA ({kernels_used}); "
-                             "the timing would be meaningless. Check the CUDA/cuDNN build or install flash-attn")
+            raise SystemExit(
+                f"our attention fell back to the fp32 math kernel on CUDA ({kernels_used}); "
+                "the timing would be meaningless. Check the CUDA/cuDNN build or install flash-attn"
+            )
 
         # --- timing
         for name, fn in variants.items():
@@ -371,20 +402,38 @@ def run(args) -> dict:
         if not args.no_diffusers:
             for backend in diffusers_ok:
                 dl.set_backend(backend)
-                results["variants"][f"diffusers {backend}"] = time_call(diffusers_forward, device, args.warmup, args.iters)
+                results["variants"][f"diffusers {backend}"] = time_call(
+                    diffusers_forward, device, args.warmup, args.iters
+                )
         results["kernel_variants_ran"] = {k: getattr(fn, "ran", None) for k, fn in variants.items() if "kernel " in k}
         fastest_ours = min((k for k in variants), key=lambda k: statistics.median(results["variants"][k]))
         results["syncs"] = count_host_syncs(variants[fastest_ours], device)
         results["enqueue_s"] = host_enqueue_seconds(variants[fastest_ours], device)
-        results["attention_kernels"] = attention_kernel_table(rows, lc, cfg, spec.ulysses, spec.ring, n, dtype, device,
-                                                              args.warmup, args.iters) if not args.no_kernel_table else []
+        results["attention_kernels"] = (
+            attention_kernel_table(rows, lc, cfg, spec.ulysses, spec.ring, n, dtype, device, args.warmup, args.iters)
+            if not args.no_kernel_table
+            else []
+        )
     results.update(
         command="python -m benchmarks.step " + " ".join(sys.argv[1:] if args.argv is None else args.argv),
         date=datetime.datetime.now().astimezone().isoformat(timespec="minutes"),
-        device=describe_device(device), torch=torch.__version__, model=args.model, mesh=dataclasses.asdict(spec),
-        grid=grid, tokens=n, local_tokens=lc, rank_grid=lgrid, rows=rows, layers=layers, depth=cfg.num_layers,
-        dtype=args.dtype, flops_per_forward=flops.total, flops_per_layer=flops.layer,
-        flops_full_depth=flops.with_layers(cfg.num_layers).total, peak=peak, kernels_used=kernels_used,
+        device=describe_device(device),
+        torch=torch.__version__,
+        model=args.model,
+        mesh=dataclasses.asdict(spec),
+        grid=grid,
+        tokens=n,
+        local_tokens=lc,
+        rank_grid=lgrid,
+        rows=rows,
+        layers=layers,
+        depth=cfg.num_layers,
+        dtype=args.dtype,
+        flops_per_forward=flops.total,
+        flops_per_layer=flops.layer,
+        flops_full_depth=flops.with_layers(cfg.num_layers).total,
+        peak=peak,
+        kernels_used=kernels_used,
         fastest_ours=fastest_ours,
     )
     return results
@@ -400,10 +449,12 @@ def report(r: dict) -> str:
         f"(dp {m['dp']} × Ulysses {m['ulysses']} × ring {m['ring']}), one rank: {r['rows']} rows × "
         f"{r['local_tokens']:,} of {r['tokens']:,} tokens (grid {tuple(r['grid'])}; presented to diffusers as "
         f"{tuple(r['rank_grid'])}).",
-        f"FLOPs per forward of {r['layers']} layers: {r['flops_per_forward']:.4g} ({r['flops_per_layer']:.4g} per layer); "
+        f"FLOPs per forward of {r['layers']} layers: {r['flops_per_forward']:.4g} ({r['flops_per_layer']:.4g} per "
+        "layer); "
         f"at full depth {r['flops_full_depth']:.4g}.",
         f"Matmul peak measured in this run: {peak:.3g} TFLOP/s ("
-        + ", ".join(f"{a}×{b}×{c}: {t:.3g}" for a, b, c, t in r["peak"]["shapes"]) + ").",
+        + ", ".join(f"{a}×{b}×{c}: {t:.3g}" for a, b, c, t in r["peak"]["shapes"])
+        + ").",
         f"Attention kernel ours used: {r['kernels_used'] or 'SDPA (no LSE needed, one device)'}.",
         "",
         f"| variant | forward s (median of {len(next(iter(r['variants'].values())))}) | best s | per layer ms "
@@ -417,16 +468,21 @@ def report(r: dict) -> str:
         tflops = r["flops_per_forward"] / t / 1e12
         scaled = t * r["flops_full_depth"] / r["flops_per_forward"]
         ratio = f"{med[best_diff] / t:.2f}×" if best_diff else "—"
-        lines.append(f"| {k} | {t:.4f} | {min(r['variants'][k]):.4f} | {1e3 * t / r['layers']:.2f} | {scaled:.3f} "
-                     f"| {tflops:.3g} | {100 * tflops / peak:.1f} % | {ratio} |")
+        lines.append(
+            f"| {k} | {t:.4f} | {min(r['variants'][k]):.4f} | {1e3 * t / r['layers']:.2f} | {scaled:.3f} "
+            f"| {tflops:.3g} | {100 * tflops / peak:.1f} % | {ratio} |"
+        )
     lines.append("")
-    lines.append("Agreement with our eager forward (rel. error): "
-                 + ", ".join(f"{k} {v:.2e}" for k, v in r["agreement"].items()))
+    lines.append(
+        "Agreement with our eager forward (rel. error): " + ", ".join(f"{k} {v:.2e}" for k, v in r["agreement"].items())
+    )
     if r["errors"]:
         lines.append("Did not run: " + "; ".join(f"{k}: {v}" for k, v in r["errors"].items()))
     if r["syncs"] is not None:
-        lines.append(f"Host synchronisations in one forward ({r['fastest_ours']}): {r['syncs'][0]} {r['syncs'][1]}; "
-                     f"host enqueue time {r['enqueue_s']:.4f} s vs GPU {med[r['fastest_ours']]:.4f} s.")
+        lines.append(
+            f"Host synchronisations in one forward ({r['fastest_ours']}): {r['syncs'][0]} {r['syncs'][1]}; "
+            f"host enqueue time {r['enqueue_s']:.4f} s vs GPU {med[r['fastest_ours']]:.4f} s."
+        )
     if r["attention_kernels"]:
         lines += ["", "| attention kernel (with LSE), rank's per-hop shape | ms | TFLOP/s |", "|---|---|---|"]
         for row in r["attention_kernels"]:
@@ -452,13 +508,21 @@ def parse(argv=None):
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the torch.compile variant")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (tests: aot_eager)")
     p.add_argument("--cuda-graphs", action="store_true", help="also time compile + CUDA graphs (reduce-overhead)")
-    p.add_argument("--kernels", nargs="+", choices=tuple(attention_kernels.KERNELS),
-                   help="also time our eager forward with each of these ring kernels tried first")
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        choices=tuple(attention_kernels.KERNELS),
+        help="also time our eager forward with each of these ring kernels tried first",
+    )
     p.add_argument("--diffusers-backends", nargs="+", help="diffusers attention backends to try (default: all)")
     p.add_argument("--no-diffusers", action="store_true", help="check diffusers' agreement but do not time it")
     p.add_argument("--no-kernel-table", action="store_true")
-    p.add_argument("--peak-shapes", type=lambda s: tuple(int(x) for x in s.split(",")), nargs="+",
-                   help="GEMMs M,K,N for the matmul peak (default: 8192³, 16384×8192×8192 and the model's)")
+    p.add_argument(
+        "--peak-shapes",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        nargs="+",
+        help="GEMMs M,K,N for the matmul peak (default: 8192³, 16384×8192×8192 and the model's)",
+    )
     p.add_argument("--tolerance", type=float, help="override the agreement tolerance")
     p.add_argument("--json", help="also write every figure to this file")
     args = p.parse_args(argv)

@@ -7,10 +7,8 @@ The spec comes from Hydra's compose over conf/ with `key=value` overrides (what
 from __future__ import annotations
 
 
-
 def compose_spec(overrides: list[str], world_size: int):
     from parallel_wan.config.compose import compose_spec
-
 
     # Nothing is written: generate() returns the frames and the caller keeps only numbers.
     return compose_spec(list(overrides), world_size, output_dir="/tmp/unused")
@@ -46,6 +44,13 @@ def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=
 
     spec = compose_spec(overrides, world_size)
     ckpt = preflight(spec)
-    backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world_size, rank, "benchmark"),
-                                  spec.execution.dist_timeout_s, spec.execution.attention_impl, comm=comm, cls=Backend)
+    backend = start_torch_backend(
+        spec.execution.device,
+        spec.mesh,
+        Launch(rank, world_size, rank, "benchmark"),
+        spec.execution.dist_timeout_s,
+        spec.execution.attention_impl,
+        comm=comm,
+        cls=Backend,
+    )
     return spec, generate(spec, backend, ckpt, progress)

@@ -1,6 +1,7 @@
 """Per-chip memory of a real model on a TPU slice, from XLA's compile-time analysis (no TPU):
 
-    python benchmarks/tpu_aot.py model=wan2.2_t2v_a14b [topology=v5p:2x2x2] [vae_effort=-1] [step_effort=-1] [mesh=dp2_cp4 memory=…]
+    python benchmarks/tpu_aot.py model=wan2.2_t2v_a14b [topology=v5p:2x2x2] [vae_effort=-1] [step_effort=-1] \
+        [mesh=dp2_cp4 memory=…]
 
 Builds the run's mesh on libtpu's compile-only devices of `topology`, compiles the denoising
 step and the VAE decode (backends/jax/aot.py) and prints XLA's bytes per chip beside the
@@ -26,9 +27,8 @@ GB = 1e9
 
 def run_spec(*overrides: str, world: int = 8):
     """The RunSpec `parallel_wan.plan` resolves for these overrides (backend=jax, dp2_cp4 by default)."""
-    from parallel_wan.config.compose import compose_settings
-
     from parallel_wan import memory_plan as planner
+    from parallel_wan.config.compose import compose_settings
 
     raw = compose_settings(["backend=jax", "mesh=dp2_cp4", *overrides]) | {"output_dir": "unused"}
     return planner.planning_spec(raw, world)
@@ -50,12 +50,19 @@ def compile_model(spec, devices, vae_effort: float | None = None, step_effort: f
     from parallel_wan.backends.jax import aot
 
     tcfg, vcfg, tshapes, vshapes = shapes_of(spec)
-    programs = aot.compile_generation(spec, tcfg, vcfg, tshapes, vshapes, devices, vae_effort=vae_effort,
-                                      step_effort=step_effort)
+    programs = aot.compile_generation(
+        spec, tcfg, vcfg, tshapes, vshapes, devices, vae_effort=vae_effort, step_effort=step_effort
+    )
     t0 = time.perf_counter()
     plan = planner.plan(spec)
-    return {"spec": spec, "programs": programs, "plan": plan, "chip": aot.chip_bytes(programs, spec.model.experts),
-            "tcfg": tcfg, "plan_seconds": time.perf_counter() - t0}
+    return {
+        "spec": spec,
+        "programs": programs,
+        "plan": plan,
+        "chip": aot.chip_bytes(programs, spec.model.experts),
+        "tcfg": tcfg,
+        "plan_seconds": time.perf_counter() - t0,
+    }
 
 
 def report(result: dict, topology: str) -> str:
@@ -72,13 +79,19 @@ def report(result: dict, topology: str) -> str:
         ("denoise phase, per chip", chip["denoise"], plan.phases["denoise"]),
         ("VAE decode phase, per chip", chip["vae decode"], plan.phases["vae decode"]),
     ]
-    lines = [f"{spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} dtype={spec.execution.dtype} mesh={spec.mesh.name} "
-             f"memory={spec.memory.mode} on {topology}: step compiled in {programs['step'].seconds:.0f} s "
-             f"(effort {_effort(programs['step'].effort)}), {vae.name} in {vae.seconds:.0f} s (effort {_effort(vae.effort)}); planner "
-             f"{result['plan_seconds']:.0f} s",
-             f"  {'':<54} {'XLA':>9} {'planner':>9}"]
+    lines = [
+        f"{spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} "
+        f"dtype={spec.execution.dtype} mesh={spec.mesh.name} "
+        f"memory={spec.memory.mode} on {topology}: step compiled in {programs['step'].seconds:.0f} s "
+        f"(effort {_effort(programs['step'].effort)}), {vae.name} in {vae.seconds:.0f} s (effort "
+        f"{_effort(vae.effort)}); planner "
+        f"{result['plan_seconds']:.0f} s",
+        f"  {'':<54} {'XLA':>9} {'planner':>9}",
+    ]
     lines += [f"  {name:<54} {xla / GB:7.2f}GB {planned / GB:7.2f}GB" for name, xla, planned in rows]
-    lines.append(f"  generated code: step {step['generated_code'] / 1e6:.1f} MB, decode {decode['generated_code'] / 1e6:.1f} MB")
+    lines.append(
+        f"  generated code: step {step['generated_code'] / 1e6:.1f} MB, decode {decode['generated_code'] / 1e6:.1f} MB"
+    )
     return "\n".join(lines)
 
 

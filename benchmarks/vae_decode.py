@@ -80,23 +80,31 @@ def decode_on_rank(rank: int, world: int, cfg, state: dict, z: np.ndarray) -> di
     import torch.profiler as tp
 
     from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.launch import Launch
     from parallel_wan.config import MeshSpec
+    from parallel_wan.launch import Launch
     from parallel_wan.weights import tree
 
-    backend = start_torch_backend("cpu", MeshSpec(name=f"cp{world}", cp=world, ulysses=world),
-                           Launch(rank, world, rank, "benchmark"))
+    backend = start_torch_backend(
+        "cpu", MeshSpec(name=f"cp{world}", cp=world, ulysses=world), Launch(rank, world, rank, "benchmark")
+    )
     decoder = backend.video_decoder(tree.unflatten({k: torch.from_numpy(v) for k, v in state.items()}), cfg)
     latents = torch.from_numpy(z)
-    with (torch.inference_mode(), tp.profile(activities=[tp.ProfilerActivity.CPU], profile_memory=True) as prof,
-          _live_tensor_peak() as tensors):
+    with (
+        torch.inference_mode(),
+        tp.profile(activities=[tp.ProfilerActivity.CPU], profile_memory=True) as prof,
+        _live_tensor_peak() as tensors,
+    ):
         t0 = time.perf_counter()
         videos = decoder(latents)
         seconds = time.perf_counter() - t0
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     allocated = np.cumsum([nbytes for _, nbytes in events])
-    return {"peak_bytes": int(allocated.max()) if len(allocated) else 0, "tensor_bytes": tensors.peak,
-            "seconds": seconds, "frames": videos[0] if videos else None}
+    return {
+        "peak_bytes": int(allocated.max()) if len(allocated) else 0,
+        "tensor_bytes": tensors.peak,
+        "seconds": seconds,
+        "frames": videos[0] if videos else None,
+    }
 
 
 def main(argv=None) -> None:
@@ -107,9 +115,12 @@ def main(argv=None) -> None:
     p.add_argument("--base-dim", type=int, default=8, help="decoder base channels (the real Wan 2.1 VAE: 96)")
     p.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4])
     p.add_argument("--threads", type=int, default=2, help="CPU threads shared by all ranks of a run")
-    p.add_argument("--meta", action="store_true",
-                   help="real dims on the meta device: Wan 2.1 VAE at 832×480×81, Wan 2.2 VAE at 1280×704×81, "
-                        "ranks 1 2 4 8 (the size options are ignored)")
+    p.add_argument(
+        "--meta",
+        action="store_true",
+        help="real dims on the meta device: Wan 2.1 VAE at 832×480×81, Wan 2.2 VAE at 1280×704×81, "
+        "ranks 1 2 4 8 (the size options are ignored)",
+    )
     p.add_argument("--validate", action="store_true", help="with --meta: first the meta peak against a real decode")
     p.add_argument("--skip-wan22", action="store_true", help="with --meta: only the Wan 2.1 VAE")
     args = p.parse_args(argv)
@@ -120,8 +131,14 @@ def main(argv=None) -> None:
             validate_meta()
         meta_table(VaeConfig.wan2_1(), "Wan 2.1 VAE (z 16, base 96; the A14B models' VAE)", 480, 832, 21, [1, 2, 4, 8])
         if not args.skip_wan22:
-            meta_table(VaeConfig.wan2_2(), "Wan 2.2 VAE (z 48, base 160 / decoder 256; TI2V-5B's VAE)",
-                       704, 1280, 21, [1, 2, 4, 8])
+            meta_table(
+                VaeConfig.wan2_2(),
+                "Wan 2.2 VAE (z 48, base 160 / decoder 256; TI2V-5B's VAE)",
+                704,
+                1280,
+                21,
+                [1, 2, 4, 8],
+            )
         return
     import torch
     from diffusers import AutoencoderKLWan
@@ -133,28 +150,38 @@ def main(argv=None) -> None:
 
     cfg = dataclasses.replace(VaeConfig.wan2_1(), base_dim=args.base_dim)
     torch.manual_seed(0)
-    state = {k: v.numpy() for k, v in AutoencoderKLWan(**cfg.to_diffusers()).state_dict().items()
-             if not k.startswith(("encoder.", "quant_conv."))}  # the decode reads none of these
+    state = {
+        k: v.numpy()
+        for k, v in AutoencoderKLWan(**cfg.to_diffusers()).state_dict().items()
+        if not k.startswith(("encoder.", "quant_conv."))
+    }  # the decode reads none of these
     h, w = args.height // cfg.scale_factor_spatial, args.width // cfg.scale_factor_spatial
     z = np.random.default_rng(0).standard_normal((1, cfg.z_dim, args.latent_frames, h, w)).astype(np.float32)
     frames = 1 + cfg.scale_factor_temporal * (args.latent_frames - 1)
-    print(f"Wan 2.1 VAE decoder (z 16, base {args.base_dim} channels), {args.width}×{args.height}×{frames} frames "
-          f"(latents {z.shape}), float32, CPU, {args.threads} threads shared by the ranks.\n")
-    print("| ranks | latent rows per rank | allocated MB per rank | vs 1 process | tensors MB per rank | "
-          "vs 1 process | decode s (rank 0) | frames vs 1 process |")
+    print(
+        f"Wan 2.1 VAE decoder (z 16, base {args.base_dim} channels), {args.width}×{args.height}×{frames} frames "
+        f"(latents {z.shape}), float32, CPU, {args.threads} threads shared by the ranks.\n"
+    )
+    print(
+        "| ranks | latent rows per rank | allocated MB per rank | vs 1 process | tensors MB per rank | "
+        "vs 1 process | decode s (rank 0) | frames vs 1 process |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     one = None
     for n in args.ranks:
-        ranks = spawn_ranks(decode_on_rank, n, cfg, state, z, threads_per_rank=max(1, args.threads // n),
-                            timeout_s=3600)
+        ranks = spawn_ranks(
+            decode_on_rank, n, cfg, state, z, threads_per_rank=max(1, args.threads // n), timeout_s=3600
+        )
         allocated, tensors = (max(r[key] for r in ranks) for key in ("peak_bytes", "tensor_bytes"))
         one = one or (allocated, tensors, ranks[0]["frames"])
         diff = np.abs(ranks[0]["frames"].astype(np.int16) - one[2].astype(np.int16))
         rows = "/".join(str(b - a) for a, b in height_bands(h, n))
-        print(f"| {n} | {rows} | {allocated / 1e6:.0f} | {allocated / one[0]:.3f} | {tensors / 1e6:.0f} | "
-              f"{tensors / one[1]:.3f} | {ranks[0]['seconds']:.1f} | max diff {int(diff.max())} on "
-              f"{int((diff > 0).sum())} of {diff.size} values |", flush=True)
-
+        print(
+            f"| {n} | {rows} | {allocated / 1e6:.0f} | {allocated / one[0]:.3f} | {tensors / 1e6:.0f} | "
+            f"{tensors / one[1]:.3f} | {ranks[0]['seconds']:.1f} | max diff {int(diff.max())} on "
+            f"{int((diff > 0).sum())} of {diff.size} values |",
+            flush=True,
+        )
 
 
 # ------------------------------------------------------------------------------ --meta
@@ -177,9 +204,9 @@ def band_decode_peak(params, cfg, latents, ranks: int, index: int) -> dict:
 
     from parallel_wan.backends.torch import ops, vae_decode
     from parallel_wan.backends.torch.collectives import NullCollectives
-    from parallel_wan.report.frames import to_uint8_frames
     from parallel_wan.measure.live_bytes import LiveBytes
     from parallel_wan.models import vae
+    from parallel_wan.report.frames import to_uint8_frames
 
     bands = vae_decode.height_bands(latents.shape[3], ranks)
     start, stop = bands[index]
@@ -193,8 +220,9 @@ def band_decode_peak(params, cfg, latents, ranks: int, index: int) -> dict:
         del z
         if ranks > 1 and index == 0:
             t, _, w, c = frames.shape
-            received = [torch.empty((t, (b - a) * scale, w, c), dtype=frames.dtype, device=frames.device)
-                        for a, b in bands[1:]]
+            received = [
+                torch.empty((t, (b - a) * scale, w, c), dtype=frames.dtype, device=frames.device) for a, b in bands[1:]
+            ]
             frames = torch.cat([frames, *received], dim=1)
             del received
         held = frames.untyped_storage().nbytes()
@@ -224,11 +252,15 @@ def meta_table(cfg, label: str, height: int, width: int, latent_frames: int, ran
     h, w = height // cfg.scale_factor_spatial, width // cfg.scale_factor_spatial
     latents = torch.empty((1, cfg.z_dim, latent_frames, h, w), device="meta")
     frames = 1 + cfg.scale_factor_temporal * (latent_frames - 1)
-    print(f"\n{label}: {width}×{height}×{frames} frames (latents {tuple(latents.shape)}), float32, "
-          f"weights {weight_bytes / 1e9:.3f} GB (decoder + post_quant_conv, on every rank), measured on meta.\n")
-    print("| ranks | latent rows per rank | rank 0 peak GB (uint8 video incl.) | vs 1 rank | "
-          "other ranks' largest peak GB | vs 1 rank | uint8 frames held GB (rank 0 / others) | "
-          "weights + peak GB, worst rank |")
+    print(
+        f"\n{label}: {width}×{height}×{frames} frames (latents {tuple(latents.shape)}), float32, "
+        f"weights {weight_bytes / 1e9:.3f} GB (decoder + post_quant_conv, on every rank), measured on meta.\n"
+    )
+    print(
+        "| ranks | latent rows per rank | rank 0 peak GB (uint8 video incl.) | vs 1 rank | "
+        "other ranks' largest peak GB | vs 1 rank | uint8 frames held GB (rank 0 / others) | "
+        "weights + peak GB, worst rank |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     one = None
     for n in ranks:
@@ -239,10 +271,13 @@ def meta_table(cfg, label: str, height: int, width: int, latent_frames: int, ran
         first, other = results[0], (results[1] if n > 1 else None)
         one = one or first["peak"]
         worst = max(r["peak"] for r in results)
-        print(f"| {n} | {'/'.join(map(str, sorted(set(bands), reverse=True)))} | {first['peak'] / 1e9:.3f} | "
-              f"{first['peak'] / one:.3f} | {(other['peak'] / 1e9) if other else float('nan'):.3f} | "
-              f"{(other['peak'] / one) if other else float('nan'):.3f} | {first['frames'] / 1e9:.3f} / "
-              f"{(other['frames'] / 1e9) if other else 0:.3f} | {(weight_bytes + worst) / 1e9:.3f} |", flush=True)
+        print(
+            f"| {n} | {'/'.join(map(str, sorted(set(bands), reverse=True)))} | {first['peak'] / 1e9:.3f} | "
+            f"{first['peak'] / one:.3f} | {(other['peak'] / 1e9) if other else float('nan'):.3f} | "
+            f"{(other['peak'] / one) if other else float('nan'):.3f} | {first['frames'] / 1e9:.3f} / "
+            f"{(other['frames'] / 1e9) if other else 0:.3f} | {(weight_bytes + worst) / 1e9:.3f} |",
+            flush=True,
+        )
 
 
 def validate_meta(base_dim: int = 8, latent_frames: int = 3, h: int = 24, w: int = 32) -> None:
@@ -268,8 +303,9 @@ def validate_meta(base_dim: int = 8, latent_frames: int = 3, h: int = 24, w: int
     for n in (1, 2, 4):
         on_meta = [band_decode_peak(meta_p, cfg, torch.from_numpy(z).to("meta"), n, i)["peak"] for i in range(n)]
         real = [band_decode_peak(real_params, cfg, torch.from_numpy(z), n, i)["peak"] for i in range(n)]
-        gloo = [r["tensor_bytes"] for r in spawn_ranks(decode_on_rank, n, cfg, state, z, threads_per_rank=1,
-                                                       timeout_s=600)]
+        gloo = [
+            r["tensor_bytes"] for r in spawn_ranks(decode_on_rank, n, cfg, state, z, threads_per_rank=1, timeout_s=600)
+        ]
         print(f"| {n} | {on_meta} | {real} | {gloo} |", flush=True)
 
 

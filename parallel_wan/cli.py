@@ -112,7 +112,8 @@ Server settings: host=127.0.0.1 port=8000 storage_dir=outputs/serve max_body_mb=
 
 Examples:
   python -m parallel_wan.serve model=tiny steps=4
-  torchrun --standalone --nproc-per-node 8 -m parallel_wan.serve model=wan2.2_t2v_a14b checkpoint_dir=/ckpt/Wan2.2-T2V-A14B mesh=dp2_cp4
+  torchrun --standalone --nproc-per-node 8 -m parallel_wan.serve model=wan2.2_t2v_a14b \
+      checkpoint_dir=/ckpt/Wan2.2-T2V-A14B mesh=dp2_cp4
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m parallel_wan.serve backend=jax mesh=dp2_cp4
 
 Exit codes: 75 stopped by SIGTERM/SIGUSR1 (start it again to resume), 1 failed (a rank is gone),
@@ -177,10 +178,13 @@ def front(program: str, argv: list[str]) -> list[str]:
         sys.exit(0)
     flags = [a for a in rest if a.startswith("-")]
     if flags:
-        hint = ("; many videos in one run: prompts=FILE (README \"Prompt files\")" if flags[0] in ("-m", "--multirun")
-                else "")
-        _refuse(f"{flags[0]} is not an option of {PROGRAMS[program]}; it takes --nproc N, --cfg job, --help, "
-                f"--version and key=value settings{hint}")
+        hint = (
+            '; many videos in one run: prompts=FILE (README "Prompt files")' if flags[0] in ("-m", "--multirun") else ""
+        )
+        _refuse(
+            f"{flags[0]} is not an option of {PROGRAMS[program]}; it takes --nproc N, --cfg job, --help, "
+            f"--version and key=value settings{hint}"
+        )
     if nproc is not None and nproc > 1:
         _start_ranks(nproc, rest)
     return rest
@@ -198,12 +202,16 @@ def _take_nproc(argv: list[str]) -> tuple[int | None, list[str]]:
         if not eq:
             value = next(words, None)
         if value is None or not value.isdigit() or int(value) < 1:
-            _refuse(f"{name} {value if value is not None else ''}".rstrip() + " must be followed by a number of "
-                    "processes ≥ 1, e.g. --nproc 4")
+            _refuse(
+                f"{name} {value if value is not None else ''}".rstrip() + " must be followed by a number of "
+                "processes ≥ 1, e.g. --nproc 4"
+            )
         nproc = int(value)
     if nproc is not None and "LOCAL_RANK" in os.environ:
-        _refuse(f"--nproc {nproc} starts torchrun itself, but this process was already started by a launcher "
-                "(LOCAL_RANK is set); drop --nproc")
+        _refuse(
+            f"--nproc {nproc} starts torchrun itself, but this process was already started by a launcher "
+            "(LOCAL_RANK is set); drop --nproc"
+        )
     return nproc, rest
 
 
@@ -219,11 +227,17 @@ def _start_ranks(nproc: int, settings: list[str]) -> None:
     except ConfigError as exc:
         _refuse(str(exc))
     if backend == "jax":
-        _refuse(f"--nproc {nproc} with backend=jax: JAX runs one process per host, which drives all of its devices; "
-                "drop --nproc (python -m parallel_wan.run backend=jax mesh=…), or use backend=torch for one process "
-                "per device")
-    print(f"parallel_wan: starting {nproc} processes: torchrun --standalone --nproc-per-node {nproc} "
-          f"-m parallel_wan.run {' '.join(settings)}".rstrip(), file=sys.stderr, flush=True)
+        _refuse(
+            f"--nproc {nproc} with backend=jax: JAX runs one process per host, which drives all of its devices; "
+            "drop --nproc (python -m parallel_wan.run backend=jax mesh=…), or use backend=torch for one process "
+            "per device"
+        )
+    print(
+        f"parallel_wan: starting {nproc} processes: torchrun --standalone --nproc-per-node {nproc} "
+        f"-m parallel_wan.run {' '.join(settings)}".rstrip(),
+        file=sys.stderr,
+        flush=True,
+    )
     from .launch.nproc import run_ranks
 
     sys.exit(run_ranks(nproc, settings))

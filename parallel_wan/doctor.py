@@ -38,8 +38,10 @@ def kernel_verdict(kernel: str, capability: tuple[int, int] | None, dtype: str) 
     if dtype == "float32":
         return f"{kernel} on {sm}: fp32 has no flash kernel; dtype=bfloat16 is several times faster", False
     if kernel in SLOW_KERNELS:
-        return (f"{kernel} on {sm}: {SLOW_KERNELS[kernel]}, a slow fallback — the fast kernels refused "
-                "(check the log above, cuDNN ≥ 9, or install flash-attn)"), True
+        return (
+            f"{kernel} on {sm}: {SLOW_KERNELS[kernel]}, a slow fallback — the fast kernels refused "
+            "(check the log above, cuDNN ≥ 9, or install flash-attn)"
+        ), True
     note = ""
     if capability[0] == 9 and kernel != "flash_attn3":
         note = " (flash-attn 3 is not installed; it may be faster on Hopper)"
@@ -49,7 +51,6 @@ def kernel_verdict(kernel: str, capability: tuple[int, int] | None, dtype: str) 
 class Doctor:
     def __init__(self, overrides: list[str], out=sys.stdout):
         from .backends.torch.world import launch_from_env
-
         from .config.compose import compose_settings
 
         self.overrides, self.out, self.problems = list(overrides), out, []
@@ -82,8 +83,10 @@ class Doctor:
     def devices(self) -> torch.device | None:
         from .backends.torch.world import pick_device
 
-        self.say(f"torch {torch.__version__}; CUDA build: {torch.backends.cuda.is_built()}; "
-                 f"CUDA devices: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+        self.say(
+            f"torch {torch.__version__}; CUDA build: {torch.backends.cuda.is_built()}; "
+            f"CUDA devices: {torch.cuda.device_count() if torch.cuda.is_available() else 0}"
+        )
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
                 p = torch.cuda.get_device_properties(i)
@@ -132,7 +135,9 @@ class Doctor:
             try:
                 attention.attention_with_lse(q, q, q, impl=impl)
             except Exception as exc:  # noqa: BLE001 — any refusal (torch, Triton compile, package) is the report
-                reason = f"attention_impl={impl} failed here: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                reason = (
+                    f"attention_impl={impl} failed here: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                )
         if reason:
             self.problem(reason)
             return
@@ -157,22 +162,30 @@ class Doctor:
                 torch.cuda.synchronize(device)
             self.say(f"communication: {dist.get_backend()} group of {dist.get_world_size()}, one all_reduce OK")
         except Exception as exc:  # noqa: BLE001 - reported as the problem it is
-            self.problem(f"{backend} process group or all_reduce failed: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}")
+            self.problem(
+                f"{backend} process group or all_reduce failed: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}"
+            )
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
     def mesh_and_plan(self, device: torch.device | None) -> None:
         m = self.mesh
-        launch = "python -m parallel_wan.run" if m.world_size == 1 else \
-            f"torchrun --nproc-per-node {m.world_size} -m parallel_wan.run"
-        self.say(f"mesh={m.name}: dp={m.dp} × cp={m.cp} (ulysses {m.ulysses} × ring {m.ring}) = "
-                 f"{m.world_size} process{'es' if m.world_size > 1 else ''}; launch with `{launch} mesh={m.name} ...`")
+        launch = (
+            "python -m parallel_wan.run"
+            if m.world_size == 1
+            else f"torchrun --nproc-per-node {m.world_size} -m parallel_wan.run"
+        )
+        self.say(
+            f"mesh={m.name}: dp={m.dp} × cp={m.cp} (ulysses {m.ulysses} × ring {m.ring}) = "
+            f"{m.world_size} process{'es' if m.world_size > 1 else ''}; launch with `{launch} mesh={m.name} ...`"
+        )
         self.launched_world()
         if device is not None and device.type == "cuda" and m.world_size > torch.cuda.device_count():
-            self.say(f"note: {m.world_size} processes, {torch.cuda.device_count()} GPUs here: "
-                     "the job needs several nodes")
+            self.say(
+                f"note: {m.world_size} processes, {torch.cuda.device_count()} GPUs here: the job needs several nodes"
+            )
         if device is not None and device.type == "cuda":
             gb = torch.cuda.get_device_properties(device).total_memory / 1e9
         else:
@@ -192,8 +205,10 @@ class Doctor:
         self.say("  " + next(line for line in lines if line.startswith("time ")))  # on this device, measured
         if not fits:
             self.say("  " + next(line for line in lines if line.startswith("try: ")))
-            self.problem(f"the run does not fit: {verdict.removesuffix(': DOES NOT FIT')} "
-                         "(python -m parallel_wan.plan … prints every phase)")
+            self.problem(
+                f"the run does not fit: {verdict.removesuffix(': DOES NOT FIT')} "
+                "(python -m parallel_wan.plan … prints every phase)"
+            )
 
     def launched_world(self) -> None:
         """Started by a launcher (torchrun, srun, …), the processes are the job's own: a mesh for
@@ -233,8 +248,9 @@ class Doctor:
         import torch.distributed as dist
 
         try:
-            store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                                  timeout=timedelta(minutes=5))
+            store = dist.TCPStore(
+                env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False, timeout=timedelta(minutes=5)
+            )
             key = f"parallel_wan/doctor/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/report_done"
             if self.reports:
                 store.set(key, "1")

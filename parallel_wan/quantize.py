@@ -44,14 +44,19 @@ def main(argv: list[str]) -> int:
         print(f"parallel_wan.quantize: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"parallel_wan.quantize: error: writing to output_dir={folder} failed ({exc.strerror or exc}); nothing "
-              "was written", file=sys.stderr)
+        print(
+            f"parallel_wan.quantize: error: writing to output_dir={folder} failed ({exc.strerror or exc}); nothing "
+            "was written",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("parallel_wan.quantize: interrupted; nothing was written", file=sys.stderr)
         return 130
-    print(f"try them: python -m parallel_wan.run model={_preset(ckpt)} checkpoint_dir={ckpt.root} "
-          + " ".join(f"{RUN_SETTING[expert]}={path}" for expert, path in paths.items()))
+    print(
+        f"try them: python -m parallel_wan.run model={_preset(ckpt)} checkpoint_dir={ckpt.root} "
+        + " ".join(f"{RUN_SETTING[expert]}={path}" for expert, path in paths.items())
+    )
     return 0
 
 
@@ -61,8 +66,10 @@ def _settings(words: list[str]) -> dict[str, str]:
         key, eq, value = word.partition("=")
         if not eq or key not in SETTINGS:
             what = f"{word} is not an option" if word.startswith("-") else f"{word} is not a setting"
-            raise ConfigError(f"{what} of {PROGRAM}; it takes checkpoint_dir=DIR quantize=fp8|int8 output_dir=DIR "
-                              "(and --help, --version)")
+            raise ConfigError(
+                f"{what} of {PROGRAM}; it takes checkpoint_dir=DIR quantize=fp8|int8 output_dir=DIR "
+                "(and --help, --version)"
+            )
         settings[key] = value
     return settings
 
@@ -74,19 +81,22 @@ def _checked(settings: dict[str, str]):
     from .weights.layout import CheckpointError, describe_checkpoint
 
     if not settings.get("checkpoint_dir"):
-        stored = sorted(str(p) for p in (cache_home() / "builtin").glob("*-*") if p.is_dir()
-                        and not p.name.startswith("."))  # not a folder still being written
-        raise ConfigError("checkpoint_dir is missing; give a Wan 2.2 checkpoint folder (diffusers or official "
-                          "layout) — the built-in models' folders under ~/.cache/parallel_wan/builtin/ are checkpoints "
-                          "too" + (f" (here: {', '.join(stored)})" if stored else
-                                   " (the first parallel_wan.run writes them)"))
+        stored = sorted(
+            str(p) for p in (cache_home() / "builtin").glob("*-*") if p.is_dir() and not p.name.startswith(".")
+        )  # not a folder still being written
+        raise ConfigError(
+            "checkpoint_dir is missing; give a Wan 2.2 checkpoint folder (diffusers or official "
+            "layout) — the built-in models' folders under ~/.cache/parallel_wan/builtin/ are checkpoints "
+            "too" + (f" (here: {', '.join(stored)})" if stored else " (the first parallel_wan.run writes them)")
+        )
     kind = settings.get("quantize")
     if kind not in KINDS:
         said = "quantize is missing" if kind is None else f"quantize={kind} is not a kind of file this writes"
         raise ConfigError(f"{said}; choose quantize=fp8 (float8_e4m3fn) or quantize=int8, one scale per output channel")
     if not settings.get("output_dir"):
-        raise ConfigError("output_dir is missing; give the folder the expert files go to, e.g. "
-                          "output_dir=/ckpt/Wan2.2-T2V-A14B-fp8")
+        raise ConfigError(
+            "output_dir is missing; give the folder the expert files go to, e.g. output_dir=/ckpt/Wan2.2-T2V-A14B-fp8"
+        )
     folder = Path(writable_folder("output_dir", settings["output_dir"], "e.g. output_dir=/ckpt/Wan2.2-T2V-A14B-fp8"))
     root = os.path.abspath(os.path.expanduser(settings["checkpoint_dir"]))
     try:
@@ -96,8 +106,10 @@ def _checked(settings: dict[str, str]):
     for expert in ckpt.experts:
         target = folder / _file_name(expert, kind)
         if target.exists():
-            raise ConfigError(f"output_dir={folder}: {target.name} already exists; remove it or pick another "
-                              "output_dir (nothing is overwritten)")
+            raise ConfigError(
+                f"output_dir={folder}: {target.name} already exists; remove it or pick another "
+                "output_dir (nothing is overwritten)"
+            )
     return ckpt, kind, folder
 
 
@@ -111,11 +123,17 @@ def _plans(ckpt, kind: str) -> dict:
 
     plans = {}
     for expert in ckpt.experts:
-        made = {"made_by": f"parallel_wan {__version__}: {PROGRAM}", "checkpoint_dir": str(ckpt.root),
-                "layout": ckpt.layout, "expert": expert, "quantize": kind, "scales": scale_rule(kind),
-                "layers": "the transformer blocks' linear weights (self- and cross-attention q, k, v, o; the FFN's "
-                          "two); every other tensor as the checkpoint stores it",
-                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        made = {
+            "made_by": f"parallel_wan {__version__}: {PROGRAM}",
+            "checkpoint_dir": str(ckpt.root),
+            "layout": ckpt.layout,
+            "expert": expert,
+            "quantize": kind,
+            "scales": scale_rule(kind),
+            "layers": "the transformer blocks' linear weights (self- and cross-attention q, k, v, o; the FFN's "
+            "two); every other tensor as the checkpoint stores it",
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         try:
             plans[expert] = plan(ckpt, expert, kind, {"format": "pt", "parallel_wan": json.dumps(made)})
         except ValueError as exc:  # a shard's header the checkpoint check let through
@@ -130,8 +148,10 @@ def _check_room(folder: Path, plans: dict, kind: str) -> None:
         existing = existing.parent
     need, free = sum(p.size for p in plans.values()), shutil.disk_usage(existing).free
     if need > free:
-        raise ConfigError(f"output_dir={folder}: the {kind} files need {_size(need)} but {_size(free)} are free "
-                          "there; free some space or pick another output_dir")
+        raise ConfigError(
+            f"output_dir={folder}: the {kind} files need {_size(need)} but {_size(free)} are free "
+            "there; free some space or pick another output_dir"
+        )
 
 
 def _write_all(ckpt, plans: dict, kind: str, folder: Path) -> dict[str, Path]:
@@ -149,8 +169,11 @@ def _write_all(ckpt, plans: dict, kind: str, folder: Path) -> dict[str, Path]:
             os.close(fd)
             staged[expert] = (Path(temp), final)
             start = time.perf_counter()
-            print(f"writing the {expert} expert of the {ckpt.layout}-layout checkpoint {ckpt.root} as {final.name} "
-                  f"({_size(plan.size)}, {plan.quantized} block linears in {kind})", flush=True)
+            print(
+                f"writing the {expert} expert of the {ckpt.layout}-layout checkpoint {ckpt.root} as {final.name} "
+                f"({_size(plan.size)}, {plan.quantized} block linears in {kind})",
+                flush=True,
+            )
             write(plan, kind, Path(temp))
             print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
         for temp, final in staged.values():

@@ -18,8 +18,8 @@ import sys
 from .config import ConfigError, RunSpec, backend_name
 from .config.compose import CONF_DIR, compose_settings, hydra_error_line  # noqa: F401 (API)
 from .errors import RunError
-from .launch.rank_exit import leave
 from .jobs.generation import gen_summary, log_run, progress_bar, write_generation  # noqa: F401 (API)
+from .launch.rank_exit import leave
 
 log = logging.getLogger("parallel_wan")
 
@@ -47,11 +47,11 @@ def validate_job(raw: dict, world_size: int, node_size: int | None = None, local
     run), and every saved state it would resume → (job, checkpoint description). Raises
     ConfigError naming the line; loads nothing, compiles nothing, writes nothing."""
     from .backends.process import check_device
-    from .jobs import check_saved_states, build_job
+    from .jobs import build_job, check_saved_states
     from .jobs.single_outputs import check_single_outputs
+    from .memory_plan.fits import check_fits
     from .pipeline import preflight
     from .pipeline.checkpoint import check_compatible
-    from .memory_plan.fits import check_fits
 
     first = {}
 
@@ -93,8 +93,13 @@ def _log_choices(why: str | None, spec) -> None:
     if why is not None:
         log.info("backend=auto → %s (%s)", spec.execution.backend, why)
     if spec.mesh.name.startswith("auto:"):
-        log.info("mesh=auto → %s (dp=%d, ulysses=%d, ring=%d)", spec.mesh.name.removeprefix("auto:"), spec.mesh.dp,
-                 spec.mesh.ulysses, spec.mesh.ring)
+        log.info(
+            "mesh=auto → %s (dp=%d, ulysses=%d, ring=%d)",
+            spec.mesh.name.removeprefix("auto:"),
+            spec.mesh.dp,
+            spec.mesh.ulysses,
+            spec.mesh.ring,
+        )
 
 
 def _refuse(exc: ConfigError, speaks: bool) -> None:
@@ -153,7 +158,8 @@ def _fail(exc: BaseException, rank: int, world: int) -> None:
     Preempted (SIGTERM/SIGUSR1: jobs/preemption.py): the state is saved; exit 75, every rank.
     Ctrl-C: exit 130 (128 + SIGINT, the shell's code). A RunError (non-finite latents, outputs
     that could not be written): its one line, exit 1; weights holding NaN/inf (BadWeights): its
-    one line, exit 2, like any bad input. Anything else on one process: Python's traceback. On several: the traceback, each line tagged with the rank, in this rank's log,
+    one line, exit 2, like any bad input. Anything else on one process: Python's traceback. On several: the
+    traceback, each line tagged with the rank, in this rank's log,
     then the one-line reason, and exit at once — a failing rank must end the job, not leave its
     peers blocked in a collective: their collectives then fail (peer gone) or time out after
     dist_timeout_s, and they exit through this same path."""

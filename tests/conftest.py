@@ -74,8 +74,9 @@ def tiny_t2v(tmp_path_factory):
     model = build_tiny("t2v", seed=0)
     root = tmp_path_factory.mktemp("tiny_t2v")
     folders = {layout: write_checkpoint(model, root / layout, layout) for layout in ("diffusers", "official")}
-    return SimpleNamespace(model=model, layouts=folders, diffusers=str(folders["diffusers"]),
-                           official=str(folders["official"]))
+    return SimpleNamespace(
+        model=model, layouts=folders, diffusers=str(folders["diffusers"]), official=str(folders["official"])
+    )
 
 
 @pytest.fixture(scope="session")

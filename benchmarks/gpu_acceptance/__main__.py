@@ -19,10 +19,11 @@ fast:vae 120             fast:load 80         written:written 15
 """
 # module:function (in benchmarks/gpu_acceptance) → the phase named after the function
 # (step_MESH for the meshes).
-STEPS = [Step(f"step_{func}" if module == "meshes" else func, f"benchmarks.gpu_acceptance.{module}:{func}",
-              float(budget))
-         for target, budget in zip(PLAN.split()[::2], PLAN.split()[1::2])
-         for module, func in [target.split(":")]]
+STEPS = [
+    Step(f"step_{func}" if module == "meshes" else func, f"benchmarks.gpu_acceptance.{module}:{func}", float(budget))
+    for target, budget in zip(PLAN.split()[::2], PLAN.split()[1::2])
+    for module, func in [target.split(":")]
+]
 
 
 def refuse(message: str) -> None:
@@ -34,7 +35,9 @@ def parse(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_acceptance", description=__doc__)
     p.add_argument("--out", required=True, help="folder for acceptance.json and BENCHMARKS_rows.md")
     p.add_argument("--dry-run", action="store_true", help="every phase on CPU with the tiny model and tiny shapes")
-    p.add_argument("--budget-min", type=float, default=20.0, help="the whole run's time, minutes (phases scale with it)")
+    p.add_argument(
+        "--budget-min", type=float, default=20.0, help="the whole run's time, minutes (phases scale with it)"
+    )
     p.add_argument("--phases", nargs="+", help=f"only these, in the usual order: {' '.join(s.name for s in STEPS)}")
     p.add_argument("--device", default="cuda", help="the GPU (ignored by --dry-run)")
     args = p.parse_args(argv)
@@ -51,8 +54,10 @@ def parse(argv=None):
         import torch
 
         if not torch.cuda.is_available():
-            refuse(f"--device {args.device}: no CUDA device here (torch {torch.__version__}); run it on the GPU, "
-                   "or pass --dry-run for the CPU rehearsal")
+            refuse(
+                f"--device {args.device}: no CUDA device here (torch {torch.__version__}); run it on the GPU, "
+                "or pass --dry-run for the CPU rehearsal"
+            )
     return args
 
 
@@ -66,11 +71,21 @@ def main(argv=None, children=None) -> dict:
     out = Path(args.out)
 
     def report(entry):
-        print(f"[{entry['name']}] {entry['status']} in {entry['seconds']:.0f} s of {entry['budget_s']:.0f}"
-              + (f": {entry['error']}" if entry.get("error") else ""), flush=True)
+        print(
+            f"[{entry['name']}] {entry['status']} in {entry['seconds']:.0f} s of {entry['budget_s']:.0f}"
+            + (f": {entry['error']}" if entry.get("error") else ""),
+            flush=True,
+        )
 
-    doc = run_phases(steps, out, dry_run=args.dry_run, device="cpu" if args.dry_run else args.device,
-                     budget_s=60 * args.budget_min, children=children, report=report)
+    doc = run_phases(
+        steps,
+        out,
+        dry_run=args.dry_run,
+        device="cpu" if args.dry_run else args.device,
+        budget_s=60 * args.budget_min,
+        children=children,
+        report=report,
+    )
     write_rows(doc, out / "BENCHMARKS_rows.md", sys.argv[1:] if argv is None else argv)
     print(f"wrote {out / 'acceptance.json'} and {out / 'BENCHMARKS_rows.md'}")
     return doc

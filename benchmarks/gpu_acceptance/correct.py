@@ -43,8 +43,16 @@ def environment(phase) -> None:
     phase.record("tf32", {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
     if phase.device.startswith("cuda"):
         p = torch.cuda.get_device_properties(phase.device)
-        phase.record("gpu", {"name": p.name, "capability": f"{p.major}.{p.minor}", "memory_gib": p.total_memory / 2**30,
-                             "multiprocessors": p.multi_processor_count, "count": torch.cuda.device_count()})
+        phase.record(
+            "gpu",
+            {
+                "name": p.name,
+                "capability": f"{p.major}.{p.minor}",
+                "memory_gib": p.total_memory / 2**30,
+                "multiprocessors": p.multi_processor_count,
+                "count": torch.cuda.device_count(),
+            },
+        )
     else:
         phase.record("gpu", None)
         phase.record("cpu", f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
@@ -88,8 +96,11 @@ def first_frame(out):
 def distance(a, b) -> dict:
     (la, fa), (lb, fb) = a, b
     diff = np.abs(fa - fb)
-    return {"latents_rel": float(np.linalg.norm(la - lb) / np.linalg.norm(lb)),
-            "frames_max_levels": int(diff.max()), "frames_mean_levels": float(diff.mean())}
+    return {
+        "latents_rel": float(np.linalg.norm(la - lb) / np.linalg.norm(lb)),
+        "frames_max_levels": int(diff.max()),
+        "frames_mean_levels": float(diff.mean()),
+    }
 
 
 # ---------------------------------------------------------------- phase 2
@@ -103,11 +114,21 @@ def videos(phase) -> None:
         on_device = reference if device == "cpu" else tiny_run(TINY + model + ["dtype=float32"], device, phase.out)
         fp32 = distance(on_device, reference)
         bf16 = distance(tiny_run(TINY + model + ["dtype=bfloat16"], device, phase.out), reference)
-        phase.record(task, {
-            "fp32_vs_cpu": {**fp32, "bound_levels": FRAMES_MAX_LEVELS,
-                            "ok": fp32["frames_max_levels"] <= FRAMES_MAX_LEVELS},
-            "bf16_vs_fp32": {**bf16, "bound_latents_rel": BF16_LATENTS_REL,
-                             "ok": bf16["latents_rel"] <= BF16_LATENTS_REL}})
+        phase.record(
+            task,
+            {
+                "fp32_vs_cpu": {
+                    **fp32,
+                    "bound_levels": FRAMES_MAX_LEVELS,
+                    "ok": fp32["frames_max_levels"] <= FRAMES_MAX_LEVELS,
+                },
+                "bf16_vs_fp32": {
+                    **bf16,
+                    "bound_latents_rel": BF16_LATENTS_REL,
+                    "ok": bf16["latents_rel"] <= BF16_LATENTS_REL,
+                },
+            },
+        )
 
 
 def compiled(phase) -> None:
@@ -117,9 +138,16 @@ def compiled(phase) -> None:
     base = TASKS["t2v"] + TINY + ["dtype=float32"]
     eager = tiny_run(base, device, phase.out)
     d = distance(tiny_run(base + ["compile=true"], device, phase.out, backend), eager)
-    phase.record("fp32", {**d, "compile_backend": backend, "bound_latents_rel": COMPILE_LATENTS_REL,
-                          "bound_levels": COMPILE_FRAMES_MAX,
-                          "ok": d["latents_rel"] <= COMPILE_LATENTS_REL and d["frames_max_levels"] <= COMPILE_FRAMES_MAX})
+    phase.record(
+        "fp32",
+        {
+            **d,
+            "compile_backend": backend,
+            "bound_latents_rel": COMPILE_LATENTS_REL,
+            "bound_levels": COMPILE_FRAMES_MAX,
+            "ok": d["latents_rel"] <= COMPILE_LATENTS_REL and d["frames_max_levels"] <= COMPILE_FRAMES_MAX,
+        },
+    )
 
 
 def fp8_available() -> bool:
@@ -146,22 +174,35 @@ def fp8(phase) -> None:
         phase.record("fp8_vs_bf16", {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
         return
     rms = float(np.sqrt(np.mean((quant[1] - bf16[1]) ** 2.0)))
-    phase.record("fp8_vs_bf16", {**distance(quant, bf16), "frames_rms_levels": rms, "seeds_rms_levels": seeds_rms,
-                                 "bound": f"rms < {FP8_RMS_SHARE} × seeds' rms", "ok": rms < FP8_RMS_SHARE * seeds_rms})
+    phase.record(
+        "fp8_vs_bf16",
+        {
+            **distance(quant, bf16),
+            "frames_rms_levels": rms,
+            "seeds_rms_levels": seeds_rms,
+            "bound": f"rms < {FP8_RMS_SHARE} × seeds' rms",
+            "ok": rms < FP8_RMS_SHARE * seeds_rms,
+        },
+    )
 
 
 def more_gpus(phase) -> None:
     """What one GPU cannot check: every collective path needs NCCL between processes on
     different GPUs (one process per GPU; NCCL refuses two ranks on one device)."""
     phase.record("note", "needs 2+ GPUs (NCCL), not checked here")
-    phase.record("left", [
-        ("meshes over NCCL (cp2, ulysses4, ring4, usp2x2, dp2_cp2, cp8, ulysses8, dp2_cp4) against one device: "
-        "tests/parallel's gloo runs with backend nccl"),
-        "link bandwidth: torchrun --nproc-per-node N -m benchmarks.comm --measure",
-        "the 8-GPU denoise itself, against the prediction written by this run",
-        "memory=sharded (FSDP gathers) and the VAE decode split over real ranks",
-        "the server under torchrun on GPUs",
-    ])
+    phase.record(
+        "left",
+        [
+            (
+                "meshes over NCCL (cp2, ulysses4, ring4, usp2x2, dp2_cp2, cp8, ulysses8, dp2_cp4) against one device: "
+                "tests/parallel's gloo runs with backend nccl"
+            ),
+            "link bandwidth: torchrun --nproc-per-node N -m benchmarks.comm --measure",
+            "the 8-GPU denoise itself, against the prediction written by this run",
+            "memory=sharded (FSDP gathers) and the VAE decode split over real ranks",
+            "the server under torchrun on GPUs",
+        ],
+    )
 
 
 # ---------------------------------------------------------------- attention kernels
@@ -195,16 +236,35 @@ def kernels(phase) -> None:
         try:
             out, lse = attention.attention_with_lse(q, k, v, valid_keys=valid, kernel=name)
         except Exception as exc:  # not built for this device / dtype / head size: a fact to record
-            table[name] = {"runs": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
+            table[name] = {
+                "runs": False,
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}",
+            }
             continue
         rel = float((out.double() - ref_out.double()).norm() / ref_out.double().norm())
         lse_err = float((lse.double() - ref_lse.double()).abs().max())
         bound = QUANTIZED_OUT_REL if "sage" in name else out_bound
-        table[name] = {"runs": True, "out_rel": rel, "lse_max_abs": lse_err, "bound_out_rel": bound,
-                       "bound_lse": lse_bound, "ok": rel <= bound and lse_err <= lse_bound}
+        table[name] = {
+            "runs": True,
+            "out_rel": rel,
+            "lse_max_abs": lse_err,
+            "bound_out_rel": bound,
+            "bound_lse": lse_bound,
+            "ok": rel <= bound and lse_err <= lse_bound,
+        }
         phase.record("kernels", table)
-    phase.record("shape", {"batch": 1, "tokens": length, "valid_keys": valid, "heads": 40, "head_dim": 128,
-                           "dtype": str(dtype).replace("torch.", ""), "reference": "math kernel, float32"})
+    phase.record(
+        "shape",
+        {
+            "batch": 1,
+            "tokens": length,
+            "valid_keys": valid,
+            "heads": 40,
+            "head_dim": 128,
+            "dtype": str(dtype).replace("torch.", ""),
+            "reference": "math kernel, float32",
+        },
+    )
     phase.record("kernels", table)
 
 
@@ -221,4 +281,3 @@ def verdicts(results: dict) -> list[str]:
 
     walk(results, "")
     return bad
-

@@ -25,9 +25,20 @@ GEMM_SHAPES_CPU = ((128, 128, 128), (256, 128, 128))
 # Wan 2.1 VAE (the A14B models'): 720p × 81 frames = 21 latent frames of 90 × 160.
 VAE_GPU = {"base_dim": 96, "latent_frames": 21, "rows": 90, "cols": 160, "ranks": (8, 4, 2, 1)}
 VAE_CPU = {"base_dim": 8, "latent_frames": 2, "rows": 8, "cols": 12, "ranks": (2, 1)}
-LOAD_CPU_BLOCK = {"num_attention_heads": 2, "attention_head_dim": 8, "ffn_dim": 32, "text_dim": 16, "freq_dim": 16,
-                      "in_channels": 4, "out_channels": 4, "patch_size": [1, 2, 2], "cross_attn_norm": True,
-                      "qk_norm": "rms_norm_across_heads", "eps": 1e-6, "rope_max_seq_len": 1024}
+LOAD_CPU_BLOCK = {
+    "num_attention_heads": 2,
+    "attention_head_dim": 8,
+    "ffn_dim": 32,
+    "text_dim": 16,
+    "freq_dim": 16,
+    "in_channels": 4,
+    "out_channels": 4,
+    "patch_size": [1, 2, 2],
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "eps": 1e-6,
+    "rope_max_seq_len": 1024,
+}
 
 
 def gemm(phase) -> None:
@@ -39,14 +50,22 @@ def gemm(phase) -> None:
     device = "cpu" if dry else phase.device
     shapes = GEMM_SHAPES_CPU if dry else GEMM_SHAPES_GPU
     dtype = torch.float32 if dry else torch.bfloat16
-    phase.record("dense", {"dtype": str(dtype).replace("torch.", ""),
-                           **measure_peak(device, dtype, shapes, warmup=1 if dry else 3, iters=2 if dry else 10)})
+    phase.record(
+        "dense",
+        {
+            "dtype": str(dtype).replace("torch.", ""),
+            **measure_peak(device, dtype, shapes, warmup=1 if dry else 3, iters=2 if dry else 10),
+        },
+    )
     capable = dry or torch.cuda.get_device_capability(device) >= (8, 9)
     if not capable:
-        phase.record("fp8", {"note": f"sm_{''.join(map(str, torch.cuda.get_device_capability(device)))} has no FP8 GEMM"})
+        phase.record(
+            "fp8", {"note": f"sm_{''.join(map(str, torch.cuda.get_device_capability(device)))} has no FP8 GEMM"}
+        )
         return
-    phase.record("fp8", [fp8_gemm_tflops(m, k, n, device, warmup=1 if dry else 3, iters=2 if dry else 10)
-                         for m, k, n in shapes])
+    phase.record(
+        "fp8", [fp8_gemm_tflops(m, k, n, device, warmup=1 if dry else 3, iters=2 if dry else 10) for m, k, n in shapes]
+    )
 
 
 def step_commands(mesh: str, dry: bool, device: str) -> tuple[list[str], list[str]]:
@@ -59,17 +78,52 @@ def step_commands(mesh: str, dry: bool, device: str) -> tuple[list[str], list[st
     ring = load_preset(mesh).ring > 1
     if dry:
         # the tiny model has 4 heads: Ulysses 8 cannot split them; its CPU stand-in is Ulysses 4
-        common = ["--model", "tiny", "--grid", "3", "5", "5", "--mesh", "ulysses4" if mesh == "ulysses8" else mesh,
-                  "--device", "cpu", "--dtype", "float32", "--compile-backend", "aot_eager",
-                  "--peak-shapes", "64,64,64", "--warmup", "0", "--iters", "1"]
+        common = [
+            "--model",
+            "tiny",
+            "--grid",
+            "3",
+            "5",
+            "5",
+            "--mesh",
+            "ulysses4" if mesh == "ulysses8" else mesh,
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--compile-backend",
+            "aot_eager",
+            "--peak-shapes",
+            "64,64,64",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+        ]
         kernels, graphs = ["cpu_flash", "math"], []
     else:
         # 4 layers: every figure is per layer and scaled to 40 (step.py), and the compile
         # captures one block whatever the depth.
-        common = ["--model", "a14b", "--resolution", "720p", "--mesh", mesh, "--device", device, "--layers", "4",
-                  "--warmup", "1", "--iters", "3"]
+        common = [
+            "--model",
+            "a14b",
+            "--resolution",
+            "720p",
+            "--mesh",
+            mesh,
+            "--device",
+            device,
+            "--layers",
+            "4",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+        ]
         kernels, graphs = device_kernels(), ["--cuda-graphs"]
-    eager = common + ["--no-compile"] + (["--kernels", *kernels] if ring else []) + (["--no-kernel-table"] if dry else [])
+    eager = (
+        common + ["--no-compile"] + (["--kernels", *kernels] if ring else []) + (["--no-kernel-table"] if dry else [])
+    )
     compiled = common + graphs + ["--no-kernel-table", "--no-diffusers", "--diffusers-backends", "native"]
     return eager, compiled
 
@@ -79,8 +133,9 @@ def device_kernels() -> list[str]:
     and sage (int8 QKᵀ: attention_impl=sage) when sageattention is installed."""
     import importlib.util
 
-    names = [k for k in ("flash_attn3", "flash_attn", "cuda_cudnn", "cuda_flash", "cuda_efficient")
-             if k in _kernel_names()]
+    names = [
+        k for k in ("flash_attn3", "flash_attn", "cuda_cudnn", "cuda_flash", "cuda_efficient") if k in _kernel_names()
+    ]
     return names + (["sage"] if "sage" in _kernel_names() and importlib.util.find_spec("sageattention") else [])
 
 
@@ -106,11 +161,13 @@ def mesh_step(mesh: str):
                 r["variants"][name] = c["variants"][name]
                 r["agreement"][name] = c["agreement"][name]
         r["errors"].update({k: v for k, v in c["errors"].items() if "compiled" in k or "graphs" in k})
-        r["fastest_ours"] = min((k for k in r["variants"] if k.startswith("ours")),
-                                key=lambda k: statistics.median(r["variants"][k]))
+        r["fastest_ours"] = min(
+            (k for k in r["variants"] if k.startswith("ours")), key=lambda k: statistics.median(r["variants"][k])
+        )
         r["syncs_compiled"], r["enqueue_s_compiled"] = c["syncs"], c["enqueue_s"]
         phase.record("step", r)
         phase.record("summary", summarize(r))
+
     return phase_fn
 
 
@@ -120,15 +177,24 @@ def summarize(r: dict) -> dict:
     rows = {}
     for k, t in med.items():
         tflops = r["flops_per_forward"] / t / 1e12
-        rows[k] = {"seconds": t, "per_layer_ms": 1e3 * t / r["layers"],
-                   "full_depth_s": t * r["flops_full_depth"] / r["flops_per_forward"],
-                   "tflops": tflops, "mfu": tflops / peak}
+        rows[k] = {
+            "seconds": t,
+            "per_layer_ms": 1e3 * t / r["layers"],
+            "full_depth_s": t * r["flops_full_depth"] / r["flops_per_forward"],
+            "tflops": tflops,
+            "mfu": tflops / peak,
+        }
     diffusers = [k for k in med if k.startswith("diffusers")]
     best_diff = min(diffusers, key=med.get) if diffusers else None
-    return {"variants": rows, "fastest_ours": r["fastest_ours"], "best_diffusers": best_diff,
-            "diffusers_over_ours": med[best_diff] / med[r["fastest_ours"]] if best_diff else None,
-            "host_syncs": r["syncs"][0] if r["syncs"] else None,
-            "host_syncs_compiled": (r.get("syncs_compiled") or [None])[0], "peak_tflops": peak}
+    return {
+        "variants": rows,
+        "fastest_ours": r["fastest_ours"],
+        "best_diffusers": best_diff,
+        "diffusers_over_ours": med[best_diff] / med[r["fastest_ours"]] if best_diff else None,
+        "host_syncs": r["syncs"][0] if r["syncs"] else None,
+        "host_syncs_compiled": (r.get("syncs_compiled") or [None])[0],
+        "peak_tflops": peak,
+    }
 
 
 def vae(phase) -> None:
@@ -137,8 +203,7 @@ def vae(phase) -> None:
     import torch
 
     from benchmarks.vae_decode import meta_params
-    from parallel_wan.backends.torch import ops
-    from parallel_wan.backends.torch import vae_decode as split
+    from parallel_wan.backends.torch import ops, vae_decode as split
     from parallel_wan.backends.torch.collectives import NullCollectives
     from parallel_wan.models import vae as model
     from parallel_wan.models.vae_config import VaeConfig
@@ -148,9 +213,16 @@ def vae(phase) -> None:
     cfg = dataclasses.replace(VaeConfig.wan2_1(), base_dim=dims["base_dim"])
     params, weight_bytes = meta_params(cfg, str(device))
     latents = torch.randn(1, cfg.z_dim, dims["latent_frames"], dims["rows"], dims["cols"], device=device)
-    phase.record("setup", {"vae": f"Wan 2.1, base {cfg.base_dim}", "latents": list(latents.shape),
-                           "frames": 1 + cfg.scale_factor_temporal * (dims["latent_frames"] - 1),
-                           "weights_gb": weight_bytes / 1e9, "dtype": "float32"})
+    phase.record(
+        "setup",
+        {
+            "vae": f"Wan 2.1, base {cfg.base_dim}",
+            "latents": list(latents.shape),
+            "frames": 1 + cfg.scale_factor_temporal * (dims["latent_frames"] - 1),
+            "weights_gb": weight_bytes / 1e9,
+            "dtype": "float32",
+        },
+    )
     table = {}
     for ranks in dims["ranks"]:
         bands = split.height_bands(dims["rows"], ranks)
@@ -165,9 +237,12 @@ def vae(phase) -> None:
             video = model.decode(params, z, band_ops, cfg)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        table[str(ranks)] = {"latent_rows": stop - start, "seconds": time.perf_counter() - t0,
-                             "peak_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None,
-                             "finite": bool(torch.isfinite(video).all())}
+        table[str(ranks)] = {
+            "latent_rows": stop - start,
+            "seconds": time.perf_counter() - t0,
+            "peak_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None,
+            "finite": bool(torch.isfinite(video).all()),
+        }
         del video, z
         phase.record("bands", table)
 

@@ -94,8 +94,17 @@ def earlier_run(path: Path, dry_run: bool, device: str) -> dict | None:
     return doc if doc.get("dry_run") == dry_run and doc.get("device") == device else None
 
 
-def run_phases(steps: list[Step], out: Path, *, dry_run: bool, device: str, budget_s: float, children=None,
-               report: Callable[[dict], None] | None = None, clock=time.monotonic) -> dict:
+def run_phases(
+    steps: list[Step],
+    out: Path,
+    *,
+    dry_run: bool,
+    device: str,
+    budget_s: float,
+    children=None,
+    report: Callable[[dict], None] | None = None,
+    clock=time.monotonic,
+) -> dict:
     """Run `steps` in order, each within its budget (its own share, plus what earlier phases
     left unused beyond the later phases' shares, never past the total); `children`: the phase
     names run in a child process (None: all). Returns the acceptance dict, also on disk."""
@@ -105,10 +114,11 @@ def run_phases(steps: list[Step], out: Path, *, dry_run: bool, device: str, budg
     start = clock()
     for i, step in enumerate(steps):
         left = budget_s - (clock() - start)
-        later = sum(s.budget_s for s in steps[i + 1:])
+        later = sum(s.budget_s for s in steps[i + 1 :])
         limit = min(left, max(step.budget_s, left - later))
-        phase = Phase(step.name, out, dry_run, device,
-                      earlier={k: v for k, v in doc["phases"].items() if v.get("status") == "ok"})
+        phase = Phase(
+            step.name, out, dry_run, device, earlier={k: v for k, v in doc["phases"].items() if v.get("status") == "ok"}
+        )
         phase.file.unlink(missing_ok=True)
         t0 = clock()
         if limit < 1:
@@ -120,8 +130,11 @@ def run_phases(steps: list[Step], out: Path, *, dry_run: bool, device: str, budg
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-                entry = {**_read(phase), "status": "timed out",
-                         "error": f"killed after its budget of {limit:.0f} s; the figures above were measured before"}
+                entry = {
+                    **_read(phase),
+                    "status": "timed out",
+                    "error": f"killed after its budget of {limit:.0f} s; the figures above were measured before",
+                }
             else:
                 entry = _read(phase) or {"status": "failed", "error": f"the child exited with {proc.exitcode}"}
         else:

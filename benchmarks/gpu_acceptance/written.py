@@ -32,12 +32,25 @@ def prediction(steps: dict, dry_run: bool, device_name: str | None) -> dict:
     measured = comm.measured_layers(results, "a14b")
     tflops = max(r["flops_per_forward"] / statistics.median(r["variants"][r["fastest_ours"]]) / 1e12 for r in results)
     preds = [comm.predict(load_preset(n), cfg, shape, tokens, link, measured.get(n), tflops) for n in comm.PRESETS]
-    return {"link": key, "link_source": link.source, "rate_tflops": tflops, "measured_meshes": sorted(measured),
-            "dry_run_note": "tiny-model rates on CPU: the code path, not a prediction" if dry_run else None,
-            "meshes": {p.mesh: {"gpus": p.world, "compute_ms_layer": 1e3 * p.compute_layer_s,
-                                "compute_source": p.compute_source, "ulysses_ms_layer": 1e3 * p.ulysses_layer_s,
-                                "ring_exposed_ms_layer": 1e3 * p.ring_exposed_layer_s, "step_s": p.step_s,
-                                "denoise_s": p.denoise_s} for p in preds}}
+    return {
+        "link": key,
+        "link_source": link.source,
+        "rate_tflops": tflops,
+        "measured_meshes": sorted(measured),
+        "dry_run_note": "tiny-model rates on CPU: the code path, not a prediction" if dry_run else None,
+        "meshes": {
+            p.mesh: {
+                "gpus": p.world,
+                "compute_ms_layer": 1e3 * p.compute_layer_s,
+                "compute_source": p.compute_source,
+                "ulysses_ms_layer": 1e3 * p.ulysses_layer_s,
+                "ring_exposed_ms_layer": 1e3 * p.ring_exposed_layer_s,
+                "step_s": p.step_s,
+                "denoise_s": p.denoise_s,
+            }
+            for p in preds
+        },
+    }
 
 
 def rows(doc: dict, command: str, date: str) -> str:
@@ -45,8 +58,10 @@ def rows(doc: dict, command: str, date: str) -> str:
     env = phases.get("environment", {})
     gpu = env.get("gpu") or {}
     if gpu:
-        device = (f"{gpu['name']} (sm_{gpu['capability'].replace('.', '')}, {gpu['memory_gib']:.0f} GiB), "
-                  f"torch {env.get('torch')}, CUDA {env.get('cuda')}")
+        device = (
+            f"{gpu['name']} (sm_{gpu['capability'].replace('.', '')}, {gpu['memory_gib']:.0f} GiB), "
+            f"torch {env.get('torch')}, CUDA {env.get('cuda')}"
+        )
     elif doc["dry_run"]:
         device = f"CPU dry run, torch {env.get('torch')}"
     else:  # --phases without environment (a later run into another folder): the step runs name the GPU
@@ -55,60 +70,102 @@ def rows(doc: dict, command: str, date: str) -> str:
     if doc["dry_run"]:
         out += ["**Dry run on CPU (tiny model, tiny shapes): the code paths, not GPU figures.**", ""]
     checks = {n: verdicts(p) for n, p in phases.items() if n in ("videos", "kernels", "compiled", "fp8")}
-    out.append("Correctness: " + ("; ".join(
-        f"{n}: {phases[n]['status']}" + (f", failed {bad}" if bad else "") for n, bad in checks.items()) or "not run") + ".")
+    out.append(
+        "Correctness: "
+        + (
+            "; ".join(f"{n}: {phases[n]['status']}" + (f", failed {bad}" if bad else "") for n, bad in checks.items())
+            or "not run"
+        )
+        + "."
+    )
     gemm = phases.get("gemm", {})
     if "dense" in gemm:
         fp8 = gemm.get("fp8")
-        fp8_text = (f"; FP8 e4m3 (_scaled_mm) {max(r['tflops'] for r in fp8):.4g} TFLOP/s"
-                    if isinstance(fp8, list) else "")
+        fp8_text = (
+            f"; FP8 e4m3 (_scaled_mm) {max(r['tflops'] for r in fp8):.4g} TFLOP/s" if isinstance(fp8, list) else ""
+        )
         out.append(f"GEMM peak: {gemm['dense']['dtype']} {gemm['dense']['peak_tflops']:.4g} TFLOP/s{fp8_text}.")
-    out += ["", ("| device | date | model, mesh, tokens/rank | layers | matmul peak TFLOP/s | ours: variant "
+    out += [
+        "",
+        (
+            "| device | date | model, mesh, tokens/rank | layers | matmul peak TFLOP/s | ours: variant "
             "| ours s/forward (scaled to 40 layers) | ours TFLOP/s | MFU | diffusers: backend | diffusers s (scaled) "
-            "| diffusers / ours | attention kernel | host syncs / forward |"), "|" + "---|" * 14]
+            "| diffusers / ours | attention kernel | host syncs / forward |"
+        ),
+        "|" + "---|" * 14,
+    ]
     steps = {n: p for n, p in phases.items() if n.startswith("step_") and "summary" in p}
     for p in steps.values():
         r, s = p["step"], p["summary"]
         ours = s["variants"][s["fastest_ours"]]
         best = s["best_diffusers"]
         d = s["variants"][best] if best else None
-        kernels = (r.get("kernel_variants_ran", {}).get(s["fastest_ours"])
-                   or sorted(set(r["kernels_used"].values())) or ["SDPA (no ring)"])
+        kernels = (
+            r.get("kernel_variants_ran", {}).get(s["fastest_ours"])
+            or sorted(set(r["kernels_used"].values()))
+            or ["SDPA (no ring)"]
+        )
         diff_s = f"{d['seconds']:.4g} ({d['full_depth_s']:.4g})" if d else "—"
         ratio = f"{s['diffusers_over_ours']:.2f}×" if d else "—"
         out.append(
-            f"| {device.split(' (')[0].split(',')[0]} | {date} | {r['model']} {r['mesh']['name']}, {r['rows']} × {r['local_tokens']:,} "
+            f"| {device.split(' (')[0].split(',')[0]} | {date} | {r['model']} {r['mesh']['name']}, {r['rows']} × "
+            f"{r['local_tokens']:,} "
             f"| {r['layers']} | {s['peak_tflops']:.4g} | {s['fastest_ours']} | {ours['seconds']:.4g} "
             f"({ours['full_depth_s']:.4g}) | {ours['tflops']:.4g} | {100 * ours['mfu']:.1f} % "
             f"| {best or '—'} | {diff_s} | {ratio} "
-            f"| {', '.join(kernels)} | {s['host_syncs']} (compiled: {s['host_syncs_compiled']}) |")
+            f"| {', '.join(kernels)} | {s['host_syncs']} (compiled: {s['host_syncs_compiled']}) |"
+        )
     vae = phases.get("vae", {})
     if "bands" in vae:
-        out += ["", (f"VAE decode ({vae['setup']['vae']}, latents {vae['setup']['latents']}, "
-                f"{vae['setup']['frames']} frames, float32), rank 0's band:"), "",
-                "| ranks | latent rows | seconds | peak GB |", "|---|---|---|---|"]
+        out += [
+            "",
+            (
+                f"VAE decode ({vae['setup']['vae']}, latents {vae['setup']['latents']}, "
+                f"{vae['setup']['frames']} frames, float32), rank 0's band:"
+            ),
+            "",
+            "| ranks | latent rows | seconds | peak GB |",
+            "|---|---|---|---|",
+        ]
         for ranks, b in vae["bands"].items():
             peak = f"{b['peak_gb']:.2f}" if b["peak_gb"] is not None else "—"
             out.append(f"| {ranks} | {b['latent_rows']} | {b['seconds']:.3g} | {peak} |")
     load = phases.get("load", {}).get("rates")
     if load:
-        out += ["", (f"Load from the page cache ({load['checkpoint_gb']:.2f} GB fp32, {load['layers']} layers): "
+        out += [
+            "",
+            (
+                f"Load from the page cache ({load['checkpoint_gb']:.2f} GB fp32, {load['layers']} layers): "
                 f"read() {load['read_gbps']:.3g} GB/s, ours fp32 → bf16 {load['ours_fp32_to_bf16_gbps']:.3g} GB/s "
-                f"({load['ours_vs_read']:.2f} of read()).")]
+                f"({load['ours_vs_read']:.2f} of read())."
+            ),
+        ]
     pred = phases.get("written", {}).get("prediction")
     if pred:
-        out += ["", f"Predicted T2V-A14B 720p denoise (benchmarks/comm.py's model, link {pred['link_source']}):", "",
-                ("| device, link (measured / assumed) | date | mesh | compute ms/layer (measured / rate) | Ulysses ms/layer "
-                "| ring exposed ms/layer | step s | denoise s (40 steps) | published |"), "|" + "---|" * 9]
+        out += [
+            "",
+            f"Predicted T2V-A14B 720p denoise (benchmarks/comm.py's model, link {pred['link_source']}):",
+            "",
+            (
+                "| device, link (measured / assumed) | date | mesh | compute ms/layer (measured / rate) | Ulysses "
+                "ms/layer "
+                "| ring exposed ms/layer | step s | denoise s (40 steps) | published |"
+            ),
+            "|" + "---|" * 9,
+        ]
         for mesh, m in pred["meshes"].items():
             if m["gpus"] == 8 or mesh == "cp4":
-                out.append(f"| {device.split(',')[0]}, {pred['link']} assumed | {date} | {mesh} "
-                           f"| {m['compute_ms_layer']:.3g} ({m['compute_source']}) | {m['ulysses_ms_layer']:.3g} "
-                           f"| {m['ring_exposed_ms_layer']:.3g} | {m['step_s']:.3g} | {m['denoise_s']:.4g} | |")
+                out.append(
+                    f"| {device.split(',')[0]}, {pred['link']} assumed | {date} | {mesh} "
+                    f"| {m['compute_ms_layer']:.3g} ({m['compute_source']}) | {m['ulysses_ms_layer']:.3g} "
+                    f"| {m['ring_exposed_ms_layer']:.3g} | {m['step_s']:.3g} | {m['denoise_s']:.4g} | |"
+                )
     bad = [n for n, p in phases.items() if p.get("status") not in ("ok", None)]
     if bad:
-        out += ["", "Did not finish: " + "; ".join(f"{n} ({phases[n]['status']}: {phases[n].get('error', '')})"
-                                                   for n in bad)]
+        out += [
+            "",
+            "Did not finish: " + "; ".join(f"{n} ({phases[n]['status']}: {phases[n].get('error', '')})" for n in bad),
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -133,5 +190,5 @@ def step_device(phases: dict) -> str | None:
 
 
 def write_rows(doc: dict, path, argv: list[str]) -> None:
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     path.write_text(rows(doc, "python -m benchmarks.gpu_acceptance " + " ".join(argv), date))

@@ -28,8 +28,14 @@ def make_backend(spec, launch=None):
         return JaxBackend(spec.mesh, spec.execution.device, fsdp=spec.memory.jax_fsdp)
     from .torch.backend import start_torch_backend
 
-    backend = start_torch_backend(spec.execution.device, spec.mesh, launch, spec.execution.dist_timeout_s,
-                                  spec.execution.attention_impl, spec.execution.compile)
+    backend = start_torch_backend(
+        spec.execution.device,
+        spec.mesh,
+        launch,
+        spec.execution.dist_timeout_s,
+        spec.execution.attention_impl,
+        spec.execution.compile,
+    )
     use_quant_compute(backend, spec.quantization.compute)
     return backend
 

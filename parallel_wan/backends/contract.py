@@ -98,8 +98,7 @@ class Backend(Protocol):
         """A host array on the device(s), cast to `dtype` when given."""
         ...
 
-    def to_host(self, x) -> np.ndarray:
-        ...
+    def to_host(self, x) -> np.ndarray: ...
 
     def place(self, tree, dtype: str, keep_fp32=None, **placement):
         """A loaded param tree on the device(s) in `dtype` (float32 where `keep_fp32(name)`);
@@ -145,8 +144,7 @@ class Backend(Protocol):
         """The loop's predictor for a `pipeline.DenoiseTask` (experts, context, work, caches)."""
         ...
 
-    def video_decoder(self, vae_params, vae_config) -> VideoDecoder:
-        ...
+    def video_decoder(self, vae_params, vae_config) -> VideoDecoder: ...
 
     def vae_encode(self, params, video: np.ndarray, cfg):
         """The VAE encode of a conditioning video (I2V, TI2V) → its latents on the device(s)."""

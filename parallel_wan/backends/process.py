@@ -7,8 +7,8 @@ the backend (backends/__init__.py `make_backend`), after the settings passed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..launch import Launch
 
@@ -36,8 +36,15 @@ def join_job(backend: str, device: str = "auto") -> JobProcess:
     # The launcher's variables are read without torch: a bad setting is refused in well under a
     # second, before torch (2 s of imports) loads — it loads once the settings passed.
     launch = require_coordinator(detect())
-    return JobProcess(launch.rank, launch.world_size, launch.world_size, launch.local_rank, node_size(), launch,
-                      shutdown=_shutdown_torch)
+    return JobProcess(
+        launch.rank,
+        launch.world_size,
+        launch.world_size,
+        launch.local_rank,
+        node_size(),
+        launch,
+        shutdown=_shutdown_torch,
+    )
 
 
 def _shutdown_torch() -> None:

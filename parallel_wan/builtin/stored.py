@@ -33,9 +33,17 @@ SEED = 0
 _PACKAGE = Path(__file__).resolve().parents[1]
 # The code that decides the written bytes: the builder, the architectures, the configs it
 # turns into diffusers' and the official layouts, the key maps.
-_SOURCES = ["builtin/tiny.py", "builtin/kinds.py", "builtin/scheduler.py", "models/registry.py",
-            "models/transformer_config.py",
-            "models/vae_config.py", "weights/t5_keymap.py", "weights/transformer_keymap.py", "weights/vae_keymap.py"]
+_SOURCES = [
+    "builtin/tiny.py",
+    "builtin/kinds.py",
+    "builtin/scheduler.py",
+    "models/registry.py",
+    "models/transformer_config.py",
+    "models/vae_config.py",
+    "weights/t5_keymap.py",
+    "weights/transformer_keymap.py",
+    "weights/vae_keymap.py",
+]
 _LIBRARIES = ["torch", "diffusers", "transformers", "safetensors", "tokenizers"]
 
 

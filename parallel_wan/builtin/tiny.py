@@ -24,7 +24,11 @@ import torch
 from safetensors.torch import save_file
 
 from parallel_wan.builtin.kinds import (  # noqa: F401 (re-exported)
-    ARCHITECTURE_OF_KIND, KINDS, architecture, transformer_config)
+    ARCHITECTURE_OF_KIND,
+    KINDS,
+    architecture,
+    transformer_config,
+)
 from parallel_wan.builtin.scheduler import TINY_SCHEDULER_CONFIG
 from parallel_wan.models import registry
 from parallel_wan.models.transformer_config import TransformerConfig
@@ -85,8 +89,15 @@ def _build(kind: str, seed: int) -> TinyModel:
     tokenizer = build_tokenizer()
     vocab = 8 * math.ceil(len(tokenizer) / 8)
     text_encoder = UMT5EncoderModel(
-        UMT5Config(vocab_size=vocab, dropout_rate=0.0, layer_norm_epsilon=1e-6,
-                   pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, **arch.text_encoder)
+        UMT5Config(
+            vocab_size=vocab,
+            dropout_rate=0.0,
+            layer_norm_epsilon=1e-6,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+            **arch.text_encoder,
+        )
     )
 
     # One generator stream per component, so one component's size never shifts another's weights.
@@ -137,8 +148,11 @@ def build_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
-        tokenizer_object=_tokenizers_tokenizer(), pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-        model_max_length=512
+        tokenizer_object=_tokenizers_tokenizer(),
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=512,
     )
 
 
@@ -214,7 +228,11 @@ def _write_diffusers(model: TinyModel, root: Path) -> None:
     model.tokenizer.save_pretrained(root / "tokenizer")
     _write_json(
         root / "scheduler" / "scheduler_config.json",
-        {"_class_name": "UniPCMultistepScheduler", "_diffusers_version": diffusers.__version__, **model.scheduler_config},
+        {
+            "_class_name": "UniPCMultistepScheduler",
+            "_diffusers_version": diffusers.__version__,
+            **model.scheduler_config,
+        },
     )
 
 

@@ -34,8 +34,14 @@ class CacheStep:
 
     def as_row(self) -> dict:
         """The step's numbers, for programs that take them as data (the JAX step)."""
-        return {"action": ACTIONS.index(self.action), "fresh": int(self.fresh), "terms": self.terms,
-                "prev_terms": self.prev_terms, "delta": self.delta, "offset": self.offset}
+        return {
+            "action": ACTIONS.index(self.action),
+            "fresh": int(self.fresh),
+            "terms": self.terms,
+            "prev_terms": self.prev_terms,
+            "delta": self.delta,
+            "offset": self.offset,
+        }
 
 
 ACTIONS = (COMPUTE, REUSE, PREDICT, PROBE)
@@ -52,8 +58,9 @@ def expert_runs(experts: list[str]) -> list[tuple[str, int]]:
     return runs
 
 
-def cache_plan(settings: CacheSettings, experts: list[str], split: int | None = None,
-               expert_order: tuple[str, str] | None = None) -> list[CacheStep]:
+def cache_plan(
+    settings: CacheSettings, experts: list[str], split: int | None = None, expert_order: tuple[str, str] | None = None
+) -> list[CacheStep]:
     """One CacheStep per step of a run whose step i runs expert `experts[i]`. `split`: for a
     two-expert MagCache curve without one, the high-noise steps of its calibration run.
     `expert_order`: a two-expert model's (high, low) names, so that a run whose steps all fall
@@ -65,8 +72,13 @@ def cache_plan(settings: CacheSettings, experts: list[str], split: int | None = 
     if settings.kind == "fbcache":
         return [CacheStep(PROBE, f) for f in fresh]
     if settings.kind == "magcache":
-        mag = MagCacheSettings(settings.threshold, settings.max_skips, settings.retention, settings.curve,
-                               settings.split if settings.split is not None else split)
+        mag = MagCacheSettings(
+            settings.threshold,
+            settings.max_skips,
+            settings.retention,
+            settings.curve,
+            settings.split if settings.split is not None else split,
+        )
         per_expert = [steps for _, steps in runs]
         if expert_order is not None and mag.calibration_split is not None:
             per_expert = [experts.count(name) for name in expert_order]  # [n, 0] / [0, n] when one runs
@@ -92,8 +104,9 @@ def taylor_expert_plan(steps: int, interval: int, warmup: int, order: int) -> li
         if taylor_computes(i, interval, warmup):
             delta = 0 if last is None else i - last
             new_terms = 1 if last is None else min(terms + 1, order + 1)
-            out.append(CacheStep(COMPUTE, i == 0, terms=new_terms, prev_terms=0 if last is None else terms,
-                                 delta=delta))
+            out.append(
+                CacheStep(COMPUTE, i == 0, terms=new_terms, prev_terms=0 if last is None else terms, delta=delta)
+            )
             last, terms = i, new_terms
         else:
             out.append(CacheStep(PREDICT, False, terms=terms, offset=i - last))

@@ -19,7 +19,7 @@ per-branch skipping gives, but that step saves no work here (`block_forwards_dis
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -55,8 +55,18 @@ class CacheLogs:
 
 
 class StepCache(CacheLogs):
-    def __init__(self, settings: CacheSettings, plan: list[CacheStep], branches: list[str], batch: int, layers: int,
-                 valid, reduce: Callable, ops, lockstep: int | None = None):
+    def __init__(
+        self,
+        settings: CacheSettings,
+        plan: list[CacheStep],
+        branches: list[str],
+        batch: int,
+        layers: int,
+        valid,
+        reduce: Callable,
+        ops,
+        lockstep: int | None = None,
+    ):
         """branches: the CFG branch names of this controller's rows, in row order ("cond",
         "uncond"). valid: (1, L, 1) float32 device array, 1 on this shard's valid tokens.
         reduce(array) → host numpy array summed over every controller whose rows share these
@@ -99,7 +109,7 @@ class StepCache(CacheLogs):
         self.arrays = {k: v for k, v in self.take_logs(state).items() if v is not None}
 
     def _mark(self, skipped: list[bool]) -> None:
-        self.log[self.index, :len(skipped)] = np.asarray(skipped, np.int8)
+        self.log[self.index, : len(skipped)] = np.asarray(skipped, np.int8)
 
     # ------------------------------------------------------------ TaylorSeer: the whole output
     def predicted(self):
@@ -110,8 +120,12 @@ class StepCache(CacheLogs):
     def computed(self, output) -> None:
         """After a computed forward (float32 output): TaylorSeer's factors follow it."""
         if self.settings.kind == "taylorseer":
-            self.arrays.update(zip(taylor.factor_names(self.settings.order),
-                                   taylor.update(self._factors(like=output), output, self.step, self.ops)))
+            self.arrays.update(
+                zip(
+                    taylor.factor_names(self.settings.order),
+                    taylor.update(self._factors(like=output), output, self.step, self.ops),
+                )
+            )
             self._mark([False] * self.active)
 
     def _factors(self, like=None) -> list:
@@ -137,8 +151,11 @@ class StepCache(CacheLogs):
                 # branches differ: the ratio is measured on the branches both ran (cond)
                 common = min(self.active, self.arrays["residual"].shape[0] // self.batch)
                 rows = common * self.batch
-                sums = self.reduce(magcache_calibration.branch_ratio_sums(
-                    residual[:rows], self.arrays["residual"][:rows], self.valid, common, self.ops))
+                sums = self.reduce(
+                    magcache_calibration.branch_ratio_sums(
+                        residual[:rows], self.arrays["residual"][:rows], self.valid, common, self.ops
+                    )
+                )
                 self.calibration[self.index, :common] = sums / self._valid_count()
             self.arrays["residual"] = residual
             self._mark([False] * self.active)
@@ -173,7 +190,7 @@ class StepCache(CacheLogs):
         rows = self.batch
 
         def per_branch(new, old):
-            return ops.concat([(new if c else old)[b * rows:(b + 1) * rows] for b, c in enumerate(compute)], axis=0)
+            return ops.concat([(new if c else old)[b * rows : (b + 1) * rows] for b, c in enumerate(compute)], axis=0)
 
         cached = h0 + self.arrays["fb_tail"]
         self.arrays["fb_reference"] = per_branch(residual, self.arrays["fb_reference"])
@@ -185,18 +202,30 @@ class StepCache(CacheLogs):
         """The sidecar's "cache" record. `log`/`branches`/`calibration`: the whole run's
         (steps × branch) arrays when the branches live on several controllers (CFG parallel),
         else this one's."""
-        return cache_record(self.settings, self.plan, self.layers, self.log if log is None else log,
-                            self.branches if branches is None else branches,
-                            self.calibration if calibration is None else calibration,
-                            shared_rows=len(self.branches) > 1)
+        return cache_record(
+            self.settings,
+            self.plan,
+            self.layers,
+            self.log if log is None else log,
+            self.branches if branches is None else branches,
+            self.calibration if calibration is None else calibration,
+            shared_rows=len(self.branches) > 1,
+        )
 
     def calibration_curve(self, calibration=None) -> list[float]:
         """The measured curve (official format) from steps 1 … N−1."""
         return measured_curve(self.calibration if calibration is None else calibration)
 
 
-def cache_record(settings: CacheSettings, plan: list[CacheStep], layers: int, log, branches: list[str],
-                 calibration, shared_rows: bool) -> dict:
+def cache_record(
+    settings: CacheSettings,
+    plan: list[CacheStep],
+    layers: int,
+    log,
+    branches: list[str],
+    calibration,
+    shared_rows: bool,
+) -> dict:
     """The sidecar's "cache" record from a run's (steps × branches) log (1 skipped, 0 computed,
     −1 not run) — one function for every backend, so their records read alike. `shared_rows`:
     one device group runs both branches' rows, so a First-Block step where they decide

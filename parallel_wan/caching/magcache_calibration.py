@@ -24,7 +24,7 @@ def branch_ratio_sums(residual, previous, valid, branches: int, ops):
     ratio = ops.sum(r * r, axis=-1, keepdims=True) ** 0.5 / ops.sum(prev * prev, axis=-1, keepdims=True) ** 0.5
     ratio = ops.where(valid > 0, ratio, ops.zeros_like(ratio))  # padded tokens: 0/0 must not count
     rows = r.shape[0] // branches
-    return ops.stack([ops.sum(ratio[b * rows:(b + 1) * rows]) for b in range(branches)])
+    return ops.stack([ops.sum(ratio[b * rows : (b + 1) * rows]) for b in range(branches)])
 
 
 def official_curve(per_step: list[list[float]]) -> list[float]:

@@ -48,8 +48,10 @@ class MagCacheSettings:
         if not (0 <= self.retention < 1):
             raise ValueError(f"cache.retention={self.retention!r} must be in [0, 1)")
         if len(self.curve) < 2 or len(self.curve) % 2:
-            raise ValueError(f"a MagCache curve holds interleaved cond/uncond ratios (an even count ≥ 2); "
-                             f"got {len(self.curve)} values")
+            raise ValueError(
+                f"a MagCache curve holds interleaved cond/uncond ratios (an even count ≥ 2); "
+                f"got {len(self.curve)} values"
+            )
         if not all(math.isfinite(r) and r > 0 for r in self.curve):
             raise ValueError("a MagCache curve's ratios must be finite and > 0")
         steps = self.calibration_steps
@@ -63,8 +65,9 @@ class MagCacheSettings:
 
 def official(name: str, threshold: float, max_skips: int, retention: float) -> MagCacheSettings:
     """Settings over one of the shipped official curves (`magcache_curves`, e.g. "T2V_A14B")."""
-    return MagCacheSettings(threshold, max_skips, retention, getattr(magcache_curves, name),
-                            magcache_curves.CALIBRATION_SPLIT[name])
+    return MagCacheSettings(
+        threshold, max_skips, retention, getattr(magcache_curves, name), magcache_curves.CALIBRATION_SPLIT[name]
+    )
 
 
 def cond_ratios(curve) -> list[float]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..errors import ConfigError
 from . import magcache_curves
@@ -71,7 +71,9 @@ class CacheSettings:
 
 def _number(key: str, value, kind):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"cache.{key}={value!r} is not a number; set e.g. cache.{key}={'2' if kind is int else '0.05'}")
+        raise ConfigError(
+            f"cache.{key}={value!r} is not a number; set e.g. cache.{key}={'2' if kind is int else '0.05'}"
+        )
     if kind is int:
         if isinstance(value, float) and not value.is_integer():
             raise ConfigError(f"cache.{key}={value!r} is not a whole number")
@@ -100,15 +102,19 @@ def cache_settings(cfg: Mapping | None, magcache_preset: Mapping | None, with_im
         raise ConfigError(f"cache={kind!r} is not known; choose one of: {', '.join(KINDS)}")
     unknown = sorted(set(cfg) - set(KEYS[kind]))
     if unknown:
-        raise ConfigError(f"cache={kind} has no setting {', '.join('cache.' + k for k in unknown)}; "
-                          f"its settings are: {', '.join('cache.' + k for k in KEYS[kind][1:]) or 'none'}")
+        raise ConfigError(
+            f"cache={kind} has no setting {', '.join('cache.' + k for k in unknown)}; "
+            f"its settings are: {', '.join('cache.' + k for k in KEYS[kind][1:]) or 'none'}"
+        )
     if kind == "none":
         return CacheSettings()
     if kind == "fbcache":
         threshold = _pick(cfg, {}, "threshold", float)
         if threshold < 0:
-            raise ConfigError(f"cache.threshold={threshold} is negative; First-Block Cache skips when the relative "
-                              "change is ≤ threshold, so use e.g. cache.threshold=0.05")
+            raise ConfigError(
+                f"cache.threshold={threshold} is negative; First-Block Cache skips when the relative "
+                "change is ≤ threshold, so use e.g. cache.threshold=0.05"
+            )
         return CacheSettings(kind, threshold=threshold)
     if kind == "taylorseer":
         interval = _pick(cfg, {}, "interval", int)
@@ -117,8 +123,10 @@ def cache_settings(cfg: Mapping | None, magcache_preset: Mapping | None, with_im
         if interval < 1:
             raise ConfigError(f"cache.interval={interval} must be ≥ 1 (1 computes every step)")
         if warmup < 1:
-            raise ConfigError(f"cache.warmup={warmup} must be ≥ 1: each expert computes its first step before "
-                              "anything can be predicted; set e.g. cache.warmup=3")
+            raise ConfigError(
+                f"cache.warmup={warmup} must be ≥ 1: each expert computes its first step before "
+                "anything can be predicted; set e.g. cache.warmup=3"
+            )
         if order < 1:
             raise ConfigError(f"cache.order={order} must be ≥ 1 (1: linear extrapolation; 2: quadratic)")
         return CacheSettings(kind, interval=interval, warmup=warmup, order=order)
@@ -133,14 +141,19 @@ def _magcache(cfg: Mapping, preset: dict, with_image: bool) -> CacheSettings:
     if not isinstance(calibrate, bool):
         raise ConfigError(f"cache.calibrate={calibrate!r} is not a boolean; set cache.calibrate=true or false")
     if threshold < 0:
-        raise ConfigError(f"cache.threshold={threshold} is negative; MagCache skips while the accumulated error "
-                          "stays ≤ threshold, so use e.g. cache.threshold=0.06")
+        raise ConfigError(
+            f"cache.threshold={threshold} is negative; MagCache skips while the accumulated error "
+            "stays ≤ threshold, so use e.g. cache.threshold=0.06"
+        )
     if max_skips < 1:
-        raise ConfigError(f"cache.max_skips={max_skips} must be ≥ 1 (K: skipped steps in a row; the official "
-                          "setting is 2)")
+        raise ConfigError(
+            f"cache.max_skips={max_skips} must be ≥ 1 (K: skipped steps in a row; the official setting is 2)"
+        )
     if not 0 <= retention < 1:
-        raise ConfigError(f"cache.retention={retention} must be in [0, 1): the fraction of each expert's first "
-                          "steps that always compute (official 0.2)")
+        raise ConfigError(
+            f"cache.retention={retention} must be in [0, 1): the fraction of each expert's first "
+            "steps that always compute (official 0.2)"
+        )
     ratios = cfg.get("ratios")
     curve_name = split = curve = None
     if calibrate and cfg.get("ratios") is not None:
@@ -153,14 +166,25 @@ def _magcache(cfg: Mapping, preset: dict, with_image: bool) -> CacheSettings:
     elif not calibrate:
         curve_name = preset.get("curve")
         if curve_name is None:
-            raise ConfigError("cache=magcache needs a curve and this model preset ships none; calibrate one with "
-                              "cache.calibrate=true, then pass it as cache.ratios=PATH/mag_ratios.json")
+            raise ConfigError(
+                "cache=magcache needs a curve and this model preset ships none; calibrate one with "
+                "cache.calibrate=true, then pass it as cache.ratios=PATH/mag_ratios.json"
+            )
         if curve_name == "TI2V_5B":  # one model, two calibrations: with and without a first frame
             curve_name = "TI2V_5B_I2V" if with_image else "TI2V_5B_T2V"
         curve = tuple(getattr(magcache_curves, curve_name))
         split = magcache_curves.CALIBRATION_SPLIT[curve_name]
-    return CacheSettings("magcache", threshold=threshold, max_skips=max_skips, retention=retention, ratios=ratios,
-                         calibrate=calibrate, curve=curve, curve_name=curve_name, split=split)
+    return CacheSettings(
+        "magcache",
+        threshold=threshold,
+        max_skips=max_skips,
+        retention=retention,
+        ratios=ratios,
+        calibrate=calibrate,
+        curve=curve,
+        curve_name=curve_name,
+        split=split,
+    )
 
 
 def read_ratios(path: str) -> tuple[tuple[float, ...], int | None]:
@@ -178,17 +202,20 @@ def read_ratios(path: str) -> tuple[tuple[float, ...], int | None]:
     split = None
     if isinstance(data, dict):
         if set(data) - {"mag_ratios", "split", "steps", "note"} or "mag_ratios" not in data:
-            raise ConfigError(f"{where}: an object must hold \"mag_ratios\" (a list) and optionally \"split\"; "
-                              f"it has {sorted(data)}")
+            raise ConfigError(
+                f'{where}: an object must hold "mag_ratios" (a list) and optionally "split"; it has {sorted(data)}'
+            )
         split = data.get("split")
         data = data["mag_ratios"]
         if split is not None and (isinstance(split, bool) or not isinstance(split, int)):
-            raise ConfigError(f"{where}: \"split\" must be a whole number of steps, not {split!r}")
+            raise ConfigError(f'{where}: "split" must be a whole number of steps, not {split!r}')
     if not isinstance(data, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data):
         raise ConfigError(f"{where} must hold a flat list of numbers (interleaved cond/uncond ratios)")
     if len(data) < 2 or len(data) % 2:
-        raise ConfigError(f"{where} holds {len(data)} ratios; the official format has 2·N − 2 (an even count ≥ 2: "
-                          "cond and uncond for steps 1…N−1 of an N-step run)")
+        raise ConfigError(
+            f"{where} holds {len(data)} ratios; the official format has 2·N − 2 (an even count ≥ 2: "
+            "cond and uncond for steps 1…N−1 of an N-step run)"
+        )
     if not all(math.isfinite(v) and v > 0 for v in data):
         raise ConfigError(f"{where}: every ratio must be a finite number > 0")
     steps = len(data) // 2 + 1

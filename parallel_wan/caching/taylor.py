@@ -30,5 +30,5 @@ def predict(factors: list, step, ops):
     """Σ_k<terms f(k) · offsetᵏ / k!, in float32."""
     out = ops.zeros_like(factors[0])
     for k in range(step.terms):
-        out = out + factors[k] * ((step.offset ** k) / math.factorial(k))
+        out = out + factors[k] * ((step.offset**k) / math.factorial(k))
     return out

@@ -7,7 +7,7 @@ import difflib
 import functools
 import os
 import tempfile
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..conf_dir import conf_dir
 from ..errors import ConfigError
@@ -30,7 +30,7 @@ def known_keys() -> frozenset[str]:
     return frozenset(set(conf) - {"hydra"} | groups)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_value(key: str):
     """conf/config.yaml's value of a top-level setting: what a run has when the command line
     leaves the key alone (how a setting the user gave is told from one they did not)."""
@@ -45,8 +45,10 @@ def check_known_keys(cfg: Mapping) -> None:
     unknown = sorted(set(cfg) - known_keys() - {"hydra"})
     if unknown:
         key = unknown[0]
-        raise ConfigError(f"{key}={cfg[key]!r} is not a setting{_nearest(key, known_keys())}; remove it "
-                          "(python -m parallel_wan.run --cfg job lists every setting)")
+        raise ConfigError(
+            f"{key}={cfg[key]!r} is not a setting{_nearest(key, known_keys())}; remove it "
+            "(python -m parallel_wan.run --cfg job lists every setting)"
+        )
 
 
 def _nearest(key: str, options) -> str:
@@ -66,8 +68,11 @@ def _words(name: str) -> set[str]:
 def check_seed(seed: int, prompts: int) -> None:
     """Prompt i is seeded seed + i (RunSpec.seed_of); every one must be a torch generator seed."""
     if seed < 0 or seed + prompts - 1 >= INT_LIMIT:
-        why = ("a seed is a 64-bit generator seed" if prompts == 1 else
-               f"prompt i of the {prompts} is seeded seed + i, and each must be a 64-bit generator seed")
+        why = (
+            "a seed is a 64-bit generator seed"
+            if prompts == 1
+            else f"prompt i of the {prompts} is seeded seed + i, and each must be a 64-bit generator seed"
+        )
         raise ConfigError(f"seed={seed} must be between 0 and {INT_LIMIT - prompts} ({why}); set e.g. seed=42")
 
 
@@ -84,6 +89,7 @@ def writable_folder(key: str, value: str, instead: str) -> str:
     try:  # a real write, not os.access: that says yes to root on a read-only mount or in /sys
         tempfile.TemporaryFile(dir=existing).close()  # unnamed (O_TMPFILE) where the kernel can
     except OSError as exc:
-        raise ConfigError(f"{key}={path}: {existing} is not writable ({exc.strerror}); pick a writable folder, "
-                          f"{instead}") from None
+        raise ConfigError(
+            f"{key}={path}: {existing} is not writable ({exc.strerror}); pick a writable folder, {instead}"
+        ) from None
     return path

@@ -47,8 +47,11 @@ def hydra_error_line(exc: Exception, overrides: list[str] = ()) -> str:
         options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
         return f"{m.group(1)}={m.group(2)} is not known; choose one of: {', '.join(options)}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith(("See https://", "Config search path", "provider=",
-                                                            "full_key:", "object_type="))]
+    lines = [
+        line
+        for line in lines
+        if not line.startswith(("See https://", "Config search path", "provider=", "full_key:", "object_type="))
+    ]
     return "; ".join(lines) + " (settings are key=value; quote values with spaces: key='a b')"
 
 
@@ -77,8 +80,7 @@ def _not_in_option(key: str, overrides) -> str | None:
     if chosen not in fields:
         return None
     takes = ", ".join(k for k in fields[chosen] if k != "kind") or "no settings"
-    where = (f"{' and '.join(have)} {'has' if len(have) == 1 else 'have'} it" if have
-             else f"no {group} option has it")
+    where = f"{' and '.join(have)} {'has' if len(have) == 1 else 'have'} it" if have else f"no {group} option has it"
     return f"{key} is not a setting of {group}={chosen} ({where}; {group}={chosen} takes: {takes}); remove it"
 
 

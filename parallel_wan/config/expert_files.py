@@ -33,11 +33,15 @@ def expert_file_settings(cfg: Mapping, experts: int, model_name: str) -> dict[st
         if not isinstance(value, str):
             raise ConfigError(f"{key}={value!r} must be the path of one .safetensors file")
         if role == "all" and experts == 2:
-            raise ConfigError(f"{key}={value} names the one expert of TI2V-5B, but model={model_name} has two; "
-                              "use weights_high=FILE and/or weights_low=FILE")
+            raise ConfigError(
+                f"{key}={value} names the one expert of TI2V-5B, but model={model_name} has two; "
+                "use weights_high=FILE and/or weights_low=FILE"
+            )
         if role != "all" and experts == 1:
-            raise ConfigError(f"{key}={value} names one expert of a two-expert model, but model={model_name} has one; "
-                              f"use weights={value}")
+            raise ConfigError(
+                f"{key}={value} names one expert of a two-expert model, but model={model_name} has one; "
+                f"use weights={value}"
+            )
         out[key] = check_file(key, value)
     return out
 
@@ -57,6 +61,8 @@ def check_file(key: str, path: str) -> str:
     except OSError as e:
         raise ConfigError(f"{key}={path} cannot be read ({e.strerror})") from None
     if len(start) < 9 or start[8:9] != b"{" or struct.unpack("<Q", start[:8])[0] > size - 8:
-        raise ConfigError(f"{key}={path} is not a safetensors file; give the expert as .safetensors "
-                          "(a .gguf or .pth expert is not read)")
+        raise ConfigError(
+            f"{key}={path} is not a safetensors file; give the expert as .safetensors "
+            "(a .gguf or .pth expert is not read)"
+        )
     return path

@@ -10,7 +10,8 @@ its length is the step count.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -23,8 +24,15 @@ from ..errors import ConfigError
 # (0.875 T2V, 0.9 I2V) give 2 high-noise + 2 low-noise steps. `shift` is recorded, not applied.
 LIGHTNING_SIGMAS = tuple(5 * s / (1 + 4 * s) for s in (1.0, 0.75, 0.5, 0.25))
 RECIPES: dict[str, dict[str, Any]] = {
-    "lightning": {"sampler": "euler", "steps": len(LIGHTNING_SIGMAS), "shift": 5.0, "sigmas": LIGHTNING_SIGMAS,
-                  "timesteps": None, "guidance_high": 1.0, "guidance_low": 1.0},
+    "lightning": {
+        "sampler": "euler",
+        "steps": len(LIGHTNING_SIGMAS),
+        "shift": 5.0,
+        "sigmas": LIGHTNING_SIGMAS,
+        "timesteps": None,
+        "guidance_high": 1.0,
+        "guidance_low": 1.0,
+    },
 }
 
 
@@ -46,16 +54,23 @@ def schedule_values(key: str, value) -> tuple[float, ...] | None:
     is_sigmas = key.endswith("sigmas")  # "sigmas" or a preset's "model.sigmas"
     top = 1.0 if is_sigmas else 1000.0
     example = f"{key}=[1.0,0.9375,0.8333,0.625]" if is_sigmas else f"{key}=[1000,937.5,833.3,625]"
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not len(value) or \
-            not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+    if (
+        isinstance(value, (str, bytes))
+        or not hasattr(value, "__len__")
+        or not len(value)
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    ):
         raise ConfigError(f"{key}={value!r} must be a non-empty list of numbers, one per step, e.g. {example}")
     values = tuple(float(v) for v in value)
     if any(not 0 < v <= top for v in values):
-        raise ConfigError(f"{key}={list(values)} must lie in (0, {top:g}] ({'σ' if is_sigmas else 't'} = 0 "
-                          f"is where sampling ends, appended after the last step); e.g. {example}")
+        raise ConfigError(
+            f"{key}={list(values)} must lie in (0, {top:g}] ({'σ' if is_sigmas else 't'} = 0 "
+            f"is where sampling ends, appended after the last step); e.g. {example}"
+        )
     if any(b >= a for a, b in zip(values, values[1:])):
-        raise ConfigError(f"{key}={list(values)} must decrease strictly (one step each, from most to least noise); "
-                          f"e.g. {example}")
+        raise ConfigError(
+            f"{key}={list(values)} must decrease strictly (one step each, from most to least noise); e.g. {example}"
+        )
     return values
 
 
@@ -65,7 +80,9 @@ def explicit_schedule_settings(cfg: Mapping, preset_sigmas, preset_timesteps, pr
     disagrees is refused."""
     sigmas, timesteps = schedule_values("sigmas", cfg.get("sigmas")), schedule_values("timesteps", cfg.get("timesteps"))
     if sigmas is not None and timesteps is not None:
-        raise ConfigError("sigmas=[…] and timesteps=[…] were both given; give one of them (a timestep t is the sigma t/1000)")
+        raise ConfigError(
+            "sigmas=[…] and timesteps=[…] were both given; give one of them (a timestep t is the sigma t/1000)"
+        )
     source = "given"
     if sigmas is None and timesteps is None:
         sigmas, timesteps, source = preset_sigmas, preset_timesteps, "of the model preset / recipe"
@@ -75,6 +92,8 @@ def explicit_schedule_settings(cfg: Mapping, preset_sigmas, preset_timesteps, pr
         return None, None, preset_steps if steps is None else steps
     if steps is not None and steps != len(given):
         key = "sigmas" if sigmas is not None else "timesteps"
-        raise ConfigError(f"steps={steps} conflicts with the {len(given)} {key} {source} (one step each); drop steps= "
-                          f"or give {key}=[…] with {steps} values")
+        raise ConfigError(
+            f"steps={steps} conflicts with the {len(given)} {key} {source} (one step each); drop steps= "
+            f"or give {key}=[…] with {steps} values"
+        )
     return sigmas, timesteps, len(given)

@@ -49,23 +49,31 @@ def quant_settings(cfg: Mapping, backend: str, expert_files: bool = False) -> Qu
     quantize = _choice(cfg, "quantize", QUANTIZE)
     compute = _choice(cfg, "quant_compute", QUANT_COMPUTE)
     if compute == "fp8" and quantize == "int8":
-        raise ConfigError("quant_compute=fp8 multiplies float8 weights but quantize=int8 stores int8; set quantize=fp8, "
-                          "or quant_compute=dequant (or auto) to widen the int8 weights as each layer runs")
+        raise ConfigError(
+            "quant_compute=fp8 multiplies float8 weights but quantize=int8 stores int8; set quantize=fp8, "
+            "or quant_compute=dequant (or auto) to widen the int8 weights as each layer runs"
+        )
     if compute == "fp8" and backend == "jax":
-        raise ConfigError("quant_compute=fp8 is the PyTorch FP8 GEMM (torch._scaled_mm) but backend=jax widens quantized "
-                          "weights inside the layer scan; set quant_compute=dequant (or auto), or backend=torch")
+        raise ConfigError(
+            "quant_compute=fp8 is the PyTorch FP8 GEMM (torch._scaled_mm) but backend=jax widens quantized "
+            "weights inside the layer scan; set quant_compute=dequant (or auto), or backend=torch"
+        )
     if compute == "fp8" and quantize == "none" and not expert_files:
         # a checkpoint folder's weights load in the run's dtype: the FP8 GEMM would never run
-        raise ConfigError("quant_compute=fp8 multiplies float8 weights, but quantize=none keeps every weight in the "
-                          "run's dtype (nothing would run in FP8); add quantize=fp8 (or give fp8 expert files: "
-                          "weights_high=/weights_low=/weights=), or set quant_compute=dequant (or auto)")
+        raise ConfigError(
+            "quant_compute=fp8 multiplies float8 weights, but quantize=none keeps every weight in the "
+            "run's dtype (nothing would run in FP8); add quantize=fp8 (or give fp8 expert files: "
+            "weights_high=/weights_low=/weights=), or set quant_compute=dequant (or auto)"
+        )
     return QuantSettings(quantize=quantize, compute=compute)
 
 
 def _choice(cfg: Mapping, key: str, options: tuple[str, ...]) -> str:
     if key not in cfg:
-        raise ConfigError(f"{key} is missing from the settings; compose them with parallel_wan.config.compose "
-                          "(conf/config.yaml holds every default)")
+        raise ConfigError(
+            f"{key} is missing from the settings; compose them with parallel_wan.config.compose "
+            "(conf/config.yaml holds every default)"
+        )
     value = cfg[key]
     if not isinstance(value, str) or value not in options:
         raise ConfigError(f"{key}={value!r} is not known; choose one of: {', '.join(options)}")

@@ -8,19 +8,39 @@ anything heavy loads or any output is written. The mesh is checked by parallel/m
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..caching.settings import cache_settings
-from ..lora.settings import lora_settings
 from ..errors import ConfigError
+from ..lora.settings import lora_settings
 from ..parallel.mesh import mesh_spec
-from .expert_files import expert_file_settings
 from .checks import check_known_keys, check_seed, writable_folder
+from .expert_files import expert_file_settings
 from .few_step import explicit_schedule_settings
 from .quantization import quant_settings
-from .schema import ATTENTION_IMPLS, BACKENDS, DTYPES, MEMORY_MODES, SAMPLERS, SCHEDULES, ExecutionSettings, \
-    MemorySettings, ModelPreset, OutputSettings, RunSpec, SamplingSettings, VideoSettings, WeightSettings, _as, \
-    _choice, _pick, _setting, guides_every_step, model_preset, uses_guidance
+from .schema import (
+    ATTENTION_IMPLS,
+    BACKENDS,
+    DTYPES,
+    MEMORY_MODES,
+    SAMPLERS,
+    SCHEDULES,
+    ExecutionSettings,
+    MemorySettings,
+    ModelPreset,
+    OutputSettings,
+    RunSpec,
+    SamplingSettings,
+    VideoSettings,
+    WeightSettings,
+    _as,
+    _choice,
+    _pick,
+    _setting,
+    guides_every_step,
+    model_preset,
+    uses_guidance,
+)
 
 
 def backend_name(cfg: Mapping) -> str:
@@ -51,7 +71,10 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     width = _as(int, "width", _pick(cfg, "width", model.width))
     sigmas, timesteps, steps = explicit_schedule_settings(
         {**cfg, "steps": None if cfg.get("steps") is None else _as(int, "steps", cfg["steps"])},
-        model.sigmas, model.timesteps, model.steps)
+        model.sigmas,
+        model.timesteps,
+        model.steps,
+    )
     guidance_high = _as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high))
     guidance_low = _as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low))
     shift = _as(float, "shift", _pick(cfg, "shift", model.shift))
@@ -59,7 +82,9 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
 
     if num_frames < 1 or num_frames % 4 != 1:
         near = max(1, 4 * round((num_frames - 1) / 4) + 1)
-        raise ConfigError(f"num_frames={num_frames} must be 4k+1 (the VAE's temporal stride is 4); try num_frames={near}")
+        raise ConfigError(
+            f"num_frames={num_frames} must be 4k+1 (the VAE's temporal stride is 4); try num_frames={near}"
+        )
     m = model.size_multiple
     for key, value in (("height", height), ("width", width)):
         if value < m or value % m:
@@ -79,14 +104,19 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     if image:
         image = _as(str, "image", image)
         if model.task == "t2v":
-            raise ConfigError(f"image={image} was given but model={model.name} is text-to-video; drop image= or use an i2v/ti2v model")
+            raise ConfigError(
+                f"image={image} was given but model={model.name} is text-to-video; drop image= or use an i2v/ti2v model"
+            )
         _check_image_readable(image)
 
     checkpoint_dir = cfg.get("checkpoint_dir")
     if checkpoint_dir:
         checkpoint_dir = os.path.abspath(os.path.expanduser(_as(str, "checkpoint_dir", checkpoint_dir)))
         if not os.path.isdir(checkpoint_dir):
-            raise ConfigError(f"checkpoint_dir={checkpoint_dir} is not a folder; point it at a Wan 2.2 checkpoint (diffusers or official layout)")
+            raise ConfigError(
+                f"checkpoint_dir={checkpoint_dir} is not a folder; point it at a Wan 2.2 checkpoint (diffusers or "
+                "official layout)"
+            )
     elif not model.builtin:
         raise ConfigError(
             f"model={model.name} needs its weights: set checkpoint_dir=DIR (diffusers or official layout), "
@@ -96,28 +126,39 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     files = expert_file_settings(cfg, model.experts, model.name)
     if any(files.values()) and not checkpoint_dir:
         key = next(k for k, v in files.items() if v)
-        raise ConfigError(f"{key}={files[key]} replaces an expert of a checkpoint, but no checkpoint_dir is set; "
-                          "set checkpoint_dir=DIR (it still gives the VAE, text encoder, tokenizer and configs)")
+        raise ConfigError(
+            f"{key}={files[key]} replaces an expert of a checkpoint, but no checkpoint_dir is set; "
+            "set checkpoint_dir=DIR (it still gives the VAE, text encoder, tokenizer and configs)"
+        )
 
     dtype = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES)
     attention_impl = _choice("attention_impl", str(_setting(cfg, "attention_impl")), ATTENTION_IMPLS)
     attention_impl = "auto" if attention_impl == "ours" else attention_impl  # ours: auto's old name
     if attention_impl != "auto" and backend != "torch":
-        raise ConfigError(f"attention_impl={attention_impl} is a PyTorch (CUDA) kernel but backend={backend}; "
-                          "use attention_impl=auto (JAX picks its own attention)")
+        raise ConfigError(
+            f"attention_impl={attention_impl} is a PyTorch (CUDA) kernel but backend={backend}; "
+            "use attention_impl=auto (JAX picks its own attention)"
+        )
     guided = uses_guidance(guidance_high, guidance_low, model.experts)
     prompts = _prompts(cfg.get("prompt"))
     check_seed(seed, len(prompts))
     memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
     quantization = quant_settings(cfg, backend, expert_files=any(files.values()))
     if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
-        mesh = _auto_mesh(mesh_cfg, model, world_size, guides_every_step(guidance_high, guidance_low, model.experts),
-                          len(prompts), node_size, backend)
+        mesh = _auto_mesh(
+            mesh_cfg,
+            model,
+            world_size,
+            guides_every_step(guidance_high, guidance_low, model.experts),
+            len(prompts),
+            node_size,
+            backend,
+        )
     if mesh.dp > 1:
         if len(prompts) == 1 and not (mesh.dp == 2 and guided):
             raise ConfigError(
                 f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
-                f"dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=[\"…\",\"…\"]) or use a mesh with dp=1"
+                f'dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=["…","…"]) or use a mesh with dp=1'
             )
         if len(prompts) == 1:
             _check_cfg_parallel(mesh, model, guidance_high, guidance_low)
@@ -131,31 +172,55 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         mesh=mesh,
         video=VideoSettings(
             prompts=prompts,
-            negative_prompt=None if cfg.get("negative_prompt") is None else _as(str, "negative_prompt",
-                                                                                  cfg["negative_prompt"]),
-            image=image or None, seed=seed, num_frames=num_frames, height=height, width=width),
+            negative_prompt=None
+            if cfg.get("negative_prompt") is None
+            else _as(str, "negative_prompt", cfg["negative_prompt"]),
+            image=image or None,
+            seed=seed,
+            num_frames=num_frames,
+            height=height,
+            width=width,
+        ),
         sampling=SamplingSettings(
-            steps=steps, guidance_high=guidance_high, guidance_low=guidance_low, shift=shift,
+            steps=steps,
+            guidance_high=guidance_high,
+            guidance_low=guidance_low,
+            shift=shift,
             sampler=_choice("sampler", str(_pick(cfg, "sampler", model.sampler)), SAMPLERS),
             schedule=_choice("schedule", str(_setting(cfg, "schedule")), SCHEDULES),
-            sigmas=sigmas, timesteps=timesteps, recipe=model.recipe),
+            sigmas=sigmas,
+            timesteps=timesteps,
+            recipe=model.recipe,
+        ),
         cache=_cache(cfg, model, image, backend, guidance_high, guidance_low),
-        weights=WeightSettings(checkpoint_dir=checkpoint_dir or None,
-                               loras=lora_settings(cfg, model.experts, model.name),
-                               cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
-                               file=files["weights"], file_high=files["weights_high"], file_low=files["weights_low"]),
+        weights=WeightSettings(
+            checkpoint_dir=checkpoint_dir or None,
+            loras=lora_settings(cfg, model.experts, model.name),
+            cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
+            file=files["weights"],
+            file_high=files["weights_high"],
+            file_low=files["weights_low"],
+        ),
         memory=MemorySettings(mode=memory, swap_prefetch_steps=swap_prefetch_steps, jax_fsdp=jax_fsdp),
         execution=ExecutionSettings(
-            backend=backend, device=_as(str, "device", _setting(cfg, "device")), dtype=dtype,
-            attention_impl=attention_impl, compile=_torch_compile(cfg, backend),
+            backend=backend,
+            device=_as(str, "device", _setting(cfg, "device")),
+            dtype=dtype,
+            attention_impl=attention_impl,
+            compile=_torch_compile(cfg, backend),
             scan_loop=_jax_only(cfg, backend, "scan_loop"),
-            dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _setting(cfg, "dist_timeout_s")))),
+            dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _setting(cfg, "dist_timeout_s"))),
+        ),
         output=OutputSettings(
             # null (the default) → this run's own outputs/<date_time> (jobs/output_folder.py claims it)
-            dir=writable_folder("output_dir", _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
-                                "e.g. output_dir=outputs/run1"),
+            dir=writable_folder(
+                "output_dir",
+                _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
+                "e.g. output_dir=outputs/run1",
+            ),
             save_frames=_as(bool, "save_frames", _setting(cfg, "save_frames")),
-            log_all_ranks=_as(bool, "log_all_ranks", _setting(cfg, "log_all_ranks"))),
+            log_all_ranks=_as(bool, "log_all_ranks", _setting(cfg, "log_all_ranks")),
+        ),
         quantization=quantization,
     )
 
@@ -163,7 +228,10 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
 def _check_cfg_parallel(mesh, model: ModelPreset, guidance_high: float, guidance_low: float) -> None:
     """CFG parallel puts each CFG half of every forward on one dp group; an expert with
     guidance 1.0 runs one half only, which would leave a group idle and the other doing it all."""
-    for key, value, expert in (("guidance_high", guidance_high, "high-noise"), ("guidance_low", guidance_low, "low-noise")):
+    for key, value, expert in (
+        ("guidance_high", guidance_high, "high-noise"),
+        ("guidance_low", guidance_low, "low-noise"),
+    ):
         if value == 1.0 and (key == "guidance_high" or model.experts == 2):
             name = expert + " expert" if model.experts == 2 else "model"
             raise ConfigError(
@@ -178,21 +246,32 @@ def _cache(cfg: Mapping, model: ModelPreset, image, backend: str, guidance_high:
     their forwards must have the same rows: guidance 1.0 on one expert only is refused there."""
     cache = cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image))
     if cache.on and backend == "jax" and model.experts == 2 and (guidance_high == 1.0) != (guidance_low == 1.0):
-        raise ConfigError(f"cache={cache.kind} on backend=jax keeps one set of arrays for both experts, but guidance "
-                          f"{guidance_high:g} (high) / {guidance_low:g} (low) runs CFG on one of them only; use "
-                          "backend=torch, or guidance 1.0 on both experts or on neither")
+        raise ConfigError(
+            f"cache={cache.kind} on backend=jax keeps one set of arrays for both experts, but guidance "
+            f"{guidance_high:g} (high) / {guidance_low:g} (low) runs CFG on one of them only; use "
+            "backend=torch, or guidance 1.0 on both experts or on neither"
+        )
     return cache
 
 
-def _auto_mesh(mesh_cfg: Mapping, model: ModelPreset, world_size: int, cfg_everywhere: bool, prompts: int,
-               node_size: int | None, backend: str):
+def _auto_mesh(
+    mesh_cfg: Mapping,
+    model: ModelPreset,
+    world_size: int,
+    cfg_everywhere: bool,
+    prompts: int,
+    node_size: int | None,
+    backend: str,
+):
     from ..models.registry import ARCHITECTURES, for_task
     from ..parallel.auto_mesh import auto_mesh
 
     unknown = set(mesh_cfg) - {"name"}
     if unknown:
-        raise ConfigError(f"mesh=auto picks every degree itself but {sorted(unknown)} were set; name a mesh "
-                          "(e.g. mesh=usp2x2) or drop those keys")
+        raise ConfigError(
+            f"mesh=auto picks every degree itself but {sorted(unknown)} were set; name a mesh "
+            "(e.g. mesh=usp2x2) or drop those keys"
+        )
     arch = ARCHITECTURES.get(model.name) or for_task(model.task, model.builtin)
     mesh = auto_mesh(world_size, arch.transformer.num_attention_heads, cfg_everywhere, prompts, node_size)
     return mesh_spec(mesh.to_dict(), world_size, backend=backend)
@@ -208,8 +287,10 @@ def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
 def _torch_compile(cfg: Mapping, backend: str) -> bool:
     value = _as(bool, "compile", _setting(cfg, "compile"))
     if value and backend != "torch":
-        raise ConfigError(f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
-                          "every step already (XLA); drop compile=true")
+        raise ConfigError(
+            f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
+            "every step already (XLA); drop compile=true"
+        )
     return value
 
 
@@ -221,22 +302,30 @@ def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, 
     jax_fsdp = _jax_only(cfg, backend, "jax_fsdp")
     prefetch = _as(int, "swap_prefetch_steps", _setting(cfg, "swap_prefetch_steps"))
     if prefetch < 0:
-        raise ConfigError(f"swap_prefetch_steps={prefetch} must be ≥ 0: 0 exchanges the experts block by block during "
-                          "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch")
+        raise ConfigError(
+            f"swap_prefetch_steps={prefetch} must be ≥ 0: 0 exchanges the experts block by block during "
+            "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch"
+        )
     if jax_fsdp:
         if memory == "swap":
-            raise ConfigError("jax_fsdp=true shards the weights but memory=swap was asked; pick one: "
-                              "memory=sharded (same as jax_fsdp=true) or memory=swap without jax_fsdp")
+            raise ConfigError(
+                "jax_fsdp=true shards the weights but memory=swap was asked; pick one: "
+                "memory=sharded (same as jax_fsdp=true) or memory=swap without jax_fsdp"
+            )
         memory = "sharded"
     if memory == "sharded" and backend == "jax":
         jax_fsdp = True
     if memory == "swap":
         if model.experts != 2:
-            raise ConfigError(f"memory=swap swaps the high-noise expert for the low-noise one, but model={model.name} "
-                              "has one expert; use memory=resident or memory=sharded")
+            raise ConfigError(
+                f"memory=swap swaps the high-noise expert for the low-noise one, but model={model.name} "
+                "has one expert; use memory=resident or memory=sharded"
+            )
         if backend == "jax":
-            raise ConfigError("memory=swap is implemented for backend=torch only; on JAX use memory=sharded "
-                              "(weights sharded over the mesh) or memory=resident")
+            raise ConfigError(
+                "memory=swap is implemented for backend=torch only; on JAX use memory=sharded "
+                "(weights sharded over the mesh) or memory=resident"
+            )
     return memory, jax_fsdp, prefetch
 
 
@@ -262,7 +351,9 @@ def _prompts(value) -> tuple[str, ...]:
         return (value,)
     if isinstance(value, (list, tuple)) and value and all(isinstance(p, str) for p in value):
         return tuple(value)
-    raise ConfigError(f"prompt={value!r} must be a string or a non-empty list of strings, e.g. prompt='[\"a cat\",\"a dog\"]'")
+    raise ConfigError(
+        f'prompt={value!r} must be a string or a non-empty list of strings, e.g. prompt=\'["a cat","a dog"]\''
+    )
 
 
 def _positive(key: str, value: float) -> float:
@@ -280,4 +371,6 @@ def _check_image_readable(path: str) -> None:
         with Image.open(path) as im:
             im.verify()
     except Exception as exc:  # PIL raises many types for bad files
-        raise ConfigError(f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG") from None
+        raise ConfigError(
+            f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG"
+        ) from None

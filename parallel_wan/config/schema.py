@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..caching.settings import CacheSettings
 from ..errors import ConfigError
@@ -129,7 +130,9 @@ class MemorySettings:
     """Where the transformer weights live during denoising (MEMORY_MODES, README "Memory")."""
 
     mode: str  # resident | sharded | swap
-    swap_prefetch_steps: int  # swap: 0 = exchange block by block in the last high-noise step; n = copy from n steps before
+    swap_prefetch_steps: (
+        int  # swap: 0 = exchange block by block in the last high-noise step; n = copy from n steps before
+    )
     jax_fsdp: bool  # JAX: weights sharded over every mesh axis, gathered one layer at a time (= sharded)
 
 
@@ -178,7 +181,7 @@ class RunSpec:
     def guides_every_step(self) -> bool:
         return guides_every_step(self.sampling.guidance_high, self.sampling.guidance_low, self.model.experts)
 
-    def replace(self, **settings) -> "RunSpec":
+    def replace(self, **settings) -> RunSpec:
         """A copy with settings changed, named as on the command line (`steps=`, `output_dir=`,
         `memory=`, …) or by section (`model=`, `mesh=`, `cache=`)."""
         sections: dict[str, dict] = {}
@@ -198,8 +201,11 @@ class RunSpec:
     def to_dict(self) -> dict:
         """The settings under their command-line names (flat), with the model, mesh and cache as
         records."""
-        flat = {"model": dataclasses.asdict(self.model), "mesh": dataclasses.asdict(self.mesh),
-                "cache": dataclasses.asdict(self.cache)}
+        flat = {
+            "model": dataclasses.asdict(self.model),
+            "mesh": dataclasses.asdict(self.mesh),
+            "cache": dataclasses.asdict(self.cache),
+        }
         for name, (section, field) in SECTION_OF.items():
             flat[name] = getattr(getattr(self, section), field)
         out = {k: flat[k] for k in FLAT_ORDER}
@@ -211,31 +217,84 @@ class RunSpec:
 # Command-line name → (section, field) for every sectioned setting.
 SECTION_OF = {
     **{f: ("video", f) for f in ("prompts", "negative_prompt", "image", "seed", "num_frames", "height", "width")},
-    **{f: ("sampling", f) for f in ("steps", "guidance_high", "guidance_low", "shift", "sampler", "schedule", "sigmas",
-                                    "timesteps", "recipe")},
-    "checkpoint_dir": ("weights", "checkpoint_dir"), "loras": ("weights", "loras"),
+    **{
+        f: ("sampling", f)
+        for f in (
+            "steps",
+            "guidance_high",
+            "guidance_low",
+            "shift",
+            "sampler",
+            "schedule",
+            "sigmas",
+            "timesteps",
+            "recipe",
+        )
+    },
+    "checkpoint_dir": ("weights", "checkpoint_dir"),
+    "loras": ("weights", "loras"),
     "weights_cache_dir": ("weights", "cache_dir"),
     # expert files (config/expert_files.py)
-    "weights": ("weights", "file"), "weights_high": ("weights", "file_high"), "weights_low": ("weights", "file_low"),
-    "memory": ("memory", "mode"), "swap_prefetch_steps": ("memory", "swap_prefetch_steps"),
+    "weights": ("weights", "file"),
+    "weights_high": ("weights", "file_high"),
+    "weights_low": ("weights", "file_low"),
+    "memory": ("memory", "mode"),
+    "swap_prefetch_steps": ("memory", "swap_prefetch_steps"),
     "jax_fsdp": ("memory", "jax_fsdp"),
-    **{f: ("execution", f) for f in ("backend", "device", "dtype", "attention_impl", "compile", "scan_loop",
-                                     "dist_timeout_s")},
-    "output_dir": ("output", "dir"), "save_frames": ("output", "save_frames"),
+    **{
+        f: ("execution", f)
+        for f in ("backend", "device", "dtype", "attention_impl", "compile", "scan_loop", "dist_timeout_s")
+    },
+    "output_dir": ("output", "dir"),
+    "save_frames": ("output", "save_frames"),
     "log_all_ranks": ("output", "log_all_ranks"),
-    "quantize": ("quantization", "quantize"), "quant_compute": ("quantization", "compute"),
+    "quantize": ("quantization", "quantize"),
+    "quant_compute": ("quantization", "compute"),
 }
 
 
 # The sidecar's "config" in the order the settings had when RunSpec was flat. The result keys
 # hash the same names and values (jobs/keys.py; key order does not enter the hash), so names
 # made and sidecars written before the sections still match.
-FLAT_ORDER = ("model", "mesh", "backend", "prompts", "negative_prompt", "image", "seed", "num_frames", "height",
-              "width", "steps", "guidance_high", "guidance_low", "shift", "sampler", "schedule", "dtype", "device",
-              "checkpoint_dir", "output_dir", "save_frames", "attention_impl", "dist_timeout_s", "log_all_ranks",
-              "scan_loop", "jax_fsdp", "weights_cache_dir", "memory", "swap_prefetch_steps", "compile", "cache",
-              "sigmas", "timesteps", "recipe", "loras",
-              "quantize", "quant_compute")
+FLAT_ORDER = (
+    "model",
+    "mesh",
+    "backend",
+    "prompts",
+    "negative_prompt",
+    "image",
+    "seed",
+    "num_frames",
+    "height",
+    "width",
+    "steps",
+    "guidance_high",
+    "guidance_low",
+    "shift",
+    "sampler",
+    "schedule",
+    "dtype",
+    "device",
+    "checkpoint_dir",
+    "output_dir",
+    "save_frames",
+    "attention_impl",
+    "dist_timeout_s",
+    "log_all_ranks",
+    "scan_loop",
+    "jax_fsdp",
+    "weights_cache_dir",
+    "memory",
+    "swap_prefetch_steps",
+    "compile",
+    "cache",
+    "sigmas",
+    "timesteps",
+    "recipe",
+    "loras",
+    "quantize",
+    "quant_compute",
+)
 
 
 def _pick(cfg: Mapping, key: str, default: Any) -> Any:
@@ -248,8 +307,10 @@ def _pick(cfg: Mapping, key: str, default: Any) -> Any:
 def _setting(cfg: Mapping, key: str, name: str | None = None) -> Any:
     """A setting as composed: conf/config.yaml is the one home of defaults, so every key is there."""
     if key not in cfg:
-        raise ConfigError(f"{name or key} is missing from the settings; compose them with parallel_wan.config.compose "
-                          "(conf/config.yaml holds every default)")
+        raise ConfigError(
+            f"{name or key} is missing from the settings; compose them with parallel_wan.config.compose "
+            "(conf/config.yaml holds every default)"
+        )
     return cfg[key]
 
 
@@ -307,8 +368,10 @@ def model_preset(cfg: Mapping) -> ModelPreset:
     _choice("model.sampler", preset.sampler, SAMPLERS)
     explicit = preset.sigmas if preset.sigmas is not None else preset.timesteps
     if explicit is not None and len(explicit) != preset.steps:
-        raise ConfigError(f"model preset {preset.name}: steps={preset.steps} but {len(explicit)} explicit "
-                          "sigmas/timesteps; make them agree")
+        raise ConfigError(
+            f"model preset {preset.name}: steps={preset.steps} but {len(explicit)} explicit "
+            "sigmas/timesteps; make them agree"
+        )
     if preset.experts not in (1, 2):
         raise ConfigError(f"model.experts={preset.experts} must be 1 or 2")
     if preset.experts == 2 and preset.boundary is None:

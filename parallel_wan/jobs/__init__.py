@@ -6,5 +6,16 @@ from .keys import result_key
 from .preemption import PREEMPTED_EXIT, Preempted
 from .runner import JobReport, check_saved_states, generate_entry, run_job
 
-__all__ = ["Entry", "Job", "JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "build_job", "generate_entry",
-           "prompts_setting", "result_key", "run_job"]
+__all__ = [
+    "Entry",
+    "Job",
+    "JobReport",
+    "PREEMPTED_EXIT",
+    "Preempted",
+    "check_saved_states",
+    "build_job",
+    "generate_entry",
+    "prompts_setting",
+    "result_key",
+    "run_job",
+]

@@ -63,9 +63,11 @@ def check_no_prompt_beside(raw: dict, prompts_file: str) -> None:
     from ..config.checks import default_value
 
     if raw.get("prompt") != default_value("prompt"):
-        raise ConfigError(f"prompt={raw.get('prompt')!r} was given beside prompts={prompts_file}, whose lines give "
-                          "every video its prompt (prompt= would be ignored); drop prompt=, or add it to the file "
-                          "as a line")
+        raise ConfigError(
+            f"prompt={raw.get('prompt')!r} was given beside prompts={prompts_file}, whose lines give "
+            "every video its prompt (prompt= would be ignored); drop prompt=, or add it to the file "
+            "as a line"
+        )
 
 
 def default_output_dir(raw: dict, prompts_file: str) -> dict:
@@ -86,8 +88,11 @@ def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.e
     if path is None:
         spec = resolve(raw, world_size, node_size)
         check(spec)
-        return Job((Entry(SINGLE_NAME, spec, result_key(spec)),), spec.output.dir,
-                   fresh_output=raw.get("output_dir") in (None, ""))
+        return Job(
+            (Entry(SINGLE_NAME, spec, result_key(spec)),),
+            spec.output.dir,
+            fresh_output=raw.get("output_dir") in (None, ""),
+        )
     check_no_prompt_beside(raw, path)
     raw = default_output_dir(raw, path)
     file_entries = read_prompt_file(path)
@@ -109,8 +114,10 @@ def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.e
         key = result_key(spec)
         name = item.fields.get("name") or f"{item.line:04d}-{key[:8]}"
         if name in names:
-            raise ConfigError(f"prompts={path} line {item.line}: name {name!r} is also the name of line {names[name]}; "
-                              "give every entry its own name (NAME.mp4 and NAME.json would be overwritten)")
+            raise ConfigError(
+                f"prompts={path} line {item.line}: name {name!r} is also the name of line {names[name]}; "
+                "give every entry its own name (NAME.mp4 and NAME.json would be overwritten)"
+            )
         names[name] = item.line
         entries.append(Entry(name, spec, key, item.line))
     mine = share_of(entries, share)

@@ -23,8 +23,17 @@ from ..report.outputs import file_sha256
 # Settings that change neither the frames nor the loop state's layout.
 NOT_DECIDING = ("output_dir", "save_frames", "log_all_ranks", "dist_timeout_s", "weights_cache_dir")
 # Settings that decide how (and where) the result is computed, not what it is.
-HOW = ("mesh", "backend", "device", "attention_impl", "compile", "memory", "swap_prefetch_steps", "jax_fsdp",
-       "scan_loop")
+HOW = (
+    "mesh",
+    "backend",
+    "device",
+    "attention_impl",
+    "compile",
+    "memory",
+    "swap_prefetch_steps",
+    "jax_fsdp",
+    "scan_loop",
+)
 
 
 def deciding_settings(spec: RunSpec) -> dict:

@@ -34,7 +34,7 @@ class PreemptionFlag:
         self.at: float | None = None
         self._previous = {}
 
-    def install(self) -> "PreemptionFlag":
+    def install(self) -> PreemptionFlag:
         if threading.current_thread() is threading.main_thread():  # signal handlers live on the main thread
             for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)

@@ -1,6 +1,7 @@
 """Reading a prompt file (`prompts=FILE`): one generation per line, as plain text or JSON Lines.
 
-A line that starts with `{` (or `[`, a mistake JSON users make) is a JSON object with `prompt` and any of ENTRY_KEYS; any other
+A line that starts with `{` (or `[`, a mistake JSON users make) is a JSON object with `prompt` and any of ENTRY_KEYS;
+any other
 non-blank line is a prompt as it stands. Blank lines and lines starting with `#` are skipped
 (they still count for line numbers). Every problem names its line, and the whole file is
 read and checked before anything loads. Cheap: no torch, no jax.
@@ -16,8 +17,19 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 
 # What an entry may set; everything else comes from the command line / conf/.
-ENTRY_KEYS = ("prompt", "negative_prompt", "seed", "image", "num_frames", "height", "width", "steps",
-              "guidance_high", "guidance_low", "name")
+ENTRY_KEYS = (
+    "prompt",
+    "negative_prompt",
+    "seed",
+    "image",
+    "num_frames",
+    "height",
+    "width",
+    "steps",
+    "guidance_high",
+    "guidance_low",
+    "name",
+)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -31,8 +43,10 @@ def read_prompt_file(path: str) -> list[FileEntry]:
     """The entries of `path`; raises ConfigError naming the file, the line and the fix."""
     where = f"prompts={path}"
     if os.path.isdir(path):
-        raise ConfigError(f"{where} is a folder, not a file; give a text file with one prompt per line, or JSON "
-                          "Lines (e.g. prompts=examples/prompts.jsonl)")
+        raise ConfigError(
+            f"{where} is a folder, not a file; give a text file with one prompt per line, or JSON "
+            "Lines (e.g. prompts=examples/prompts.jsonl)"
+        )
     if not os.path.isfile(path):
         raise ConfigError(f"{where} does not exist; give a text file with one prompt per line, or JSON Lines")
     try:
@@ -40,7 +54,7 @@ def read_prompt_file(path: str) -> list[FileEntry]:
             raw = f.read()
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
+        line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{where} line {line}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{where} could not be read ({exc.strerror}); check the path and its permissions") from None
@@ -61,23 +75,29 @@ def _fields(line: str, where: str, folder: str) -> dict:
     try:
         fields = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per "
-                          'line, e.g. {"prompt": "a cat surfing", "seed": 1}') from None
+        raise ConfigError(
+            f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per "
+            'line, e.g. {"prompt": "a cat surfing", "seed": 1}'
+        ) from None
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if not isinstance(fields, dict):
-        raise ConfigError(f"{where}: a JSON line must be an object, e.g. {{\"prompt\": \"a cat surfing\"}}")
+        raise ConfigError(f'{where}: a JSON line must be an object, e.g. {{"prompt": "a cat surfing"}}')
     unknown = sorted(set(fields) - set(ENTRY_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: {unknown[0]!r} is not an entry key; an entry may set {', '.join(ENTRY_KEYS)} "
-                          "(every other setting comes from the command line)")
+        raise ConfigError(
+            f"{where}: {unknown[0]!r} is not an entry key; an entry may set {', '.join(ENTRY_KEYS)} "
+            "(every other setting comes from the command line)"
+        )
     prompt = fields.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ConfigError(f"{where}: \"prompt\" must be a non-empty string (got {prompt!r})")
+        raise ConfigError(f'{where}: "prompt" must be a non-empty string (got {prompt!r})')
     name = fields.get("name")
     if name is not None and not (isinstance(name, str) and NAME_PATTERN.match(name)):
-        raise ConfigError(f"{where}: name={name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a "
-                          "letter or digit (it names NAME.mp4 and NAME.json)")
+        raise ConfigError(
+            f"{where}: name={name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit (it names NAME.mp4 and NAME.json)"
+        )
     image = fields.get("image")
     if isinstance(image, str) and image and not os.path.isabs(image):
         # Relative to the prompt file, so a folder of prompts and images moves as one.

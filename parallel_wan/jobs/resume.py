@@ -72,10 +72,12 @@ def check_named_outputs(output_dir: str, entry, prompts_file: str) -> None:
     if saved_key != entry.key:
         from .keys import result_settings
 
-        raise ConfigError(f"prompts={prompts_file} line {entry.line}: {entry.name}.json in {output_dir} was made "
-                          f"with other settings ({differences(saved, result_settings(entry.spec))}); to keep that "
-                          f"video, give this entry another \"name\" (or set another output_dir); to replace it, "
-                          f"delete {entry.name}.mp4 and {entry.name}.json there")
+        raise ConfigError(
+            f"prompts={prompts_file} line {entry.line}: {entry.name}.json in {output_dir} was made "
+            f"with other settings ({differences(saved, result_settings(entry.spec))}); to keep that "
+            f'video, give this entry another "name" (or set another output_dir); to replace it, '
+            f"delete {entry.name}.mp4 and {entry.name}.json there"
+        )
 
 
 def saved_state(output_dir: str, entry, rank: int, state_key: str, settings: dict) -> tuple[Path, int] | None:
@@ -87,17 +89,21 @@ def saved_state(output_dir: str, entry, rank: int, state_key: str, settings: dic
     stem = rank_stem(folder, rank)
     where = f"{folder}"
     if not Path(f"{stem}.json").exists():
-        raise ConfigError(f"{where} holds no state for rank {rank}: it was saved by another mesh or is incomplete; "
-                          f"delete {where} to start {entry.name} over")
+        raise ConfigError(
+            f"{where} holds no state for rank {rank}: it was saved by another mesh or is incomplete; "
+            f"delete {where} to start {entry.name} over"
+        )
     try:
         record = json.loads(Path(f"{stem}.json").read_text())
         meta, step = record["meta"], int(record["step"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{stem}.json is damaged ({exc}); delete {where} to start {entry.name} over") from None
     if meta.get("state_key") != state_key:
-        raise ConfigError(f"{where} holds a state saved under other settings ({differences(meta.get('settings', {}), settings)}); "
-                          f"it is not used. Re-run with the settings it was saved with, or delete {where} to start "
-                          f"{entry.name} over")
+        raise ConfigError(
+            f"{where} holds a state saved under other settings ({differences(meta.get('settings', {}), settings)}); "
+            f"it is not used. Re-run with the settings it was saved with, or delete {where} to start "
+            f"{entry.name} over"
+        )
     if not Path(f"{stem}.safetensors").exists():
         raise ConfigError(f"{stem}.safetensors is missing; delete {where} to start {entry.name} over")
     return stem, step

@@ -24,9 +24,9 @@ from .job import Entry, Job, with_output_dir
 from .keys import digest, result_settings, state_settings
 from .output_folder import claim_folder, release_if_empty
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, write_marker
-from .texts import encode_job_texts
 from .resume import drop_state, finished, saved_state, state_dir
 from .single_outputs import check_single_outputs, earlier_files, remove_earlier
+from .texts import encode_job_texts
 
 log = logging.getLogger("parallel_wan")
 
@@ -101,9 +101,12 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
         return report
     todo = _todo(job, report)
     if not todo and not job.single:
-        log.info("job complete: %s in %s %s done; nothing to do",
-                 "the 1 entry" if len(job.entries) == 1 else f"all {len(job.entries)} entries", job.output_dir,
-                 "is" if len(job.entries) == 1 else "are")
+        log.info(
+            "job complete: %s in %s %s done; nothing to do",
+            "the 1 entry" if len(job.entries) == 1 else f"all {len(job.entries)} entries",
+            job.output_dir,
+            "is" if len(job.entries) == 1 else "are",
+        )
         _summary(job, report, time.perf_counter() - started, backend)
         return report
 
@@ -123,8 +126,16 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
         for number, entry in enumerate(todo, start=1):
             if should_stop():  # a signal while loading or writing: stop before the next entry
                 if backend.writes_outputs:
-                    write_marker({"entry": entry.name, "step": 0, "steps": entry.spec.sampling.steps, "signal": flag.name,
-                                  "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
+                    write_marker(
+                        {
+                            "entry": entry.name,
+                            "step": 0,
+                            "steps": entry.spec.sampling.steps,
+                            "signal": flag.name,
+                            "output_dir": job.output_dir,
+                            "exit_code": PREEMPTED_EXIT,
+                        }
+                    )
                 raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job, saved=False))
             if number > 1 and job.base.memory.mode == "swap":
                 # memory=swap frees the high-noise expert during each video: load again
@@ -143,9 +154,14 @@ def _todo(job: Job, report: JobReport) -> list:
         entry = job.entries[0]
         if not job.fresh_output and check_single_outputs(job.output_dir, entry):
             report.skipped.append(entry.name)
-            log.info("%s.mp4 in output_dir=%s was made before with these settings (checksum verified): nothing to do; "
-                     "set another output_dir, or delete %s.mp4 and %s.json there, to make it again", entry.name,
-                     job.output_dir, entry.name, entry.name)
+            log.info(
+                "%s.mp4 in output_dir=%s was made before with these settings (checksum verified): nothing to do; "
+                "set another output_dir, or delete %s.mp4 and %s.json there, to make it again",
+                entry.name,
+                job.output_dir,
+                entry.name,
+                entry.name,
+            )
             return []
         return list(job.entries)
     todo = []
@@ -157,22 +173,36 @@ def _todo(job: Job, report: JobReport) -> list:
         if why != "not made yet" and not state_dir(job.output_dir, entry.name).is_dir():
             log.info("%s: making it again (%s)", entry.name, why)
         todo.append(entry)
-    share = f" (array task {job.share[0]} of {job.share[1]}: {len(job.entries)} of {job.total} entries)" if job.share else ""
-    log.info("job: %d %s from %s%s; %d done before, %d to make; outputs in %s", len(job.entries),
-             _entries_word(job), job.prompts_file, share, len(report.skipped), len(todo), job.output_dir)
+    share = (
+        f" (array task {job.share[0]} of {job.share[1]}: {len(job.entries)} of {job.total} entries)"
+        if job.share
+        else ""
+    )
+    log.info(
+        "job: %d %s from %s%s; %d done before, %d to make; outputs in %s",
+        len(job.entries),
+        _entries_word(job),
+        job.prompts_file,
+        share,
+        len(report.skipped),
+        len(todo),
+        job.output_dir,
+    )
     if report.skipped:
         log.info("skipped (finished, checksums verified): %s", _names(report.skipped))
     return todo
 
 
-def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend, flag, should_stop,
-         report: JobReport) -> None:
+def _one(
+    job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend, flag, should_stop, report: JobReport
+) -> None:
     from .generation import progress_bar
 
     t0 = time.perf_counter()
     show = backend.writes_outputs and not entry.spec.execution.scan_loop
-    gen, resumed = generate_entry(job, entry, ckpt, loaded, backend, flag, should_stop,
-                                  progress_bar(entry.spec.sampling.steps, enabled=show))
+    gen, resumed = generate_entry(
+        job, entry, ckpt, loaded, backend, flag, should_stop, progress_bar(entry.spec.sampling.steps, enabled=show)
+    )
     if job.single:  # its sidecar and TIMING SUMMARY count the load, which the job did before generate
         load_s = round(report.timings["load"], 4)
         gen.timings = {"load": load_s, **gen.timings, "total": round(gen.timings["total"] + load_s, 4)}
@@ -187,8 +217,15 @@ def _one(job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend,
         drop_state(job.output_dir, entry.name)
     report.made.append(entry.name)
     if not job.single:
-        log.info("[%d/%d] %s.mp4 written (line %d, %.1f s%s)", number, count, entry.name, entry.line,
-                 time.perf_counter() - t0, f", resumed from step {resumed}" if resumed is not None else "")
+        log.info(
+            "[%d/%d] %s.mp4 written (line %d, %.1f s%s)",
+            number,
+            count,
+            entry.name,
+            entry.line,
+            time.perf_counter() - t0,
+            f", resumed from step {resumed}" if resumed is not None else "",
+        )
 
 
 def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_stop, progress=None):
@@ -206,13 +243,24 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
     if state_dir(job.output_dir, entry.name).is_dir():
         start, meta = load_loop_state(stem)
         resumed = start.step
-        log.info("%s: resuming from step %d of %d (saved after %s)", entry.name, resumed, spec.sampling.steps,
-                 meta.get("signal", "a stop"))
+        log.info(
+            "%s: resuming from step %d of %d (saved after %s)",
+            entry.name,
+            resumed,
+            spec.sampling.steps,
+            meta.get("signal", "a stop"),
+        )
     gen = generate(spec, backend, ckpt, progress=progress, start=start, components=loaded, should_stop=should_stop)
     if gen.state is not None and backend.any_rank(flag.raised):  # stopped for a signal: save and go
         _save_state(job, entry, gen.state, backend, flag)
-        raise Preempted(_stopped_message(flag, f"after step {gen.state.step} of {spec.sampling.steps} of {entry.name}; the loop "
-                                               f"state is saved in {state_dir(job.output_dir, entry.name)}", job))
+        raise Preempted(
+            _stopped_message(
+                flag,
+                f"after step {gen.state.step} of {spec.sampling.steps} of {entry.name}; the loop "
+                f"state is saved in {state_dir(job.output_dir, entry.name)}",
+                job,
+            )
+        )
     return gen, resumed
 
 
@@ -225,15 +273,30 @@ def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
     hosts, so every controller takes part) and process 0 writes them. Then the ranks meet, so
     no rank exits (and no launcher requeues) before every file is on disk."""
     key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
-    meta = {"entry": entry.name, "line": entry.line, "state_key": key, "settings": settings,
-            "steps": entry.spec.sampling.steps, "signal": flag.name, "saved_at": time.time()}
+    meta = {
+        "entry": entry.name,
+        "line": entry.line,
+        "state_key": key,
+        "settings": settings,
+        "steps": entry.spec.sampling.steps,
+        "signal": flag.name,
+        "saved_at": time.time(),
+    }
     host = state.map(lambda a: a if isinstance(a, np.ndarray) else backend.to_host(a))
     if not backend.single_controller or backend.writes_outputs:
         save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend)), host, meta)
     backend.any_rank(False)  # a barrier
     if backend.writes_outputs:
-        write_marker({"entry": entry.name, "step": state.step, "steps": entry.spec.sampling.steps, "signal": flag.name,
-                      "output_dir": job.output_dir, "exit_code": PREEMPTED_EXIT})
+        write_marker(
+            {
+                "entry": entry.name,
+                "step": state.step,
+                "steps": entry.spec.sampling.steps,
+                "signal": flag.name,
+                "output_dir": job.output_dir,
+                "exit_code": PREEMPTED_EXIT,
+            }
+        )
 
 
 def _stopped_message(flag, where: str, job: Job, saved: bool = True) -> str:
@@ -257,8 +320,13 @@ def _write(job: Job, entry: Entry, gen, resumed: int | None) -> dict:
     # what the video is, so a later run into this folder knows whether it is the same one
     extra["job"] = {"result_key": entry.key, "settings": result_settings(entry.spec)}
     if not job.single:
-        extra["job"] = {"prompts_file": job.prompts_file, "line": entry.line, "name": entry.name, **extra["job"],
-                        "share": list(job.share) if job.share else None}
+        extra["job"] = {
+            "prompts_file": job.prompts_file,
+            "line": entry.line,
+            "name": entry.name,
+            **extra["job"],
+            "share": list(job.share) if job.share else None,
+        }
     earlier = earlier_files(job.output_dir, entry.name)
     paths = write_generation(entry.spec, gen, extra, stem=entry.name)
     remove_earlier(job.output_dir, entry.name, earlier)  # an unfinished earlier run's files: not beside ours
@@ -273,9 +341,11 @@ def _summary(job: Job, report: JobReport, seconds: float, backend) -> None:
     from ..report.timing import timing_summary
 
     made = len(report.made)
-    extra = {"entries": f"{made} made, {len(report.skipped)} skipped (done before), {len(report.resumed)} resumed "
-                        f"of {len(job.entries)}" + (f" (array task {job.share[0]} of {job.share[1]})" if job.share else ""),
-             "outputs": job.output_dir}
+    extra = {
+        "entries": f"{made} made, {len(report.skipped)} skipped (done before), {len(report.resumed)} resumed "
+        f"of {len(job.entries)}" + (f" (array task {job.share[0]} of {job.share[1]})" if job.share else ""),
+        "outputs": job.output_dir,
+    }
     if made:
         extra["per video"] = f"{(seconds - report.timings.get('load', 0.0)) / made:.1f} s after loading"
     print(timing_summary(report.timings, seconds, extra), file=sys.stderr)
@@ -293,18 +363,30 @@ def _write_job_record(job: Job, report: JobReport, started: float) -> None:
 
     name = "job.json" if job.share is None else f"job-{job.share[0]}-of-{job.share[1]}.json"
     path = os.path.join(job.output_dir, name)
-    run = {"started": _iso(started), "finished": _iso(time.time()), "parallel_wan": __version__,
-           "made": report.made, "skipped": report.skipped, "resumed_from_step": report.resumed,
-           "timings_s": report.timings}
+    run = {
+        "started": _iso(started),
+        "finished": _iso(time.time()),
+        "parallel_wan": __version__,
+        "made": report.made,
+        "skipped": report.skipped,
+        "resumed_from_step": report.resumed,
+        "timings_s": report.timings,
+    }
     try:
         with open(path) as f:
             runs = json.load(f).get("runs", [])
         runs = runs if isinstance(runs, list) else []
     except (OSError, ValueError, AttributeError):
         runs = []  # the first run, or a damaged record: start the history again
-    write_json(path, {"prompts_file": job.prompts_file, "entries": [e.name for e in job.entries],
-                      **{k: v for k, v in run.items() if k not in ("started", "finished", "parallel_wan")},
-                      "runs": [*runs, run]})
+    write_json(
+        path,
+        {
+            "prompts_file": job.prompts_file,
+            "entries": [e.name for e in job.entries],
+            **{k: v for k, v in run.items() if k not in ("started", "finished", "parallel_wan")},
+            "runs": [*runs, run],
+        },
+    )
 
 
 def _iso(seconds: float) -> str:

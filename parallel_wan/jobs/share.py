@@ -21,9 +21,11 @@ def array_share(env) -> tuple[int, int] | None:
     index = values["SLURM_ARRAY_TASK_ID"] - values["SLURM_ARRAY_TASK_MIN"]
     count = values["SLURM_ARRAY_TASK_COUNT"]
     if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"SLURM_ARRAY_TASK_ID={values['SLURM_ARRAY_TASK_ID']} is not one of {count} tasks starting at "
-                          f"SLURM_ARRAY_TASK_MIN={values['SLURM_ARRAY_TASK_MIN']}; use a contiguous range "
-                          "(sbatch --array=0-N, a step such as 0-7:2 is not supported)")
+        raise ConfigError(
+            f"SLURM_ARRAY_TASK_ID={values['SLURM_ARRAY_TASK_ID']} is not one of {count} tasks starting at "
+            f"SLURM_ARRAY_TASK_MIN={values['SLURM_ARRAY_TASK_MIN']}; use a contiguous range "
+            "(sbatch --array=0-N, a step such as 0-7:2 is not supported)"
+        )
     return index, count
 
 
@@ -32,4 +34,4 @@ def share_of(entries: list, share: tuple[int, int] | None) -> list:
     if share is None:
         return list(entries)
     index, count = share
-    return list(entries[index * len(entries) // count:(index + 1) * len(entries) // count])
+    return list(entries[index * len(entries) // count : (index + 1) * len(entries) // count])

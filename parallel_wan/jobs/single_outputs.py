@@ -44,14 +44,23 @@ def check_single_outputs(output_dir: str, entry) -> bool:
     job = record.get("job") if isinstance(record.get("job"), dict) else {}
     if job.get("result_key") != entry.key:
         saved = job.get("settings")
-        what = (f"other settings ({differences(saved, result_settings(entry.spec))})" if isinstance(saved, dict)
-                else "settings it does not record (an older version wrote it)")
-        raise ConfigError(f"output_dir={output_dir} already holds {entry.name}.mp4 and {entry.name}.json made with {what}; "
-                          f"nothing was changed there. Set another output_dir to keep that video, or delete "
-                          f"{entry.name}.mp4 and {entry.name}.json there to replace it")
+        what = (
+            f"other settings ({differences(saved, result_settings(entry.spec))})"
+            if isinstance(saved, dict)
+            else "settings it does not record (an older version wrote it)"
+        )
+        raise ConfigError(
+            f"output_dir={output_dir} already holds {entry.name}.mp4 and {entry.name}.json made with {what}; "
+            f"nothing was changed there. Set another output_dir to keep that video, or delete "
+            f"{entry.name}.mp4 and {entry.name}.json there to replace it"
+        )
     done, _ = finished(output_dir, entry)
-    if done and entry.spec.output.save_frames and "frames" not in (record.get("files") or {}) and not any(
-            "frames" in v for v in record.get("videos") or [] if isinstance(v, dict)):
+    if (
+        done
+        and entry.spec.output.save_frames
+        and "frames" not in (record.get("files") or {})
+        and not any("frames" in v for v in record.get("videos") or [] if isinstance(v, dict))
+    ):
         return False  # the same video, but the frames were not kept then: make it again with them
     return done
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 from ..config import ConfigError
 
@@ -90,8 +90,10 @@ def _expand_ranges(inside: str, hostlist: str) -> list[str]:
     for item in inside.split(","):
         lo, _, hi = item.strip().partition("-")
         if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
-            raise ConfigError(f"cannot read the SLURM host list {hostlist!r}: [{inside}] holds {item!r}, "
-                              "not a number or an increasing range like 01-04")
+            raise ConfigError(
+                f"cannot read the SLURM host list {hostlist!r}: [{inside}] holds {item!r}, "
+                "not a number or an increasing range like 01-04"
+            )
         out.extend(str(n).zfill(len(lo)) for n in range(int(lo), int(hi or lo) + 1))
     return out
 
@@ -144,15 +146,20 @@ def _host_port(address: str, name: str, default_port: int | None = None) -> tupl
 
 def _torchrun(env):
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
-    source = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "torchrun variables (RANK, WORLD_SIZE) without a torchrun agent"
+    source = (
+        "torchrun" if "TORCHELASTIC_RUN_ID" in env else "torchrun variables (RANK, WORLD_SIZE) without a torchrun agent"
+    )
     host = env.get("MASTER_ADDR") or None
     port = _int(env, "MASTER_PORT", 0) or None
     return Launch(rank, world, _int(env, "LOCAL_RANK", rank), source, host, port, TORCHRUN)
 
 
 def _tpu(env) -> Launch | None:
-    hosts = [h.strip() for h in (env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES") or "").split(",")
-             if h.strip()]
+    hosts = [
+        h.strip()
+        for h in (env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES") or "").split(",")
+        if h.strip()
+    ]
     slices = _int(env, "MEGASCALE_NUM_SLICES", 1)
     if not hosts or len(hosts) * slices == 1:
         return None
@@ -160,8 +167,9 @@ def _tpu(env) -> Launch | None:
     coordinator = (env.get("MEGASCALE_COORDINATOR_ADDRESS") or hosts[0]).split(":")[0]
     port = _int(env, "JAX_COORDINATOR_PORT", TPU_COORDINATOR_PORT)
     what = f"{slices} slice{'s' if slices > 1 else ''} of {len(hosts)} host{'s' if len(hosts) > 1 else ''}"
-    return Launch(slice_id * len(hosts) + worker, slices * len(hosts), 0, f"jax multi-host (TPU: {what})",
-                  coordinator, port, TPU)
+    return Launch(
+        slice_id * len(hosts) + worker, slices * len(hosts), 0, f"jax multi-host (TPU: {what})", coordinator, port, TPU
+    )
 
 
 def _slurm(env) -> Launch | None:
@@ -175,8 +183,15 @@ def _slurm(env) -> Launch | None:
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     host = env.get("MASTER_ADDR") or (first_host(nodes) if nodes else None)  # None: see require_coordinator
     port = _int(env, "MASTER_PORT", 0) or slurm_port(job)
-    return Launch(_int(env, "SLURM_PROCID", 0), world, _int(env, "SLURM_LOCALID", 0),
-                  f"slurm (srun, no torchrun): job {job}, {world} tasks", host, port, SLURM)
+    return Launch(
+        _int(env, "SLURM_PROCID", 0),
+        world,
+        _int(env, "SLURM_LOCALID", 0),
+        f"slurm (srun, no torchrun): job {job}, {world} tasks",
+        host,
+        port,
+        SLURM,
+    )
 
 
 def _jax(env) -> Launch:
@@ -187,11 +202,14 @@ def _jax(env) -> Launch:
         return Launch(_int(env, "JAX_PROCESS_ID"), _int(env, "JAX_NUM_PROCESSES"), 0, source, host, port, JAX)
     cluster = _tpu(env) or _slurm(env)  # the counts may come from the cluster, as JAX allows
     if cluster is None or cluster.world_size == 1:
-        raise ConfigError(f"JAX_COORDINATOR_ADDRESS={address} is set but JAX_NUM_PROCESSES and JAX_PROCESS_ID "
-                          "are not, and no SLURM or TPU variables give them; set both on every process "
-                          "(the same count everywhere, a different id on each)")
-    return Launch(cluster.rank, cluster.world_size, cluster.local_rank, f"{source}, counts from {cluster.source}",
-                  host, port, JAX)
+        raise ConfigError(
+            f"JAX_COORDINATOR_ADDRESS={address} is set but JAX_NUM_PROCESSES and JAX_PROCESS_ID "
+            "are not, and no SLURM or TPU variables give them; set both on every process "
+            "(the same count everywhere, a different id on each)"
+        )
+    return Launch(
+        cluster.rank, cluster.world_size, cluster.local_rank, f"{source}, counts from {cluster.source}", host, port, JAX
+    )
 
 
 def detect(env: Mapping[str, str] = os.environ) -> Launch:
@@ -203,8 +221,10 @@ def detect(env: Mapping[str, str] = os.environ) -> Launch:
     else:
         launch = _tpu(env) or _slurm(env) or Launch(0, 1, 0, "single process")
     if not (launch.world_size >= 1 and 0 <= launch.rank < launch.world_size):
-        raise ConfigError(f"{launch.source} gives rank {launch.rank} for a world of {launch.world_size}; "
-                          "the rank must be in [0, world size)")
+        raise ConfigError(
+            f"{launch.source} gives rank {launch.rank} for a world of {launch.world_size}; "
+            "the rank must be in [0, world size)"
+        )
     return launch
 
 
@@ -212,9 +232,11 @@ def require_coordinator(launch: Launch) -> Launch:
     """The launch, once sure its processes can meet: outside torchrun (whose agent knows) a
     multi-process job needs rank 0's address."""
     if launch.world_size > 1 and launch.kind != TORCHRUN and launch.host is None:
-        raise ConfigError(f"{launch.source}: {launch.world_size} processes but no address for rank 0: "
-                          "SLURM_JOB_NODELIST is not set (start the tasks with srun) and neither is MASTER_ADDR "
-                          "(export MASTER_ADDR=<first node> MASTER_PORT=<free port> on every task)")
+        raise ConfigError(
+            f"{launch.source}: {launch.world_size} processes but no address for rank 0: "
+            "SLURM_JOB_NODELIST is not set (start the tasks with srun) and neither is MASTER_ADDR "
+            "(export MASTER_ADDR=<first node> MASTER_PORT=<free port> on every task)"
+        )
     return launch
 
 

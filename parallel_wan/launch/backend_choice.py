@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-from typing import MutableMapping
+from collections.abc import MutableMapping
 
 from . import JAX, SLURM, TORCHRUN, TPU, Launch
 

@@ -58,8 +58,18 @@ def run_ranks(nproc: int, settings: list[str]) -> int:
     quiet = _WithoutAgentNotices()
     for name in AGENT_LOGGERS:
         logging.getLogger(name).addFilter(quiet)
-    args = torchrun.parse_args(["--standalone", "--nproc-per-node", str(nproc), "--signals-to-handle", FORWARDED,
-                                "-m", "parallel_wan.run", *settings])
+    args = torchrun.parse_args(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            "--signals-to-handle",
+            FORWARDED,
+            "-m",
+            "parallel_wan.run",
+            *settings,
+        ]
+    )
     failures, signum = [], None
     with tempfile.TemporaryDirectory(prefix="parallel_wan_ranks_") as folder:
         os.environ[rank_exit.ENV] = folder  # the agent starts the ranks with this process's environment
@@ -68,8 +78,10 @@ def run_ranks(nproc: int, settings: list[str]) -> int:
             torchrun.run(args)
         except ChildFailedError as exc:
             # (global rank, exit status or -signal, when the agent saw it), first seen first
-            failures = [(rank, f.exitcode, f.timestamp)
-                        for rank, f in sorted(exc.failures.items(), key=lambda rf: rf[1].timestamp)]
+            failures = [
+                (rank, f.exitcode, f.timestamp)
+                for rank, f in sorted(exc.failures.items(), key=lambda rf: rf[1].timestamp)
+            ]
         except SignalException as exc:
             signum = int(exc.sigval)
         records = rank_exit.read(folder)
@@ -79,8 +91,9 @@ def run_ranks(nproc: int, settings: list[str]) -> int:
     return code
 
 
-def verdict(records: list[dict], failures: list[tuple[int, int, float]], world: int,
-            signum: int | None) -> tuple[list[str], int]:
+def verdict(
+    records: list[dict], failures: list[tuple[int, int, float]], world: int, signum: int | None
+) -> tuple[list[str], int]:
     """(the lines to print, the exit code) from the ranks' records (earliest first), the agent's
     failures ((rank, status, when seen), first seen first; status -N: killed by signal N) and the
     signal this process got (None if none).
@@ -90,16 +103,17 @@ def verdict(records: list[dict], failures: list[tuple[int, int, float]], world: 
     its peers fail (and record) within moments of losing it, while a rank the agent kills
     after its shutdown timeout (30 s) does so long after the record of the failure that began
     the shutdown. The agent sees a death up to a polling interval late and in whole seconds."""
-    killed = [(rank, -status, seen) for rank, status, seen in failures
-              if status < 0 and -status not in AGENT_SIGNALS]
+    killed = [(rank, -status, seen) for rank, status, seen in failures if status < 0 and -status not in AGENT_SIGNALS]
     lines = [f"parallel_wan: rank {rank}/{world} was killed by {signal.Signals(sig).name}" for rank, sig, _ in killed]
     if records and not (killed and killed[0][2] < records[0]["time"] + KILLED_AFTER):
         return lines + [records[0]["line"]], records[0]["code"]
     if killed:
         return lines + [r["line"] for r in records[:1]], 128 + killed[0][1]
     if signum is not None:  # the ranks died of it: still starting, or killed before they could save
-        return [f"parallel_wan: stopped by {signal.Signals(signum).name} before any rank could stop cleanly; "
-                "nothing was saved"], 128 + signum
+        return [
+            f"parallel_wan: stopped by {signal.Signals(signum).name} before any rank could stop cleanly; "
+            "nothing was saved"
+        ], 128 + signum
     if failures:  # a rank ended without a record of ours: its own traceback is above
         status = next((s for _, s, _ in failures if s > 0), failures[0][1])
         return [], status if status > 0 else 128 - status

@@ -21,8 +21,8 @@ import math
 import re
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -74,12 +74,14 @@ class ExpertLora:
     def __contains__(self, name: str) -> bool:
         return name in self.targets
 
-    def merged_source(self, name: str, source: Callable[[], torch.Tensor],
-                      rows: tuple[int, int] | None) -> Callable[[], torch.Tensor]:
+    def merged_source(
+        self, name: str, source: Callable[[], torch.Tensor], rows: tuple[int, int] | None
+    ) -> Callable[[], torch.Tensor]:
         """A loader copy source that yields the weight with its LoRA change, in float32 (the
         loader's copy casts it). The float32 sum lives in a scratch buffer kept per copy
         thread: the copy consumes it before the thread takes its next tensor, and fresh memory
         for every weight would cost more in page faults than the merge's arithmetic."""
+
         def merged() -> torch.Tensor:
             base = source()
             acc = _scratch(base.numel()).view(base.shape)
@@ -119,8 +121,12 @@ def expert_lora(expert: str, sources: list[tuple[str, float, str]], shapes: dict
         result.formats.append(fmt)
         result.dropped += len(dropped)
         if dropped:
-            log.warning("%s: dropped %d keys of Wan 2.1's image branch (k_img, v_img, norm_k_img, img_emb), which "
-                        "Wan 2.2 does not have", where, len(dropped))
+            log.warning(
+                "%s: dropped %d keys of Wan 2.1's image branch (k_img, v_img, norm_k_img, img_emb), which "
+                "Wan 2.2 does not have",
+                where,
+                len(dropped),
+            )
         for target, contribution in _contributions(lora, fmt, entries, scale, shapes, where):
             result.targets.setdefault(target, []).append(contribution)
     return result
@@ -133,8 +139,10 @@ def _contributions(lora: LoraFile, fmt: str, entries: list, scale: float, shapes
             if e.target not in shapes:
                 raise ConfigError(f"{where}: {e.key} changes {e.target}, which this model does not have")
             if lora.shapes[e.key] != tuple(shapes[e.target]):
-                raise ConfigError(f"{where}: {e.key} has shape {lora.shapes[e.key]} but {e.target} is "
-                                  f"{tuple(shapes[e.target])} (a LoRA for another model size?)")
+                raise ConfigError(
+                    f"{where}: {e.key} has shape {lora.shapes[e.key]} but {e.target} is "
+                    f"{tuple(shapes[e.target])} (a LoRA for another model size?)"
+                )
             yield e.target, Contribution(lora, "delta", scale, (e.key,))
             continue
         if e.part in by_module[e.target]:
@@ -145,22 +153,27 @@ def _contributions(lora: LoraFile, fmt: str, entries: list, scale: float, shapes
         down, up = parts.get(names.DOWN), parts.get(names.UP)
         if down is None or up is None:
             have = next(iter(parts.values()))
-            raise ConfigError(f"{where}: {have} has no {'lora_A/lora_down' if down is None else 'lora_B/lora_up'} "
-                              f"partner for {module}; the file is incomplete")
+            raise ConfigError(
+                f"{where}: {have} has no {'lora_A/lora_down' if down is None else 'lora_B/lora_up'} "
+                f"partner for {module}; the file is incomplete"
+            )
         weight = module + ".weight"
         if weight not in shapes:
             raise ConfigError(f"{where}: {down} targets {module}, which this model does not have")
         d_shape, u_shape, w_shape = lora.shapes[down], lora.shapes[up], tuple(shapes[weight])
         if len(d_shape) != 2 or len(u_shape) != 2 or len(w_shape) != 2:
-            raise ConfigError(f"{where}: {down} / {up} (shapes {d_shape}, {u_shape}) do not form a LoRA of the "
-                              f"linear layer {module} {w_shape}")
+            raise ConfigError(
+                f"{where}: {down} / {up} (shapes {d_shape}, {u_shape}) do not form a LoRA of the "
+                f"linear layer {module} {w_shape}"
+            )
         rank = d_shape[0]
         if u_shape[1] != rank:
-            raise ConfigError(f"{where}: rank mismatch for {module}: {down} has rank {rank} but {up} has "
-                              f"{u_shape[1]}")
+            raise ConfigError(f"{where}: rank mismatch for {module}: {down} has rank {rank} but {up} has {u_shape[1]}")
         if (u_shape[0], d_shape[1]) != w_shape:
-            raise ConfigError(f"{where}: {up} · {down} is {(u_shape[0], d_shape[1])} but {weight} is {w_shape} "
-                              "(a LoRA for another model size, e.g. TI2V-5B on A14B?)")
+            raise ConfigError(
+                f"{where}: {up} · {down} is {(u_shape[0], d_shape[1])} but {weight} is {w_shape} "
+                "(a LoRA for another model size, e.g. TI2V-5B on A14B?)"
+            )
         alpha = _alpha(lora, fmt, module, parts, adapter, rank, where)
         factor = scale * alpha / rank
         yield weight, Contribution(lora, "pair", factor, (up, down))

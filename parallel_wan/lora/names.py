@@ -22,8 +22,20 @@ from ..errors import ConfigError
 from ..weights import transformer_keymap
 
 # Wan 2.1 I2V's image branch, in official, musubi ("_"-joined) and diffusers names.
-WAN21_IMAGE_BRANCH = (".k_img.", ".v_img.", ".norm_k_img.", "img_emb.", "_k_img.", "_v_img.", "_norm_k_img.",
-                      "_img_emb_", ".add_k_proj.", ".add_v_proj.", ".norm_added_k.", "image_embedder.")
+WAN21_IMAGE_BRANCH = (
+    ".k_img.",
+    ".v_img.",
+    ".norm_k_img.",
+    "img_emb.",
+    "_k_img.",
+    "_v_img.",
+    "_norm_k_img.",
+    "_img_emb_",
+    ".add_k_proj.",
+    ".add_v_proj.",
+    ".norm_added_k.",
+    "image_embedder.",
+)
 DOWN, UP, UP_BIAS, ALPHA, DIFF, DIFF_B, DIFF_M = "down", "up", "up_bias", "alpha", "diff", "diff_b", "diff_m"
 
 
@@ -44,12 +56,26 @@ def detect_format(keys) -> str:
 
 
 _PEFT = re.compile(r"^(?:transformer\.)?(?P<module>.+?)\.(?P<part>lora_A|lora_B)(?:\.default)?\.(?P<leaf>weight|bias)$")
-_COMFY = re.compile(r"^(?:model\.)?diffusion_model\.(?P<module>.+?)\.(?P<part>lora_down\.weight|lora_up\.weight|"
-                    r"lora_A\.weight|lora_B\.weight|alpha|diff|diff_b|diff_m)$")
-_MUSUBI = re.compile(r"^lora_unet_(?P<module>[A-Za-z0-9_]+?)\.(?P<part>lora_down\.weight|lora_up\.weight|alpha|"
-                     r"diff|diff_b|diff_m)$")
-_PARTS = {"lora_A": DOWN, "lora_down.weight": DOWN, "lora_A.weight": DOWN, "lora_B": UP, "lora_up.weight": UP,
-          "lora_B.weight": UP, "alpha": ALPHA, "diff": DIFF, "diff_b": DIFF_B, "diff_m": DIFF_M}
+_COMFY = re.compile(
+    r"^(?:model\.)?diffusion_model\.(?P<module>.+?)\.(?P<part>lora_down\.weight|lora_up\.weight|"
+    r"lora_A\.weight|lora_B\.weight|alpha|diff|diff_b|diff_m)$"
+)
+_MUSUBI = re.compile(
+    r"^lora_unet_(?P<module>[A-Za-z0-9_]+?)\.(?P<part>lora_down\.weight|lora_up\.weight|alpha|"
+    r"diff|diff_b|diff_m)$"
+)
+_PARTS = {
+    "lora_A": DOWN,
+    "lora_down.weight": DOWN,
+    "lora_A.weight": DOWN,
+    "lora_B": UP,
+    "lora_up.weight": UP,
+    "lora_B.weight": UP,
+    "alpha": ALPHA,
+    "diff": DIFF,
+    "diff_b": DIFF_B,
+    "diff_m": DIFF_M,
+}
 
 
 def _official_module(module: str) -> str:
@@ -64,7 +90,7 @@ def _target(module: str, part: str, official: bool) -> str:
         return transformer_keymap.official_to_diffusers_name(param) if official else param
     if part in (DIFF, DIFF_B):
         leaf = ".weight" if part == DIFF else ".bias"
-        return (transformer_keymap.official_to_diffusers_name(module + leaf) if official else module + leaf)
+        return transformer_keymap.official_to_diffusers_name(module + leaf) if official else module + leaf
     return _official_module(module) if official else module
 
 
@@ -78,12 +104,15 @@ def parse_keys(keys, where: str, official_modules: dict[str, str]) -> tuple[str,
             dropped.append(key)
             continue
         if key.endswith(".dora_scale"):
-            raise ConfigError(f"{where}: {key} is a DoRA magnitude; DoRA LoRAs are not supported (merge it into a "
-                              "plain LoRA first)")
+            raise ConfigError(
+                f"{where}: {key} is a DoRA magnitude; DoRA LoRAs are not supported (merge it into a plain LoRA first)"
+            )
         match = {"peft": _PEFT, "comfyui": _COMFY, "musubi": _MUSUBI}[fmt].match(key)
         if match is None:
-            raise ConfigError(f"{where}: key {key!r} is not a LoRA key of the {fmt} format this file uses; "
-                              "it may be another model's LoRA")
+            raise ConfigError(
+                f"{where}: key {key!r} is not a LoRA key of the {fmt} format this file uses; "
+                "it may be another model's LoRA"
+            )
         module, raw = match.group("module"), match.group("part")
         if fmt == "peft":
             part = UP_BIAS if (raw == "lora_B" and match.group("leaf") == "bias") else _PARTS[raw]
@@ -98,8 +127,9 @@ def parse_keys(keys, where: str, official_modules: dict[str, str]) -> tuple[str,
         try:
             target = _target(module, part, official=fmt != "peft")
         except KeyError:
-            raise ConfigError(f"{where}: key {key!r} names no module of this Wan 2.2 model "
-                              "(is it a LoRA for another model?)") from None
+            raise ConfigError(
+                f"{where}: key {key!r} names no module of this Wan 2.2 model (is it a LoRA for another model?)"
+            ) from None
         entries.append(Entry(key, target, part))
     return fmt, entries, dropped
 

@@ -18,8 +18,8 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import ConfigError
 from ..weights.finite import non_finite, refuse
-
 from .settings import SAFETENSORS
+
 # Where diffusers keeps a PEFT adapter's config (r, lora_alpha, patterns) in the header.
 ADAPTER_METADATA = "lora_adapter_metadata"
 
@@ -37,20 +37,23 @@ class LoraFile:
                 self.shapes = {k: tuple(self._file.get_slice(k).get_shape()) for k in self._file.keys()}
                 self.dtypes = {k: self._file.get_slice(k).get_dtype() for k in self._file.keys()}
             except (SafetensorError, OSError, ValueError) as exc:
-                raise ConfigError(f"{where} is not a readable safetensors file ({exc}); re-download or convert it") \
-                    from None
+                raise ConfigError(
+                    f"{where} is not a readable safetensors file ({exc}); re-download or convert it"
+                ) from None
             self._tensors = None
         else:
             try:
                 data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             except Exception as exc:  # pickle errors come in many types; none may pass silently
-                raise ConfigError(f"{where} could not be read with torch.load(weights_only=True) "
-                                  f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); convert it to safetensors") \
-                    from None
+                raise ConfigError(
+                    f"{where} could not be read with torch.load(weights_only=True) "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); convert it to safetensors"
+                ) from None
             if isinstance(data, dict) and "state_dict" in data and isinstance(data["state_dict"], dict):
                 data = data["state_dict"]
-            if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                     for k, v in data.items()):
+            if not isinstance(data, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in data.items()
+            ):
                 raise ConfigError(f"{where} does not hold a flat name → tensor dict; convert it to safetensors")
             self._tensors = data
             self.shapes = {k: tuple(v.shape) for k, v in data.items()}
@@ -94,9 +97,9 @@ class LoraFile:
     def _read(self, key: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
         if self._tensors is not None:
             t = self._tensors[key]
-            t = t if rows is None else t[rows[0]:rows[1]]
+            t = t if rows is None else t[rows[0] : rows[1]]
         else:
-            t = self._file.get_tensor(key) if rows is None else self._file.get_slice(key)[rows[0]:rows[1]]
+            t = self._file.get_tensor(key) if rows is None else self._file.get_slice(key)[rows[0] : rows[1]]
         self.bytes_read += t.numel() * t.element_size()
         return t.float()
 
@@ -104,8 +107,9 @@ class LoraFile:
         """An alpha, read while the run is checked (a bad one is a ConfigError, like a bad setting)."""
         t = self._read(key)
         if t.numel() != 1:
-            raise ConfigError(f"{self.setting}={self.path}: {key} should hold one number (an alpha), not shape "
-                              f"{tuple(t.shape)}")
+            raise ConfigError(
+                f"{self.setting}={self.path}: {key} should hold one number (an alpha), not shape {tuple(t.shape)}"
+            )
         value = float(t.reshape(()))
         if not math.isfinite(value):
             raise ConfigError(f"{self.setting}={self.path}: {key} is {value}, not a finite number")

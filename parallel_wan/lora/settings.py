@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import ConfigError
 
@@ -29,15 +29,20 @@ def lora_settings(cfg: Mapping, experts: int, model_name: str) -> tuple[tuple[st
         if paths is None or paths == "" or paths == []:
             continue
         if role != "all" and experts == 1:
-            raise ConfigError(f"{key}= applies to one expert of a two-expert model, but model={model_name} has one "
-                              f"model; use lora={paths if isinstance(paths, str) else list(paths)}")
+            raise ConfigError(
+                f"{key}= applies to one expert of a two-expert model, but model={model_name} has one "
+                f"model; use lora={paths if isinstance(paths, str) else list(paths)}"
+            )
         paths = [paths] if isinstance(paths, str) else paths
         if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p for p in paths):
-            raise ConfigError(f"{key}={paths!r} must be a path or a list of paths, e.g. {key}='[a.safetensors,b.safetensors]'")
+            raise ConfigError(
+                f"{key}={paths!r} must be a path or a list of paths, e.g. {key}='[a.safetensors,b.safetensors]'"
+            )
         scales = list(scales) if isinstance(scales, (list, tuple)) else [scales] * len(paths)
         if len(scales) != len(paths):
-            raise ConfigError(f"{key}_scale has {len(scales)} values for {len(paths)} files in {key}; give one scale, "
-                              "or one per file")
+            raise ConfigError(
+                f"{key}_scale has {len(scales)} values for {len(paths)} files in {key}; give one scale, or one per file"
+            )
         for i, (path, scale) in enumerate(zip(paths, scales)):
             setting = key if len(paths) == 1 else f"{key}[{i}]"
             out.append((role, check_path(setting, path), _scale(f"{key}_scale", scale), setting))
@@ -53,8 +58,10 @@ def check_path(setting: str, path: str) -> str:
     if not os.path.isfile(path):
         raise ConfigError(f"{setting}={path} is a folder; give the LoRA's .safetensors file inside it")
     if not path.endswith(SAFETENSORS + PICKLED):
-        raise ConfigError(f"{setting}={path} is not a .safetensors file (nor a .pth read with weights_only=True); "
-                          "convert the LoRA to safetensors")
+        raise ConfigError(
+            f"{setting}={path} is not a .safetensors file (nor a .pth read with weights_only=True); "
+            "convert the LoRA to safetensors"
+        )
     return path
 
 

@@ -3,7 +3,8 @@ of a second, only for a long job): the rate the job-time estimate divides the FL
 
 Square matrices of the run's dtype, large enough to be compute bound (2048 on a GPU/TPU, 512 on
 a CPU, where the run's threads are the ones measured and a bf16 product without AVX-512 BF16 is
-slow), one warm-up, then as many products as fit in `seconds`, the best of WINDOWS windows. Asked only when a job looks long, never in a normal start.
+slow), one warm-up, then as many products as fit in `seconds`, the best of WINDOWS windows. Asked only when a job
+looks long, never in a normal start.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def _torch(device: str, dtype: str, seconds: float) -> DeviceSpeed:
 
         def sync():
             pass
+
     kind = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = torch.randn(n, n, device=where, dtype=kind)
     b = torch.randn(n, n, device=where, dtype=kind)
@@ -72,7 +74,7 @@ def _torch(device: str, dtype: str, seconds: float) -> DeviceSpeed:
             if count % batch == 0:
                 sync()
                 if time.perf_counter() - start >= seconds / WINDOWS:
-                    return 2 * n ** 3 * count / (time.perf_counter() - start)
+                    return 2 * n**3 * count / (time.perf_counter() - start)
 
     with torch.inference_mode():
         torch.mm(a, b)
@@ -96,7 +98,10 @@ def _jax(dtype: str, seconds: float) -> DeviceSpeed:
         while time.perf_counter() - start < seconds / WINDOWS:
             mm(a, a).block_until_ready()
             count += 1
-        return 2 * n ** 3 * count / (time.perf_counter() - start)
+        return 2 * n**3 * count / (time.perf_counter() - start)
 
-    return DeviceSpeed(max(window() for _ in range(WINDOWS)), f"{device.platform}:{device.id} ({device.device_kind})",
-                       device.platform == "cpu")
+    return DeviceSpeed(
+        max(window() for _ in range(WINDOWS)),
+        f"{device.platform}:{device.id} ({device.device_kind})",
+        device.platform == "cpu",
+    )

@@ -54,7 +54,7 @@ class ForwardFlops:
     def total(self) -> int:
         return self.layers * self.layer + sum(self.outside.values())
 
-    def with_layers(self, layers: int) -> "ForwardFlops":
+    def with_layers(self, layers: int) -> ForwardFlops:
         return ForwardFlops(self.per_layer, self.outside, layers)
 
 

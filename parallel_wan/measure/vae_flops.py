@@ -30,7 +30,7 @@ def decode_flops(cfg: VaeConfig, latent_frames: int, latent_height: int, latent_
     for i in range(levels - 1):
         temporal = bool(cfg.temperal_upsample[i])
         frames.append(1 + 2 * (frames[-1] - 1) if temporal else frames[-1])
-    pixels = [latent_height * latent_width * 4 ** i for i in range(levels)]  # per frame, entering each level
+    pixels = [latent_height * latent_width * 4**i for i in range(levels)]  # per frame, entering each level
     total = 0
     for name, shape in param_shapes(cfg).items():
         if not name.startswith(("decoder.", "post_quant_conv.")) or not name.endswith(".weight") or len(shape) < 3:

@@ -1,6 +1,7 @@
 """Per-device memory of a run, before it runs:
 
-    python -m parallel_wan.plan model=wan2.2_t2v_a14b mesh=dp2_cp4 device_memory_gb=80 [memory=sharded height=… width=… num_frames=… dtype=…]
+    python -m parallel_wan.plan model=wan2.2_t2v_a14b mesh=dp2_cp4 device_memory_gb=80 [memory=sharded height=… \
+        width=… num_frames=… dtype=…]
 
 The same Hydra config and validation as `parallel_wan.run` (world size = the mesh's), the
 model's architecture from its preset (or from checkpoint_dir's configs when given; no weights
@@ -42,7 +43,29 @@ from .text_encoder_bytes import text_encoder_bytes
 from .vae_bytes import VaeBytes, vae_decode_bytes
 from .weight_bytes import ExpertBytes, expert_bytes, tensor_bytes, weight_bytes
 
-__all__ = ["GB", "PLAN_STEPS", "TEXT_LEN", "UMT5_XXL", "DenoiseBytes", "ExpertBytes", "MemoryPlan", "RankShapes",
-           "VaeBytes", "architecture", "cache_bytes", "denoise_bytes", "expert_bytes", "main", "plan", "planning_spec",
-           "rank_shapes", "report", "suggestions", "tensor_bytes", "text_encoder_bytes", "transformer_shapes",
-           "vae_decode_bytes", "weight_bytes"]
+__all__ = [
+    "GB",
+    "PLAN_STEPS",
+    "TEXT_LEN",
+    "UMT5_XXL",
+    "DenoiseBytes",
+    "ExpertBytes",
+    "MemoryPlan",
+    "RankShapes",
+    "VaeBytes",
+    "architecture",
+    "cache_bytes",
+    "denoise_bytes",
+    "expert_bytes",
+    "main",
+    "plan",
+    "planning_spec",
+    "rank_shapes",
+    "report",
+    "suggestions",
+    "tensor_bytes",
+    "text_encoder_bytes",
+    "transformer_shapes",
+    "vae_decode_bytes",
+    "weight_bytes",
+]

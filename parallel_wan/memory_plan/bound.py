@@ -65,12 +65,21 @@ def phase_bounds(spec: RunSpec, tcfg, vcfg, text_shape) -> dict:
     per_token = spec.model.task == "ti2v"
     token_features = math.prod(tcfg.patch_size) * tcfg.out_channels
     tokens = shapes.batch * shapes.local * token_features * 4  # the sample, fp32
-    loop = (units * (dim * (16 + 12 * width) + tcfg.ffn_dim * 2 * width + per_token * dim * 4 * 18)
-            + shapes.rows * TEXT_LEN * dim * width * 6 + 12 * tokens)
+    loop = (
+        units * (dim * (16 + 12 * width) + tcfg.ffn_dim * 2 * width + per_token * dim * 4 * 18)
+        + shapes.rows * TEXT_LEN * dim * width * 6
+        + 12 * tokens
+    )
     context = (prompts + int(spec.uses_guidance)) * TEXT_LEN * (tcfg.text_dim + dim) * width
     cond = shapes.local * math.prod(tcfg.patch_size) * max(tcfg.in_channels - tcfg.out_channels, 0) * 4
-    held = (2 * context + 2 * shapes.local * tcfg.attention_head_dim * 8 + cond + tokens + shapes.local * 8
-            + cache_bytes(spec, tcfg, shapes))
+    held = (
+        2 * context
+        + 2 * shapes.local * tcfg.attention_head_dim * 8
+        + cond
+        + tokens
+        + shapes.local * 8
+        + cache_bytes(spec, tcfg, shapes)
+    )
 
     frames, height, width_px = spec.video.num_frames, spec.video.height, spec.video.width
     latent_rows = shapes.latent_shape[3]

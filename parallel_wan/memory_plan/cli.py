@@ -24,8 +24,10 @@ def main(argv: list[str]) -> int:
             overrides.append(arg)
     try:
         if budget is None:
-            raise ConfigError("device_memory_gb is missing; give the memory of one device, e.g. device_memory_gb=80 "
-                              "(python -m parallel_wan.plan --help)")
+            raise ConfigError(
+                "device_memory_gb is missing; give the memory of one device, e.g. device_memory_gb=80 "
+                "(python -m parallel_wan.plan --help)"
+            )
         try:
             budget = float(budget)
         except ValueError:
@@ -36,8 +38,10 @@ def main(argv: list[str]) -> int:
             try:
                 tflops = float(tflops)
             except ValueError:
-                raise ConfigError(f"device_tflops={tflops!r} is not a number; give the dense bf16 TFLOP/s of the "
-                                  "device the job will run on, e.g. device_tflops=989 (H100 SXM)") from None
+                raise ConfigError(
+                    f"device_tflops={tflops!r} is not a number; give the dense bf16 TFLOP/s of the "
+                    "device the job will run on, e.g. device_tflops=989 (H100 SXM)"
+                ) from None
             if not 0 < tflops < float("inf"):
                 raise ConfigError(f"device_tflops={tflops:g} must be a positive number, e.g. device_tflops=989")
         text, fits = plan_report(compose_settings(overrides), budget, tflops)
@@ -72,13 +76,17 @@ def time_lines(spec: RunSpec, device_tflops: float | None = None, measure=None) 
         from ..measure.device_speed import measure_device
 
         def measure():
-            return measure_device("jax" if spec.execution.backend == "jax" else "torch", spec.execution.device,
-                                  spec.execution.dtype)
+            return measure_device(
+                "jax" if spec.execution.backend == "jax" else "torch", spec.execution.device, spec.execution.dtype
+            )
+
     lines = ["time (dense, no step cache): " + describe(flops, measure())]
     if device_tflops is not None:
         seconds = estimate_seconds(flops, device_tflops * 1e12)
-        lines.append(f"  at device_tflops={device_tflops:g}: about {duration(seconds)} "
-                     f"({EFFICIENCY['accelerator']:.0%} of {device_tflops:g} TFLOP/s)")
+        lines.append(
+            f"  at device_tflops={device_tflops:g}: about {duration(seconds)} "
+            f"({EFFICIENCY['accelerator']:.0%} of {device_tflops:g} TFLOP/s)"
+        )
     return "\n".join(lines)
 
 

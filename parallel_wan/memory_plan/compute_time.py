@@ -54,9 +54,9 @@ def job_flops(spec: RunSpec, tcfg, vcfg) -> JobFlops:
     """FLOPs of one rank (or one device of a JAX mesh) for this generation: every step's forward
     on the rank's tokens and rows (CFG on or off per step, as the step plan decides; a step
     cache's skips are not subtracted: this is the dense run) and its share of the decode."""
+    from ..models.experts import LOW
     from ..parallel.cfg_rows import guides
     from ..pipeline.steps import expert_for
-    from ..models.experts import LOW
     from ..sampling import explicit_schedule, make_schedule
 
     shapes = rank_shapes(spec, tcfg, vcfg)
@@ -70,8 +70,9 @@ def job_flops(spec: RunSpec, tcfg, vcfg) -> JobFlops:
     for t in timesteps:
         guidance = s.guidance_low if expert_for(float(t), spec) == LOW else s.guidance_high
         halves = shapes.halves if guides(guidance) else 1
-        denoise += forward_flops(tcfg, shapes.local, shapes.batch * halves, key_tokens=shapes.tokens,
-                                 per_token_timestep=per_token).total
+        denoise += forward_flops(
+            tcfg, shapes.local, shapes.batch * halves, key_tokens=shapes.tokens, per_token_timestep=per_token
+        ).total
     _, _, frames, height, width = shapes.latent_shape
     bands = min(spec.mesh.world_size, height)
     prompts = len(spec.video.prompts)
@@ -118,10 +119,12 @@ def amount(flops: float) -> str:
 def describe(flops: JobFlops, speed: DeviceSpeed) -> str:
     """One line: the work, the device's speed, the estimate."""
     share = EFFICIENCY["cpu" if speed.cpu else "accelerator"]
-    return (f"about {duration(estimate_seconds(flops, speed.flops, speed.cpu))} on {speed.name} "
-            f"({amount(flops.total)} per device: {flops.forwards} transformer steps {amount(flops.denoise)} + VAE "
-            f"decode {amount(flops.decode)}, at {share:.0%} of the {speed.flops / 1e12:.3g} TFLOP/s its "
-            "matrix multiplies reach)")
+    return (
+        f"about {duration(estimate_seconds(flops, speed.flops, speed.cpu))} on {speed.name} "
+        f"({amount(flops.total)} per device: {flops.forwards} transformer steps {amount(flops.denoise)} + VAE "
+        f"decode {amount(flops.decode)}, at {share:.0%} of the {speed.flops / 1e12:.3g} TFLOP/s its "
+        "matrix multiplies reach)"
+    )
 
 
 def _on_cpu(spec: RunSpec) -> bool:
@@ -148,8 +151,12 @@ def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:
     measure/device_speed.py's probe)."""
     specs = list(specs)
     parts = [job_flops(s, tcfg, vcfg) for s in specs]
-    total = JobFlops(sum(p.forwards for p in parts), sum(p.denoise for p in parts), sum(p.decode for p in parts),
-                     sum(p.videos for p in parts))
+    total = JobFlops(
+        sum(p.forwards for p in parts),
+        sum(p.denoise for p in parts),
+        sum(p.decode for p in parts),
+        sum(p.videos for p in parts),
+    )
     if sum(optimistic_seconds(p, s) for p, s in zip(parts, specs)) <= PROBE_AFTER_S:
         return None
     if measure is None:
@@ -157,16 +164,27 @@ def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:
 
         def measure():
             return measure_device(specs[0].execution.backend, specs[0].execution.device, specs[0].execution.dtype)
+
     speed = measure()
     seconds = estimate_seconds(total, speed.flops, speed.cpu)
     if seconds <= LOG_AFTER_S:
         return None
     line = "this job will take " + describe(total, speed)
     if seconds > WARN_AFTER_S:
-        line += ("; far beyond a quick run — stop it now (Ctrl-C) and try fewer steps, a smaller "
-                 "num_frames/height/width, or more devices (python -m parallel_wan.plan shows the estimate)")
+        line += (
+            "; far beyond a quick run — stop it now (Ctrl-C) and try fewer steps, a smaller "
+            "num_frames/height/width, or more devices (python -m parallel_wan.plan shows the estimate)"
+        )
     return line, seconds > WARN_AFTER_S
 
 
-__all__ = ["EFFICIENCY", "DeviceSpeed", "JobFlops", "describe", "duration", "estimate_seconds", "job_estimate",
-           "job_flops"]
+__all__ = [
+    "EFFICIENCY",
+    "DeviceSpeed",
+    "JobFlops",
+    "describe",
+    "duration",
+    "estimate_seconds",
+    "job_estimate",
+    "job_flops",
+]

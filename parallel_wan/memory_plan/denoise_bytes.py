@@ -33,8 +33,13 @@ class RankShapes:
 def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     """The shapes `pipeline.generate` gives rank 0 (its work: `parallel.work.rank_work`)."""
     latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
-                    spec.video.width // vcfg.scale_factor_spatial)
+    latent_shape = (
+        1,
+        tcfg.out_channels,
+        latent_frames,
+        spec.video.height // vcfg.scale_factor_spatial,
+        spec.video.width // vcfg.scale_factor_spatial,
+    )
     pt, ph, pw = tcfg.patch_size
     tokens = (latent_frames // pt) * (latent_shape[3] // ph) * (latent_shape[4] // pw)
     work = rank_work(spec.mesh, len(spec.video.prompts), tokens, rank=0)
@@ -47,8 +52,10 @@ def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
 def _work(spec: RunSpec, shapes: RankShapes) -> RankWork:
     shards = SequenceShards(shapes.tokens, spec.mesh.cp)
     if shards.local != shapes.local:
-        raise ValueError(f"{shapes.tokens} tokens over cp={spec.mesh.cp} are {shards.local} per rank, "
-                         f"not the {shapes.local} of these shapes; make them with rank_shapes")
+        raise ValueError(
+            f"{shapes.tokens} tokens over cp={spec.mesh.cp} are {shards.local} per rank, "
+            f"not the {shapes.local} of these shapes; make them with rank_shapes"
+        )
     return RankWork(shards, 0, tuple(range(shapes.batch)), shapes.cfg_branch)
 
 
@@ -62,8 +69,11 @@ def _meta_expert(tcfg, dtype: str):
     from ..weights.tree import unflatten
 
     tdtype = torch_ops.dtype(dtype)
-    flat = {n: torch.empty(s, dtype=torch.float32 if dit.keeps_fp32(n) else tdtype, device="meta")
-            for n, s in transformer_shapes(tcfg).items() if not n.startswith("blocks.") or n.startswith("blocks.0.")}
+    flat = {
+        n: torch.empty(s, dtype=torch.float32 if dit.keeps_fp32(n) else tdtype, device="meta")
+        for n, s in transformer_shapes(tcfg).items()
+        if not n.startswith("blocks.") or n.startswith("blocks.0.")
+    }
     params = unflatten(flat)
     params["blocks"] = [params["blocks"][0]] * 2
     return params
@@ -94,8 +104,10 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes, vcfg=None) -> Denoise
     past a few thousand tokens each count is a straight line in the tokens per rank
     (tests/unit/test_plan_bound.py holds the extrapolation to the direct count)."""
     if vcfg is not None and shapes.local > RUN_TOKENS:
-        (l1, b1), (l2, b2) = ((s.local, _denoise_bytes(spec.replace(num_frames=f, height=h), tcfg, s))
-                              for f, h, s in (_smaller(spec, tcfg, vcfg, RUN_TOKENS // 2), _smaller(spec, tcfg, vcfg, RUN_TOKENS)))
+        (l1, b1), (l2, b2) = (
+            (s.local, _denoise_bytes(spec.replace(num_frames=f, height=h), tcfg, s))
+            for f, h, s in (_smaller(spec, tcfg, vcfg, RUN_TOKENS // 2), _smaller(spec, tcfg, vcfg, RUN_TOKENS))
+        )
 
         def line(a: int, b: int) -> int:
             return round(b + (b - a) / (l2 - l1) * (shapes.local - l2))
@@ -136,17 +148,26 @@ def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     patch = math.prod(tcfg.patch_size)
     n = len(spec.video.prompts)
     # generate casts the context to the run's dtype; the negative prompt only when some expert guides
-    context = torch.empty((n + int(spec.uses_guidance), tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.execution.dtype),
-                          device=META)
+    context = torch.empty(
+        (n + int(spec.uses_guidance), tcfg.text_len, tcfg.text_dim), dtype=ops.dtype(spec.execution.dtype), device=META
+    )
     extra_channels = tcfg.in_channels - tcfg.out_channels
     task_cond = None
     if extra_channels:  # I2V: the condition's channels, joined to the noise tokens
         task_cond = torch.empty((1, shapes.local, patch * extra_channels), device=META)
     per_token = spec.model.task == "ti2v"
     fixed_mask = np.ones((shapes.local, 1), np.float32) if per_token and spec.video.image is not None else None
-    task = DenoiseTask({name: (tcfg, params) for name in (HIGH, LOW, SINGLE)}, context, n, _work(spec, shapes),
-                       dit.patch_grid(tcfg, shapes.latent_shape), spec.uses_guidance, per_token_timestep=per_token,
-                       cond_tokens=task_cond, fixed_mask=fixed_mask)
+    task = DenoiseTask(
+        {name: (tcfg, params) for name in (HIGH, LOW, SINGLE)},
+        context,
+        n,
+        _work(spec, shapes),
+        dit.patch_grid(tcfg, shapes.latent_shape),
+        spec.uses_guidance,
+        per_token_timestep=per_token,
+        cond_tokens=task_cond,
+        fixed_mask=fixed_mask,
+    )
     predictor = backend.noise_predictor(task)
     x = torch.empty((shapes.batch, shapes.local, patch * tcfg.out_channels), device=META)
     held = held_bytes(context, predictor.context, predictor.rope, predictor.cond_tokens, predictor.timestep_mask, x)
@@ -158,7 +179,9 @@ def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     # differently (linear → t + addmm, the norms decomposed) and the tiny model's loop counted
     # 30 % more than the run holds.
     with torch.inference_mode(), LiveBytes() as live:
-        out = denoise(loop_spec, make_schedule("official", PLAN_STEPS, spec.sampling.shift), x, predictor, lambda it: it, ops)
+        out = denoise(
+            loop_spec, make_schedule("official", PLAN_STEPS, spec.sampling.shift), x, predictor, lambda it: it, ops
+        )
         del out
     return DenoiseBytes(held, live.peak)
 

@@ -33,13 +33,20 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
     st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
     latent = ((spec.video.num_frames - 1) // st + 1, spec.video.height // ss, spec.video.width // ss)
-    most = {"num_frames": (MAX_POSITIONS * pt - 1) * st + 1, "height": MAX_POSITIONS * ph * ss,
-            "width": MAX_POSITIONS * pw * ss}
-    for (key, value), size in zip((("num_frames", spec.video.num_frames), ("height", spec.video.height), ("width", spec.video.width)),
-                                  (latent[0] // pt, latent[1] // ph, latent[2] // pw)):
+    most = {
+        "num_frames": (MAX_POSITIONS * pt - 1) * st + 1,
+        "height": MAX_POSITIONS * ph * ss,
+        "width": MAX_POSITIONS * pw * ss,
+    }
+    for (key, value), size in zip(
+        (("num_frames", spec.video.num_frames), ("height", spec.video.height), ("width", spec.video.width)),
+        (latent[0] // pt, latent[1] // ph, latent[2] // pw),
+    ):
         if size > MAX_POSITIONS:
-            raise ConfigError(f"{key}={value} gives {size} token positions along that axis but the model has "
-                              f"{MAX_POSITIONS} (RoPE); set {key} ≤ {most[key]}")
+            raise ConfigError(
+                f"{key}={value} gives {size} token positions along that axis but the model has "
+                f"{MAX_POSITIONS} (RoPE); set {key} ≤ {most[key]}"
+            )
     if device is not None:
         budget, where = device
     elif budget is None:
@@ -48,7 +55,10 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
         where = "the given budget"
     if budget is None:
         return
-    floor = spec.video.num_frames * spec.video.height * spec.video.width * 3 + len(spec.video.prompts) * tcfg.out_channels * math.prod(latent) * 4
+    floor = (
+        spec.video.num_frames * spec.video.height * spec.video.width * 3
+        + len(spec.video.prompts) * tcfg.out_channels * math.prod(latent) * 4
+    )
     if floor <= budget:
         from .bound import peak_bound
 
@@ -60,9 +70,11 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
     if p.peak <= budget:
         return
     size = f"num_frames={spec.video.num_frames} height={spec.video.height} width={spec.video.width}"
-    raise ConfigError(f"{size} does not fit: the planner puts its peak at {p.peak / GB:.2f} GB per device but {where} "
-                      f"has {budget / GB:.2f} GB; try: {'; '.join(suggestions(p, budget))} "
-                      "(python -m parallel_wan.plan prints the whole plan)")
+    raise ConfigError(
+        f"{size} does not fit: the planner puts its peak at {p.peak / GB:.2f} GB per device but {where} "
+        f"has {budget / GB:.2f} GB; try: {'; '.join(suggestions(p, budget))} "
+        "(python -m parallel_wan.plan prints the whole plan)"
+    )
 
 
 def architecture_of(spec: RunSpec, ckpt):

@@ -121,7 +121,9 @@ def _v2(folder: str) -> tuple[float, str] | None:
     limit = _number(os.path.join(folder, "memory.max"))
     if limit is None:
         return None
-    used = (_number(os.path.join(folder, "memory.current")) or 0) - _stat(os.path.join(folder, "memory.stat"), "inactive_file")
+    used = (_number(os.path.join(folder, "memory.current")) or 0) - _stat(
+        os.path.join(folder, "memory.stat"), "inactive_file"
+    )
     return _left(limit, used, f"{os.path.join(folder, 'memory.max')}", "cgroup v2")
 
 
@@ -129,11 +131,14 @@ def _v1(folder: str) -> tuple[float, str] | None:
     limit = _number(os.path.join(folder, "memory.limit_in_bytes"))
     if limit is None or limit >= NO_LIMIT:
         return None
-    used = (_number(os.path.join(folder, "memory.usage_in_bytes")) or 0) - _stat(os.path.join(folder, "memory.stat"),
-                                                                                   "total_inactive_file")
+    used = (_number(os.path.join(folder, "memory.usage_in_bytes")) or 0) - _stat(
+        os.path.join(folder, "memory.stat"), "total_inactive_file"
+    )
     return _left(limit, used, f"{os.path.join(folder, 'memory.limit_in_bytes')}", "cgroup v1")
 
 
 def _left(limit: int, used: int, file: str, kind: str) -> tuple[float, str]:
     left = max(limit - max(used, 0), 0)
-    return float(left), f"the container's memory limit ({kind} {file}: {limit / 1e9:.2f} GB, {max(used, 0) / 1e9:.2f} GB in use)"
+    return float(
+        left
+    ), f"the container's memory limit ({kind} {file}: {limit / 1e9:.2f} GB, {max(used, 0) / 1e9:.2f} GB in use)"

@@ -48,8 +48,9 @@ class MetaBackend(TorchBackend):
     differs."""
 
     def __init__(self, mesh: MeshSpec):
-        super().__init__(META, TorchMesh.build(mesh, NullCollectives(rank=0, world=mesh.world_size)),
-                         ops=FusedAttentionOps())
+        super().__init__(
+            META, TorchMesh.build(mesh, NullCollectives(rank=0, world=mesh.world_size)), ops=FusedAttentionOps()
+        )
 
     def self_attention_for(self, shards):
         from ..backends.torch.sequence_parallel import make_self_attention

@@ -61,8 +61,16 @@ def plan(spec: RunSpec) -> MemoryPlan:
     kept = dn.held + shapes.batch * shapes.local * token_features * 4
     if spec.mesh.world_size > 1:
         kept += prompts * shapes.tokens * token_features * 4
-    return MemoryPlan(spec, shapes, eb, weight_bytes(spec, eb), dn,
-                      text_encoder_bytes(text_cfg, prompts, spec.uses_guidance), vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size), kept)
+    return MemoryPlan(
+        spec,
+        shapes,
+        eb,
+        weight_bytes(spec, eb),
+        dn,
+        text_encoder_bytes(text_cfg, prompts, spec.uses_guidance),
+        vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size),
+        kept,
+    )
 
 
 def _gb(n: int) -> str:
@@ -72,19 +80,24 @@ def _gb(n: int) -> str:
 def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
     spec, s = p.spec, p.shapes
     lines = [
-        f"model={spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} dtype={spec.execution.dtype} backend={spec.execution.backend} "
-        f"mesh={spec.mesh.name} (dp={spec.mesh.dp} cp={spec.mesh.cp} = ulysses {spec.mesh.ulysses} × ring {spec.mesh.ring}, "
+        f"model={spec.model.name} {spec.video.width}x{spec.video.height}x{spec.video.num_frames} "
+        f"dtype={spec.execution.dtype} backend={spec.execution.backend} "
+        f"mesh={spec.mesh.name} (dp={spec.mesh.dp} cp={spec.mesh.cp} = ulysses {spec.mesh.ulysses} × ring "
+        f"{spec.mesh.ring}, "
         f"{counted(spec.mesh.world_size, 'device')}) memory={spec.memory.mode}",
         f"tokens {s.tokens:,} → {s.local:,} per rank; {s.rows} forward row(s) per rank "
         f"({'CFG halves split over dp' if s.cfg_branch is not None else 'prompts × CFG halves'})",
         "per device:",
         f"  one expert, whole              {_gb(p.expert.whole)}",
         f"  weights during denoise         {_gb(p.weights['denoise'])}   ({p.weights['note']})",
-        f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, noise"
+        f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, "
+        "noise"
         f"{', step cache' if p.spec.cache.on else ''})",
-        f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
+        f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before "
+        "denoise",
         f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
-        f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over {counted(p.vae.bands, 'rank')} of the job)",
+        f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over "
+        f"{counted(p.vae.bands, 'rank')} of the job)",
         "peak per phase:",
     ]
     for phase, value in p.phases.items():
@@ -109,8 +122,10 @@ def suggestions(p: MemoryPlan, budget: float) -> list[str]:
         out.append("memory=swap (one expert on the device; exchanged block by block at the switch)")
     if weighty and spec.quantization.quantize == "none":
         # block linears at one byte per weight (+ a float32 scale per row) instead of bf16's two
-        out.append("quantize=fp8 or quantize=int8 (the block weights at 1 byte each, about half of bf16's; "
-                   "README \"Quantized weights\")")
+        out.append(
+            "quantize=fp8 or quantize=int8 (the block weights at 1 byte each, about half of bf16's; "
+            'README "Quantized weights")'
+        )
     if p.activations > 0.2 * budget or p.weights["denoise"] > budget:
         out.append(f"a larger cp (more devices share the tokens: now {p.shapes.local:,} per rank)")
     phases = p.phases

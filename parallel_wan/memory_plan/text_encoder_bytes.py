@@ -20,5 +20,7 @@ def umt5_parameters(s) -> int:
     per block four attention projections, a relative-position table, three FFN matrices and two
     norms; then the final norm. tests/unit/test_plan.py checks it against the module's own count."""
     inner = s.num_heads * s.d_kv
-    block = 4 * s.d_model * inner + s.relative_attention_num_buckets * s.num_heads + 3 * s.d_model * s.d_ff + 2 * s.d_model
+    block = (
+        4 * s.d_model * inner + s.relative_attention_num_buckets * s.num_heads + 3 * s.d_model * s.d_ff + 2 * s.d_model
+    )
     return s.vocab_size * s.d_model + s.num_layers * block + s.d_model

@@ -50,8 +50,14 @@ def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
             zrow = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], vcfg, torch_ops)
             frames = to_uint8_frames(steady_decode(params, zrow, band_ops, vcfg, live), torch_ops).contiguous()
             if len(bands) > 1:  # rank 0 receives the other bands, then concatenates
-                others = [torch.empty((frames.shape[0], (b - a) * frames.shape[1] // (stop - start), *frames.shape[2:]),
-                                      dtype=frames.dtype, device="meta") for a, b in bands[1:]]
+                others = [
+                    torch.empty(
+                        (frames.shape[0], (b - a) * frames.shape[1] // (stop - start), *frames.shape[2:]),
+                        dtype=frames.dtype,
+                        device="meta",
+                    )
+                    for a, b in bands[1:]
+                ]
                 torch.cat([frames, *others], dim=1)  # the whole video, held until it goes to the host
                 del others
             del zrow, frames

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..config import RunSpec
 
+
 def _element(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else 4
 
@@ -63,9 +64,12 @@ def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
     quantized weights the denoise phase also holds one widened block linear (`widened`)."""
     out = _weight_bytes(spec, eb)
     if eb.widened:
-        out = {**out, "denoise": out["denoise"] + eb.widened,
-               "note": out["note"] + f"; quantize={spec.quantization.quantize}: 1 byte per block-linear weight + a "
-                                     "float32 scale per row, one layer widened at a time"}
+        out = {
+            **out,
+            "denoise": out["denoise"] + eb.widened,
+            "note": out["note"] + f"; quantize={spec.quantization.quantize}: 1 byte per block-linear weight + a "
+            "float32 scale per row, one layer widened at a time",
+        }
     return out
 
 
@@ -74,19 +78,42 @@ def _weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
     if spec.memory.mode == "sharded" and world > 1 and spec.execution.backend == "torch":
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)
         denoise = kept + experts * eb.rest + 2 * eb.block  # block i whole + block i+1 gathering
-        return {"encode": kept, "denoise": denoise, "decode": kept + experts * eb.rest,
-                "note": f"sharded: 1/{world} of every block per device + non-block weights whole + 2 gathered blocks"}
-    if spec.memory.mode == "sharded" and world > 1:  # JAX: NamedSharding over every mesh axis, gathered per layer in the scan
+        return {
+            "encode": kept,
+            "denoise": denoise,
+            "decode": kept + experts * eb.rest,
+            "note": f"sharded: 1/{world} of every block per device + non-block weights whole + 2 gathered blocks",
+        }
+    if (
+        spec.memory.mode == "sharded" and world > 1
+    ):  # JAX: NamedSharding over every mesh axis, gathered per layer in the scan
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)
-        return {"encode": kept, "denoise": kept + experts * eb.rest + 2 * eb.block, "decode": kept,
-                "note": f"sharded (jax_fsdp): 1/{world} of each large tensor per device, gathered per layer"}
+        return {
+            "encode": kept,
+            "denoise": kept + experts * eb.rest + 2 * eb.block,
+            "decode": kept,
+            "note": f"sharded (jax_fsdp): 1/{world} of each large tensor per device, gathered per layer",
+        }
     if spec.memory.mode == "swap" and spec.memory.swap_prefetch_steps == 0:
         # the last high-noise step: block i in use, the block before it not yet released by
         # the forward's loop variable, and the incoming block's copy — one expert + 2 blocks
-        return {"encode": eb.whole, "denoise": eb.whole + 2 * eb.block, "decode": eb.whole,
-                "note": "swap: one expert; the last high-noise step exchanges them block by block (+2 blocks)"}
+        return {
+            "encode": eb.whole,
+            "denoise": eb.whole + 2 * eb.block,
+            "decode": eb.whole,
+            "note": "swap: one expert; the last high-noise step exchanges them block by block (+2 blocks)",
+        }
     if spec.memory.mode == "swap":
-        return {"encode": eb.whole, "denoise": 2 * eb.whole, "decode": eb.whole,
-                "note": f"swap: one expert, both during the {spec.memory.swap_prefetch_steps} prefetch steps before the switch"}
-    return {"encode": experts * eb.whole, "denoise": experts * eb.whole, "decode": experts * eb.whole,
-            "note": "resident: every expert whole on every device"}
+        return {
+            "encode": eb.whole,
+            "denoise": 2 * eb.whole,
+            "decode": eb.whole,
+            "note": f"swap: one expert, both during the {spec.memory.swap_prefetch_steps} prefetch steps before the "
+            "switch",
+        }
+    return {
+        "encode": experts * eb.whole,
+        "denoise": experts * eb.whole,
+        "decode": experts * eb.whole,
+        "note": "resident: every expert whole on every device",
+    }

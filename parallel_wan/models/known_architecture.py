@@ -18,11 +18,18 @@ def dimensions(transformer: TransformerConfig, vae: VaeConfig) -> dict:
     """What tells the architectures apart: the DiT's widths and depth, its in/out latent
     channels and text width, and the VAE's latent channels (the fields a checkpoint's config
     states in both layouts; not the VAE's internal widths, which the official layout infers)."""
-    return {"dim": transformer.dim, "num_layers": transformer.num_layers,
-            "num_attention_heads": transformer.num_attention_heads, "ffn_dim": transformer.ffn_dim,
-            "in_channels": transformer.in_channels, "out_channels": transformer.out_channels,
-            "text_dim": transformer.text_dim, "freq_dim": transformer.freq_dim,
-            "patch_size": tuple(transformer.patch_size), "vae_z_dim": vae.z_dim}
+    return {
+        "dim": transformer.dim,
+        "num_layers": transformer.num_layers,
+        "num_attention_heads": transformer.num_attention_heads,
+        "ffn_dim": transformer.ffn_dim,
+        "in_channels": transformer.in_channels,
+        "out_channels": transformer.out_channels,
+        "text_dim": transformer.text_dim,
+        "freq_dim": transformer.freq_dim,
+        "patch_size": tuple(transformer.patch_size),
+        "vae_z_dim": vae.z_dim,
+    }
 
 
 def identify(transformer: TransformerConfig, vae: VaeConfig) -> str | None:
@@ -43,5 +50,7 @@ def of_preset(name: str, task: str, builtin: bool) -> Architecture:
 
 def described(transformer: TransformerConfig, vae: VaeConfig) -> str:
     """`dim 5120, 40 layers, 40 heads, FFN 13824, VAE z 16` — what a log line says."""
-    return (f"dim {transformer.dim}, {transformer.num_layers} layers, {transformer.num_attention_heads} heads, "
-            f"FFN {transformer.ffn_dim}, VAE z {vae.z_dim}")
+    return (
+        f"dim {transformer.dim}, {transformer.num_layers} layers, {transformer.num_attention_heads} heads, "
+        f"FFN {transformer.ffn_dim}, VAE z {vae.z_dim}"
+    )

@@ -22,15 +22,31 @@ from .vae_config import VaeConfig
 TEXT_LEN = 512  # UMT5 tokens per prompt, the references' text_len
 
 # UMT5-XXL encoder (google/umt5-xxl, as Wan ships it in bf16): transformers' UMT5Config fields.
-UMT5_XXL = dict(vocab_size=256384, d_model=4096, d_kv=64, num_heads=64, d_ff=10240, num_layers=24,
-                feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+UMT5_XXL = dict(
+    vocab_size=256384,
+    d_model=4096,
+    d_kv=64,
+    num_heads=64,
+    d_ff=10240,
+    num_layers=24,
+    feed_forward_proj="gated-gelu",
+    tie_word_embeddings=False,
+)
 
 # The tiny text encoder: vocab_size is left out on purpose, it follows the built-in tokenizer
 # (builtin/tiny.py rounds the tokenizer's length up to a multiple of 8).
 TINY_TEXT_DIM = 32
-TINY_UMT5 = dict(d_model=TINY_TEXT_DIM, d_kv=8, num_heads=4, d_ff=64, num_layers=2,
-                 relative_attention_num_buckets=32, relative_attention_max_distance=128,
-                 feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+TINY_UMT5 = dict(
+    d_model=TINY_TEXT_DIM,
+    d_kv=8,
+    num_heads=4,
+    d_ff=64,
+    num_layers=2,
+    relative_attention_num_buckets=32,
+    relative_attention_max_distance=128,
+    feed_forward_proj="gated-gelu",
+    tie_word_embeddings=False,
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +71,9 @@ _5B = TransformerConfig(num_attention_heads=24, ffn_dim=14336, num_layers=30, in
 
 # Tiny: 8 heads so Ulysses can split up to 8 ways; head_dim 16 still splits into the t/h/w RoPE
 # parts 8/4/4; two layers so a layer scan and a block loop both have something to iterate.
-_TINY = TransformerConfig(num_attention_heads=8, attention_head_dim=16, ffn_dim=256, num_layers=2,
-                          text_dim=TINY_TEXT_DIM, freq_dim=32)
+_TINY = TransformerConfig(
+    num_attention_heads=8, attention_head_dim=16, ffn_dim=256, num_layers=2, text_dim=TINY_TEXT_DIM, freq_dim=32
+)
 # Narrow VAEs with the real structure (same stages, strides, causal caches).
 _TINY_VAE_WAN21 = dataclasses.replace(VaeConfig.wan2_1(), base_dim=8, decoder_base_dim=None)
 _TINY_VAE_WAN22 = dataclasses.replace(VaeConfig.wan2_2(), base_dim=8, decoder_base_dim=16)
@@ -66,14 +83,17 @@ def _channels(cfg: TransformerConfig, inputs: int, outputs: int) -> TransformerC
     return dataclasses.replace(cfg, in_channels=inputs, out_channels=outputs)
 
 
-ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
-    Architecture("wan2.2_t2v_a14b", "t2v", _A14B, VaeConfig.wan2_1(), UMT5_XXL, 2, 0.875, 12.0),
-    Architecture("wan2.2_i2v_a14b", "i2v", _channels(_A14B, 36, 16), VaeConfig.wan2_1(), UMT5_XXL, 2, 0.900, 5.0),
-    Architecture("wan2.2_ti2v_5b", "ti2v", _5B, VaeConfig.wan2_2(), UMT5_XXL, 1, None, 5.0),
-    Architecture("tiny", "t2v", _channels(_TINY, 16, 16), _TINY_VAE_WAN21, TINY_UMT5, 2, 0.875, 12.0, True),
-    Architecture("tiny_i2v", "i2v", _channels(_TINY, 36, 16), _TINY_VAE_WAN21, TINY_UMT5, 2, 0.900, 5.0, True),
-    Architecture("tiny_ti2v", "ti2v", _channels(_TINY, 48, 48), _TINY_VAE_WAN22, TINY_UMT5, 1, None, 5.0, True),
-)}
+ARCHITECTURES: dict[str, Architecture] = {
+    a.name: a
+    for a in (
+        Architecture("wan2.2_t2v_a14b", "t2v", _A14B, VaeConfig.wan2_1(), UMT5_XXL, 2, 0.875, 12.0),
+        Architecture("wan2.2_i2v_a14b", "i2v", _channels(_A14B, 36, 16), VaeConfig.wan2_1(), UMT5_XXL, 2, 0.900, 5.0),
+        Architecture("wan2.2_ti2v_5b", "ti2v", _5B, VaeConfig.wan2_2(), UMT5_XXL, 1, None, 5.0),
+        Architecture("tiny", "t2v", _channels(_TINY, 16, 16), _TINY_VAE_WAN21, TINY_UMT5, 2, 0.875, 12.0, True),
+        Architecture("tiny_i2v", "i2v", _channels(_TINY, 36, 16), _TINY_VAE_WAN21, TINY_UMT5, 2, 0.900, 5.0, True),
+        Architecture("tiny_ti2v", "ti2v", _channels(_TINY, 48, 48), _TINY_VAE_WAN22, TINY_UMT5, 1, None, 5.0, True),
+    )
+}
 
 
 def architecture(name: str) -> Architecture:

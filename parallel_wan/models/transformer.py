@@ -94,8 +94,11 @@ def condition(params, timestep, context, cfg: TransformerConfig, ops):
     te = ce["time_embedder"]
     feats = timestep_features(timestep, cfg.freq_dim, ops)
     feats = ops.cast_like(feats, te["linear_1"]["weight"])
-    temb = ops.linear(ops.silu(ops.linear(feats, te["linear_1"]["weight"], te["linear_1"]["bias"])),
-                      te["linear_2"]["weight"], te["linear_2"]["bias"])
+    temb = ops.linear(
+        ops.silu(ops.linear(feats, te["linear_1"]["weight"], te["linear_1"]["bias"])),
+        te["linear_2"]["weight"],
+        te["linear_2"]["bias"],
+    )
     temb = ops.cast_like(temb, context)
     proj = ops.linear(ops.silu(temb), ce["time_proj"]["weight"], ce["time_proj"]["bias"])
     proj = ops.reshape(proj, tuple(proj.shape[:-1]) + (6, cfg.dim))

@@ -32,7 +32,7 @@ class TransformerConfig:
         return self.num_attention_heads * self.attention_head_dim
 
     @classmethod
-    def from_diffusers(cls, cfg: dict) -> "TransformerConfig":
+    def from_diffusers(cls, cfg: dict) -> TransformerConfig:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", "text_len"}
         kwargs = {k: v for k, v in cfg.items() if k in known}
         if "patch_size" in kwargs:
@@ -46,7 +46,7 @@ class TransformerConfig:
         return cls(**kwargs, extra={k: v for k, v in cfg.items() if k not in known})
 
     @classmethod
-    def from_official(cls, cfg: dict) -> "TransformerConfig":
+    def from_official(cls, cfg: dict) -> TransformerConfig:
         """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
         model_type = cfg.get("model_type", "t2v")
         if model_type not in ("t2v", "i2v", "ti2v"):

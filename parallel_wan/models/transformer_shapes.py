@@ -35,8 +35,14 @@ def param_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
             block[f"{attn}.norm_q.weight"] = block[f"{attn}.norm_k.weight"] = (dim,)
     if cfg.cross_attn_norm:
         block["norm2.weight"] = block["norm2.bias"] = (dim,)
-    block.update({"ffn.net.0.proj.weight": (ffn, dim), "ffn.net.0.proj.bias": (ffn,),
-                  "ffn.net.2.weight": (dim, ffn), "ffn.net.2.bias": (dim,)})
+    block.update(
+        {
+            "ffn.net.0.proj.weight": (ffn, dim),
+            "ffn.net.0.proj.bias": (ffn,),
+            "ffn.net.2.weight": (dim, ffn),
+            "ffn.net.2.bias": (dim,),
+        }
+    )
     for i in range(cfg.num_layers):
         shapes.update({f"blocks.{i}.{k}": v for k, v in block.items()})
     return shapes

@@ -12,7 +12,7 @@ keeps one structure and shape, so a backend may run the rest as a scan.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -74,9 +74,7 @@ def encode_chunk(params, video, cache: Cache | None, ops, cfg: VaeConfig) -> tup
             f"alone, then {stride} frames at a time"
         )
     if cache is not None and t % stride:
-        raise ValueError(
-            f"a later VAE encode chunk must hold a multiple of {stride} frames, got {t}"
-        )
+        raise ValueError(f"a later VAE encode chunk must hold a multiple of {stride} frames, got {t}")
     tc = TimeCache(cache)
     x = patchify(video, cfg.patch_size, ops)
     x = encoder_chunk(params["encoder"], x, ops, cfg, tc)
@@ -143,8 +141,7 @@ def _check_video(video, cfg: VaeConfig) -> None:
     pixel_channels = cfg.in_channels // cfg.patch_factor
     if video.ndim != 5 or video.shape[1] != pixel_channels:
         raise ValueError(
-            f"VAE input video must be (batch, {pixel_channels}, frames, height, width), got shape "
-            f"{tuple(video.shape)}"
+            f"VAE input video must be (batch, {pixel_channels}, frames, height, width), got shape {tuple(video.shape)}"
         )
     s = cfg.spatial_stride
     if video.shape[3] % s or video.shape[4] % s:

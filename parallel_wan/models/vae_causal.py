@@ -15,7 +15,8 @@ the first chunk has the same structure and shapes as every later one.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 Array = Any
 

@@ -83,8 +83,10 @@ class VaeConfig:
                     f"VAE config: {name} has {len(getattr(self, name))} values but z_dim is {self.z_dim}; "
                     "give one value per latent channel"
                 )
-        for name, derived in (("scale_factor_temporal", self._derived_temporal_stride()),
-                              ("scale_factor_spatial", self._derived_spatial_stride())):
+        for name, derived in (
+            ("scale_factor_temporal", self._derived_temporal_stride()),
+            ("scale_factor_spatial", self._derived_spatial_stride()),
+        ):
             given = getattr(self, name)
             if given is not None and given != derived:
                 raise ValueError(
@@ -131,7 +133,7 @@ class VaeConfig:
 
     # ------------------------------------------------------------------ conversions
     @classmethod
-    def from_diffusers(cls, cfg: dict) -> "VaeConfig":
+    def from_diffusers(cls, cfg: dict) -> VaeConfig:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in cfg.items() if k in known}
         return cls(**kwargs, extra={k: v for k, v in cfg.items() if k not in known})
@@ -144,12 +146,12 @@ class VaeConfig:
 
     # ------------------------------------------------------------------ presets
     @classmethod
-    def wan2_1(cls) -> "VaeConfig":
+    def wan2_1(cls) -> VaeConfig:
         """`Wan2.1_VAE.pth` (T2V-A14B, I2V-A14B)."""
         return cls()
 
     @classmethod
-    def wan2_2(cls) -> "VaeConfig":
+    def wan2_2(cls) -> VaeConfig:
         """`Wan2.2_VAE.pth` (TI2V-5B)."""
         return cls(
             base_dim=160,

@@ -16,7 +16,9 @@ from __future__ import annotations
 from .mesh import MeshSpec
 
 
-def auto_mesh(world: int, heads: int, cfg_on_every_expert: bool, prompts: int, node_size: int | None = None) -> MeshSpec:
+def auto_mesh(
+    world: int, heads: int, cfg_on_every_expert: bool, prompts: int, node_size: int | None = None
+) -> MeshSpec:
     if world <= 1:
         return MeshSpec(name="auto:single")
     node = world if node_size is None else max(1, min(node_size, world))

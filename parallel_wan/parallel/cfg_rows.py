@@ -10,7 +10,7 @@ torch predictor, the JAX program, the planner and the byte counts agree on which
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 COND, UNCOND = 0, 1  # dp index of each half under CFG parallel
 
@@ -22,8 +22,9 @@ def guides(guidance: float) -> bool:
     return guidance != 1.0
 
 
-def context_rows(prompts: Sequence[int], n_prompts: int, uses_guidance: bool,
-                 cfg_branch: int | None = None) -> list[int]:
+def context_rows(
+    prompts: Sequence[int], n_prompts: int, uses_guidance: bool, cfg_branch: int | None = None
+) -> list[int]:
     """Which row of the text context (every prompt, then the negative at index `n_prompts`)
     each forward row reads: [prompts…], [prompts…, negative × B], or one half under CFG
     parallel (`cfg_branch` = COND or UNCOND)."""

@@ -14,7 +14,8 @@ every rank of the job). Ranks are global ranks.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 
 class Pending(Protocol):
@@ -33,8 +34,7 @@ class Collectives(Protocol):
     def all_to_all(self, recv, send, group=None) -> None:
         """send's dim 0 runs over the group's ranks: rank j gets send[j]; recv[j] is rank j's."""
 
-    def exchange(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]],
-                 group=None) -> list[Pending]:
+    def exchange(self, sends: Sequence[tuple[Any, int]], recvs: Sequence[tuple[Any, int]], group=None) -> list[Pending]:
         """Start point-to-point transfers, (tensor, peer) each, as one batch; the caller waits on
         the returned handles after the compute they overlap."""
 

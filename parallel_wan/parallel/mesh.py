@@ -8,10 +8,10 @@ consecutive ranks (one node's NVLink, one chip's ICI) and only the ring crosses 
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
+
+from ..errors import ConfigError
 
 AXES = ("dp", "cp", "ring", "ulysses")
 
@@ -86,7 +86,11 @@ def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None, backe
         launch = f"torchrun --nproc-per-node {mesh.world_size} -m parallel_wan.run mesh={mesh.name}"
         raise ConfigError(
             f"{name} needs dp×cp={mesh.dp}×{mesh.cp}={mesh.world_size} processes but {world_size} were started; "
-            + (f"launch with `{launch}`" if mesh.world_size > 1 else "run without torchrun or pick a mesh for this world size")
+            + (
+                f"launch with `{launch}`"
+                if mesh.world_size > 1
+                else "run without torchrun or pick a mesh for this world size"
+            )
         )
     if heads is not None:
         check_heads(mesh, heads)

@@ -19,5 +19,14 @@ from .conditioning import load_image
 from .denoise import DenoiseTask, denoise
 from .generate import Generation, generate
 
-__all__ = ["DenoiseTask", "Generation", "Loaded", "denoise", "generate", "load", "load_components", "load_image",
-           "preflight"]
+__all__ = [
+    "DenoiseTask",
+    "Generation",
+    "Loaded",
+    "denoise",
+    "generate",
+    "load",
+    "load_components",
+    "load_image",
+    "preflight",
+]

@@ -56,8 +56,10 @@ def with_expert_files(spec: RunSpec, ckpt):
     for setting, path in files.items():
         expert = expert_of[ROLES[setting]]
         if expert not in ckpt.transformers:
-            raise ConfigError(f"{setting}={path}: checkpoint_dir={ckpt.root} has no {expert} expert "
-                              f"({', '.join(ckpt.transformers)}); use the setting of one of those")
+            raise ConfigError(
+                f"{setting}={path}: checkpoint_dir={ckpt.root} has no {expert} expert "
+                f"({', '.join(ckpt.transformers)}); use the setting of one of those"
+            )
         try:
             described[expert] = describe_expert_file(setting, path, ckpt.transformers[expert])
         except ValueError as exc:
@@ -84,13 +86,18 @@ def check_fp8_compute(spec: RunSpec, ckpt) -> None:
             if quantize_fp8:
                 return
             wide = True
-        why.append(f"the {expert} expert loads wide from checkpoint_dir" if file is None else
-                   f"{file.setting}={file.path} stores {file.stored_dtype} ({file.format})"
-                   + (", which quantize=fp8 keeps as stored" if quantize_fp8 else ""))
+        why.append(
+            f"the {expert} expert loads wide from checkpoint_dir"
+            if file is None
+            else f"{file.setting}={file.path} stores {file.stored_dtype} ({file.format})"
+            + (", which quantize=fp8 keeps as stored" if quantize_fp8 else "")
+        )
     fix = "add quantize=fp8 (it quantizes the wide ones), or " if wide else ""
-    raise ConfigError(f"quant_compute=fp8 multiplies float8 weights, but no expert of this run holds any under "
-                      f"quantize={spec.quantization.quantize} ({'; '.join(why)}); {fix}set quant_compute=dequant "
-                      "(or auto), or give fp8 expert files")
+    raise ConfigError(
+        f"quant_compute=fp8 multiplies float8 weights, but no expert of this run holds any under "
+        f"quantize={spec.quantization.quantize} ({'; '.join(why)}); {fix}set quant_compute=dequant "
+        "(or auto), or give fp8 expert files"
+    )
 
 
 def architecture_record(spec: RunSpec, ckpt) -> dict:
@@ -103,8 +110,12 @@ def architecture_record(spec: RunSpec, ckpt) -> dict:
     name = identify(tcfg, ckpt.vae_config)
     preset = of_preset(spec.model.name, spec.model.task, spec.model.builtin).name
     dims = dimensions(tcfg, ckpt.vae_config)
-    return {"name": name, "preset": preset, "matches_preset": name == preset,
-            **{k: dims[k] for k in ("dim", "num_layers", "num_attention_heads", "ffn_dim", "in_channels", "vae_z_dim")}}
+    return {
+        "name": name,
+        "preset": preset,
+        "matches_preset": name == preset,
+        **{k: dims[k] for k in ("dim", "num_layers", "num_attention_heads", "ffn_dim", "in_channels", "vae_z_dim")},
+    }
 
 
 def log_architecture(spec: RunSpec, ckpt) -> None:
@@ -119,16 +130,28 @@ def log_architecture(spec: RunSpec, ckpt) -> None:
     if name == preset.name:
         log.info("architecture: %s, from %s", what, ckpt.root)
         return
-    log.warning("model=%s is a preset for %s (%s), but checkpoint_dir=%s holds %s: the checkpoint's configs are used; "
-                "the preset gives only the run's defaults (steps, size, frames, guidance, shift, boundary)",
-                spec.model.name, preset.name, described(preset.transformer, preset.vae), ckpt.root, what)
+    log.warning(
+        "model=%s is a preset for %s (%s), but checkpoint_dir=%s holds %s: the checkpoint's configs are used; "
+        "the preset gives only the run's defaults (steps, size, frames, guidance, shift, boundary)",
+        spec.model.name,
+        preset.name,
+        described(preset.transformer, preset.vae),
+        ckpt.root,
+        what,
+    )
 
 
 def log_expert_files(ckpt) -> None:
     for expert, file in ckpt.expert_files.items():
-        log.info("%s expert from %s=%s: format %s, stored %s (%d quantized tensors)", expert, file.setting, file.path,
-                 file.format, file.stored_dtype, len(file.quantized))
-
+        log.info(
+            "%s expert from %s=%s: format %s, stored %s (%d quantized tensors)",
+            expert,
+            file.setting,
+            file.path,
+            file.format,
+            file.stored_dtype,
+            len(file.quantized),
+        )
 
 
 def expert_loras(spec: RunSpec, transformers: dict) -> dict:
@@ -141,8 +164,10 @@ def expert_loras(spec: RunSpec, transformers: dict) -> dict:
     from ..models.transformer_shapes import param_shapes
 
     role = {HIGH: "high", LOW: "low", SINGLE: "all"}
-    return {name: expert_lora(name, expert_sources(spec.weights.loras, role[name]), param_shapes(tcfg))
-            for name, tcfg in transformers.items()}
+    return {
+        name: expert_lora(name, expert_sources(spec.weights.loras, role[name]), param_shapes(tcfg))
+        for name, tcfg in transformers.items()
+    }
 
 
 def check_compatible(spec: RunSpec, ckpt) -> None:
@@ -164,7 +189,8 @@ def check_compatible(spec: RunSpec, ckpt) -> None:
     stride = ckpt.vae_config.scale_factor_spatial * ckpt.transformers[experts[0]].patch_size[1]
     if spec.video.height % stride or spec.video.width % stride:
         raise ConfigError(
-            f"height={spec.video.height} width={spec.video.width} must be multiples of {stride} for this checkpoint's VAE and patch size"
+            f"height={spec.video.height} width={spec.video.width} must be multiples of {stride} for this checkpoint's "
+            "VAE and patch size"
         )
     check_step_plan(spec, ckpt)  # every entry of a job: its steps decide whether a cache curve fits
 
@@ -186,8 +212,9 @@ def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None):
         ckpt = builtin_checkpoint(spec, tiny_dir) if spec.weights.checkpoint_dir is None else preflight(spec)
     loaded = load_components(spec, ckpt, backend)
     backend.synchronize()
-    log.info("loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)),
-             time.perf_counter() - t0)
+    log.info(
+        "loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)), time.perf_counter() - t0
+    )
     return loaded, ckpt
 
 
@@ -270,13 +297,28 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     def expert(name):
         lora = loras[name]
-        params = load_transformer(ckpt, name, spec.execution.dtype, dit.keeps_fp32, shard, lora, cache_dir=cache_dir,
-                                  quantize=spec.quantization.quantize)
+        params = load_transformer(
+            ckpt,
+            name,
+            spec.execution.dtype,
+            dit.keeps_fp32,
+            shard,
+            lora,
+            cache_dir=cache_dir,
+            quantize=spec.quantization.quantize,
+        )
         if lora is not None:
-            log.info("%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read", name,
-                     len(lora.files), len(lora.targets), lora.bytes_read / 1e6)
-        return name, (ckpt.transformers[name], backend.place(params, spec.execution.dtype, dit.keeps_fp32,
-                                                             **expert_placement(spec, ckpt, name, shard)))
+            log.info(
+                "%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read",
+                name,
+                len(lora.files),
+                len(lora.targets),
+                lora.bytes_read / 1e6,
+            )
+        return name, (
+            ckpt.transformers[name],
+            backend.place(params, spec.execution.dtype, dit.keeps_fp32, **expert_placement(spec, ckpt, name, shard)),
+        )
 
     def text_and_vae():
         text_encoder = TextEncoder.load(ckpt, spec.execution.dtype, backend.text_device) if backend.is_main else None

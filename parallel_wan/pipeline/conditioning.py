@@ -10,8 +10,7 @@ import os
 
 import numpy as np
 
-from ..models import transformer as dit
-from ..models import vae
+from ..models import transformer as dit, vae
 
 log = logging.getLogger("parallel_wan")
 
@@ -35,9 +34,17 @@ def load_image(path: str, height: int, width: int) -> tuple[np.ndarray, dict]:
         size = im.size
         if size != (width, height):
             if abs(size[0] * height - size[1] * width) > 0.01 * size[1] * width:
-                log.warning("image=%s is %dx%d; it is stretched to width=%d height=%d (aspect %.3f → %.3f), as "
-                            "diffusers does; crop it first to keep its aspect", path, size[0], size[1], width, height,
-                            size[0] / size[1], width / height)
+                log.warning(
+                    "image=%s is %dx%d; it is stretched to width=%d height=%d (aspect %.3f → %.3f), as "
+                    "diffusers does; crop it first to keep its aspect",
+                    path,
+                    size[0],
+                    size[1],
+                    width,
+                    height,
+                    size[0] / size[1],
+                    width / height,
+                )
             im = im.resize((width, height), resample=Image.LANCZOS)
         arr = np.asarray(im, dtype=np.float32) / 255.0
     record = {"path": os.path.abspath(path), "sha256": digest, "size": list(size), "resized_to": [width, height]}

@@ -17,10 +17,9 @@ from ..errors import NonFiniteLatents
 from ..models import transformer as dit
 from ..parallel.cfg_rows import halves_in_forward
 from ..sampling import make_sampler
+from .local_work import RankWork
 from .loop_state import LoopState
 from .steps import step_plan
-from .local_work import RankWork
-
 
 
 @dataclass
@@ -49,8 +48,19 @@ class DenoiseTask:
         return halves_in_forward(self.uses_guidance and expert not in self.unguided, self.work.cfg_branch)
 
 
-def denoise(spec: RunSpec, schedule, x, predict, progress, ops, held=None, *, start: LoopState | None = None,
-            stop_after: int | None = None, should_stop=None) -> LoopState:
+def denoise(
+    spec: RunSpec,
+    schedule,
+    x,
+    predict,
+    progress,
+    ops,
+    held=None,
+    *,
+    start: LoopState | None = None,
+    stop_after: int | None = None,
+    should_stop=None,
+) -> LoopState:
     """Run the steps of `schedule` on this controller's tokens (B prompts × L tokens) from the
     noise `x` — or, with `start`, from that state (x is then unused) — until `stop_after` steps
     are done (default: all). Returns the state after the last step run.
@@ -109,8 +119,10 @@ def check_finite(x, ops, where: str) -> None:
     if getattr(x, "is_meta", False):  # the planner runs this loop on meta tensors: no values
         return
     if not np.isfinite(float(ops.to_numpy(ops.sum(x * 0.0)))):
-        raise NonFiniteLatents(f"the latents hold NaN or inf after {where}; stopped, nothing was written — "
-                               "check the checkpoint's weights (re-download it) and the guidance/shift settings")
+        raise NonFiniteLatents(
+            f"the latents hold NaN or inf after {where}; stopped, nothing was written — "
+            "check the checkpoint's weights (re-download it) and the guidance/shift settings"
+        )
 
 
 def compile_loop(spec: RunSpec, schedule, x, predict, ops, held=None) -> dict:
@@ -131,8 +143,7 @@ def rehearse_loop(spec: RunSpec, schedule, x, ops, held=None, place=lambda a: a)
     the predictor places its output: the held tokens' `where` and the sampler update run once
     per step, so a backend that compiles each op on first use (JAX) compiles them here."""
     zero = ops.zeros_like(x)
-    denoise(spec.replace(scan_loop=False), schedule, zero, _Constant(place(zero)), lambda steps: steps,
-            ops, held)
+    denoise(spec.replace(scan_loop=False), schedule, zero, _Constant(place(zero)), lambda steps: steps, ops, held)
 
 
 class _Constant(NoisePredictor):
@@ -152,6 +163,10 @@ def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size):
     import torch
 
     ops = backend.ops
-    noise = [torch.randn(latent_shape, generator=torch.Generator("cpu").manual_seed(spec.video.seed_of(r)),
-                         dtype=torch.float32) for r in rows]
+    noise = [
+        torch.randn(
+            latent_shape, generator=torch.Generator("cpu").manual_seed(spec.video.seed_of(r)), dtype=torch.float32
+        )
+        for r in rows
+    ]
     return dit.patchify(backend.to_device(torch.cat(noise).numpy()), patch_size, ops)

@@ -16,9 +16,9 @@ from ..report.timing import PhaseTimer
 from .checkpoint import architecture_record, load
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise
-from .steps import pick_schedule, plan_record, step_cache_plan, step_plan, unguided_experts
-from .loop_state import LoopState
 from .local_work import gather_latent_tokens, local_work
+from .loop_state import LoopState
+from .steps import pick_schedule, plan_record, step_cache_plan, step_plan, unguided_experts
 
 log = logging.getLogger("parallel_wan")
 
@@ -61,8 +61,16 @@ def encode_text(spec: RunSpec, loaded, backend):
     return backend.ops.cast(backend.broadcast_from_main(context), spec.execution.dtype)
 
 
-def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState | None = None,
-             stop_after: int | None = None, components=None, should_stop=None) -> Generation:
+def generate(
+    spec: RunSpec,
+    backend,
+    ckpt=None,
+    progress=None,
+    start: LoopState | None = None,
+    stop_after: int | None = None,
+    components=None,
+    should_stop=None,
+) -> Generation:
     """One generation; with `start` (host or device arrays, `load_loop_state`) the loop resumes
     from that state, and with `stop_after` it stops once that many steps are done: a stop
     before the last step returns the loop's state (in `Generation.state`) and decodes nothing.
@@ -97,19 +105,31 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
             with timer.phase("vae_encode"):
                 image, image_record = load_image(spec.video.image, spec.video.height, spec.video.width)
                 if spec.model.task == "i2v":
-                    cond = i2v_condition(image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
+                    cond = i2v_condition(
+                        image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend
+                    )
                     cond_tokens = work.local(dit.patchify(cond, tcfg.patch_size, ops), backend)
                 else:
-                    fixed_tokens, fixed_mask = ti2v_first_frame(image, latent_frames, grid, vcfg, tcfg,
-                                                                loaded.vae_params, ops, backend)
+                    fixed_tokens, fixed_mask = ti2v_first_frame(
+                        image, latent_frames, grid, vcfg, tcfg, loaded.vae_params, ops, backend
+                    )
                     fixed_tokens, fixed_mask = work.local(fixed_tokens, backend), work.local_host(fixed_mask)
 
         schedule_kind, schedule = pick_schedule(spec, ckpt)
-        task = DenoiseTask(loaded.experts, context, len(spec.video.prompts), work, grid, spec.uses_guidance,
-                           per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond_tokens,
-                           fixed_mask=fixed_mask, cache=spec.cache if spec.cache.on else None,
-                           cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
-                           unguided=unguided_experts(spec))
+        task = DenoiseTask(
+            loaded.experts,
+            context,
+            len(spec.video.prompts),
+            work,
+            grid,
+            spec.uses_guidance,
+            per_token_timestep=spec.model.task == "ti2v",
+            cond_tokens=cond_tokens,
+            fixed_mask=fixed_mask,
+            cache=spec.cache if spec.cache.on else None,
+            cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
+            unguided=unguided_experts(spec),
+        )
         predict = backend.noise_predictor(task)
         decoder = backend.video_decoder(loaded.vae_params, vcfg)
         x = predict.shard(work.local(draw_noise(spec, work.rows, latent_shape, backend, tcfg.patch_size), backend))
@@ -128,8 +148,18 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
                 compiled.update(decoder.compile(latent_shape))
 
         with timer.phase("denoise"):
-            state = denoise(spec, schedule, x, predict, progress, ops, held, start=start, stop_after=stop_after,
-                            should_stop=should_stop)
+            state = denoise(
+                spec,
+                schedule,
+                x,
+                predict,
+                progress,
+                ops,
+                held,
+                start=start,
+                stop_after=stop_after,
+                should_stop=should_stop,
+            )
             if state.step < schedule.steps:  # stopped early: the caller keeps the state
                 return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
             tokens = gather_latent_tokens(state.latents, work, spec, backend)
@@ -146,8 +176,11 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
     for step in plan:
         steps_per_expert[step.expert] = steps_per_expert.get(step.expert, 0) + 1
     info = {
-        "checkpoint": {"layout": ckpt.layout, "path": spec.weights.checkpoint_dir or "built-in tiny model",
-                       "architecture": architecture_record(spec, ckpt)},  # the checkpoint's configs, which won
+        "checkpoint": {
+            "layout": ckpt.layout,
+            "path": spec.weights.checkpoint_dir or "built-in tiny model",
+            "architecture": architecture_record(spec, ckpt),
+        },  # the checkpoint's configs, which won
         "schedule": schedule_kind,
         "timesteps": [float(t) for t in schedule.timesteps],
         "sigmas": [float(s) for s in schedule.sigmas],  # steps + 1: the last is 0
@@ -155,14 +188,23 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
         "steps_plan": plan_record(plan, schedule),
         "latent_shape": list(latent_shape),
         "device": str(backend.device),
-        "mesh": {**spec.mesh.to_dict(), "tokens": work.shards.tokens, "tokens_per_rank": work.shards.local,
-                 "padding": work.shards.padding},
+        "mesh": {
+            **spec.mesh.to_dict(),
+            "tokens": work.shards.tokens,
+            "tokens_per_rank": work.shards.local,
+            "padding": work.shards.padding,
+        },
     }
-    info["quantization"] = {"quantize": spec.quantization.quantize, "quant_compute": spec.quantization.compute,
-                            "chosen": backend.quant_compute}  # the path quantized layers take on this device
+    info["quantization"] = {
+        "quantize": spec.quantization.quantize,
+        "quant_compute": spec.quantization.compute,
+        "chosen": backend.quant_compute,
+    }  # the path quantized layers take on this device
     # attention_impl as set (auto …) and the kernel it resolved to on this device
-    info["attention"] = {"attention_impl": spec.execution.attention_impl,
-                         "kernel": backend.attention_kernel(spec.execution.dtype, tcfg.attention_head_dim)}
+    info["attention"] = {
+        "attention_impl": spec.execution.attention_impl,
+        "kernel": backend.attention_kernel(spec.execution.dtype, tcfg.attention_head_dim),
+    }
     if compiled:
         info["compile"] = compiled
     if ckpt.expert_files:  # experts from one file each (weights_high= …): where, format, stored dtype
@@ -181,17 +223,26 @@ def generate(spec: RunSpec, backend, ckpt=None, progress=None, start: LoopState 
 def _place_state(state: LoopState, predict, backend) -> LoopState:
     """A loaded state's arrays on the device, laid out as the predictor keeps tokens; a step
     cache's logs (`log_*`) stay host arrays."""
+
     def place(a):
         return predict.shard(backend.to_device(a))
 
     cache = {k: v if k.startswith("log_") or v is None else place(v) for k, v in state.cache.items()}
-    return dataclasses.replace(state, latents=place(state.latents),
-                               sampler={k: None if v is None else place(v) for k, v in state.sampler.items()},
-                               cache=cache)
+    return dataclasses.replace(
+        state,
+        latents=place(state.latents),
+        sampler={k: None if v is None else place(v) for k, v in state.sampler.items()},
+        cache=cache,
+    )
 
 
 def _log_cache(record: dict, steps: int) -> None:
     skipped = record["skipped"]
-    log.info("cache=%s: skipped %s of %d steps; %d of %d block forwards", record["kind"],
-             ", ".join(f"{name} {len(s)}" for name, s in skipped.items()), steps, record["block_forwards"],
-             record["block_forwards_dense"])
+    log.info(
+        "cache=%s: skipped %s of %d steps; %d of %d block forwards",
+        record["kind"],
+        ", ".join(f"{name} {len(s)}" for name, s in skipped.items()),
+        steps,
+        record["block_forwards"],
+        record["block_forwards_dense"],
+    )

@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from safetensors import safe_open
@@ -38,12 +39,13 @@ class LoopState:
     cache: dict[str, Any] = field(default_factory=dict)  # per-step cache state: named arrays
 
     @classmethod
-    def begin(cls, latents, sampler) -> "LoopState":
+    def begin(cls, latents, sampler) -> LoopState:
         """Before step 0 of `sampler`'s schedule, from the initial noise."""
         return cls(0, latents, sampler.initial_state(), {})
 
-    def map(self, fn: Callable) -> "LoopState":
+    def map(self, fn: Callable) -> LoopState:
         """The same state with `fn` applied to every array (to the host, to a device, a copy)."""
+
         def each(d):
             return {k: None if v is None else fn(v) for k, v in d.items()}
 
@@ -55,8 +57,9 @@ def rank_stem(directory: str | Path, rank: int = 0) -> Path:
     return Path(directory) / f"state.rank{rank}"
 
 
-def save_loop_state(stem: str | Path, state: LoopState, meta: dict | None = None,
-                    to_host: Callable = np.asarray) -> None:
+def save_loop_state(
+    stem: str | Path, state: LoopState, meta: dict | None = None, to_host: Callable = np.asarray
+) -> None:
     """Write `state` as `<stem>.safetensors` + `<stem>.json`; `meta` (JSON values) rides along.
 
     `to_host` makes a host numpy array of each array; the default takes host arrays, CPU
@@ -71,9 +74,13 @@ def save_loop_state(stem: str | Path, state: LoopState, meta: dict | None = None
         arrays.update({f"{group}/{k}": v for k, v in getattr(host, group).items() if v is not None})
     token = uuid.uuid4().hex
     record = {
-        "format": FORMAT, "token": token, "step": int(state.step),
+        "format": FORMAT,
+        "token": token,
+        "step": int(state.step),
         # None entries have no array; the names keep the dicts' keys and order.
-        "sampler": list(state.sampler), "cache": list(state.cache), "meta": meta or {},
+        "sampler": list(state.sampler),
+        "cache": list(state.cache),
+        "meta": meta or {},
     }
     stem.parent.mkdir(parents=True, exist_ok=True)
     _atomic(_file(stem, ".safetensors"), lambda tmp: save_file(arrays, tmp, metadata={"token": token}))
@@ -90,8 +97,10 @@ def load_loop_state(stem: str | Path) -> tuple[LoopState, dict]:
     tensors = _file(stem, ".safetensors")
     token = _stored_token(tensors)
     if token != record["token"]:
-        raise ValueError(f"{tensors} (token {token}) is not the file {stem}.json was saved with "
-                         f"(token {record['token']}): the two files come from different saves")
+        raise ValueError(
+            f"{tensors} (token {token}) is not the file {stem}.json was saved with "
+            f"(token {record['token']}): the two files come from different saves"
+        )
     arrays = load_file(str(tensors))
 
     def group(name):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from ..caching.decisions import cache_plan
 from ..config import ConfigError, RunSpec
+from ..models.experts import HIGH, LOW, SINGLE
 from ..parallel.cfg_rows import guides
 from ..sampling import explicit_schedule, make_schedule, schedule_from_scheduler_config
-from ..models.experts import HIGH, LOW, SINGLE
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,24 @@ def expert_for(t: float, spec: RunSpec) -> str:
 def unguided_experts(spec: RunSpec) -> frozenset[str]:
     """The experts whose guidance is 1.0: no CFG in their steps, one forward row per prompt."""
     names = (HIGH, LOW) if spec.model.experts == 2 else (SINGLE,)
-    return frozenset(n for n in names if not guides(spec.sampling.guidance_low if n == LOW else spec.sampling.guidance_high))
+    return frozenset(
+        n for n in names if not guides(spec.sampling.guidance_low if n == LOW else spec.sampling.guidance_high)
+    )
 
 
 def plan_record(plan: list[Step], schedule) -> list[dict]:
     """The sidecar's "steps_plan": per step its timestep, sigma, expert, guidance and whether
     CFG ran (a second, negative-prompt row)."""
-    return [{"t": s.t, "sigma": float(schedule.sigmas[s.index]), "expert": s.expert, "guidance": s.guidance,
-             "cfg": guides(s.guidance)} for s in plan]
+    return [
+        {
+            "t": s.t,
+            "sigma": float(schedule.sigmas[s.index]),
+            "expert": s.expert,
+            "guidance": s.guidance,
+            "cfg": guides(s.guidance),
+        }
+        for s in plan
+    ]
 
 
 def step_plan(spec: RunSpec, schedule) -> list[Step]:
@@ -98,8 +108,12 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
     if not settings.on:
         return None
     split = None
-    if settings.kind == "magcache" and settings.curve is not None and settings.split is None \
-            and spec.model.experts == 2:
+    if (
+        settings.kind == "magcache"
+        and settings.curve is not None
+        and settings.split is None
+        and spec.model.experts == 2
+    ):
         # the curve's own schedule: the model's, not an explicit few-step list
         steps = len(settings.curve) // 2 + 1
         calibration = spec.replace(steps=steps, sigmas=None, timesteps=None)
@@ -111,12 +125,16 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
                 f"{_curve_setting(settings)} holds a curve of {len(settings.curve)} ratios, i.e. for a {steps}-step "
                 f"run, and model={spec.model.name} runs all {steps} of those steps on its {which} expert, so the "
                 "curve has no part for the other expert; calibrate a curve with as many steps as you run "
-                f"(cache.calibrate=true steps={spec.sampling.steps}), or give the file a \"split\"")
+                f'(cache.calibrate=true steps={spec.sampling.steps}), or give the file a "split"'
+            )
     try:
-        return cache_plan(settings, [step.expert for step in plan], split,
-                          (HIGH, LOW) if spec.model.experts == 2 else None)
+        return cache_plan(
+            settings, [step.expert for step in plan], split, (HIGH, LOW) if spec.model.experts == 2 else None
+        )
     except ValueError as exc:
-        raise ConfigError(f"{_curve_setting(settings)} cannot serve this run of {spec.sampling.steps} steps: {exc}") from None
+        raise ConfigError(
+            f"{_curve_setting(settings)} cannot serve this run of {spec.sampling.steps} steps: {exc}"
+        ) from None
 
 
 def _curve_setting(settings) -> str:

@@ -89,8 +89,17 @@ def _mp4_writer(frames: np.ndarray, fps: int):
         import imageio.v2 as imageio
 
         # yuv420p needs even sizes; every supported size is a multiple of 16, so it is.
-        imageio.mimwrite(tmp, list(frames), fps=fps, format="FFMPEG", codec="libx264", quality=8,
-                         pixelformat="yuv420p", macro_block_size=1, output_params=["-loglevel", "error"])
+        imageio.mimwrite(
+            tmp,
+            list(frames),
+            fps=fps,
+            format="FFMPEG",
+            codec="libx264",
+            quality=8,
+            pixelformat="yuv420p",
+            macro_block_size=1,
+            output_params=["-loglevel", "error"],
+        )
 
     return write
 
@@ -124,8 +133,9 @@ def write_npy(path: str, array: np.ndarray) -> None:
     write_atomic(path, _npy_writer(array))
 
 
-def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool,
-                    stem: str = "video") -> dict:
+def save_generation(
+    output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool, stem: str = "video"
+) -> dict:
     """Write the videos (STEM.mp4, or STEM_000.mp4 … for a prompt batch), optional raw frames
     and, last, the JSON sidecar STEM.json — so a sidecar on disk means the job finished. Each
     video's record holds the sha256 of its uint8 frames and of the mp4 file's bytes (a re-run
@@ -150,12 +160,22 @@ def save_generation(output_dir: str, videos: list, fps: int, sidecar: dict, save
             entry["mp4_sha256"] = file_sha256(staged[-1][0])
             entries.append(entry)
         if many:
-            sidecar = {**sidecar, "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)]}
+            sidecar = {
+                **sidecar,
+                "videos": [{**meta, **e} for meta, e in zip(sidecar.get("videos", [{}] * len(entries)), entries)],
+            }
         else:
-            sidecar = {**sidecar, "frames_sha256": entries[0]["frames_sha256"], "mp4_sha256": entries[0]["mp4_sha256"],
-                       "files": entries[0]}
-        paths = {"sidecar": os.path.join(output_dir, f"{stem}.json"), "video": entries[0]["video"],
-                 "videos": [e["video"] for e in entries]}
+            sidecar = {
+                **sidecar,
+                "frames_sha256": entries[0]["frames_sha256"],
+                "mp4_sha256": entries[0]["mp4_sha256"],
+                "files": entries[0],
+            }
+        paths = {
+            "sidecar": os.path.join(output_dir, f"{stem}.json"),
+            "video": entries[0]["video"],
+            "videos": [e["video"] for e in entries],
+        }
         staged.append((stage(paths["sidecar"], _json_writer(sidecar)), paths["sidecar"]))
         commit(staged)
     except BaseException:

@@ -8,7 +8,8 @@ imports the other's module.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # What each entry must be for our UniPC (order 2, bh2, data prediction, corrector on every
 # step, first-order last step, final sigma 0) and diffusers' flow-sigma schedule to be the

@@ -11,7 +11,8 @@ when none is given.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .diffusers_flags import check_diffusers_unipc_flags
 from .schedules import Schedule, make_schedule
@@ -41,9 +42,7 @@ _CLASS_DEFAULTS: dict[str, Any] = {
 }
 
 
-def schedule_from_scheduler_config(
-    cfg: Mapping[str, Any], steps: int, shift: float | None = None
-) -> Schedule:
+def schedule_from_scheduler_config(cfg: Mapping[str, Any], steps: int, shift: float | None = None) -> Schedule:
     """The diffusers schedule a `scheduler_config.json` dict describes, for `steps` steps.
 
     `shift` overrides the file's `flow_shift` (the Wan 2.2 diffusers files hold 3.0, not the

@@ -56,9 +56,7 @@ class Schedule:
                 f"and {len(self.timesteps)} timesteps."
             )
         if self.sigmas[-1] != 0.0 or np.any(np.diff(self.sigmas) >= 0):
-            raise ValueError(
-                f"Schedule sigmas must decrease strictly and end at 0; got {self.sigmas.tolist()}."
-            )
+            raise ValueError(f"Schedule sigmas must decrease strictly and end at 0; got {self.sigmas.tolist()}.")
         self.sigmas.setflags(write=False)
         self.timesteps.setflags(write=False)
 
@@ -98,9 +96,7 @@ def diffusers_schedule(steps: int, shift: float, num_train_timesteps: int = 1000
     return _finish("diffusers", shift, num_train_timesteps, sigmas)
 
 
-def make_schedule(
-    kind: str, steps: int, shift: float, num_train_timesteps: int = 1000, **diffusers_flags
-) -> Schedule:
+def make_schedule(kind: str, steps: int, shift: float, num_train_timesteps: int = 1000, **diffusers_flags) -> Schedule:
     """The schedule of `kind` ("official" or "diffusers") for `steps` steps at `shift`.
 
     `diffusers_flags` are diffusers `UniPCMultistepScheduler` config entries (e.g.

@@ -109,9 +109,7 @@ def corrector_coefficients(sigmas, i: int, order: int) -> CorrectorCoefficients:
     else:
         raise ValueError(f"FlowUniPC supports corrector orders 1 and 2; got {order}.")
     scale = alpha_t * b_h
-    return CorrectorCoefficients(
-        sigma_t / sigma_s, alpha_t * h_phi_1, scale * rho_prev / r, scale * rho_new
-    )
+    return CorrectorCoefficients(sigma_t / sigma_s, alpha_t * h_phi_1, scale * rho_prev / r, scale * rho_new)
 
 
 def step_order(step_index: int, steps: int) -> int:
@@ -137,15 +135,23 @@ def unipc_table(schedule: Schedule) -> dict[str, np.ndarray]:
     rows = []
     last_order = 0  # the order of the previous step's predictor decides this step's corrector
     for i in range(steps):
-        row = {"sigma": float(sig[i]), "corrects": float(i > 0), "c_order2": float(last_order == 2),
-               "c_x": 0.0, "c_m0": 0.0, "c_new": 0.0, "c_diff": 0.0}
+        row = {
+            "sigma": float(sig[i]),
+            "corrects": float(i > 0),
+            "c_order2": float(last_order == 2),
+            "c_x": 0.0,
+            "c_m0": 0.0,
+            "c_new": 0.0,
+            "c_diff": 0.0,
+        }
         if i > 0:
             c = corrector_coefficients(sig, i, last_order)
             row.update(c_x=c.x_scale, c_m0=c.m0_scale, c_new=c.new_scale, c_diff=c.diff_scale)
         order = step_order(i, steps)
         p = predictor_coefficients(sig, i, order)
-        row.update(p_x=p.x_scale, p_m0=p.m0_scale, p_diff=p.diff_scale, p_order2=float(order == 2),
-                   p_final=float(p.final))
+        row.update(
+            p_x=p.x_scale, p_m0=p.m0_scale, p_diff=p.diff_scale, p_order2=float(order == 2), p_final=float(p.final)
+        )
         rows.append(row)
         last_order = order
     return {k: np.asarray([r[k] for r in rows], np.float64) for k in rows[0]}

@@ -21,8 +21,13 @@ def main(argv: list[str] | None = None) -> None:
     # metrics.py has chosen its mode) before anything starts.
     missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
     if missing:
-        _refuse(ConfigError(f"the server needs the serve extra ({', '.join(missing)} missing): pip install -e "
-                            "\".[serve]\" in the parallel_wan checkout (README \"Serving\")"), True)
+        _refuse(
+            ConfigError(
+                f"the server needs the serve extra ({', '.join(missing)} missing): pip install -e "
+                '".[serve]" in the parallel_wan checkout (README "Serving")'
+            ),
+            True,
+        )
     try:
         settings, rest = split_settings(words)
         raw = compose_settings(rest)

@@ -15,16 +15,19 @@ from starlette.datastructures import UploadFile
 
 from .auth import authorized
 from .fields import RequestError, seconds_of
+from .files import delete_files, video_path
 from .limits import BodyLimit
 from .page import PAGE
 from .store import FINISHED, IdempotencyConflict, is_id, new_id
-from .files import delete_files, video_path
 from .uploads import store_image
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "param": param, "type": "invalid_request_error"}},
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": {"message": message, "param": param, "type": "invalid_request_error"}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def progress_of(row: dict) -> int:
@@ -40,11 +43,22 @@ def video_object(row: dict, words, record: bool = True) -> dict:
     the step, whether it resumed, and once completed (`record`: not in lists) the sidecar's record.
     `words` (words.Words): its error and record as a client may read them — no server path."""
     video = {
-        "id": row["id"], "object": "video", "model": row["model"], "status": row["status"],
-        "progress": progress_of(row), "created_at": row["created_at"], "completed_at": row["completed_at"],
-        "expires_at": None, "size": row["size"], "seconds": row["seconds"], "prompt": row["prompt"],
-        "remixed_from_video_id": None, "error": None,
-        "step": row["step"], "steps": row["steps"], "resumed_from_step": row["resumed_from_step"],
+        "id": row["id"],
+        "object": "video",
+        "model": row["model"],
+        "status": row["status"],
+        "progress": progress_of(row),
+        "created_at": row["created_at"],
+        "completed_at": row["completed_at"],
+        "expires_at": None,
+        "size": row["size"],
+        "seconds": row["seconds"],
+        "prompt": row["prompt"],
+        "remixed_from_video_id": None,
+        "error": None,
+        "step": row["step"],
+        "steps": row["steps"],
+        "resumed_from_step": row["resumed_from_step"],
     }
     if row["status"] == "failed":
         video["error"] = {"code": "generation_failed", "message": words.public(row["error"] or "failed")}
@@ -58,8 +72,10 @@ def no_content(row: dict, words) -> str:
     if row["status"] == "cancelled":
         return f"video {row['id']} was cancelled: it has no mp4 and never will"
     if row["status"] == "failed":
-        return (f"video {row['id']} failed ({words.public(row['error'] or 'no reason recorded')}): it has no mp4 and "
-                "never will; send the request again to try once more")
+        return (
+            f"video {row['id']} failed ({words.public(row['error'] or 'no reason recorded')}): it has no mp4 and "
+            "never will; send the request again to try once more"
+        )
     if row["status"] == "completed":
         return f"video {row['id']} is completed but its mp4 is gone from the server"
     return f"video {row['id']} is {row['status']}; its mp4 is there once it is completed"
@@ -70,9 +86,14 @@ def deleted_object(video_id: str, had: str, row: dict | None) -> dict:
     GET says now) and `message`. A running job goes on until its current step ends."""
     if had == "in_progress":
         step = f" (step {row['step']} of {row['steps']} done)" if row else ""
-        status, message = "in_progress", (
-            f"{video_id} is running{step}: it stops after its current step, then it is cancelled and nothing of it is "
-            f"kept; GET /v1/videos/{video_id} says cancelled once it has stopped")
+        status, message = (
+            "in_progress",
+            (
+                f"{video_id} is running{step}: it stops after its current step, then it is cancelled and nothing of "
+                "it is "
+                f"kept; GET /v1/videos/{video_id} says cancelled once it has stopped"
+            ),
+        )
     elif had == "queued":
         status, message = "cancelled", f"{video_id} was queued: it is cancelled and will not run"
     else:
@@ -110,8 +131,11 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
             return error(exc.status, str(exc), exc.param)
         except IdempotencyConflict:
             metrics.requests.labels("refused").inc()
-            return error(409, f"Idempotency-Key {idem!r} was used for another request; use a new key for a new "
-                              "request", "Idempotency-Key")
+            return error(
+                409,
+                f"Idempotency-Key {idem!r} was used for another request; use a new key for a new request",
+                "Idempotency-Key",
+            )
         metrics.requests.labels("queued" if created else "repeated").inc()
         return video_object(row, words)
 
@@ -123,8 +147,13 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
             return error(400, f"order={order!r} must be asc or desc", "order")
         rows, more = store.page(limit, after, order)
         data = [video_object(r, words, record=False) for r in rows]
-        return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None, "has_more": more}
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": more,
+        }
 
     @app.get("/v1/videos/{video_id}")
     async def retrieve(video_id: str):
@@ -165,16 +194,21 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
     @app.get("/health")
     async def healthy():
         ready, problem = health()
-        body = {"status": "ok" if ready else ("loading" if problem is None else "unavailable"),
-                "model": served.model, "ranks": served.base.mesh.world_size}
+        body = {
+            "status": "ok" if ready else ("loading" if problem is None else "unavailable"),
+            "model": served.model,
+            "ranks": served.base.mesh.world_size,
+        }
         if problem is not None:
             body["message"] = words.public(problem)
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": served.model, "object": "model", "created": 0,
-                                            "owned_by": "parallel_wan"}]}
+        return {
+            "object": "list",
+            "data": [{"id": served.model, "object": "model", "created": 0, "owned_by": "parallel_wan"}],
+        }
 
     @app.get("/metrics")
     async def prometheus():
@@ -198,14 +232,18 @@ async def _read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | 
         except ValueError as exc:
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
-            raise RequestError("the body must be a JSON object of fields, e.g. {\"prompt\": \"a cat\"}")
+            raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
         if "input_reference" in fields:
-            raise RequestError("input_reference must be an image file uploaded with multipart/form-data; URLs and "
-                               "server paths are not read", "input_reference")
+            raise RequestError(
+                "input_reference must be an image file uploaded with multipart/form-data; URLs and "
+                "server paths are not read",
+                "input_reference",
+            )
         return fields, None
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        raise RequestError(f"Content-Type {kind or '(none)'} is not read; send application/json or "
-                           "multipart/form-data", status=415)
+        raise RequestError(
+            f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
+        )
     try:
         form = await request.form(max_files=1, max_fields=64, max_part_size=max_bytes)
     except Exception as exc:  # starlette's MultiPartException and parser errors
@@ -222,8 +260,10 @@ async def _read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | 
         else:
             fields[name] = value
     if "input_reference" in fields and image is None:
-        raise RequestError("input_reference must be an image file upload, not text; URLs and server paths are not "
-                           "read", "input_reference")
+        raise RequestError(
+            "input_reference must be an image file upload, not text; URLs and server paths are not read",
+            "input_reference",
+        )
     fields.pop("input_reference", None)
     await form.close()
     return fields, image
@@ -237,12 +277,18 @@ def _queue(store, served, settings, fields: dict, image: bytes | None, idem: str
         if image is not None:
             path = store_image(settings, video_id, image)
         spec, run_settings = served.request(fields, path)
-        digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()
-                                + hashlib.sha256(image or b"").digest()).hexdigest()
-        video = {"id": video_id, "model": served.model, "prompt": spec.video.prompts[0],
-                 "size": f"{spec.video.width}x{spec.video.height}",
-                 "seconds": str(fields.get("seconds") or seconds_of(spec.video.num_frames, spec.model.fps)),
-                 "settings": run_settings, "steps": spec.sampling.steps}
+        digest = hashlib.sha256(
+            json.dumps(fields, sort_keys=True, default=str).encode() + hashlib.sha256(image or b"").digest()
+        ).hexdigest()
+        video = {
+            "id": video_id,
+            "model": served.model,
+            "prompt": spec.video.prompts[0],
+            "size": f"{spec.video.width}x{spec.video.height}",
+            "seconds": str(fields.get("seconds") or seconds_of(spec.video.num_frames, spec.model.fps)),
+            "settings": run_settings,
+            "steps": spec.sampling.steps,
+        }
         row, created = store.add(video, idem, digest)
     except BaseException:
         if path is not None:
@@ -251,7 +297,6 @@ def _queue(store, served, settings, fields: dict, image: bytes | None, idem: str
     if not created and path is not None:
         os.remove(path)  # the retry's copy; the first request's image is the job's
     return row, created
-
 
 
 class KeyCheck:
@@ -267,6 +312,9 @@ class KeyCheck:
         if authorized(header, self.key):
             return await self.app(scope, receive, send)
         challenge = 'Basic realm="parallel_wan"' if scope["path"] == "/" else "Bearer"
-        response = error(401, "a valid API key is needed: send Authorization: Bearer <PARALLEL_WAN_API_KEY>",
-                         headers={"WWW-Authenticate": challenge})
+        response = error(
+            401,
+            "a valid API key is needed: send Authorization: Bearer <PARALLEL_WAN_API_KEY>",
+            headers={"WWW-Authenticate": challenge},
+        )
         await response(scope, receive, send)

@@ -55,8 +55,11 @@ def request_settings(fields: dict, fps: int) -> tuple[dict, dict]:
     RequestError for a field nobody reads or one that cannot be read at all."""
     for key, value in fields.items():
         if key not in FIELDS:
-            raise RequestError(f"{key}={_shown(value)} is not a field of POST /v1/videos{_hint(key)}; "
-                               f"remove it (fields: {', '.join(FIELDS)})", key)
+            raise RequestError(
+                f"{key}={_shown(value)} is not a field of POST /v1/videos{_hint(key)}; "
+                f"remove it (fields: {', '.join(FIELDS)})",
+                key,
+            )
     if "prompt" not in fields or fields["prompt"] is None:
         raise RequestError("prompt is required: the text of the video to make", "prompt")
     for key in TEXT_FIELDS:
@@ -110,8 +113,7 @@ def frames_for(seconds, fps: int) -> int:
     temporal stride; 5 s at 16 fps is Wan's 81 frames)."""
     value = as_number(seconds)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise RequestError(f"seconds={_shown(seconds)} must be a positive number of seconds, e.g. seconds=4",
-                           "seconds")
+        raise RequestError(f"seconds={_shown(seconds)} must be a positive number of seconds, e.g. seconds=4", "seconds")
     return 4 * max(1, round(value * fps / 4)) + 1
 
 
@@ -127,8 +129,9 @@ def _hint(key: str) -> str:
         return f" (the field for {key} is {FIELD_OF[key]})"
     if key in known_keys():
         return f" ({key} is set when the server starts; a request cannot change it)"
-    close = (difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.75)
-             or [f for f in FIELDS if _words(key) & _words(f)][:1])
+    close = (
+        difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.75) or [f for f in FIELDS if _words(key) & _words(f)][:1]
+    )
     return f" (did you mean {close[0]}?)" if close else ""
 
 

@@ -20,6 +20,8 @@ import threading
 
 
 def main() -> None:
+    import uvicorn
+
     from ..run import setup_logging
     from .app import make_app
     from .auth import api_key
@@ -27,8 +29,6 @@ def main() -> None:
     from .served import serve_start
     from .settings import ServerSettings
     from .store import Store
-
-    import uvicorn
 
     config = json.loads(sys.stdin.readline())
     setup_logging()
@@ -40,8 +40,9 @@ def main() -> None:
         return store.health(claimant)
 
     app = make_app(store, served, settings, health, ServerMetrics(store, health), api_key())
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=2))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+    )
     threading.Thread(target=_end_with_rank_0, args=(server,), daemon=True, name="rank-0-watch").start()
     server.run(sockets=[socket.socket(fileno=config["fd"])])
 

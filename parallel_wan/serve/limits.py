@@ -45,9 +45,21 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send):
-        body = json.dumps({"error": {"message": f"the request body is over {self.max_bytes} bytes; send a smaller "
-                                                "image, or start the server with a larger max_body_mb",
-                                     "param": None, "type": "invalid_request_error"}}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f"the request body is over {self.max_bytes} bytes; send a smaller "
+                    "image, or start the server with a larger max_body_mb",
+                    "param": None,
+                    "type": "invalid_request_error",
+                }
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

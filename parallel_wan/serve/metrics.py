@@ -23,11 +23,22 @@ class LoopMetrics:
     def __init__(self, registry=None):
         from prometheus_client import Counter, Histogram
 
-        self.jobs = Counter("parallel_wan_jobs", "Jobs this server finished, by outcome", ["outcome"], registry=registry)
-        self.step_seconds = Histogram("parallel_wan_step_seconds", "Seconds per denoising step (rank 0's loop)",
-                                      buckets=STEP_BUCKETS, registry=registry)
-        self.phase_seconds = Histogram("parallel_wan_phase_seconds", "Seconds per phase of a job (text, denoise, "
-                                       "vae_decode, …)", ["phase"], buckets=PHASE_BUCKETS, registry=registry)
+        self.jobs = Counter(
+            "parallel_wan_jobs", "Jobs this server finished, by outcome", ["outcome"], registry=registry
+        )
+        self.step_seconds = Histogram(
+            "parallel_wan_step_seconds",
+            "Seconds per denoising step (rank 0's loop)",
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        )
+        self.phase_seconds = Histogram(
+            "parallel_wan_phase_seconds",
+            "Seconds per phase of a job (text, denoise, vae_decode, …)",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
 
 
 class ServerMetrics:
@@ -62,8 +73,9 @@ class _StoreCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         counts = self.store.counts()
-        depth = GaugeMetricFamily("parallel_wan_queue_depth", "Jobs waiting in the queue (every server of this "
-                                  "storage_dir)")
+        depth = GaugeMetricFamily(
+            "parallel_wan_queue_depth", "Jobs waiting in the queue (every server of this storage_dir)"
+        )
         depth.add_metric([], counts["queued"])
         yield depth
         jobs = GaugeMetricFamily("parallel_wan_videos", "Jobs in the database by status", labels=["status"])

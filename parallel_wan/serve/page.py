@@ -28,9 +28,11 @@ PAGE = """<!doctype html>
   <label for="prompt">prompt</label><textarea id="prompt" name="prompt" required></textarea>
   <label for="size">size (WxH)</label><input id="size" name="size" placeholder="the model's default">
   <label for="num_frames">frames (4k+1)</label><input id="num_frames" name="num_frames" type="number" min="1">
-  <label for="num_inference_steps">steps</label><input id="num_inference_steps" name="num_inference_steps" type="number" min="1">
+  <label for="num_inference_steps">steps</label>
+  <input id="num_inference_steps" name="num_inference_steps" type="number" min="1">
   <label for="seed">seed</label><input id="seed" name="seed" type="number" min="0">
-  <label for="input_reference">image</label><input id="input_reference" name="input_reference" type="file" accept="image/*">
+  <label for="input_reference">image</label>
+  <input id="input_reference" name="input_reference" type="file" accept="image/*">
   <span></span><button id="submit" type="submit">make the video</button>
   <div id="message"></div>
 </form>

@@ -52,8 +52,11 @@ class Served:
         """(spec, run settings) of a request's fields (and its stored image); raises RequestError."""
         model = fields.get("model")
         if model is not None and model != self.model:
-            raise RequestError(f"model={model!r} is not served here; this server runs model={self.model} (leave model "
-                               "out, or start a server with that model)", "model")
+            raise RequestError(
+                f"model={model!r} is not served here; this server runs model={self.model} (leave model "
+                "out, or start a server with that model)",
+                "model",
+            )
         settings, source = request_settings(fields, self.base.model.fps)
         if image is not None:
             settings["image"] = image

@@ -69,15 +69,28 @@ def _serve(settings, served, backend, http) -> None:
     flag = PreemptionFlag().install()
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
         loaded, ckpt = load(served.base, backend, served.ckpt, tiny_dir)
-        worker = Worker(served, settings, backend, flag, ckpt, loaded,
-                        *((http.store, http.claimant, http.metrics, http.check) if http else ()))
+        worker = Worker(
+            served,
+            settings,
+            backend,
+            flag,
+            ckpt,
+            loaded,
+            *((http.store, http.claimant, http.metrics, http.check) if http else ()),
+        )
         if http:
             http.worker = worker
             http.ready()
             count = served.base.mesh.world_size
             unit = ("device" if backend.single_controller else "rank") + ("" if count == 1 else "s")
-            log.info("ready: model=%s, %d %s; POST /v1/videos on http://%s:%d", served.model, count, unit, settings.host,
-                     http.port)
+            log.info(
+                "ready: model=%s, %d %s; POST /v1/videos on http://%s:%d",
+                served.model,
+                count,
+                unit,
+                settings.host,
+                http.port,
+            )
         worker.run()
 
 
@@ -98,7 +111,9 @@ class Http:
         try:
             return self._start()
         except Exception as exc:  # sqlite3 errors (a read-only or locked database), an unwritable storage_dir
-            return f"storage_dir={self.settings.storage_dir}: the server cannot start there ({type(exc).__name__}: {exc})"
+            return (
+                f"storage_dir={self.settings.storage_dir}: the server cannot start there ({type(exc).__name__}: {exc})"
+            )
 
     def _start(self) -> str | None:
         import dataclasses
@@ -114,31 +129,49 @@ class Http:
             sock.bind((self.settings.host, self.settings.port))
             sock.listen(2048)
         except OSError as exc:
-            return (f"host={self.settings.host} port={self.settings.port}: cannot listen there ({exc.strerror or exc}); "
-                    "pick another port= (another server may hold it)")
+            return (
+                f"host={self.settings.host} port={self.settings.port}: cannot listen there ({exc.strerror or exc}); "
+                "pick another port= (another server may hold it)"
+            )
         self.port = sock.getsockname()[1]
         os.makedirs(self.settings.videos_dir, exist_ok=True)
         self.store = Store(self.settings.database)
         back = self.store.register(self.claimant, f"{socket.gethostname()}:{self.port}")
         if back:
-            log.info("%d job(s) this server was running when it stopped are queued again: %s", len(back), ", ".join(back))
+            log.info(
+                "%d job(s) this server was running when it stopped are queued again: %s", len(back), ", ".join(back)
+            )
         # The loop's metrics and the HTTP process's meet in files there (metrics.py); set before
         # prometheus_client is first imported in this process, inherited by the HTTP process.
         self.metrics_dir = tempfile.mkdtemp(prefix="parallel_wan_metrics_")
         os.environ[FOLDER_ENV] = self.metrics_dir
         self.metrics = LoopMetrics()
         served = self.served
-        config = {"fd": sock.fileno(), "settings": dataclasses.asdict(self.settings), "raw": served.raw,
-                  "world": served.world, "node_size": served.node_size, "device": served.device,
-                  "claimant": self.claimant}
-        self.process = subprocess.Popen([sys.executable, "-m", "parallel_wan.serve.http_process"], stdin=subprocess.PIPE,
-                                        pass_fds=(sock.fileno(),), text=True)
+        config = {
+            "fd": sock.fileno(),
+            "settings": dataclasses.asdict(self.settings),
+            "raw": served.raw,
+            "world": served.world,
+            "node_size": served.node_size,
+            "device": served.device,
+            "claimant": self.claimant,
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "parallel_wan.serve.http_process"],
+            stdin=subprocess.PIPE,
+            pass_fds=(sock.fileno(),),
+            text=True,
+        )
         self.process.stdin.write(json.dumps(config) + "\n")
         self.process.stdin.flush()  # stdin stays open: its end tells the HTTP process that rank 0 is gone
         sock.close()
         threading.Thread(target=self._lease, daemon=True, name="lease").start()
-        log.info("serving on http://%s:%d (storage_dir=%s); the model loads now, GET /health says when it is ready",
-                 self.settings.host, self.port, self.settings.storage_dir)
+        log.info(
+            "serving on http://%s:%d (storage_dir=%s); the model loads now, GET /health says when it is ready",
+            self.settings.host,
+            self.port,
+            self.settings.storage_dir,
+        )
         return None
 
     def check(self) -> None:
@@ -156,7 +189,9 @@ class Http:
         while not self.stopped.wait(LEASE_S / 6):
             try:
                 self.store.heartbeat(self.claimant)
-            except Exception as exc:  # a locked or full disk: the next beat may pass; a lapse only lets another server retry
+            except (
+                Exception
+            ) as exc:  # a locked or full disk: the next beat may pass; a lapse only lets another server retry
                 log.warning("the lease could not be renewed: %s", exc)
 
     def stop(self, problem: str | None) -> None:
@@ -190,16 +225,23 @@ def _end(exc: BaseException, http: Http | None, process) -> None:
         current = http.worker.current if http.worker else None
         http.stop(None if preempted else f"{type(exc).__name__}: {exc}")
         if not preempted and current is not None:  # its claim was given up with the lease (Http.stop)
-            print(f"parallel_wan: the server stops while running {current}; it runs again from the start at the "
-                  "next claim of a server of this storage_dir (this one started again, or another)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"parallel_wan: the server stops while running {current}; it runs again from the start at the "
+                "next claim of a server of this storage_dir (this one started again, or another)",
+                file=sys.stderr,
+                flush=True,
+            )
     if isinstance(exc, StopServing):
         if process.rank == 0:
             print(f"parallel_wan: {exc}; exit code {PREEMPTED_EXIT}", file=sys.stderr, flush=True)
         _exit(PREEMPTED_EXIT, process.count)
     if not preempted and process.count > 1 and not isinstance(exc, (KeyboardInterrupt, SystemExit, RunError)):
-        print(f"parallel_wan: rank {process.rank}/{process.count}: a collective failed or a rank is gone; the server "
-              "stops (exit 1)", file=sys.stderr, flush=True)
+        print(
+            f"parallel_wan: rank {process.rank}/{process.count}: a collective failed or a rank is gone; the server "
+            "stops (exit 1)",
+            file=sys.stderr,
+            flush=True,
+        )
     _fail(exc, process.rank, process.count)
 
 

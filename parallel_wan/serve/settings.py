@@ -77,7 +77,8 @@ def server_settings(values: dict) -> ServerSettings:
     except ValueError:
         max_body = -1.0
     if not (math.isfinite(max_body) and max_body > 0):
-        raise ConfigError(f"max_body_mb={values['max_body_mb']!r} must be a positive number of megabytes, e.g. "
-                          "max_body_mb=32")
+        raise ConfigError(
+            f"max_body_mb={values['max_body_mb']!r} must be a positive number of megabytes, e.g. max_body_mb=32"
+        )
     storage = writable_folder("storage_dir", values["storage_dir"], "e.g. storage_dir=outputs/serve")
     return ServerSettings(host, port, storage, max_body)

@@ -24,8 +24,10 @@ LEASE_S = 60.0  # a claimant silent this long is gone (heartbeats every LEASE_S 
 MAX_ATTEMPTS = 3  # a job that took its server down this often fails instead of running again
 
 # A job whose server is gone: back to the queue, or cancelled when a DELETE had asked it to stop.
-ORPHAN_UPDATE = ("status = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END, claimant = NULL, "
-                 "completed_at = CASE cancel_requested WHEN 1 THEN CAST(strftime('%s', 'now') AS INTEGER) END")
+ORPHAN_UPDATE = (
+    "status = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END, claimant = NULL, "
+    "completed_at = CASE cancel_requested WHEN 1 THEN CAST(strftime('%s', 'now') AS INTEGER) END"
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
@@ -99,7 +101,9 @@ class Store:
         return _Transaction(self._db())
 
     # ------------------------------------------------------------------ requests
-    def add(self, video: dict, idempotency_key: str | None = None, request_sha256: str | None = None) -> tuple[dict, bool]:
+    def add(
+        self, video: dict, idempotency_key: str | None = None, request_sha256: str | None = None
+    ) -> tuple[dict, bool]:
         """Queue `video` (id, model, prompt, size, seconds, settings, steps); (its row as queued, True). With
         an Idempotency-Key seen before: (that job's row, False), or IdempotencyConflict when the
         key came with another request."""
@@ -110,11 +114,22 @@ class Store:
                     if row["request_sha256"] != request_sha256:
                         raise IdempotencyConflict(idempotency_key)
                     return dict(row), False
-            db.execute("INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
-                       "request_sha256, created_at, steps) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (video["id"], video["model"], video["prompt"], video["size"], video["seconds"],
-                        json.dumps(video["settings"]), idempotency_key, request_sha256, int(time.time()),
-                        video["steps"]))
+            db.execute(
+                "INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
+                "request_sha256, created_at, steps) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    video["id"],
+                    video["model"],
+                    video["prompt"],
+                    video["size"],
+                    video["seconds"],
+                    json.dumps(video["settings"]),
+                    idempotency_key,
+                    request_sha256,
+                    int(time.time()),
+                    video["steps"],
+                ),
+            )
             # Read before the commit (get() uses this connection): after it a server may
             # already have claimed the job, and the creator's answer is the job as queued.
             return self.get(video["id"]), True
@@ -132,7 +147,9 @@ class Store:
             row = db.execute("SELECT seq FROM videos WHERE id = ?", (after,)).fetchone()
             if row is not None:
                 where, args = f"WHERE seq {sign} ?", [row["seq"]]
-        rows = db.execute(f"SELECT * FROM videos {where} ORDER BY seq {direction} LIMIT ?", [*args, limit + 1]).fetchall()
+        rows = db.execute(
+            f"SELECT * FROM videos {where} ORDER BY seq {direction} LIMIT ?", [*args, limit + 1]
+        ).fetchall()
         return [dict(r) for r in rows[:limit]], len(rows) > limit
 
     def cancel(self, video_id: str) -> str | None:
@@ -144,8 +161,10 @@ class Store:
             if row is None:
                 return None
             if row["status"] == "queued":
-                db.execute("UPDATE videos SET status = 'cancelled', completed_at = ? WHERE id = ?",
-                           (int(time.time()), video_id))
+                db.execute(
+                    "UPDATE videos SET status = 'cancelled', completed_at = ? WHERE id = ?",
+                    (int(time.time()), video_id),
+                )
             elif row["status"] == "in_progress":
                 db.execute("UPDATE videos SET cancel_requested = 1 WHERE id = ?", (video_id,))
             return row["status"]
@@ -164,16 +183,22 @@ class Store:
         (`name`, host:port) left in progress goes back to the queue. Returns their ids."""
         now = time.time()
         with self._write() as db:
-            earlier = [r["claimant"] for r in db.execute("SELECT claimant FROM servers WHERE name = ? AND claimant != ?",
-                                                         (name, claimant))]
+            earlier = [
+                r["claimant"]
+                for r in db.execute("SELECT claimant FROM servers WHERE name = ? AND claimant != ?", (name, claimant))
+            ]
             ids = []
             for old in earlier:
-                ids += [r["id"] for r in db.execute("SELECT id FROM videos WHERE status = 'in_progress' AND claimant = ?",
-                                                    (old,))]
+                ids += [
+                    r["id"]
+                    for r in db.execute("SELECT id FROM videos WHERE status = 'in_progress' AND claimant = ?", (old,))
+                ]
                 db.execute(f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND claimant = ?", (old,))
                 db.execute("DELETE FROM servers WHERE claimant = ?", (old,))
-            db.execute("INSERT OR REPLACE INTO servers (claimant, name, started_at, heartbeat) VALUES (?, ?, ?, ?)",
-                       (claimant, name, now, now))
+            db.execute(
+                "INSERT OR REPLACE INTO servers (claimant, name, started_at, heartbeat) VALUES (?, ?, ?, ?)",
+                (claimant, name, now, now),
+            )
         return ids
 
     def set_health(self, claimant: str, ready: bool, problem: str | None = None) -> None:
@@ -205,21 +230,30 @@ class Store:
         MAX_ATTEMPTS times already fails instead."""
         now = time.time()
         with self._write() as db:
-            db.execute(f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND (claimant IS NULL OR "
-                       "claimant NOT IN (SELECT claimant FROM servers WHERE heartbeat > ?))", (now - lease_s,))
+            db.execute(
+                f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND (claimant IS NULL OR "
+                "claimant NOT IN (SELECT claimant FROM servers WHERE heartbeat > ?))",
+                (now - lease_s,),
+            )
             while True:
                 row = db.execute("SELECT * FROM videos WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
                 if row is None:
                     return None
                 if row["attempts"] < MAX_ATTEMPTS:
                     break
-                error = (f"the server stopped {row['attempts']} times while running this job (a rank died, or it "
-                         "was killed); not tried again")
-                db.execute("UPDATE videos SET status = 'failed', completed_at = ?, error = ? WHERE id = ?",
-                           (int(now), error, row["id"]))
-            db.execute("UPDATE videos SET status = 'in_progress', claimant = ?, attempts = attempts + 1, "
-                       "started_at = ?, cancel_requested = 0 WHERE id = ? AND status = 'queued'",
-                       (claimant, int(now), row["id"]))
+                error = (
+                    f"the server stopped {row['attempts']} times while running this job (a rank died, or it "
+                    "was killed); not tried again"
+                )
+                db.execute(
+                    "UPDATE videos SET status = 'failed', completed_at = ?, error = ? WHERE id = ?",
+                    (int(now), error, row["id"]),
+                )
+            db.execute(
+                "UPDATE videos SET status = 'in_progress', claimant = ?, attempts = attempts + 1, "
+                "started_at = ?, cancel_requested = 0 WHERE id = ? AND status = 'queued'",
+                (claimant, int(now), row["id"]),
+            )
         return self.get(row["id"])
 
     def progress(self, video_id: str, step: int) -> None:
@@ -230,20 +264,39 @@ class Store:
         row = self._db().execute("SELECT cancel_requested FROM videos WHERE id = ?", (video_id,)).fetchone()
         return row is None or bool(row["cancel_requested"])  # a row deleted meanwhile: stop too
 
-    def finish(self, video_id: str, status: str, *, record: dict | None = None, error: str | None = None,
-               resumed_from_step: int | None = None) -> None:
+    def finish(
+        self,
+        video_id: str,
+        status: str,
+        *,
+        record: dict | None = None,
+        error: str | None = None,
+        resumed_from_step: int | None = None,
+    ) -> None:
         assert status in FINISHED, status
         with self._write() as db:
-            db.execute("UPDATE videos SET status = ?, completed_at = ?, record = ?, error = ?, resumed_from_step = ? "
-                       "WHERE id = ?", (status, int(time.time()), None if record is None else json.dumps(record),
-                                        error, resumed_from_step, video_id))
+            db.execute(
+                "UPDATE videos SET status = ?, completed_at = ?, record = ?, error = ?, resumed_from_step = ? "
+                "WHERE id = ?",
+                (
+                    status,
+                    int(time.time()),
+                    None if record is None else json.dumps(record),
+                    error,
+                    resumed_from_step,
+                    video_id,
+                ),
+            )
 
     def requeue(self, video_id: str) -> None:
         """Back to the queue where it stood (SIGTERM: its loop state is saved; a restart resumes it).
         The stop was planned, so it does not count as an attempt."""
         with self._write() as db:
-            db.execute("UPDATE videos SET status = 'queued', claimant = NULL, attempts = MAX(attempts - 1, 0) "
-                       "WHERE id = ? AND status = 'in_progress'", (video_id,))
+            db.execute(
+                "UPDATE videos SET status = 'queued', claimant = NULL, attempts = MAX(attempts - 1, 0) "
+                "WHERE id = ? AND status = 'in_progress'",
+                (video_id,),
+            )
 
 
 class _Transaction:

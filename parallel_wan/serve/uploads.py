@@ -25,17 +25,22 @@ def image_suffix(data: bytes) -> str:
         with Image.open(io.BytesIO(data)) as im:
             kind, (width, height) = im.format, im.size
             if width * height > MAX_PIXELS:
-                raise RequestError(f"input_reference is {width}x{height} pixels; upload an image of at most "
-                                   f"{MAX_PIXELS} pixels", "input_reference")
+                raise RequestError(
+                    f"input_reference is {width}x{height} pixels; upload an image of at most {MAX_PIXELS} pixels",
+                    "input_reference",
+                )
             im.load()  # decode every pixel: a truncated or forged file fails here, not in the job
     except RequestError:
         raise
     except Exception as exc:  # PIL raises many types for bad files
-        raise RequestError(f"input_reference could not be read as an image ({type(exc).__name__}); upload a PNG or "
-                           "JPEG image", "input_reference") from None
+        raise RequestError(
+            f"input_reference could not be read as an image ({type(exc).__name__}); upload a PNG or JPEG image",
+            "input_reference",
+        ) from None
     if kind not in FORMATS:
-        raise RequestError(f"input_reference is a {kind} image; upload a PNG, JPEG, WebP or BMP image",
-                           "input_reference")
+        raise RequestError(
+            f"input_reference is a {kind} image; upload a PNG, JPEG, WebP or BMP image", "input_reference"
+        )
     return FORMATS[kind]
 
 
@@ -50,4 +55,3 @@ def store_image(settings, video_id: str, data: bytes) -> str:
 
     commit([(stage(path, write), path)])
     return path
-

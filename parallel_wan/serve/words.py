@@ -30,7 +30,8 @@ _SETTING = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)((?:\.[a-z_][a-z0-9_]*)*)=")
 # an absolute path: a / that continues no word, number, URL or path, up to a space, a quote or a separator
 _TAIL = r"[^\s'\"`,;:()\[\]<>]*"
 _ABSOLUTE = re.compile(r"(?<![\w.:/~-])/" + _TAIL)
-_UPLOADED = re.compile(r"(?<![\w.])(%s)=[^\s;,]*" % "|".join(s for s, f in FIELD_OF.items() if f in UPLOADS))
+_UPLOAD_SETTINGS = "|".join(s for s, f in FIELD_OF.items() if f in UPLOADS)
+_UPLOADED = re.compile(rf"(?<![\w.])({_UPLOAD_SETTINGS})=[^\s;,]*")
 _CLIENTS_OWN = ("prompt", "prompts", "negative_prompt")  # record keys holding the client's own text
 
 
@@ -49,8 +50,13 @@ class Words:
         `upload`: where the request's image was stored."""
         source = source or {}
         named = [(m.group(1), m.group(1) + m.group(2)) for m in _SETTING.finditer(message)]
-        fixed = list(dict.fromkeys(SERVER_SETTING.get(name, name) for top, name in named
-                                   if top in known_keys() and top not in FIELD_OF and top != "model"))
+        fixed = list(
+            dict.fromkeys(
+                SERVER_SETTING.get(name, name)
+                for top, name in named
+                if top in known_keys() and top not in FIELD_OF and top != "model"
+            )
+        )
         text = self.public(message, source, upload)
         if fixed:
             them = "it" if len(fixed) == 1 else "them"

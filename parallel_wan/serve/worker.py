@@ -43,8 +43,9 @@ class TextsOnDemand:
 
 
 class Worker:
-    def __init__(self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, metrics=None,
-                 check=None):
+    def __init__(
+        self, served, settings, backend, flag, ckpt, loaded, store=None, claimant=None, metrics=None, check=None
+    ):
         """`settings`: the ServerSettings; `store`, `claimant`, `metrics` (LoopMetrics) and `check()`
         (raises when the HTTP process is gone): rank 0's (None on the other ranks)."""
         self.served, self.settings, self.backend, self.flag = served, settings, backend, flag
@@ -105,9 +106,16 @@ class Worker:
         if self.done and spec.memory.mode == "swap":
             self._reload()
         try:
-            gen, resumed = generate_entry(Job((entry,), self.served.videos_dir), entry, self.ckpt, self.loaded,
-                                          self.backend, self.flag, self._stop_vote(video_id),
-                                          self._progress(video_id) if main else None)
+            gen, resumed = generate_entry(
+                Job((entry,), self.served.videos_dir),
+                entry,
+                self.ckpt,
+                self.loaded,
+                self.backend,
+                self.flag,
+                self._stop_vote(video_id),
+                self._progress(video_id) if main else None,
+            )
         except RunError as exc:  # non-finite latents: this job fails, the server goes on
             if main:
                 self._finish(video_id, "failed", error=str(exc))
@@ -141,8 +149,12 @@ class Worker:
             if phase != "total":
                 self.metrics.phase_seconds.labels(phase).observe(seconds)
         self._finish(video_id, "completed", record=record, resumed_from_step=resumed)
-        log.info("%s: completed (%.1f s%s)", video_id, gen.timings.get("total", 0.0),
-                 f", resumed from step {resumed}" if resumed is not None else "")
+        log.info(
+            "%s: completed (%.1f s%s)",
+            video_id,
+            gen.timings.get("total", 0.0),
+            f", resumed from step {resumed}" if resumed is not None else "",
+        )
 
     def _finish(self, video_id: str, status: str, **details) -> None:
         self.store.finish(video_id, status, **details)

@@ -23,8 +23,18 @@ PLAIN_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 # tokenizer_config.json keys whose meaning is implemented here; any other key → AutoTokenizer.
 # (`added_tokens_decoder` repeats tokenizer.json's added tokens; `clean_up_tokenization_spaces`
 # acts on decoding only; the sides must be "right", the only one handled.)
-_KNOWN = {"backend", "tokenizer_class", "pad_token", "eos_token", "unk_token", "model_max_length",
-          "added_tokens_decoder", "clean_up_tokenization_spaces", "padding_side", "truncation_side"}
+_KNOWN = {
+    "backend",
+    "tokenizer_class",
+    "pad_token",
+    "eos_token",
+    "unk_token",
+    "model_max_length",
+    "added_tokens_decoder",
+    "clean_up_tokenization_spaces",
+    "padding_side",
+    "truncation_side",
+}
 
 
 def load_tokenizer(folder: str | Path):
@@ -46,8 +56,15 @@ class TransformersTokenizer:
         self.tokenizer = tokenizer
 
     def __call__(self, texts: list[str], length: int):
-        tokens = self.tokenizer(texts, padding="max_length", max_length=length, truncation=True,
-                                add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        tokens = self.tokenizer(
+            texts,
+            padding="max_length",
+            max_length=length,
+            truncation=True,
+            add_special_tokens=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
         return tokens.input_ids, tokens.attention_mask
 
     def __len__(self) -> int:
@@ -68,7 +85,7 @@ class PlainTokenizer:
         self._length = None
 
     @classmethod
-    def from_folder(cls, folder: Path) -> "PlainTokenizer | None":
+    def from_folder(cls, folder: Path) -> PlainTokenizer | None:
         """The folder's tokenizer when its config names the plain wrapper and only settings
         handled here; else None."""
         config_file, tokenizer_file = folder / "tokenizer_config.json", folder / "tokenizer.json"
@@ -101,8 +118,9 @@ class PlainTokenizer:
 
         if self._length != length:
             self.tokenizer.enable_truncation(length, stride=0, strategy="longest_first", direction="right")
-            self.tokenizer.enable_padding(direction="right", pad_id=self.pad_id, pad_type_id=0,
-                                          pad_token=self.pad_token, length=length)
+            self.tokenizer.enable_padding(
+                direction="right", pad_id=self.pad_id, pad_type_id=0, pad_token=self.pad_token, length=length
+            )
             self._length = length
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)

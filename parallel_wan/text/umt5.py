@@ -92,8 +92,10 @@ def load_umt5(checkpoint: Checkpoint, dtype: str = "bfloat16") -> UMT5Encoder:
         state = read_safetensors(checkpoint.text_encoder_path, dtype=target, keep_fp32=_keep_fp32(target))
     else:
         official = load_pth_mapped(checkpoint.text_encoder_path)
-        shape = EncoderShape.from_config(t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official.items()}),
-                                         str(checkpoint.text_encoder_path))
+        shape = EncoderShape.from_config(
+            t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official.items()}),
+            str(checkpoint.text_encoder_path),
+        )
         mapped = t5_keymap.official_to_transformers(official)
         keep = _keep_fp32(target)
         state = {name: cast(t, name, target, keep, checkpoint.text_encoder_path) for name, t in mapped.items()}

@@ -9,7 +9,8 @@ the cast and the copy. In the file each stacked buffer is one tensor named
 The key is sha256 over, for each weight file of the expert (shards and index): its name,
 size, mtime_ns and safetensors header bytes; plus every tensor's target dtype (the run's
 dtype and the float32 exceptions; under quantize=fp8|int8 the one-byte weights and their
-`…weight_scale` names, so each quantize= setting has its own entry), the expert, the layout and FORMAT_VERSION. This is enough
+`…weight_scale` names, so each quantize= setting has its own entry), the expert, the layout and FORMAT_VERSION. This
+is enough
 because the header fixes every tensor's name, dtype, shape and byte range, and anything that
 rewrites a file (a re-download, a re-save, `cp` without -p) gives it a new mtime; fooling it
 takes editing tensor bytes in place and then restoring the old mtime. Hashing the contents
@@ -58,8 +59,9 @@ _MARK = "parallel_wan_weights_cache"
 Targets = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
-def cache_key(folder: Path, files: list[Path], targets: Targets, expert: str, layout: str,
-              extra: list | None = None) -> str:
+def cache_key(
+    folder: Path, files: list[Path], targets: Targets, expert: str, layout: str, extra: list | None = None
+) -> str:
     """The entry's key (see the module docstring); reads file stats and headers only. `extra`:
     more that decides the converted weights (each merged LoRA file's identity and scale)."""
     digest = hashlib.sha256()
@@ -136,7 +138,9 @@ def _per_layer_infos(mapped: MappedFile) -> dict[str, TensorInfo]:
         layers = info.shape[0]
         step = (info.end - info.start) // layers if layers else 0
         for i, name in enumerate(layer_names(*stacked, layers)):
-            out[name] = TensorInfo(info.file, info.dtype, info.shape[1:], info.start + i * step, info.start + (i + 1) * step)
+            out[name] = TensorInfo(
+                info.file, info.dtype, info.shape[1:], info.start + i * step, info.start + (i + 1) * step
+            )
     return out
 
 
@@ -222,7 +226,11 @@ def _write_atomically(path: Path, tensors: dict[str, torch.Tensor], metadata: di
     for name in order:
         t = tensors[name]
         nbytes = t.numel() * t.element_size()
-        header[name] = {"dtype": STORED_CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": STORED_CODES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)

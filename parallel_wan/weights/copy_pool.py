@@ -32,8 +32,8 @@ import math
 import mmap
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable
 
 import torch
 
@@ -60,7 +60,9 @@ def load_threads() -> int:
         except ValueError:
             value = 0
         if value < 1:
-            raise ValueError(f"PARALLEL_WAN_LOAD_THREADS={setting!r} must be a whole number ≥ 1; unset it to use every core")
+            raise ValueError(
+                f"PARALLEL_WAN_LOAD_THREADS={setting!r} must be a whole number ≥ 1; unset it to use every core"
+            )
         return value
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores // max(1, torch.get_num_threads()), MAX_THREADS))

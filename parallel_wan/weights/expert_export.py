@@ -88,8 +88,9 @@ def plan(checkpoint, expert: str, kind: str, metadata: dict[str, str]) -> Plan:
         placed[e.name] = Entry(e.name, e.dtype, e.shape, e.source, offset, offset + size)
         offset += size
     header = {"__metadata__": metadata}
-    header.update({e.name: {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [e.begin, e.end]}
-                   for e in placed.values()})
+    header.update(
+        {e.name: {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [e.begin, e.end]} for e in placed.values()}
+    )
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-(8 + len(text)) % ALIGN)
     return Plan(expert, placed, len(text).to_bytes(8, "little") + text, quantized)
@@ -167,5 +168,7 @@ def _converted(tensor: torch.Tensor, targets: list[Entry], kind: str, info: Tens
 
 def scale_rule(kind: str) -> str:
     """The metadata's words for the scales."""
-    return (f"float32 [out, 1], one per output channel: absmax / {LIMIT[KINDS[kind]]:g}; "
-            f"W = q · scale (parallel_wan.weights.quantize.quantize_rows, as quantize={kind} at load)")
+    return (
+        f"float32 [out, 1], one per output channel: absmax / {LIMIT[KINDS[kind]]:g}; "
+        f"W = q · scale (parallel_wan.weights.quantize.quantize_rows, as quantize={kind} at load)"
+    )

@@ -53,7 +53,12 @@ PREFIX = "model.diffusion_model."
 MARKER = "scaled_fp8"
 COMFY_METADATA = "_quantization_metadata"
 # The suffixes a layer's extra tensors carry, per convention.
-LEGACY_SCALE, SCALE, INPUT_SCALES, COMFY_QUANT = ".scale_weight", ".weight_scale", (".input_scale", ".scale_input"), ".comfy_quant"
+LEGACY_SCALE, SCALE, INPUT_SCALES, COMFY_QUANT = (
+    ".scale_weight",
+    ".weight_scale",
+    (".input_scale", ".scale_input"),
+    ".comfy_quant",
+)
 NVFP4_KEYS = (".weight_scale_2", ".input_global_scale", ".alpha")
 COMFY_FORMATS = {"float8_e4m3fn": torch.float8_e4m3fn, "int8_blockwise": torch.int8}
 QUANTIZED = tuple(LIMIT)  # the stored dtypes of weights/quantize.py's one form: float8_e4m3fn, int8
@@ -93,8 +98,12 @@ class ExpertFile:
 
     def record(self) -> dict:
         """The sidecar's record (and the log's words)."""
-        return {"path": str(self.path), "format": self.format, "stored_dtype": self.stored_dtype,
-                "quantized_tensors": len(self.quantized)}
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "stored_dtype": self.stored_dtype,
+            "quantized_tensors": len(self.quantized),
+        }
 
     def sources(self) -> dict[str, TensorInfo | Derived]:
         """Diffusers name → what the loader copies: plain tensors as stored, quantized block
@@ -108,8 +117,14 @@ class ExpertFile:
             if quantizable(name):
                 out[name] = Derived(info.file, info.start, info.shape, info.torch_dtype, info.name, stored(info))
                 groups = info.shape[1] // scale.block if scale is not None and scale.layout == "blocks" else 1
-                out[scale_name(name)] = Derived(info.file, info.start, (info.shape[0], groups), torch.float32,
-                                                scale.info.name if scale else f"{info.name} (scale 1)", scale_rows(scale, info))
+                out[scale_name(name)] = Derived(
+                    info.file,
+                    info.start,
+                    (info.shape[0], groups),
+                    torch.float32,
+                    scale.info.name if scale else f"{info.name} (scale 1)",
+                    scale_rows(scale, info),
+                )
             else:
                 out[name] = Derived(info.file, info.start, info.shape, None, info.name, widened(info, scale))
         return out
@@ -137,13 +152,16 @@ def describe_expert_file(setting: str, path: str | Path, cfg: TransformerConfig)
 
     for key in entries:
         if key.endswith(NVFP4_KEYS) or formats.get(key.rpartition(".")[0]) == "nvfp4":
-            raise ValueError(f"{where}: NVFP4 weights ({key}) are not supported yet; use an fp8, int8 or bf16 file "
-                             "of this expert")
+            raise ValueError(
+                f"{where}: NVFP4 weights ({key}) are not supported yet; use an fp8, int8 or bf16 file of this expert"
+            )
     legacy = [k for k in entries if k.endswith(LEGACY_SCALE)]
     modern = [k for k in entries if k.endswith(SCALE)]
     if legacy and modern:
-        raise ValueError(f"{where}: unknown scale layout: both {legacy[0]} (scaled_fp8) and {modern[0]} "
-                         "(weight_scale) conventions in one file; re-export it with one converter")
+        raise ValueError(
+            f"{where}: unknown scale layout: both {legacy[0]} (scaled_fp8) and {modern[0]} "
+            "(weight_scale) conventions in one file; re-export it with one converter"
+        )
     scale_suffix = LEGACY_SCALE if legacy else SCALE
     scale_entries = {k[: -len(scale_suffix)] + ".weight": entries.pop(k) for k in legacy + modern}
     for key in [k for k in entries if k.endswith(INPUT_SCALES + (COMFY_QUANT,))]:
@@ -156,20 +174,28 @@ def describe_expert_file(setting: str, path: str | Path, cfg: TransformerConfig)
         name = _diffusers_name(where, official)
         weight = tensors.get(name)
         if weight is None:
-            raise ValueError(f"{where}: unknown scale layout: {info.name} scales {official}, which the file does not hold")
+            raise ValueError(
+                f"{where}: unknown scale layout: {info.name} scales {official}, which the file does not hold"
+            )
         if weight.torch_dtype not in QUANTIZED:
-            raise ValueError(f"{where}: unknown scale layout: {info.name} scales {official}, stored {weight.dtype} "
-                             "(not int8 / float8_e4m3fn)")
+            raise ValueError(
+                f"{where}: unknown scale layout: {info.name} scales {official}, stored {weight.dtype} "
+                "(not int8 / float8_e4m3fn)"
+            )
         scales[name] = _scale(where, info, weight, formats.get(official.removesuffix(".weight")))
     for name, info in tensors.items():
         if info.torch_dtype in QUANTIZED and name not in scales and (info.torch_dtype is torch.int8 or scales):
             # float8 without any scale in the file is ComfyUI's unscaled fp8 (scale 1); one
             # missing among scaled layers, or int8 without one, is a file cut short
-            raise ValueError(f"{where}: the {info.dtype} tensor {info.name} has no {scale_suffix.lstrip('.')}; "
-                             "the file is incomplete or of an unknown layout")
+            raise ValueError(
+                f"{where}: the {info.dtype} tensor {info.name} has no {scale_suffix.lstrip('.')}; "
+                "the file is incomplete or of an unknown layout"
+            )
         if info.torch_dtype not in QUANTIZED and info.torch_dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise ValueError(f"{where}: tensor {info.name} is stored {info.dtype}; expected bf16/fp16/fp32, or int8 / "
-                             "float8_e4m3fn with a scale")
+            raise ValueError(
+                f"{where}: tensor {info.name} is stored {info.dtype}; expected bf16/fp16/fp32, or int8 / "
+                "float8_e4m3fn with a scale"
+            )
     _check_scale_values(where, path, scales)
     fmt = _format(marker, legacy, formats, scales, tensors)
     return ExpertFile(setting, path, fmt, _stored_dtype(tensors), tensors, scales)
@@ -185,8 +211,10 @@ def _comfy_formats(where: str, metadata: dict, entries: dict[str, TensorInfo]) -
             layers = json.loads(text)["layers"]
             found += [(name.removeprefix(PREFIX), entry["format"]) for name, entry in layers.items()]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{where}: its {COMFY_METADATA} header entry is not ComfyUI's "
-                             f"{{format_version, layers: {{name: {{format}}}}}} ({e})") from None
+            raise ValueError(
+                f"{where}: its {COMFY_METADATA} header entry is not ComfyUI's "
+                f"{{format_version, layers: {{name: {{format}}}}}} ({e})"
+            ) from None
     tags = {k: info for k, info in entries.items() if k.endswith(COMFY_QUANT)}
     if tags:
         mapped = MappedFile(next(iter(tags.values())).file)
@@ -197,8 +225,10 @@ def _comfy_formats(where: str, metadata: dict, entries: dict[str, TensorInfo]) -
                 raise ValueError(f"{where}: {info.name} is not a ComfyUI comfy_quant JSON tag ({e})") from None
     for layer, fmt in found:
         if fmt != "nvfp4" and fmt not in COMFY_FORMATS:
-            raise ValueError(f"{where}: layer {layer} has ComfyUI format {fmt!r}, an unknown scale layout; this "
-                             f"loader reads {', '.join(COMFY_FORMATS)}")
+            raise ValueError(
+                f"{where}: layer {layer} has ComfyUI format {fmt!r}, an unknown scale layout; this "
+                f"loader reads {', '.join(COMFY_FORMATS)}"
+            )
     return dict(found)
 
 
@@ -206,9 +236,11 @@ def _diffusers_name(where: str, official: str) -> str:
     try:
         return transformer_keymap.official_to_diffusers_name(official)
     except KeyError:
-        raise ValueError(f"{where}: key {official!r} is not a Wan 2.2 transformer tensor in the official names "
-                         f"(optionally prefixed {PREFIX!r}); this file is for another model or of an unknown "
-                         "layout") from None
+        raise ValueError(
+            f"{where}: key {official!r} is not a Wan 2.2 transformer tensor in the official names "
+            f"(optionally prefixed {PREFIX!r}); this file is for another model or of an unknown "
+            "layout"
+        ) from None
 
 
 def _diffusers_names(where: str, entries: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
@@ -221,24 +253,32 @@ def _check_shapes(where: str, tensors: dict[str, TensorInfo], cfg: TransformerCo
     wrong = [(n, tensors[n].shape, s) for n, s in expected.items() if n in tensors and tuple(tensors[n].shape) != s]
     if wrong:
         n, have, want = wrong[0]
-        raise ValueError(f"{where}: {official(n)} has shape {tuple(have)} but the checkpoint's config implies {want} "
-                         f"(dim={cfg.dim}, num_layers={cfg.num_layers}); the file is for another model")
+        raise ValueError(
+            f"{where}: {official(n)} has shape {tuple(have)} but the checkpoint's config implies {want} "
+            f"(dim={cfg.dim}, num_layers={cfg.num_layers}); the file is for another model"
+        )
     missing = [n for n in expected if n not in tensors]
     if missing:
-        raise ValueError(f"{where}: lacks {len(missing)} tensors the checkpoint's config implies, e.g. "
-                         f"{', '.join(official(n) for n in missing[:3])}; the file is incomplete or for another model")
+        raise ValueError(
+            f"{where}: lacks {len(missing)} tensors the checkpoint's config implies, e.g. "
+            f"{', '.join(official(n) for n in missing[:3])}; the file is incomplete or for another model"
+        )
     extra = [n for n in tensors if n not in expected]
     if extra:
-        raise ValueError(f"{where}: holds tensors this model lacks, e.g. {', '.join(official(n) for n in extra[:3])}; "
-                         "the file is for another model")
+        raise ValueError(
+            f"{where}: holds tensors this model lacks, e.g. {', '.join(official(n) for n in extra[:3])}; "
+            "the file is for another model"
+        )
 
 
 def _scale(where: str, info: TensorInfo, weight: TensorInfo, comfy_format: str | None) -> Scale:
     if info.dtype not in ("F32", "BF16", "F16"):
         raise ValueError(f"{where}: scale {info.name} is stored {info.dtype}; expected a float")
     if comfy_format is not None and COMFY_FORMATS[comfy_format] is not weight.torch_dtype:
-        raise ValueError(f"{where}: {weight.name} is stored {weight.dtype} but its comfy_quant format says "
-                         f"{comfy_format}; the file is inconsistent")
+        raise ValueError(
+            f"{where}: {weight.name} is stored {weight.dtype} but its comfy_quant format says "
+            f"{comfy_format}; the file is inconsistent"
+        )
     shape = tuple(info.shape)
     if len(weight.shape) == 2:
         rows, cols = weight.shape
@@ -252,8 +292,10 @@ def _scale(where: str, info: TensorInfo, weight: TensorInfo, comfy_format: str |
                 return Scale(info, "blocks", block)
     elif math.prod(shape) == 1:
         return Scale(info, "tensor")
-    raise ValueError(f"{where}: scale {info.name} has shape {list(shape)}, which fits no layout of its weight "
-                     f"{weight.name} {list(weight.shape)} (a scalar, [out, 1], or int8 blocks [out/b, in/b])")
+    raise ValueError(
+        f"{where}: scale {info.name} has shape {list(shape)}, which fits no layout of its weight "
+        f"{weight.name} {list(weight.shape)} (a scalar, [out, 1], or int8 blocks [out/b, in/b])"
+    )
 
 
 def _check_scale_values(where: str, path: Path, scales: dict[str, Scale]) -> None:
@@ -266,9 +308,11 @@ def _check_scale_values(where: str, path: Path, scales: dict[str, Scale]) -> Non
         values = mapped.view(scale.info).to(torch.float32)
         if not torch.isfinite(values * LIMIT[torch.float8_e4m3fn]).all():
             bad = int((~torch.isfinite(values)).sum())
-            raise ValueError(f"{where}: scale {scale.info.name} holds {bad or 'values too large to widen:'} "
-                             f"{'non-finite value(s) (NaN or ±inf)' if bad else 'q · scale overflows float32'}; "
-                             "the file is damaged — download or export it again")
+            raise ValueError(
+                f"{where}: scale {scale.info.name} holds {bad or 'values too large to widen:'} "
+                f"{'non-finite value(s) (NaN or ±inf)' if bad else 'q · scale overflows float32'}; "
+                "the file is damaged — download or export it again"
+            )
 
 
 def _format(marker: bool, legacy: list, formats: dict, scales: dict, tensors: dict) -> str:
@@ -284,7 +328,9 @@ def _format(marker: bool, legacy: list, formats: dict, scales: dict, tensors: di
 
 
 def _stored_dtype(tensors: dict[str, TensorInfo]) -> str:
-    quantized = sorted({str(i.torch_dtype).removeprefix("torch.") for i in tensors.values() if i.torch_dtype in QUANTIZED})
+    quantized = sorted(
+        {str(i.torch_dtype).removeprefix("torch.") for i in tensors.values() if i.torch_dtype in QUANTIZED}
+    )
     if quantized:
         return "+".join(quantized)
     blocks = sorted({str(i.torch_dtype).removeprefix("torch.") for n, i in tensors.items() if quantizable(n)})

@@ -67,14 +67,16 @@ def copy_checked(destination: torch.Tensor, source: torch.Tensor) -> int:
     step = max(1, CHUNK_BYTES // destination.element_size())
     bad = 0
     for begin in range(0, flat_destination.numel(), step):
-        chunk = flat_destination[begin:begin + step]
-        chunk.copy_(flat_source[begin:begin + step])
+        chunk = flat_destination[begin : begin + step]
+        chunk.copy_(flat_source[begin : begin + step])
         bad += non_finite(chunk)
     return bad
 
 
 def refuse(where: str, name: str, bad: int, total: int) -> BadWeights:
     """The one-line error for `bad` non-finite values of `total` in tensor `name` of `where`."""
-    return BadWeights(f"{where}: tensor {name} holds {bad} non-finite value{'s' if bad != 1 else ''} (NaN or ±inf) "
-                      f"of {total}; the file is damaged or was saved from a diverged model — download or export it "
-                      "again (nothing was written)")
+    return BadWeights(
+        f"{where}: tensor {name} holds {bad} non-finite value{'s' if bad != 1 else ''} (NaN or ±inf) "
+        f"of {total}; the file is damaged or was saved from a diverged model — download or export it "
+        "again (nothing was written)"
+    )

@@ -105,8 +105,9 @@ def _describe_diffusers(root: Path, where: str) -> Checkpoint:
         if not listed(component):
             raise CheckpointError(f"{where}: model_index.json does not list {component}; expected {expected}")
         if not path.is_dir():
-            raise CheckpointError(f"{where}: model_index.json lists {component} but {component}/ is missing; "
-                                  f"expected {expected}")
+            raise CheckpointError(
+                f"{where}: model_index.json lists {component} but {component}/ is missing; expected {expected}"
+            )
         return path
 
     high = folder("transformer", "the (high-noise) transformer expert")
@@ -195,7 +196,9 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
 def _check_tokenizer(folder: Path, part: str, where: str) -> None:
     files = ("tokenizer.json", "spiece.model")
     if not any((folder / f).is_file() for f in files):
-        raise CheckpointError(f"{where}: {part} has neither {' nor '.join(files)}; the tokenizer download is incomplete")
+        raise CheckpointError(
+            f"{where}: {part} has neither {' nor '.join(files)}; the tokenizer download is incomplete"
+        )
 
 
 def _is_official_config(path: Path) -> bool:
@@ -221,7 +224,9 @@ def _official_vae_config(path: Path, kind: str, where: str) -> VaeConfig:
         z_dim = shapes["conv2.weight"][0]
         decoder_dim = shapes["decoder.conv1.weight"][0] // preset.dim_mult[-1]
     except KeyError as e:
-        raise CheckpointError(f"{where}: {path.name} has no tensor {e.args[0]}; expected a Wan VAE state dict") from None
+        raise CheckpointError(
+            f"{where}: {path.name} has no tensor {e.args[0]}; expected a Wan VAE state dict"
+        ) from None
     if z_dim != preset.z_dim:
         raise CheckpointError(
             f"{where}: {path.name} has z_dim {z_dim} but a {kind} VAE has {preset.z_dim}; "
@@ -245,18 +250,22 @@ def _check_transformer_shapes(folder: Path, part: str, cfg: TransformerConfig, w
         except KeyError as e:
             raise CheckpointError(f"{where}: {part} {e.args[0]}") from None
     expected = param_shapes(cfg)
-    summary = (f"in_channels={cfg.in_channels}, out_channels={cfg.out_channels}, dim={cfg.dim}, "
-               f"ffn_dim={cfg.ffn_dim}, text_dim={cfg.text_dim}, freq_dim={cfg.freq_dim}, num_layers={cfg.num_layers}")
+    summary = (
+        f"in_channels={cfg.in_channels}, out_channels={cfg.out_channels}, dim={cfg.dim}, "
+        f"ffn_dim={cfg.ffn_dim}, text_dim={cfg.text_dim}, freq_dim={cfg.freq_dim}, num_layers={cfg.num_layers}"
+    )
     layers = {int(m.group(1)) for n in stored if (m := re.match(r"blocks\.(\d+)\.", n))}
     if len(layers) != cfg.num_layers:
         raise CheckpointError(
-            f"{where}: {part} holds {len(layers)} transformer blocks but {config_file} says num_layers={cfg.num_layers}; "
+            f"{where}: {part} holds {len(layers)} transformer blocks but {config_file} says "
+            f"num_layers={cfg.num_layers}; "
             "the weights and config.json disagree (re-download that folder)"
         )
     wrong = [(n, stored[n], s) for n, s in expected.items() if n in stored and tuple(stored[n]) != s]
     if wrong:
-        detail = "; ".join(f"{_official(n, official)} has shape {tuple(have)}, config implies {want}"
-                           for n, have, want in wrong[:3])
+        detail = "; ".join(
+            f"{_official(n, official)} has shape {tuple(have)}, config implies {want}" for n, have, want in wrong[:3]
+        )
         raise CheckpointError(
             f"{where}: {part} tensors disagree with {config_file} ({summary}): {detail}"
             + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
@@ -285,8 +294,9 @@ def _check_vae_shapes(folder: Path, cfg: VaeConfig, where: str) -> None:
     from ..models.vae_shapes import param_shapes  # AutoencoderKLWan's table
 
     table = param_shapes(cfg)
-    expected = {name: table[name] for name in ("encoder.conv_in.weight", "post_quant_conv.weight",
-                                                "decoder.conv_in.weight")}
+    expected = {
+        name: table[name] for name in ("encoder.conv_in.weight", "post_quant_conv.weight", "decoder.conv_in.weight")
+    }
     for name, want in expected.items():
         have = infos.get(name)
         if have is None:

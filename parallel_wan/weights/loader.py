@@ -83,22 +83,37 @@ def load_transformer(
     sources = expert_sources(checkpoint, expert)
     target = torch_dtype(dtype)
     if cache_dir is None:
-        return tree.unflatten(_read(sources, _targets(sources, target, keep_fp32, shard, quantize), shard, lora,
-                                    quantize).flat)
+        return tree.unflatten(
+            _read(sources, _targets(sources, target, keep_fp32, shard, quantize), shard, lora, quantize).flat
+        )
     full = _targets(sources, target, keep_fp32, None, quantize)  # quantize= changes dtypes and adds scales: the key
-    key = converted_weights.cache_key(checkpoint.experts[expert], _weight_files(checkpoint, expert), full, expert, checkpoint.layout,
-                          lora.identity() if lora is not None else None)
+    key = converted_weights.cache_key(
+        checkpoint.experts[expert],
+        _weight_files(checkpoint, expert),
+        full,
+        expert,
+        checkpoint.layout,
+        lora.identity() if lora is not None else None,
+    )
     path = converted_weights.entry_path(cache_dir, expert, target, key)
     hit = converted_weights.open_entry(path, key, full)
     if hit is not None:
         return tree.unflatten(converted_weights.read_entry(hit, full, shard))
     buffers = _read(sources, _targets(sources, target, keep_fp32, shard, quantize), shard, lora, quantize)
     if shard is None:
-        converted_weights.write_entry(path, key, buffers, {"checkpoint": str(checkpoint.root), "expert": expert,
-                                              "layout": checkpoint.layout, "dtype": str(target)})
+        converted_weights.write_entry(
+            path,
+            key,
+            buffers,
+            {"checkpoint": str(checkpoint.root), "expert": expert, "layout": checkpoint.layout, "dtype": str(target)},
+        )
     elif shard[0] == 0:
-        log.info("weights cache: no entry for %s in %s; a sharded load holds only its rows and writes none "
-                 "(one run with memory=resident or memory=swap writes it)", expert, cache_dir)
+        log.info(
+            "weights cache: no entry for %s in %s; a sharded load holds only its rows and writes none "
+            "(one run with memory=resident or memory=swap writes it)",
+            expert,
+            cache_dir,
+        )
     return tree.unflatten(buffers.flat)
 
 
@@ -108,8 +123,7 @@ def expert_sources(checkpoint: Checkpoint, expert: str) -> dict[str, Source]:
     quantized weight with its float32 scale (weights/expert_file.py)."""
     if expert not in checkpoint.experts:
         raise ValueError(
-            f"expert={expert!r} is not in the checkpoint at {checkpoint.root}; it has "
-            f"{', '.join(checkpoint.experts)}"
+            f"expert={expert!r} is not in the checkpoint at {checkpoint.root}; it has {', '.join(checkpoint.experts)}"
         )
     if expert in checkpoint.expert_files:
         return checkpoint.expert_files[expert].sources()
@@ -129,8 +143,13 @@ def _weight_files(checkpoint: Checkpoint, expert: str) -> list[Path]:
     return files + sorted(folder.glob("*.safetensors.index.json")) if folder.is_dir() else files
 
 
-def _targets(sources: dict[str, Source], dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
-             shard: Shard | None, quantize: str = "none") -> Targets:
+def _targets(
+    sources: dict[str, Source],
+    dtype: torch.dtype | None,
+    keep_fp32: KeepFp32 | None,
+    shard: Shard | None,
+    quantize: str = "none",
+) -> Targets:
     """Name → (shape this process keeps, dtype it gets)."""
     if shard is not None:
         chunk_rows(0, *shard)  # a bad shard fails here, once, before anything is read
@@ -150,12 +169,15 @@ def _targets(sources: dict[str, Source], dtype: torch.dtype | None, keep_fp32: K
     return targets if quantize == "none" else quantized_targets(targets, quantize)
 
 
-def _read(sources: dict[str, Source], targets: Targets, shard: Shard | None, lora=None,
-          quantize: str = "none") -> Buffers:
+def _read(
+    sources: dict[str, Source], targets: Targets, shard: Shard | None, lora=None, quantize: str = "none"
+) -> Buffers:
     if lora is not None:
         missing = sorted(set(lora.targets) - set(sources))
         if missing:
-            raise ValueError(f"the {lora.expert} expert's LoRA changes {missing[:3]}, which its checkpoint does not hold")
+            raise ValueError(
+                f"the {lora.expert} expert's LoRA changes {missing[:3]}, which its checkpoint does not hold"
+            )
     buffers = allocate(targets, stack=shard is None)
     mapped = map_files(info.file for info in sources.values())
     order = sorted(sources, key=lambda n: (sources[n].file, sources[n].start))  # file order: streams a cold disk
@@ -164,7 +186,7 @@ def _read(sources: dict[str, Source], targets: Targets, shard: Shard | None, lor
         info = sources[name]
         rows = chunk_rows(info.shape[0], *shard) if shard is not None and info.shape else None
         if isinstance(info, Derived):
-            source = (lambda info=info, rows=rows: info.make(mapped[info.file], rows))
+            source = lambda info=info, rows=rows: info.make(mapped[info.file], rows)
         else:
             source = copy_from(mapped[info.file], info, rows)
         where = str(info.file)
@@ -181,8 +203,12 @@ def _read(sources: dict[str, Source], targets: Targets, shard: Shard | None, lor
     for name, rows in requantize:
         merge_requantized(buffers.flat, name, lora, rows)
     if requantize:
-        log.info("%s expert: %d quantized weights changed by its LoRA were dequantized, merged in float32 and "
-                 "requantized per output channel", lora.expert, len(requantize))
+        log.info(
+            "%s expert: %d quantized weights changed by its LoRA were dequantized, merged in float32 and "
+            "requantized per output channel",
+            lora.expert,
+            len(requantize),
+        )
     return buffers
 
 

@@ -20,7 +20,6 @@ modulation tables and the head stay as the references keep them.
 
 from __future__ import annotations
 
-
 import torch
 
 from .quantizable import quantizable  # noqa: F401 (the name rule, torch-free; importers take it from here too)
@@ -28,6 +27,7 @@ from .quantizable import quantizable  # noqa: F401 (the name rule, torch-free; i
 KINDS = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
 LIMIT = {torch.float8_e4m3fn: 448.0, torch.int8: 127.0}  # the largest magnitude each stores
 SCALE_SUFFIX = "_scale"  # "<layer>.weight" → "<layer>.weight_scale"
+
 
 def scale_name(weight_name: str) -> str:
     return weight_name + SCALE_SUFFIX

@@ -18,8 +18,9 @@ from .finite import non_finite, refuse
 from .quantize import quantize_rows
 
 
-def quantizing_copy(q: torch.Tensor, scale: torch.Tensor, source: Callable[[], torch.Tensor], kind: str,
-                    origin: tuple[str, str]) -> Callable[[], None]:
+def quantizing_copy(
+    q: torch.Tensor, scale: torch.Tensor, source: Callable[[], torch.Tensor], kind: str, origin: tuple[str, str]
+) -> Callable[[], None]:
     """A task for `copy_pool.run_all`: q, scale ← quantize_rows(source(), kind)."""
 
     def run() -> None:

@@ -20,11 +20,34 @@ from parallel_wan.weights.trust import allowed_roots, listed_file
 # safetensors dtype codes → torch's dtype names and the bytes per value; the format is
 # little-endian, as is every host this runs on. float8: quantized experts (weights/expert_file.py);
 # a float8 tensor elsewhere is widened as it is cast.
-STORED_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-STORED_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                   "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+STORED_NAMES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+STORED_ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -41,8 +64,9 @@ class TensorInfo:
         import torch  # only where tensors are made
 
         if self.dtype not in STORED_NAMES:
-            raise ValueError(f"{self.file}: dtype {self.dtype} is not a weight dtype this loader reads "
-                             f"({', '.join(STORED_NAMES)})")
+            raise ValueError(
+                f"{self.file}: dtype {self.dtype} is not a weight dtype this loader reads ({', '.join(STORED_NAMES)})"
+            )
         return getattr(torch, STORED_NAMES[self.dtype])
 
 
@@ -69,7 +93,9 @@ def read_header_bytes(path: str | Path) -> bytes:
     except (OSError, struct.error, ValueError) as e:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
     if len(header) != length:
-        raise ValueError(f"{path}: not a readable safetensors file (header cut short at {len(header)} of {length} bytes)")
+        raise ValueError(
+            f"{path}: not a readable safetensors file (header cut short at {len(header)} of {length} bytes)"
+        )
     return prefix + header
 
 
@@ -97,8 +123,10 @@ def parse_header(path: str | Path, raw: bytes, file_size: int | None = None) -> 
     ends = [info.end for info in infos.values()]
     if file_size is not None and ends and max(ends) > file_size:
         name = max(infos, key=lambda n: infos[n].end)
-        raise ValueError(f"{path}: truncated or corrupt: tensor {name} ends at byte {infos[name].end} but the file "
-                         f"has {file_size} bytes; re-download that file")
+        raise ValueError(
+            f"{path}: truncated or corrupt: tensor {name} ends at byte {infos[name].end} but the file "
+            f"has {file_size} bytes; re-download that file"
+        )
     return infos, metadata
 
 
@@ -106,12 +134,16 @@ def _check_entry(info: TensorInfo, name: str, begin, end) -> None:
     if info.dtype not in STORED_ITEMSIZE:
         raise ValueError(f"tensor {name} has dtype {info.dtype!r}, not one of {', '.join(STORED_ITEMSIZE)}")
     if not all(type(n) is int and n >= 0 for n in (*info.shape, begin, end)) or begin > end:
-        raise ValueError(f"tensor {name} has shape {list(info.shape)} and data offsets {[begin, end]}; "
-                         "expected non-negative whole numbers with begin ≤ end")
+        raise ValueError(
+            f"tensor {name} has shape {list(info.shape)} and data offsets {[begin, end]}; "
+            "expected non-negative whole numbers with begin ≤ end"
+        )
     need = math.prod(info.shape) * STORED_ITEMSIZE[info.dtype]
     if end - begin != need:
-        raise ValueError(f"tensor {name} ({info.dtype} {list(info.shape)}) needs {need} bytes but its data offsets "
-                         f"span {end - begin}")
+        raise ValueError(
+            f"tensor {name} ({info.dtype} {list(info.shape)}) needs {need} bytes but its data offsets "
+            f"span {end - begin}"
+        )
 
 
 def shard_files(source: str | Path) -> dict[str, Path]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import mmap
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import torch
 
@@ -70,8 +70,13 @@ def torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     return DTYPES[dtype]
 
 
-def cast(tensor: torch.Tensor, name: str, dtype: torch.dtype | None, keep_fp32: KeepFp32 | None,
-         origin: str | Path | None = None) -> torch.Tensor:
+def cast(
+    tensor: torch.Tensor,
+    name: str,
+    dtype: torch.dtype | None,
+    keep_fp32: KeepFp32 | None,
+    origin: str | Path | None = None,
+) -> torch.Tensor:
     """The single copy of a (possibly memory-mapped) tensor, in the dtype this name should have
     (a new tensor: the result must not pin, or die with, the file), checked for NaN/inf in the
     same copy; `origin`, the file it came from, names it when it holds any."""
@@ -113,8 +118,10 @@ class MappedFile:
             shape[0] = rows[1] - rows[0]
         count = math.prod(shape)
         if start + count * _itemsize(dtype) > min(info.end, len(self._map)):
-            raise ValueError(f"{self.path}: tensor data of {info.shape} {info.dtype} runs past its byte range; "
-                             "the file is truncated or corrupt")
+            raise ValueError(
+                f"{self.path}: tensor data of {info.shape} {info.dtype} runs past its byte range; "
+                "the file is truncated or corrupt"
+            )
         if count == 0:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).view(shape)

@@ -10,7 +10,8 @@ scaling and an RMS norm without bias, so the two are the same network under thes
 from __future__ import annotations
 
 import re
-from typing import Mapping, TypeVar
+from collections.abc import Mapping
+from typing import TypeVar
 
 T = TypeVar("T")
 

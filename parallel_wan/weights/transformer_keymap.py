@@ -9,7 +9,8 @@ tensor would load as a missing weight much later.
 from __future__ import annotations
 
 import re
-from typing import Mapping, TypeVar
+from collections.abc import Mapping
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -30,8 +31,14 @@ _BLOCK = [
     *[
         (f"{official}.{a}", f"{diffusers}.{b}")
         for official, diffusers in (("self_attn", "attn1"), ("cross_attn", "attn2"))
-        for a, b in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"),
-                     ("norm_q", "norm_q"), ("norm_k", "norm_k"))
+        for a, b in (
+            ("q", "to_q"),
+            ("k", "to_k"),
+            ("v", "to_v"),
+            ("o", "to_out.0"),
+            ("norm_q", "norm_q"),
+            ("norm_k", "norm_k"),
+        )
     ],
     ("norm1", "norm1"),
     # Official norm3 is the affine norm before cross-attention and norm2 the (parameterless)
@@ -55,7 +62,7 @@ def _translate(name: str, src: int, what: str) -> str:
         if rest == old:
             return prefix + new
         if rest.startswith(old + "."):
-            return prefix + new + rest[len(old):]
+            return prefix + new + rest[len(old) :]
     raise KeyError(
         f"transformer parameter {name!r} has no {what} name; this is not a Wan 2.2 T2V/I2V/TI2V "
         "transformer (Wan 2.1 I2V image branches and other variants are not supported)"

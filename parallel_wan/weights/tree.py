@@ -7,7 +7,8 @@ A param tree is nested dicts keyed by the diffusers module names; a run of numer
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 
 def unflatten(flat: Mapping[str, Any]) -> dict:
@@ -55,5 +56,7 @@ def map_leaves(fn: Callable[[str, Any], Any], tree, prefix: str = ""):
     if isinstance(tree, dict):
         return {k: map_leaves(fn, v, f"{prefix}.{k}" if prefix else k) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return [None if v is None else map_leaves(fn, v, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)]
+        return [
+            None if v is None else map_leaves(fn, v, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)
+        ]
     return fn(prefix, tree)

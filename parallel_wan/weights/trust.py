@@ -38,12 +38,16 @@ def listed_file(folder: Path, name, listed_in: str, roots: list[Path] | None = N
         raise ValueError(f"{where} names {name!r} as a file; expected a file name inside {folder}")
     relative = PurePosixPath(name)
     if relative.is_absolute() or ".." in relative.parts or "\\" in name:
-        raise ValueError(f"{where} names {name!r}, a path leading outside {folder}; a checkpoint may only name "
-                         "files inside its folder (re-download that index)")
+        raise ValueError(
+            f"{where} names {name!r}, a path leading outside {folder}; a checkpoint may only name "
+            "files inside its folder (re-download that index)"
+        )
     path = folder / relative
     if not _within(path.resolve(), roots if roots is not None else allowed_roots(folder)):
-        raise ValueError(f"{where} names {name!r}, which is a symlink to {path.resolve()}, outside {folder}; "
-                         "copy the file into the checkpoint folder instead of linking it")
+        raise ValueError(
+            f"{where} names {name!r}, which is a symlink to {path.resolve()}, outside {folder}; "
+            "copy the file into the checkpoint folder instead of linking it"
+        )
     return path
 
 
@@ -56,5 +60,7 @@ def check_links(root: str | Path) -> None:
         for name in dirs + files:
             path = Path(folder) / name
             if path.is_symlink() and not _within(path.resolve(), roots):
-                raise ValueError(f"{path} is a symlink to {path.resolve()}, outside the checkpoint folder {root}; "
-                                 "a checkpoint's files must lie inside it (copy the file in instead of linking it)")
+                raise ValueError(
+                    f"{path} is a symlink to {path.resolve()}, outside the checkpoint folder {root}; "
+                    "a checkpoint's files must lie inside it (copy the file in instead of linking it)"
+                )

@@ -22,7 +22,7 @@ The flat Wan 2.1 decoder list is regrouped from the names themselves: a resample
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 VARIANTS = ("wan2.1", "wan2.2")
 
@@ -59,7 +59,7 @@ def diffusers_to_official(state_dict_or_names, variant: str | None = None):
 
 
 def detect_variant(names: Iterable[str]) -> str:
-    """"wan2.1" or "wan2.2" from the parameter names of either layout."""
+    """ "wan2.1" or "wan2.2" from the parameter names of either layout."""
     names = list(names)
     found = _detect_official(names) or _detect_diffusers(names)
     if found is None:
@@ -90,8 +90,7 @@ def _resolve_variant(given: str | None, detected: str | None, layout: str) -> st
         )
     if given is None and detected is None:
         raise ValueError(
-            f"cannot tell the Wan VAE variant from these {layout} parameter names; "
-            "pass variant='wan2.1' or 'wan2.2'"
+            f"cannot tell the Wan VAE variant from these {layout} parameter names; pass variant='wan2.1' or 'wan2.2'"
         )
     return given or detected
 
@@ -138,7 +137,7 @@ def _rename_prefix(rest: str, table: Mapping[str, str]) -> str:
     """Rename the leading module path of `rest` ("residual.2.weight" → "conv1.weight")."""
     for old, new in table.items():
         if rest.startswith(old + "."):
-            return new + rest[len(old):]
+            return new + rest[len(old) :]
     return rest
 
 

@@ -20,8 +20,10 @@ Q = "blocks.0.self_attn.q"  # a quantized layer (official name)
 def good(tiny_t2v, tmp_path_factory):
     folder = tmp_path_factory.mktemp("good_files")
     model = tiny_t2v.model
-    return {fmt: write_expert_file(folder / f"{fmt}.safetensors", model.transformer, fmt)
-            for fmt in ("scaled_fp8", "comfy_fp8", "lightx2v_int8", "comfy_int8")}
+    return {
+        fmt: write_expert_file(folder / f"{fmt}.safetensors", model.transformer, fmt)
+        for fmt in ("scaled_fp8", "comfy_fp8", "lightx2v_int8", "comfy_int8")
+    }
 
 
 def _both_scale_conventions(t, m):
@@ -30,7 +32,8 @@ def _both_scale_conventions(t, m):
 
 def _scale_on_plain_weight(t, m):
     t["blocks.0.self_attn.k.weight"] = t["blocks.0.self_attn.k.weight"].to(torch.float32) * t.pop(
-        "blocks.0.self_attn.k.scale_weight")
+        "blocks.0.self_attn.k.scale_weight"
+    )
     t["blocks.0.self_attn.k.scale_weight"] = torch.ones(1)
 
 
@@ -85,18 +88,27 @@ def _scale_without_weight(t, m):
 
 # case → (the good file it edits, the edit, words of the one line)
 CASES = {
-    "both_scale_conventions": ("scaled_fp8", _both_scale_conventions, ["unknown scale layout", "scale_weight",
-                                                                        "weight_scale"]),
+    "both_scale_conventions": (
+        "scaled_fp8",
+        _both_scale_conventions,
+        ["unknown scale layout", "scale_weight", "weight_scale"],
+    ),
     "scale_on_plain_weight": ("scaled_fp8", _scale_on_plain_weight, ["unknown scale layout", "self_attn.k"]),
     "nvfp4": ("comfy_fp8", _nvfp4, ["NVFP4", "not supported yet"]),
-    "unknown_comfy_format": ("comfy_fp8", _unknown_comfy_format, ["'mxfp8'", "unknown scale layout",
-                                                                  "float8_e4m3fn, int8_blockwise"]),
+    "unknown_comfy_format": (
+        "comfy_fp8",
+        _unknown_comfy_format,
+        ["'mxfp8'", "unknown scale layout", "float8_e4m3fn, int8_blockwise"],
+    ),
     "scale_shape": ("lightx2v_int8", _scale_shape, [f"{Q}.weight_scale", "[5, 1]", "fits no layout", "[128, 128]"]),
     "block_scale_shape": ("comfy_int8", _block_scale_shape, [f"{Q}.weight_scale", "[4, 3]", "fits no layout"]),
     "nan_scale": ("lightx2v_int8", _nan_scale, [f"{Q}.weight_scale", "1 non-finite", "download or export it again"]),
     "huge_scale": ("lightx2v_int8", _huge_scale, [f"{Q}.weight_scale", "overflows float32"]),
-    "wrong_shape": ("lightx2v_int8", _wrong_shape, ["blocks.1.ffn.0.weight", "(256, 64)", "(256, 128)",
-                                                    "another model"]),
+    "wrong_shape": (
+        "lightx2v_int8",
+        _wrong_shape,
+        ["blocks.1.ffn.0.weight", "(256, 64)", "(256, 128)", "another model"],
+    ),
     "missing_tensor": ("lightx2v_int8", _missing, ["lacks 1 tensors", "blocks.1.cross_attn.o.weight"]),
     "unknown_key": ("lightx2v_int8", _unknown_key, ["'img_emb.proj.0.weight'", "not a Wan 2.2 transformer tensor"]),
     "int8_without_scale": ("lightx2v_int8", _int8_without_scale, ["I8 tensor", f"{Q}.weight", "no weight_scale"]),
@@ -133,15 +145,18 @@ SETTINGS = {
     "not_a_string": (["weights_high=[a,b]"], ["weights_high=['a', 'b']", "one .safetensors file"]),
     # quant_compute=fp8 multiplies float8 block linears only: int8 files, and a wide expert under
     # quantize=none, hold none (quantize=fp8 leaves a file's int8 weights as stored)
-    "fp8_compute_on_int8_files": (["weights_high={file}", "weights_low={file}", "quant_compute=fp8"],
-                                  ["quant_compute=fp8", "weights_high=", "weights_low=", "int8", "quantize=none",
-                                   "quant_compute=dequant"]),
-    "fp8_compute_on_int8_files_quantize_fp8": (["weights_high={file}", "weights_low={file}", "quantize=fp8",
-                                                "quant_compute=fp8"],
-                                               ["quant_compute=fp8", "weights_low=", "int8", "quant_compute=dequant"]),
-    "fp8_compute_on_an_int8_file_and_a_wide_expert": (["weights_high={file}", "quant_compute=fp8"],
-                                                      ["quant_compute=fp8", "weights_high=", "int8", "low_noise",
-                                                       "quantize=none", "quantize=fp8"]),
+    "fp8_compute_on_int8_files": (
+        ["weights_high={file}", "weights_low={file}", "quant_compute=fp8"],
+        ["quant_compute=fp8", "weights_high=", "weights_low=", "int8", "quantize=none", "quant_compute=dequant"],
+    ),
+    "fp8_compute_on_int8_files_quantize_fp8": (
+        ["weights_high={file}", "weights_low={file}", "quantize=fp8", "quant_compute=fp8"],
+        ["quant_compute=fp8", "weights_low=", "int8", "quant_compute=dequant"],
+    ),
+    "fp8_compute_on_an_int8_file_and_a_wide_expert": (
+        ["weights_high={file}", "quant_compute=fp8"],
+        ["quant_compute=fp8", "weights_high=", "int8", "low_noise", "quantize=none", "quantize=fp8"],
+    ),
 }
 
 
@@ -158,11 +173,19 @@ def test_bad_expert_file_setting(case, good, tiny_t2v, tmp_path):
     assert_words(refusal(overrides, tmp_path), words)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["weights_high={scaled_fp8}", "weights_low={lightx2v_int8}"],  # the high-noise expert's layers run in FP8
-    ["weights_low={comfy_fp8}"],  # ComfyUI's per-tensor fp8 (scale expanded to rows); high: wide, widened as it runs
-    ["weights_high={lightx2v_int8}", "quantize=fp8"],  # the low-noise expert, read wide, is quantized to fp8 at load
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["weights_high={scaled_fp8}", "weights_low={lightx2v_int8}"],  # the high-noise expert's layers run in FP8
+        [
+            "weights_low={comfy_fp8}"
+        ],  # ComfyUI's per-tensor fp8 (scale expanded to rows); high: wide, widened as it runs
+        [
+            "weights_high={lightx2v_int8}",
+            "quantize=fp8",
+        ],  # the low-noise expert, read wide, is quantized to fp8 at load
+    ],
+)
 def test_fp8_compute_is_accepted_where_an_expert_holds_fp8_weights(overrides, good, tiny_t2v, tmp_path):
     from harness.settings import raw_config
 
@@ -195,10 +218,21 @@ def test_cli_refuses_a_bad_file_in_one_line_with_exit_2(good, tiny_t2v, tmp_path
     (tmp_path / "in").mkdir()
     path = edited_file(good["comfy_fp8"], tmp_path / "in" / "nvfp4.safetensors", _nvfp4)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}",
-                           f"checkpoint_dir={tiny_t2v.diffusers}", f"weights_high={path}"],
-                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": REPO, "PATH": "/usr/bin"},
-                          check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.run",
+            f"output_dir={out}",
+            f"checkpoint_dir={tiny_t2v.diffusers}",
+            f"weights_high={path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": REPO, "PATH": "/usr/bin"},
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "NVFP4" in lines[0] and f"weights_high={path}" in lines[0], proc.stderr

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from parallel_wan.run import CONF_DIR
 from harness.lora_files import bad_file
 from harness.settings import assert_words, refusal
+
+from parallel_wan.run import CONF_DIR
 
 REPO = os.path.dirname(CONF_DIR)
 BIG_SEED = 2**70
@@ -48,9 +48,14 @@ SETTINGS = {
     "device_unknown": (["device=banana"], ["device='banana'", "auto, cpu, cuda"]),
     "backend_unknown": (["backend.name=tensorflow"], ["backend='tensorflow'", "torch, jax"]),
     "attention_unknown": (["attention_impl=flashy"], ["attention_impl='flashy'", "auto, sdpa, flash, cudnn, sage"]),
-    "attention_sage_on_cpu": (["attention_impl=sage", "device=cpu"], ["attention_impl=sage", "CUDA", "attention_impl=auto"]),
-    "attention_cudnn_on_jax": (["backend.name=jax", "attention_impl=cudnn"], ["attention_impl=cudnn", "backend=jax",
-                                                                            "attention_impl=auto"]),
+    "attention_sage_on_cpu": (
+        ["attention_impl=sage", "device=cpu"],
+        ["attention_impl=sage", "CUDA", "attention_impl=auto"],
+    ),
+    "attention_cudnn_on_jax": (
+        ["backend.name=jax", "attention_impl=cudnn"],
+        ["attention_impl=cudnn", "backend=jax", "attention_impl=auto"],
+    ),
     "memory_unknown": (["memory=disk"], ["memory='disk'", "resident"]),
     "swap_one_expert": (["model=tiny_ti2v", "memory=swap"], ["memory=swap", "one expert"]),
     "swap_prefetch_negative": (["swap_prefetch_steps=-1"], ["swap_prefetch_steps=-1", "≥ 0"]),
@@ -69,19 +74,28 @@ SETTINGS = {
     "negative_prompt_list": (["negative_prompt=[a,b]"], ["negative_prompt=['a', 'b']", "string"]),
     "checkpoint_missing": (["checkpoint_dir=/no/such/dir"], ["checkpoint_dir=/no/such/dir", "not a folder"]),
     "a14b_without_weights": (["model=wan2.2_t2v_a14b"], ["checkpoint_dir=DIR", "model=tiny"]),
-    "video_beyond_rope": (["num_frames=100001", "height=4096", "width=4096"],
-                          ["num_frames=100001", "RoPE", "num_frames ≤ 4093"]),
+    "video_beyond_rope": (
+        ["num_frames=100001", "height=4096", "width=4096"],
+        ["num_frames=100001", "RoPE", "num_frames ≤ 4093"],
+    ),
     "height_beyond_rope": (["height=32768"], ["height=32768", "RoPE", "height ≤ 16384"]),
     "sigmas_nan": (["sigmas=[1.0,nan]"], ["sigmas=", "non-empty list of numbers"]),
     "sigmas_increasing": (["sigmas=[0.5,0.9]"], ["sigmas=[0.5, 0.9]", "decrease strictly"]),
     "sigmas_and_timesteps": (["sigmas=[1.0,0.5]", "timesteps=[1000,500]"], ["both given", "give one of them"]),
     "recipe_unknown": (["recipe=turbo"], ["recipe=", "turbo"]),
-    "output_dir_read_only": (["output_dir=/sys/parallel_wan_out"], ["output_dir=/sys/parallel_wan_out", "not writable"]),
-    "cache_dir_read_only": (["weights_cache_dir=/sys/pw_cache"], ["weights_cache_dir=/sys/pw_cache", "not writable",
-                                                                  "weights_cache_dir=null"]),
+    "output_dir_read_only": (
+        ["output_dir=/sys/parallel_wan_out"],
+        ["output_dir=/sys/parallel_wan_out", "not writable"],
+    ),
+    "cache_dir_read_only": (
+        ["weights_cache_dir=/sys/pw_cache"],
+        ["weights_cache_dir=/sys/pw_cache", "not writable", "weights_cache_dir=null"],
+    ),
     # the built-in model's weights are wide: without quantize=fp8 no layer would multiply in FP8
-    "fp8_compute_without_quantize": (["quant_compute=fp8"], ["quant_compute=fp8", "quantize=none", "quantize=fp8",
-                                                             "quant_compute=dequant"]),
+    "fp8_compute_without_quantize": (
+        ["quant_compute=fp8"],
+        ["quant_compute=fp8", "quantize=none", "quantize=fp8", "quant_compute=dequant"],
+    ),
 }
 
 MESHES = {
@@ -93,8 +107,11 @@ MESHES = {
     "mesh_dp_zero": (["mesh=cp2", "mesh.dp=0"], 0, ["mesh.dp=0"]),
     "mesh_unknown_key": (["mesh=single", "+mesh.foo=1"], 1, ["foo", "a mesh sets"]),
     "mesh_prompts_uneven": (["mesh=dp2", "prompt=[a,b,c]"], 2, ["3 prompts were given", "multiple of 2"]),
-    "mesh_heads_ulysses": (["mesh=cp8", "mesh.cp=16", "mesh.ulysses=16", "mesh.ring=1"], 16,
-                           ["ulysses=16 does not divide the model's 8 attention heads"]),
+    "mesh_heads_ulysses": (
+        ["mesh=cp8", "mesh.cp=16", "mesh.ulysses=16", "mesh.ring=1"],
+        16,
+        ["ulysses=16 does not divide the model's 8 attention heads"],
+    ),
 }
 
 CACHE = {
@@ -141,8 +158,10 @@ def test_prompt_beside_a_prompt_file(tmp_path):
 
 def test_weights_cache_dir_under_a_file(tmp_path):
     (tmp_path / "file").write_text("")
-    assert_words(refusal([f"weights_cache_dir={tmp_path / 'file' / 'c'}"], tmp_path),
-                 ["weights_cache_dir=", "is a file", "weights_cache_dir=null"])
+    assert_words(
+        refusal([f"weights_cache_dir={tmp_path / 'file' / 'c'}"], tmp_path),
+        ["weights_cache_dir=", "is a file", "weights_cache_dir=null"],
+    )
 
 
 def test_a_video_too_large_for_the_device_gets_the_planners_verdict(tmp_path, monkeypatch):
@@ -152,12 +171,23 @@ def test_a_video_too_large_for_the_device_gets_the_planners_verdict(tmp_path, mo
 
     monkeypatch.setattr(fits, "device_memory", lambda spec: (1e5, "a 100 kB test device"))
     msg = refusal(["num_frames=17", "height=128", "width=128", "dtype=float32"], tmp_path)
-    assert_words(msg, ["num_frames=17 height=128 width=128 does not fit", "the planner puts its peak at",
-                       "a 100 kB test device", "try:", "dtype=bfloat16", "smaller height/width/num_frames"])
+    assert_words(
+        msg,
+        [
+            "num_frames=17 height=128 width=128 does not fit",
+            "the planner puts its peak at",
+            "a 100 kB test device",
+            "try:",
+            "dtype=bfloat16",
+            "smaller height/width/num_frames",
+        ],
+    )
 
 
-@pytest.mark.parametrize("size, peak", [(["num_frames=4001", "height=1024", "width=1024"], "156.55 GB"),
-                                        (["height=16384", "width=16384"], "645.12 GB")])
+@pytest.mark.parametrize(
+    "size, peak",
+    [(["num_frames=4001", "height=1024", "width=1024"], "156.55 GB"), (["height=16384", "width=16384"], "645.12 GB")],
+)
 def test_a_video_over_the_device_but_over_no_floor_is_refused_by_the_planner(tmp_path, monkeypatch, size, peak):
     """Issue 38 item 1: these passed the frames-and-latents floor (12.6 GB and 13.7 GB of a 24 GB
     host), started, and were OOM-killed; the planner puts them far over it."""
@@ -165,8 +195,16 @@ def test_a_video_over_the_device_but_over_no_floor_is_refused_by_the_planner(tmp
 
     monkeypatch.setattr(fits, "device_memory", lambda spec: (24e9, "a 24 GB test host"))
     msg = refusal(size, tmp_path)
-    assert_words(msg, ["does not fit", f"the planner puts its peak at {peak}", "a 24 GB test host has 24.00 GB",
-                       "smaller height/width/num_frames", "python -m parallel_wan.plan"])
+    assert_words(
+        msg,
+        [
+            "does not fit",
+            f"the planner puts its peak at {peak}",
+            "a 24 GB test host has 24.00 GB",
+            "smaller height/width/num_frames",
+            "python -m parallel_wan.plan",
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------ images
@@ -204,8 +242,16 @@ def test_image_on_a_text_to_video_model(tmp_path):
 
 
 # ------------------------------------------------------------------------------ LoRA files
-LORA_KINDS = ["not_safetensors", "corrupt", "unknown_key", "rank_mismatch", "shape_mismatch", "half_pair", "dora",
-              "pickle_with_code"]
+LORA_KINDS = [
+    "not_safetensors",
+    "corrupt",
+    "unknown_key",
+    "rank_mismatch",
+    "shape_mismatch",
+    "half_pair",
+    "dora",
+    "pickle_with_code",
+]
 
 
 @pytest.mark.parametrize("kind", LORA_KINDS)
@@ -241,10 +287,10 @@ def rewrite_header(path: Path, edit) -> None:
     """Edit a safetensors file's JSON header in place, keeping its data bytes."""
     raw = path.read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + length])
+    header = json.loads(raw[8 : 8 + length])
     edit(header)
     text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length:])
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
 
 
 def _shard(folder: Path) -> Path:
@@ -297,43 +343,87 @@ def _symlink_out(folder: Path, outside: Path) -> None:
 
 # case → (layouts, edit(ckpt_root, expert_folder, outside_folder), words)
 CHECKPOINTS = {
-    "index_names_parent_path": (("diffusers", "official"),
-                                lambda r, e, o: _point_index_at(e, "../../outside/stolen.safetensors"),
-                                ["../../outside/stolen.safetensors", "outside", "re-download that index"]),
-    "index_names_absolute_path": (("diffusers",), lambda r, e, o: _point_index_at(e, str(o / "stolen.safetensors")),
-                                  ["stolen.safetensors", "outside"]),
+    "index_names_parent_path": (
+        ("diffusers", "official"),
+        lambda r, e, o: _point_index_at(e, "../../outside/stolen.safetensors"),
+        ["../../outside/stolen.safetensors", "outside", "re-download that index"],
+    ),
+    "index_names_absolute_path": (
+        ("diffusers",),
+        lambda r, e, o: _point_index_at(e, str(o / "stolen.safetensors")),
+        ["stolen.safetensors", "outside"],
+    ),
     "shard_symlink_leads_out": (("official",), lambda r, e, o: _symlink_out(e, o), ["is a symlink to", "outside"]),
-    "folder_symlink_leads_out": (("diffusers",), lambda r, e, o: (shutil.move(r / "vae", o / "vae"),
-                                                                   (r / "vae").symlink_to(o / "vae")),
-                                 ["vae is a symlink to", "outside the checkpoint folder"]),
-    "shard_truncated": (("diffusers", "official"), lambda r, e, o: _truncate(_shard(e)),
-                        ["truncated", "safetensors", "re-download"]),
-    "data_offsets_past_end": (("diffusers",), lambda r, e, o: rewrite_header(_shard(e), _offsets_past_end),
-                              ["truncated or corrupt", "ends at byte", "re-download that file"]),
-    "data_span_disagrees_with_shape": (("official",), lambda r, e, o: rewrite_header(_shard(e), _span_wrong),
-                                       ["needs", "bytes but its data offsets span"]),
-    "unknown_dtype": (("diffusers",), lambda r, e, o: rewrite_header(_shard(e), _set("dtype", "F8_XX")),
-                      ["dtype 'F8_XX'", "BF16"]),
-    "negative_shape": (("official",), lambda r, e, o: rewrite_header(_shard(e), _set("shape", [-1, 4])),
-                       ["shape [-1, 4]", "non-negative"]),
-    "header_length_past_end": (("diffusers",), lambda r, e, o: _shard(e).write_bytes(
-        struct.pack("<Q", 10**7) + _shard(e).read_bytes()[8:]), ["header length 10000000", "truncated"]),
-    "header_not_json": (("official",), lambda r, e, o: _shard(e).write_bytes(
-        struct.pack("<Q", 8) + b"{notjson" + b"\0" * 64), ["not a readable safetensors file"]),
+    "folder_symlink_leads_out": (
+        ("diffusers",),
+        lambda r, e, o: (shutil.move(r / "vae", o / "vae"), (r / "vae").symlink_to(o / "vae")),
+        ["vae is a symlink to", "outside the checkpoint folder"],
+    ),
+    "shard_truncated": (
+        ("diffusers", "official"),
+        lambda r, e, o: _truncate(_shard(e)),
+        ["truncated", "safetensors", "re-download"],
+    ),
+    "data_offsets_past_end": (
+        ("diffusers",),
+        lambda r, e, o: rewrite_header(_shard(e), _offsets_past_end),
+        ["truncated or corrupt", "ends at byte", "re-download that file"],
+    ),
+    "data_span_disagrees_with_shape": (
+        ("official",),
+        lambda r, e, o: rewrite_header(_shard(e), _span_wrong),
+        ["needs", "bytes but its data offsets span"],
+    ),
+    "unknown_dtype": (
+        ("diffusers",),
+        lambda r, e, o: rewrite_header(_shard(e), _set("dtype", "F8_XX")),
+        ["dtype 'F8_XX'", "BF16"],
+    ),
+    "negative_shape": (
+        ("official",),
+        lambda r, e, o: rewrite_header(_shard(e), _set("shape", [-1, 4])),
+        ["shape [-1, 4]", "non-negative"],
+    ),
+    "header_length_past_end": (
+        ("diffusers",),
+        lambda r, e, o: _shard(e).write_bytes(struct.pack("<Q", 10**7) + _shard(e).read_bytes()[8:]),
+        ["header length 10000000", "truncated"],
+    ),
+    "header_not_json": (
+        ("official",),
+        lambda r, e, o: _shard(e).write_bytes(struct.pack("<Q", 8) + b"{notjson" + b"\0" * 64),
+        ["not a readable safetensors file"],
+    ),
     "index_not_json": (("diffusers",), lambda r, e, o: _index(e).write_text("{"), ["not a safetensors index"]),
     "shard_missing": (("official",), lambda r, e, o: _shard(e).unlink(), ["missing", "re-download that shard"]),
-    "config_not_json": (("diffusers",), lambda r, e, o: (e / "config.json").write_text("{"), ["config.json",
-                                                                                             "not valid JSON"]),
-    "config_disagrees": (("official",), lambda r, e, o: (e / "config.json").write_text(
-        (e / "config.json").read_text().replace('"ffn_dim": ', '"ffn_dim": 1')), ["tensors disagree with", "config.json"]),
-    "vae_pth_truncated": (("official",), lambda r, e, o: _truncate(next(r.glob("Wan2.*_VAE.pth"))),
-                          ["VAE.pth", "weights-only torch zip"]),
-    "t5_missing": (("official",), lambda r, e, o: (r / "models_t5_umt5-xxl-enc-bf16.pth").unlink(),
-                   ["models_t5_umt5-xxl-enc-bf16.pth is missing"]),
-    "model_index_missing": (("diffusers",), lambda r, e, o: (r / "model_index.json").unlink(),
-                            ["lost its model_index.json"]),
-    "low_noise_expert_missing": (("diffusers",), lambda r, e, o: shutil.rmtree(r / "transformer_2"),
-                                 ["transformer_2"]),
+    "config_not_json": (
+        ("diffusers",),
+        lambda r, e, o: (e / "config.json").write_text("{"),
+        ["config.json", "not valid JSON"],
+    ),
+    "config_disagrees": (
+        ("official",),
+        lambda r, e, o: (e / "config.json").write_text(
+            (e / "config.json").read_text().replace('"ffn_dim": ', '"ffn_dim": 1')
+        ),
+        ["tensors disagree with", "config.json"],
+    ),
+    "vae_pth_truncated": (
+        ("official",),
+        lambda r, e, o: _truncate(next(r.glob("Wan2.*_VAE.pth"))),
+        ["VAE.pth", "weights-only torch zip"],
+    ),
+    "t5_missing": (
+        ("official",),
+        lambda r, e, o: (r / "models_t5_umt5-xxl-enc-bf16.pth").unlink(),
+        ["models_t5_umt5-xxl-enc-bf16.pth is missing"],
+    ),
+    "model_index_missing": (
+        ("diffusers",),
+        lambda r, e, o: (r / "model_index.json").unlink(),
+        ["lost its model_index.json"],
+    ),
+    "low_noise_expert_missing": (("diffusers",), lambda r, e, o: shutil.rmtree(r / "transformer_2"), ["transformer_2"]),
 }
 CHECKPOINT_CASES = [(case, layout) for case, (layouts, _, _) in sorted(CHECKPOINTS.items()) for layout in layouts]
 
@@ -355,8 +445,9 @@ def test_bad_checkpoint(case, layout, checkpoints, tmp_path):
 
 def test_i2v_preset_on_t2v_weights(checkpoints, tmp_path):
     _png(tmp_path / "x.png")
-    msg = refusal([f"checkpoint_dir={checkpoints['official']}", "model=tiny_i2v", f"image={tmp_path / 'x.png'}"],
-                  tmp_path)
+    msg = refusal(
+        [f"checkpoint_dir={checkpoints['official']}", "model=tiny_i2v", f"image={tmp_path / 'x.png'}"], tmp_path
+    )
     assert_words(msg, ["36", "model=tiny_i2v"])
 
 
@@ -404,8 +495,21 @@ def test_index_traversal_opens_nothing_outside_the_checkpoint(layout, checkpoint
 
 
 def test_catalogue_has_at_least_sixty_cases():
-    count = (len(SETTINGS) + len(MESHES) + len(CACHE) + len(IMAGES) + len(LORA_KINDS) + len(CHECKPOINT_CASES)
-             + 2 + 1 + 1 + 2 + 2 + 1 + 2)  # the single tests above: dirs under files, prompt beside prompts=,
+    count = (
+        len(SETTINGS)
+        + len(MESHES)
+        + len(CACHE)
+        + len(IMAGES)
+        + len(LORA_KINDS)
+        + len(CHECKPOINT_CASES)
+        + 2
+        + 1
+        + 1
+        + 2
+        + 2
+        + 1
+        + 2
+    )  # the single tests above: dirs under files, prompt beside prompts=,
     # too large, images, LoRA, i2v
     assert count >= 60, count
 
@@ -413,9 +517,14 @@ def test_catalogue_has_at_least_sixty_cases():
 # ------------------------------------------------------------------------------ the real CLI
 def run_cli(tmp_path, *overrides, timeout=300):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     return proc, out
 
 
@@ -432,8 +541,11 @@ CLI = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CLI) + ["output_dir_under_a_file", "checkpoint_traversal",
-                                                "checkpoint_truncated", "image_not_an_image", "lora_corrupt"])
+@pytest.mark.parametrize(
+    "case",
+    sorted(CLI)
+    + ["output_dir_under_a_file", "checkpoint_traversal", "checkpoint_truncated", "image_not_an_image", "lora_corrupt"],
+)
 def test_cli_refuses_in_one_line_with_exit_2_and_writes_nothing(case, tmp_path, checkpoints):
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -442,14 +554,16 @@ def test_cli_refuses_in_one_line_with_exit_2_and_writes_nothing(case, tmp_path, 
         (inputs / "file").write_text("")
         overrides = [f"output_dir={inputs / 'file' / 'out'}"]
     elif case in ("checkpoint_traversal", "checkpoint_truncated"):
-        kind, layout = ("index_names_parent_path", "official") if case == "checkpoint_traversal" else \
-            ("shard_truncated", "diffusers")
+        kind, layout = (
+            ("index_names_parent_path", "official")
+            if case == "checkpoint_traversal"
+            else ("shard_truncated", "diffusers")
+        )
         overrides = [f"checkpoint_dir={broken_checkpoint(checkpoints, inputs, kind, layout)}"]
     elif case == "image_not_an_image":
         (inputs / "x.png").write_text("hello")
         overrides = ["model=tiny_i2v", f"image={inputs / 'x.png'}"]
     elif case == "lora_corrupt":
-
         overrides = [f"lora={bad_file(inputs, 'corrupt')[0]}"]
     listing = sorted(p for p in inputs.rglob("*"))
     proc, out = run_cli(tmp_path, *overrides)

@@ -14,21 +14,21 @@ import subprocess
 import sys
 
 import pytest
+from harness.launchers import wait_for_log
 
 from parallel_wan import cli, doctor
-from parallel_wan.launch import nproc
 from parallel_wan.config.compose import CONF_DIR, compose_settings
+from parallel_wan.launch import nproc
 from parallel_wan.serve.settings import SERVER_KEYS
-
-from harness.launchers import wait_for_log
 
 REPO = os.path.dirname(CONF_DIR)
 ENV = {**os.environ, "PYTHONPATH": REPO}
 
 
 def python_m(module, *args, timeout=300, cwd=None):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
-                          env=ENV, cwd=cwd or REPO)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout, env=ENV, cwd=cwd or REPO
+    )
 
 
 # ------------------------------------------------------------------------------ --help, --version
@@ -55,8 +55,11 @@ def _example_settings(program):
     for line in cli.HELP[program].splitlines():
         words = [w.replace('"', "") for w in re.findall(r"(?<!\S)([a-z_.]+=(?:\"[^\"]*\"|\S+))", line)]
         if words:
-            yield [w for w in words if not w.startswith(("device_memory_gb=", "device_tflops="))
-                   and w.split("=")[0] not in SERVER_KEYS]
+            yield [
+                w
+                for w in words
+                if not w.startswith(("device_memory_gb=", "device_tflops=")) and w.split("=")[0] not in SERVER_KEYS
+            ]
 
 
 @pytest.mark.parametrize("program", sorted(cli.PROGRAMS))
@@ -67,8 +70,22 @@ def test_every_setting_a_help_shows_exists(program):
 
 def test_the_run_help_shows_the_most_used_settings():
     shown = {w.split("=")[0] for s in _example_settings("run") for w in s}
-    assert {"model", "checkpoint_dir", "prompt", "image", "num_frames", "steps", "seed", "prompts", "mesh", "backend",
-            "memory", "cache", "lora", "output_dir"} <= shown
+    assert {
+        "model",
+        "checkpoint_dir",
+        "prompt",
+        "image",
+        "num_frames",
+        "steps",
+        "seed",
+        "prompts",
+        "mesh",
+        "backend",
+        "memory",
+        "cache",
+        "lora",
+        "output_dir",
+    } <= shown
 
 
 def test_plan_help_is_not_an_error_about_device_memory():
@@ -79,8 +96,10 @@ def test_plan_help_is_not_an_error_about_device_memory():
 def test_cfg_job_prints_every_setting_and_flags_that_do_not_exist_are_refused():
     proc = python_m("parallel_wan.run", "--cfg", "job", "seed=7")
     assert proc.returncode == 0 and "seed: 7" in proc.stdout and "num_frames:" in proc.stdout, proc.stderr
-    for flags, words in ((["-m", "seed=1,2"], ["-m is not an option", "prompts=FILE"]),
-                         (["--frames", "9"], ["--frames is not an option", "--nproc N"])):
+    for flags, words in (
+        (["-m", "seed=1,2"], ["-m is not an option", "prompts=FILE"]),
+        (["--frames", "9"], ["--frames is not an option", "--nproc N"]),
+    ):
         proc = python_m("parallel_wan.run", *flags)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         for word in words:
@@ -116,29 +135,63 @@ def test_nproc_gives_the_ranks_time_to_save_after_a_signal(monkeypatch):
     assert seen == ["300", "45"]
 
 
-@pytest.mark.parametrize("records,failures,signum,lines,code", [
-    # a bad setting: every rank refuses; the earliest says it, whoever the agent saw first
-    ([{"code": 2, "line": "bad", "time": 100.3}, {"code": 2, "line": "bad", "time": 100.4}],
-     [(1, 2, 100), (0, 2, 100)], None, ["bad"], 2),
-    # a rank fails; the agent closes its peer with SIGTERM (not a failure of its own)
-    ([{"code": 1, "line": "rank 1/2 failed", "time": 100.3}], [(1, 1, 100), (0, -15, 100)], None,
-     ["rank 1/2 failed"], 1),
-    # the OOM killer takes rank 1; rank 0 then loses its peer and records that
-    ([{"code": 1, "line": "rank 0/2 failed: peer gone", "time": 100.3}], [(1, -9, 100), (0, 1, 100)], None,
-     ["parallel_wan: rank 1/2 was killed by SIGKILL", "rank 0/2 failed: peer gone"], 137),
-    # rank 0 fails; rank 1, hung, is killed by the agent 30 s after its SIGTERM: rank 0 was first
-    ([{"code": 1, "line": "rank 0/2 failed", "time": 100.3}], [(0, 1, 100), (1, -9, 131)], None,
-     ["parallel_wan: rank 1/2 was killed by SIGKILL", "rank 0/2 failed"], 1),
-    # SIGTERM to the script: every rank saved and recorded 75
-    ([{"code": 75, "line": "preempted", "time": 100.3}, {"code": 75, "line": "preempted", "time": 100.3}], [],
-     signal.SIGTERM, ["preempted"], 75),
-    # SIGTERM while the ranks were still importing: no rank could catch it
-    ([], [], signal.SIGTERM, ["parallel_wan: stopped by SIGTERM before any rank could stop cleanly; nothing was saved"],
-     143),
-    # a rank's own uncaught traceback (no record) and a clean run
-    ([], [(1, 1, 100), (0, -15, 100)], None, [], 1),
-    ([], [], None, [], 0),
-], ids=["refused", "failed", "oom-killed", "hung-then-killed", "preempted", "signal-at-start", "traceback", "ok"])
+@pytest.mark.parametrize(
+    "records,failures,signum,lines,code",
+    [
+        # a bad setting: every rank refuses; the earliest says it, whoever the agent saw first
+        (
+            [{"code": 2, "line": "bad", "time": 100.3}, {"code": 2, "line": "bad", "time": 100.4}],
+            [(1, 2, 100), (0, 2, 100)],
+            None,
+            ["bad"],
+            2,
+        ),
+        # a rank fails; the agent closes its peer with SIGTERM (not a failure of its own)
+        (
+            [{"code": 1, "line": "rank 1/2 failed", "time": 100.3}],
+            [(1, 1, 100), (0, -15, 100)],
+            None,
+            ["rank 1/2 failed"],
+            1,
+        ),
+        # the OOM killer takes rank 1; rank 0 then loses its peer and records that
+        (
+            [{"code": 1, "line": "rank 0/2 failed: peer gone", "time": 100.3}],
+            [(1, -9, 100), (0, 1, 100)],
+            None,
+            ["parallel_wan: rank 1/2 was killed by SIGKILL", "rank 0/2 failed: peer gone"],
+            137,
+        ),
+        # rank 0 fails; rank 1, hung, is killed by the agent 30 s after its SIGTERM: rank 0 was first
+        (
+            [{"code": 1, "line": "rank 0/2 failed", "time": 100.3}],
+            [(0, 1, 100), (1, -9, 131)],
+            None,
+            ["parallel_wan: rank 1/2 was killed by SIGKILL", "rank 0/2 failed"],
+            1,
+        ),
+        # SIGTERM to the script: every rank saved and recorded 75
+        (
+            [{"code": 75, "line": "preempted", "time": 100.3}, {"code": 75, "line": "preempted", "time": 100.3}],
+            [],
+            signal.SIGTERM,
+            ["preempted"],
+            75,
+        ),
+        # SIGTERM while the ranks were still importing: no rank could catch it
+        (
+            [],
+            [],
+            signal.SIGTERM,
+            ["parallel_wan: stopped by SIGTERM before any rank could stop cleanly; nothing was saved"],
+            143,
+        ),
+        # a rank's own uncaught traceback (no record) and a clean run
+        ([], [(1, 1, 100), (0, -15, 100)], None, [], 1),
+        ([], [], None, [], 0),
+    ],
+    ids=["refused", "failed", "oom-killed", "hung-then-killed", "preempted", "signal-at-start", "traceback", "ok"],
+)
 def test_the_script_reports_the_first_rank_to_stop(records, failures, signum, lines, code):
     assert nproc.verdict(records, failures, 2, signum) == (lines, code)
 
@@ -162,8 +215,18 @@ def test_nproc_under_a_launcher_is_refused(capsys, monkeypatch):
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_nproc_2_runs_the_tiny_model_on_two_processes(tmp_path):
     out = tmp_path / "out"
-    proc = python_m("parallel_wan.run", "--nproc", "2", "steps=1", "num_frames=1", "height=32", "width=32",
-                    "backend=torch", f"output_dir={out}", cwd=tmp_path)
+    proc = python_m(
+        "parallel_wan.run",
+        "--nproc",
+        "2",
+        "steps=1",
+        "num_frames=1",
+        "height=32",
+        "width=32",
+        "backend=torch",
+        f"output_dir={out}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "starting 2 processes: torchrun --standalone --nproc-per-node 2" in proc.stderr
     mesh = json.loads((out / "video.json").read_text())["config"]["mesh"]
@@ -171,8 +234,18 @@ def test_nproc_2_runs_the_tiny_model_on_two_processes(tmp_path):
 
 
 def test_nproc_refuses_jax_before_torchrun_starts(tmp_path):
-    proc = python_m("parallel_wan.run", "--nproc", "2", "backend=jax", "steps=1", "num_frames=1", "height=32",
-                    "width=32", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    proc = python_m(
+        "parallel_wan.run",
+        "--nproc",
+        "2",
+        "backend=jax",
+        "steps=1",
+        "num_frames=1",
+        "height=32",
+        "width=32",
+        f"output_dir={tmp_path / 'out'}",
+        cwd=tmp_path,
+    )
     assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr[-3000:]
     assert proc.stderr.startswith("parallel_wan: error: --nproc 2 with backend=jax"), proc.stderr
     assert "one process per host" in proc.stderr and "drop --nproc" in proc.stderr, proc.stderr
@@ -185,31 +258,67 @@ TORCHRUNS_OWN = ("Traceback", "ChildFailedError", "closing signal", "exitcode") 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_nproc_a_bad_setting_exits_2_with_one_line(tmp_path):
-    proc = python_m("parallel_wan.run", "--nproc", "2", *NPROC_RUN, "steps=1", "num_frames=1", "height=50", "width=32",
-                    f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    proc = python_m(
+        "parallel_wan.run",
+        "--nproc",
+        "2",
+        *NPROC_RUN,
+        "steps=1",
+        "num_frames=1",
+        "height=50",
+        "width=32",
+        f"output_dir={tmp_path / 'out'}",
+        cwd=tmp_path,
+    )
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert lines[0].startswith("parallel_wan: starting 2 processes: torchrun"), proc.stderr
-    assert lines[1:] == ["parallel_wan: error: height=50 must be a positive multiple of 16 for tiny; try height=48"], \
+    assert lines[1:] == ["parallel_wan: error: height=50 must be a positive multiple of 16 for tiny; try height=48"], (
         proc.stderr[-3000:]
+    )
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-@pytest.mark.parametrize("signum,code,line", [
-    (signal.SIGTERM, 75, r"parallel_wan: preempted \(SIGTERM\): stopped after step \d+ of 400 of video; the loop state "
-                         r"is saved in .*; run the same command again to resume \(exit code 75\)"),
-    (signal.SIGUSR1, 75, r"parallel_wan: preempted \(SIGUSR1\): stopped after step \d+ of 400 of video"),
-    (signal.SIGINT, 130, r"parallel_wan: interrupted \(rank \d/2\); nothing was written"),
-], ids=["SIGTERM", "SIGUSR1", "SIGINT"])
+@pytest.mark.parametrize(
+    "signum,code,line",
+    [
+        (
+            signal.SIGTERM,
+            75,
+            r"parallel_wan: preempted \(SIGTERM\): stopped after step \d+ of 400 of video; the loop state "
+            r"is saved in .*; run the same command again to resume \(exit code 75\)",
+        ),
+        (signal.SIGUSR1, 75, r"parallel_wan: preempted \(SIGUSR1\): stopped after step \d+ of 400 of video"),
+        (signal.SIGINT, 130, r"parallel_wan: interrupted \(rank \d/2\); nothing was written"),
+    ],
+    ids=["SIGTERM", "SIGUSR1", "SIGINT"],
+)
 def test_a_signal_to_nproc_reaches_the_ranks_and_their_exit_code_comes_back(tmp_path, signum, code, line):
     # As a scheduler (SIGTERM, or SLURM's --signal=USR1: preemption, requeued on 75) or a terminal
     # (Ctrl-C) stops the `parallel-wan --nproc` process itself, mid-denoise (400 steps: it is
     # stopped after a few, long before it could finish).
     log = tmp_path / "log"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "parallel_wan.run", "--nproc", "2", *NPROC_RUN, "mesh=cp2",
-                                 "num_frames=9", "height=48", "width=80", "steps=400", f"output_dir={tmp_path / 'out'}"],
-                                cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "parallel_wan.run",
+                "--nproc",
+                "2",
+                *NPROC_RUN,
+                "mesh=cp2",
+                "num_frames=9",
+                "height=48",
+                "width=80",
+                "steps=400",
+                f"output_dir={tmp_path / 'out'}",
+            ],
+            cwd=tmp_path,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         try:
             wait_for_log(log, r"denoise: +\d+%.*\| ([2-9]|[1-9]\d)/400", proc)
             proc.send_signal(signum)
@@ -238,8 +347,14 @@ def test_doctor_shows_the_planners_numbers_once_when_a_run_does_not_fit(capsys):
 
 def torchrun_doctor(*settings, script=None):
     entry = [script] if script else ["-m", "parallel_wan.doctor"]
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           *entry, *settings], capture_output=True, text=True, timeout=300, env=ENV, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *entry, *settings],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+        cwd=REPO,
+    )
 
 
 # The doctor with rank 0 late to its plan (3 s): rank 1, done first with a problem, must not exit
@@ -256,8 +371,13 @@ sys.exit(doctor.main(sys.argv[1:]))
 def test_doctor_under_torchrun_reports_once_from_rank_0():
     proc = torchrun_doctor("model=tiny", "mesh=cp2")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    for line in ("this process uses cpu", "communication: gloo group of 2, one all_reduce OK", "mesh=cp2:", "FITS",
-                 "ready"):
+    for line in (
+        "this process uses cpu",
+        "communication: gloo group of 2, one all_reduce OK",
+        "mesh=cp2:",
+        "FITS",
+        "ready",
+    ):
         assert proc.stdout.count(line) == 1, proc.stdout
     assert "[rank" not in proc.stdout
 

@@ -7,30 +7,38 @@ import subprocess
 import sys
 
 import pytest
-
 from harness.fakegpu.collectives import nccl_as_fake
-from harness.launchers import LAUNCH_VARS
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
-from parallel_wan import doctor
+from harness.launchers import LAUNCH_VARS
 from harness.paths import REPO
+
+from parallel_wan import doctor
 
 ROOT = REPO
 
 
 # Every weight file opened, seen through Python's audit hook (a run of the built-in tiny model
 # writes and reads safetensors; the doctor must open none).
-WATCH = ("import sys; opened = []; sys.addaudithook(lambda event, args: event == 'open' and "
-         "str(args[0]).endswith(('.safetensors', '.pth', '.bin')) and opened.append(args[0])); "
-         "from parallel_wan import doctor; rc = doctor.main(sys.argv[1:]); "
-         "print('weight files opened:', opened); sys.exit(rc)")
+WATCH = (
+    "import sys; opened = []; sys.addaudithook(lambda event, args: event == 'open' and "
+    "str(args[0]).endswith(('.safetensors', '.pth', '.bin')) and opened.append(args[0])); "
+    "from parallel_wan import doctor; rc = doctor.main(sys.argv[1:]); "
+    "print('weight files opened:', opened); sys.exit(rc)"
+)
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_doctor_on_cpu_loads_no_weights():
     code = WATCH
-    done = subprocess.run([sys.executable, "-c", code, "model=tiny", "mesh=single"], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "model=tiny", "mesh=single"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=600,
+    )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "this process uses cpu" in out
@@ -48,11 +56,15 @@ def fake_doctor(capability, argv, devices=8):
     return code, out.getvalue()
 
 
-@pytest.mark.parametrize("capability,line", [
-    ((9, 0), "cuda_cudnn on sm_90 (flash-attn 3 is not installed"),
-    ((10, 0), "cuda_cudnn on sm_100"),
-    ((8, 0), "cuda_flash on sm_80"),
-], ids=["H100", "B200", "A100"])
+@pytest.mark.parametrize(
+    "capability,line",
+    [
+        ((9, 0), "cuda_cudnn on sm_90 (flash-attn 3 is not installed"),
+        ((10, 0), "cuda_cudnn on sm_100"),
+        ((8, 0), "cuda_flash on sm_80"),
+    ],
+    ids=["H100", "B200", "A100"],
+)
 def test_doctor_names_the_attention_kernel_of_each_gpu(capability, line):
     code, out = fake_doctor(capability, ["model=tiny"])
     assert code == 0, out
@@ -63,10 +75,13 @@ def test_doctor_names_the_attention_kernel_of_each_gpu(capability, line):
     assert "one all_reduce OK" in out
 
 
-@pytest.mark.parametrize("impl,line,code", [
-    ("cudnn", "attention_impl=cudnn → cuda_cudnn (bfloat16, head_dim 128)", 0),
-    ("flash", "PROBLEM: attention_impl=flash needs flash-attn (3 on Hopper, or 2)", 1),
-])
+@pytest.mark.parametrize(
+    "impl,line,code",
+    [
+        ("cudnn", "attention_impl=cudnn → cuda_cudnn (bfloat16, head_dim 128)", 0),
+        ("flash", "PROBLEM: attention_impl=flash needs flash-attn (3 on Hopper, or 2)", 1),
+    ],
+)
 def test_doctor_checks_the_attention_impl_set(impl, line, code):
     got, out = fake_doctor((9, 0), ["model=tiny", f"attention_impl={impl}"])
     assert (got, line in out) == (code, True), out
@@ -83,13 +98,34 @@ def test_doctor_reports_a_refused_device_setting():
 def test_doctor_under_torchrun_reports_a_world_the_mesh_does_not_use():
     # parallel_wan.run refuses this launch (cp4 needs 4 processes, 2 were started): so must the doctor
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARS)} | {"PYTHONPATH": ROOT}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "parallel_wan.doctor", "model=tiny", "mesh=cp4"], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "parallel_wan.doctor",
+            "model=tiny",
+            "mesh=cp4",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr[-3000:]
-    assert out.count("PROBLEM: mesh=cp4 needs dp×cp=1×4=4 processes but 2 were started; launch with "
-                     "`torchrun --nproc-per-node 4 -m parallel_wan.run mesh=cp4`\n") == 1, out  # once, from rank 0
+    assert (
+        out.count(
+            "PROBLEM: mesh=cp4 needs dp×cp=1×4=4 processes but 2 were started; launch with "
+            "`torchrun --nproc-per-node 4 -m parallel_wan.run mesh=cp4`\n"
+        )
+        == 1
+    ), out  # once, from rank 0
     assert "ready" not in out.splitlines() and out.count("1 problem(s); see PROBLEM lines") == 1, out
     assert "communication: gloo group of 2, one all_reduce OK" in out, out  # the other checks still ran
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from harness.ranks import free_port, kill_rank_one_when, launch_rank
 
 from parallel_wan.errors import NonFiniteLatents, OutputWriteError
 from parallel_wan.run import CONF_DIR, compose_settings, validate_job
-from harness.ranks import free_port, kill_rank_one_when, launch_rank
 
 REPO = os.path.dirname(CONF_DIR)
 SMALL = ["steps=2", "num_frames=5", "height=32", "width=32"]
@@ -142,11 +142,10 @@ def test_the_scanned_loop_is_checked_after_the_scan():
 
     import torch
 
+    from parallel_wan.backends.contract import NoisePredictor
     from parallel_wan.backends.torch import ops
     from parallel_wan.pipeline.denoise import denoise
     from parallel_wan.pipeline.steps import pick_schedule
-
-    from parallel_wan.backends.contract import NoisePredictor
 
     class Scanned(NoisePredictor):  # stands in for the JAX predictor's one scanned program: it returns inf
         def run_steps(self, latents, sampler, plan, make, held, start, stop):
@@ -163,9 +162,21 @@ def test_the_scanned_loop_is_checked_after_the_scan():
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cli_overflowing_weights_exit_1_in_one_line(tmp_path, overflow_checkpoint):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *SMALL,
-                           f"checkpoint_dir={overflow_checkpoint}"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.run",
+            f"output_dir={out}",
+            *SMALL,
+            f"checkpoint_dir={overflow_checkpoint}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -191,11 +202,25 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
     # process has: pytest started in the background by a non-interactive shell (`cmd &`, nohup in
     # a script, some CI runners) ignores SIGINT, and an ignored signal stays ignored across exec —
     # the run would never see the interrupt. A one-line shim resets it and execs the command.
-    command = [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "steps=5000", "num_frames=5", "height=32",
-               "width=32"]
+    command = [
+        sys.executable,
+        "-m",
+        "parallel_wan.run",
+        f"output_dir={out}",
+        "steps=5000",
+        "num_frames=5",
+        "height=32",
+        "width=32",
+    ]
     shim = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
-    proc = subprocess.Popen([sys.executable, "-c", shim, *command], cwd=tmp_path, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", shim, *command],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     seen, started = [], threading.Event()
     reader = threading.Thread(target=_wait_for, args=(proc.stderr, seen, started, "denoise:", "/5000"), daemon=True)
     reader.start()
@@ -208,9 +233,10 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
         except subprocess.TimeoutExpired:  # say what the run was doing (an ignored SIGINT shows in SigIgn)
             status = Path(f"/proc/{proc.pid}/status").read_text()
             ignored = int(re.search(r"SigIgn:\s*([0-9a-f]+)", status).group(1), 16) >> (signal.SIGINT - 1) & 1
-            pytest.fail(f"still running 60 s after SIGINT (SIGINT ignored by the run: {bool(ignored)}; by this "
-                        f"test's process: {signal.getsignal(signal.SIGINT) == signal.SIG_IGN}):\n"
-                        + "".join(seen)[-2000:])
+            pytest.fail(
+                f"still running 60 s after SIGINT (SIGINT ignored by the run: {bool(ignored)}; by this "
+                f"test's process: {signal.getsignal(signal.SIGINT) == signal.SIG_IGN}):\n" + "".join(seen)[-2000:]
+            )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -231,8 +257,7 @@ def test_a_rank_killed_mid_vae_decode_ends_the_job_with_a_rank_tagged_traceback(
     extra = ["steps=2", "num_frames=61", "height=128", "width=128", "dist_timeout_s=60"]
     ranks = [launch_rank(r, 2, port, out, extra) for r in range(2)]
     seen, decoding = [], threading.Event()
-    reader = threading.Thread(target=_wait_for, args=(ranks[0].stderr, seen, decoding, "denoise:", "2/2"),
-                              daemon=True)
+    reader = threading.Thread(target=_wait_for, args=(ranks[0].stderr, seen, decoding, "denoise:", "2/2"), daemon=True)
     reader.start()
     rc, elapsed = kill_rank_one_when(decoding, ranks, seen, "rank 0 never finished denoising")
     reader.join(timeout=5)
@@ -263,7 +288,6 @@ def test_twenty_generations_in_one_process_hold_memory_steady(tmp_path):
     spec, ckpt = spec_and_ckpt(tmp_path, *SMALL)
     rss = []
     for i in range(20):
-
         paths = run(spec.replace(output_dir=str(tmp_path / f"out{i}")), ckpt)
         assert os.path.isfile(paths["video"])
         rss.append(_rss_bytes())

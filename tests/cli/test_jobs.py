@@ -12,14 +12,13 @@ import sys
 
 import numpy as np
 import pytest
+from harness.images import write_png
 
+from parallel_wan.backends import make_backend
 from parallel_wan.config import ConfigError
 from parallel_wan.jobs import PREEMPTED_EXIT, Preempted, run_job
 from parallel_wan.jobs.share import array_share, share_of
-from parallel_wan.backends import make_backend
 from parallel_wan.run import CONF_DIR, compose_settings, run, validate_job
-
-from harness.images import write_png
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -43,15 +42,30 @@ def write_lines(path, *lines):
 
 def test_plain_text_and_json_lines_entries_names_and_defaults(tmp_path):
     write_png(tmp_path / "first.png", 64, 64)
-    prompts = write_lines(tmp_path / "p.txt", "a red fox in snow", "", "# a comment",
-                          {"prompt": "a boat", "seed": 7, "image": "first.png", "name": "boat"},
-                          {"prompt": "a kite", "height": 96, "width": 64, "steps": 3, "negative_prompt": "blur"})
+    prompts = write_lines(
+        tmp_path / "p.txt",
+        "a red fox in snow",
+        "",
+        "# a comment",
+        {"prompt": "a boat", "seed": 7, "image": "first.png", "name": "boat"},
+        {"prompt": "a kite", "height": 96, "width": 64, "steps": 3, "negative_prompt": "blur"},
+    )
     job, ckpt = job_of(f"prompts={prompts}", "model=tiny_ti2v", f"output_dir={tmp_path / 'out'}")
     assert ckpt is None and job.total == 3 and not job.single
     first, boat, kite = job.entries
     assert first.line == 1 and first.name == f"0001-{first.key[:8]}" and first.spec.video.prompt == "a red fox in snow"
-    assert (boat.line, boat.name, boat.spec.video.seed, boat.spec.video.image) == (4, "boat", 7, str(tmp_path / "first.png"))
-    assert (kite.spec.video.height, kite.spec.video.width, kite.spec.sampling.steps, kite.spec.video.negative_prompt) == (96, 64, 3, "blur")
+    assert (boat.line, boat.name, boat.spec.video.seed, boat.spec.video.image) == (
+        4,
+        "boat",
+        7,
+        str(tmp_path / "first.png"),
+    )
+    assert (
+        kite.spec.video.height,
+        kite.spec.video.width,
+        kite.spec.sampling.steps,
+        kite.spec.video.negative_prompt,
+    ) == (96, 64, 3, "blur")
     assert len({first.key, boat.key, kite.key}) == 3
     # One mesh for the job (the first entry's), every entry writes into the one output folder.
     assert {e.spec.mesh for e in job.entries} == {first.spec.mesh}
@@ -85,8 +99,10 @@ BAD_FILES = {
     "missing image": ('{"prompt": "a cat", "image": "nowhere.png"}\n', "line 1: image="),
     "not an object": ('["a cat"]\n', "line 1: a JSON line must be an object"),
     "list line": ('{"prompt": ["a", "b"]}\n', 'line 1: "prompt" must be a non-empty string'),
-    "duplicate names": ('{"prompt": "a", "name": "x"}\n{"prompt": "b", "name": "x"}\n',
-                        "line 2: name 'x' is also the name of line 1"),
+    "duplicate names": (
+        '{"prompt": "a", "name": "x"}\n{"prompt": "b", "name": "x"}\n',
+        "line 2: name 'x' is also the name of line 1",
+    ),
     "name with a slash": ('{"prompt": "a", "name": "../x"}\n', "line 1: name='../x' must be"),
 }
 
@@ -106,9 +122,14 @@ def test_bad_prompt_files_name_the_line_before_anything_loads(tmp_path, case):
 def test_a_bad_line_on_the_command_line_exits_2_with_one_line_and_no_outputs(tmp_path):
     prompts = tmp_path / "p.txt"
     prompts.write_text('a fox\n{"prompt": "a cat", "seed": 3,}\n')
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"prompts={prompts}", f"output_dir={tmp_path / 'o'}"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"prompts={prompts}", f"output_dir={tmp_path / 'o'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"parallel_wan: error: prompts={prompts} line 2: not valid JSON")
@@ -117,13 +138,18 @@ def test_a_bad_line_on_the_command_line_exits_2_with_one_line_and_no_outputs(tmp
 
 def test_array_tasks_take_contiguous_shares():
     assert array_share({}) is None
-    assert array_share({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "3"}) == (2, 4)
+    assert array_share({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "3"}) == (
+        2,
+        4,
+    )
     entries = list(range(10))
     shares = [share_of(entries, (i, 4)) for i in range(4)]
     assert shares == [[0, 1], [2, 3, 4], [5, 6], [7, 8, 9]]
     assert share_of(entries[:1], (0, 2)) == [] and share_of(entries[:1], (1, 2)) == [0]  # more tasks than entries
-    for env, fragment in (({"SLURM_ARRAY_TASK_ID": "x", "SLURM_ARRAY_TASK_COUNT": "2"}, "not a whole number"),
-                          ({"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_COUNT": "4"}, "contiguous range")):
+    for env, fragment in (
+        ({"SLURM_ARRAY_TASK_ID": "x", "SLURM_ARRAY_TASK_COUNT": "2"}, "not a whole number"),
+        ({"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_COUNT": "4"}, "contiguous range"),
+    ):
         with pytest.raises(ConfigError, match=fragment):
             array_share(env)
 
@@ -167,10 +193,20 @@ def ti2v_job(tmp_path_factory):
     """A 3-entry TI2V job: two shapes, one entry with an image, written once."""
     folder = tmp_path_factory.mktemp("ti2v_job")
     write_png(folder / "first.png", 64, 64)
-    prompts = write_lines(folder / "p.jsonl", {"prompt": "a fox", "seed": 1, "num_frames": 5, "height": 64, "width": 64},
-                          {"prompt": "a boat", "seed": 2, "image": "first.png", "num_frames": 5, "height": 64, "width": 64,
-                           "name": "boat"},
-                          {"prompt": "a kite", "seed": 3, "num_frames": 9, "height": 96, "width": 64, "steps": 4})
+    prompts = write_lines(
+        folder / "p.jsonl",
+        {"prompt": "a fox", "seed": 1, "num_frames": 5, "height": 64, "width": 64},
+        {
+            "prompt": "a boat",
+            "seed": 2,
+            "image": "first.png",
+            "num_frames": 5,
+            "height": 64,
+            "width": 64,
+            "name": "boat",
+        },
+        {"prompt": "a kite", "seed": 3, "num_frames": 9, "height": 96, "width": 64, "steps": 4},
+    )
     overrides = [f"prompts={prompts}", "model=tiny_ti2v", "save_frames=true", "steps=3", "backend=torch"]
     return folder, overrides
 
@@ -189,7 +225,9 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
     report = run_job(job, ckpt)
     assert len(loads) == 1 and report.made == [e.name for e in job.entries] and not report.skipped
     names = [e.name for e in job.entries]
-    assert sorted(os.listdir(out)) == sorted(["job.json"] + [f"{n}{s}" for n in names for s in (".mp4", ".json", ".frames.npy")])
+    assert sorted(os.listdir(out)) == sorted(
+        ["job.json"] + [f"{n}{s}" for n in names for s in (".mp4", ".json", ".frames.npy")]
+    )
     for entry in job.entries:
         single = run(entry.spec.replace(output_dir=str(folder / f"single_{entry.name}")))
         ref = np.load(folder / f"single_{entry.name}" / "frames.npy")
@@ -197,7 +235,10 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
         assert ours.shape == ref.shape and np.array_equal(ours, ref), entry.name
         sidecar = json.loads((out / f"{entry.name}.json").read_text())
         assert sidecar["job"]["line"] == entry.line and sidecar["job"]["result_key"] == entry.key
-        assert sidecar["frames_sha256"] == json.loads((folder / f"single_{entry.name}" / "video.json").read_text())["frames_sha256"]
+        assert (
+            sidecar["frames_sha256"]
+            == json.loads((folder / f"single_{entry.name}" / "video.json").read_text())["frames_sha256"]
+        )
         assert single["video"].endswith("video.mp4")
     assert frames(out, "boat").shape == (5, 64, 64, 3) and frames(out, job.entries[2].name).shape == (9, 96, 64, 3)
 
@@ -206,18 +247,41 @@ def test_a_job_loads_once_and_each_video_equals_its_single_run(ti2v_job, monkeyp
 def test_an_i2v_job_takes_each_entrys_image_and_equals_its_single_runs(tmp_path):
     write_png(tmp_path / "a.png", 64, 64)
     write_png(tmp_path / "b.png", 96, 48)
-    prompts = write_lines(tmp_path / "p.jsonl", {"prompt": "a fox", "image": "a.png", "num_frames": 5, "height": 64, "width": 64},
-                          {"prompt": "a boat", "image": str(tmp_path / "b.png"), "num_frames": 9, "height": 48,
-                           "width": 96, "seed": 4})
-    job, ckpt = job_of(f"prompts={prompts}", "model=tiny_i2v", "steps=2", "save_frames=true", f"output_dir={tmp_path / 'job'}",
-                       "backend=torch")
+    prompts = write_lines(
+        tmp_path / "p.jsonl",
+        {"prompt": "a fox", "image": "a.png", "num_frames": 5, "height": 64, "width": 64},
+        {"prompt": "a boat", "image": str(tmp_path / "b.png"), "num_frames": 9, "height": 48, "width": 96, "seed": 4},
+    )
+    job, ckpt = job_of(
+        f"prompts={prompts}",
+        "model=tiny_i2v",
+        "steps=2",
+        "save_frames=true",
+        f"output_dir={tmp_path / 'job'}",
+        "backend=torch",
+    )
     assert run_job(job, ckpt).made == [e.name for e in job.entries]
     for entry in job.entries:
-        run_job(*validate_job(compose_settings(["model=tiny_i2v", "steps=2", "save_frames=true", "backend=torch",
-                                                f"output_dir={tmp_path / entry.name}", f"image={entry.spec.video.image}",
-                                                f"prompt='{entry.spec.video.prompt}'", f"seed={entry.spec.video.seed}",
-                                                f"num_frames={entry.spec.video.num_frames}", f"height={entry.spec.video.height}",
-                                                f"width={entry.spec.video.width}"]), 1))
+        run_job(
+            *validate_job(
+                compose_settings(
+                    [
+                        "model=tiny_i2v",
+                        "steps=2",
+                        "save_frames=true",
+                        "backend=torch",
+                        f"output_dir={tmp_path / entry.name}",
+                        f"image={entry.spec.video.image}",
+                        f"prompt='{entry.spec.video.prompt}'",
+                        f"seed={entry.spec.video.seed}",
+                        f"num_frames={entry.spec.video.num_frames}",
+                        f"height={entry.spec.video.height}",
+                        f"width={entry.spec.video.width}",
+                    ]
+                ),
+                1,
+            )
+        )
         assert np.array_equal(frames(tmp_path / "job", entry.name), np.load(tmp_path / entry.name / "frames.npy"))
     images = [json.loads((tmp_path / "job" / f"{e.name}.json").read_text())["image"] for e in job.entries]
     assert images[0] != images[1]
@@ -282,7 +346,9 @@ def test_preempted_mid_denoise_saves_exits_75_and_resumes_to_the_same_frames(tmp
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_signal_between_entries_stops_before_the_next_with_nothing_to_save(tmp_path, monkeypatch):
     marker = tmp_path / "marker.json"
-    monkeypatch.setenv("PARALLEL_WAN_PREEMPTED_FILE", str(marker))  # written on this path too (torchrun's agent exits 1)
+    monkeypatch.setenv(
+        "PARALLEL_WAN_PREEMPTED_FILE", str(marker)
+    )  # written on this path too (torchrun's agent exits 1)
     prompts = write_lines(tmp_path / "p.txt", "a fox", "a dog")
     job, ckpt = job_of(f"prompts={prompts}", "steps=2", f"output_dir={tmp_path}", "backend=torch")
     backend = make_backend(job.base)
@@ -301,8 +367,12 @@ def test_a_saved_state_from_other_settings_is_refused_never_used(tmp_path):
     SignalAtVote(backend, at=3)
     with pytest.raises(Preempted):
         run_job(job, ckpt, backend=backend)
-    for change, what in (("steps=7", "steps: 6 → 7"), ("shift=3.0", "shift: 12.0 → 3.0"),
-                         ("mesh=cp2", None), ("dtype=float32", "dtype")):
+    for change, what in (
+        ("steps=7", "steps: 6 → 7"),
+        ("shift=3.0", "shift: 12.0 → 3.0"),
+        ("mesh=cp2", None),
+        ("dtype=float32", "dtype"),
+    ):
         with pytest.raises(ConfigError) as err:
             job_of(*args, change, world=2 if change == "mesh=cp2" else 1)
         message = str(err.value)
@@ -325,8 +395,14 @@ def test_a_single_run_preempted_resumes_with_the_same_output_dir(tmp_path, cache
         run_job(job, ckpt, backend=backend)
     report = run_job(*job_of(*args))
     assert report.resumed == {"video": 2}
-    run_job(*validate_job(compose_settings(["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true",
-                                            f"cache={cache}", *SMALL]), 1))
+    run_job(
+        *validate_job(
+            compose_settings(
+                ["steps=6", f"output_dir={tmp_path / 'full'}", "save_frames=true", f"cache={cache}", *SMALL]
+            ),
+            1,
+        )
+    )
     assert np.array_equal(np.load(tmp_path / "cut" / "frames.npy"), np.load(tmp_path / "full" / "frames.npy"))
     cut, full = (json.loads((tmp_path / d / "video.json").read_text()) for d in ("cut", "full"))
     assert cut["resumed_from_step"] == 2 and cut.get("cache") == full.get("cache")
@@ -363,8 +439,15 @@ def test_reruns_keep_every_runs_record_and_a_changed_named_entry_names_what_chan
     setting as `key: old → new` and the two ways out (before: truncated JSON); the log names the
     built-in model (not "diffusers checkpoint") and the memory mode; prompts= a folder says so."""
     prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "name": "fox"}, "a dog")
-    args = [f"prompts={prompts}", f"output_dir={tmp_path / 'out'}", "steps=2", "num_frames=1", "height=32",
-            "width=32", "backend=torch"]
+    args = [
+        f"prompts={prompts}",
+        f"output_dir={tmp_path / 'out'}",
+        "steps=2",
+        "num_frames=1",
+        "height=32",
+        "width=32",
+        "backend=torch",
+    ]
     with caplog.at_level("INFO", logger="parallel_wan"):
         first = run_job(*job_of(*args))
     assert "loaded the built-in tiny model (random weights)" in caplog.text and "one load for 2 entries" in caplog.text
@@ -380,8 +463,14 @@ def test_reruns_keep_every_runs_record_and_a_changed_named_entry_names_what_chan
         job_of(*args, "cache=taylorseer", "guidance_high=3.5")
     message = str(err.value)
     assert "\n" not in message and '{"' not in message, message
-    for words in ('cache.kind: "none" → "taylorseer"', "guidance_high: 4.0 → 3.5", f"prompts={prompts} line 1",
-                  'give this entry another "name"', "another output_dir", "delete fox.mp4 and fox.json"):
+    for words in (
+        'cache.kind: "none" → "taylorseer"',
+        "guidance_high: 4.0 → 3.5",
+        f"prompts={prompts} line 1",
+        'give this entry another "name"',
+        "another output_dir",
+        "delete fox.mp4 and fox.json",
+    ):
         assert words in message, message
 
     (tmp_path / "folder").mkdir()
@@ -401,9 +490,12 @@ def test_jax_job_compiles_each_shape_once_and_resumes_bit_for_bit(tmp_path):
     if jax.device_count() < 8:
         pytest.fail("JAX needs 8 host devices (tests/conftest.py sets XLA_FLAGS)")
     jax.clear_caches()
-    prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "num_frames": 5, "name": "fox"},
-                          {"prompt": "a dog", "num_frames": 9, "height": 48, "width": 80},
-                          {"prompt": "a cat", "num_frames": 5, "seed": 9})
+    prompts = write_lines(
+        tmp_path / "p.txt",
+        {"prompt": "a fox", "num_frames": 5, "name": "fox"},
+        {"prompt": "a dog", "num_frames": 9, "height": 48, "width": 80},
+        {"prompt": "a cat", "num_frames": 5, "seed": 9},
+    )
     args = [f"prompts={prompts}", "backend=jax", "mesh=dp2_cp4", "save_frames=true", "steps=3"]
     full, ckpt = job_of(*args, f"output_dir={tmp_path / 'full'}", world=8)
     with CompileLog() as log:
@@ -417,7 +509,9 @@ def test_jax_job_compiles_each_shape_once_and_resumes_bit_for_bit(tmp_path):
     with pytest.raises(Preempted, match="after step 2 of 3 of fox"):
         run_job(job, ckpt, backend=backend)
     assert sorted(os.listdir(tmp_path / "cut" / ".parallel_wan" / "resume" / "fox")) == [
-        "state.rank0.json", "state.rank0.safetensors"]  # one controller saves the global arrays
+        "state.rank0.json",
+        "state.rank0.safetensors",
+    ]  # one controller saves the global arrays
     report = run_job(*job_of(*args, f"output_dir={tmp_path / 'cut'}", world=8))
     assert report.resumed == {"fox": 2} and len(report.made) == 3
     for entry in job.entries:
@@ -466,6 +560,7 @@ def test_result_keys_are_the_same_as_before_the_settings_had_sections():
     changes every key (and every default name): then update this value on purpose."""
     from parallel_wan.jobs.keys import result_key
 
-    job, _ = validate_job(compose_settings(["output_dir=/tmp/kk", "seed=5", "steps=7", "cache=taylorseer",
-                                            "prompt=a fox"]), 1, env={})
+    job, _ = validate_job(
+        compose_settings(["output_dir=/tmp/kk", "seed=5", "steps=7", "cache=taylorseer", "prompt=a fox"]), 1, env={}
+    )
     assert result_key(job.base) == "ce9759a83561871828ff64540cc7d1fcc4c4f240a430d4dd910238922336246d"

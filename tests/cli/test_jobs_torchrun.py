@@ -11,13 +11,12 @@ import sys
 
 import numpy as np
 import pytest
+from harness.frames import assert_same_frames
+from harness.images import write_png
+from harness.launchers import LAUNCH_VARS, wait_for_log
 
 from parallel_wan.jobs import run_job
 from parallel_wan.run import CONF_DIR, compose_settings, validate_job
-
-from harness.images import write_png
-from harness.frames import assert_same_frames
-from harness.launchers import LAUNCH_VARS, wait_for_log
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -28,13 +27,28 @@ def env(**extra):
 
 
 def torchrun(*overrides, cwd, extra_env=None, nproc=4):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "parallel_wan.run", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "parallel_wan.run",
+        *overrides,
+    ]
 
 
 def run_torchrun(overrides, cwd, timeout=400, nproc=4, **extra_env):
-    proc = subprocess.run(torchrun(*overrides, cwd=cwd, nproc=nproc), cwd=cwd, env=env(**extra_env),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        torchrun(*overrides, cwd=cwd, nproc=nproc),
+        cwd=cwd,
+        env=env(**extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     return proc
 
@@ -47,11 +61,20 @@ def write_lines(path, *lines):
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_prompt_file_on_4_ranks_without_a_mesh_equals_the_one_process_job(tmp_path):
     write_png(tmp_path / "first.png", 64, 64)
-    prompts = write_lines(tmp_path / "p.jsonl",
-                          {"prompt": "a fox", "seed": 1, "num_frames": 5, "height": 64, "width": 64},
-                          {"prompt": "a boat", "seed": 2, "image": "first.png", "num_frames": 5, "height": 64,
-                           "width": 64, "name": "boat"},
-                          {"prompt": "a kite", "seed": 3, "num_frames": 9, "height": 96, "width": 64})
+    prompts = write_lines(
+        tmp_path / "p.jsonl",
+        {"prompt": "a fox", "seed": 1, "num_frames": 5, "height": 64, "width": 64},
+        {
+            "prompt": "a boat",
+            "seed": 2,
+            "image": "first.png",
+            "num_frames": 5,
+            "height": 64,
+            "width": 64,
+            "name": "boat",
+        },
+        {"prompt": "a kite", "seed": 3, "num_frames": 9, "height": 96, "width": 64},
+    )
     common = [f"prompts={prompts}", "model=tiny_ti2v", "save_frames=true", "steps=3"]
     job, ckpt = validate_job(compose_settings(common + [f"output_dir={tmp_path / 'one'}", "backend=torch"]), 1, env={})
     run_job(job, ckpt)
@@ -79,9 +102,13 @@ def test_sigterm_to_torchrun_mid_denoise_saves_every_rank_and_the_rerun_resumes_
 
     out, log, marker = tmp_path / "cut", tmp_path / "cut.log", tmp_path / "preempted.json"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen(torchrun(*common, f"output_dir={out}", cwd=tmp_path, nproc=2), cwd=tmp_path,
-                                stderr=stderr, stdout=subprocess.DEVNULL,
-                                env=env(PARALLEL_WAN_PREEMPTED_FILE=str(marker)))
+        proc = subprocess.Popen(
+            torchrun(*common, f"output_dir={out}", cwd=tmp_path, nproc=2),
+            cwd=tmp_path,
+            stderr=stderr,
+            stdout=subprocess.DEVNULL,
+            env=env(PARALLEL_WAN_PREEMPTED_FILE=str(marker)),
+        )
         try:
             wait_for_log(log, r"denoise: +\d+%.*\| ([3-9]|1\d)/16", proc)  # a few of fox's 16 steps are done
             proc.send_signal(signal.SIGTERM)  # to the agent, as slurmstepd or the kubelet would
@@ -95,7 +122,13 @@ def test_sigterm_to_torchrun_mid_denoise_saves_every_rank_and_the_rerun_resumes_
     step = int(re.search(r"stopped after step (\d+) of 16", text).group(1))
     assert 3 <= step < 16
     assert json.loads(marker.read_text()) | {"output_dir": None} == {
-        "entry": "fox", "step": step, "steps": 16, "signal": "SIGTERM", "output_dir": None, "exit_code": 75}
+        "entry": "fox",
+        "step": step,
+        "steps": 16,
+        "signal": "SIGTERM",
+        "output_dir": None,
+        "exit_code": 75,
+    }
     state = out / ".parallel_wan" / "resume" / "fox"
     ranks = range(2)
     assert sorted(os.listdir(state)) == sorted(f"state.rank{r}.{ext}" for r in ranks for ext in ("json", "safetensors"))

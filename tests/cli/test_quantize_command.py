@@ -22,8 +22,10 @@ from safetensors.torch import load_file, save_file
 from parallel_wan import quantize as command
 
 SMALL = {"steps": 2, "num_frames": 5, "height": 32, "width": 32}
-NAMES = {"fp8": ["high_noise_model_fp8.safetensors", "low_noise_model_fp8.safetensors"],
-         "int8": ["high_noise_model_int8.safetensors", "low_noise_model_int8.safetensors"]}
+NAMES = {
+    "fp8": ["high_noise_model_fp8.safetensors", "low_noise_model_fp8.safetensors"],
+    "int8": ["high_noise_model_int8.safetensors", "low_noise_model_int8.safetensors"],
+}
 
 
 def write(capsys, *settings):
@@ -69,8 +71,12 @@ def test_the_file_holds_quantize_rows_and_says_what_made_it(tiny_t2v, tmp_path, 
     with safe_open(str(path), "pt") as f:
         made = json.loads(f.metadata()["parallel_wan"])
     assert made["made_by"] == f"parallel_wan {__version__}: python -m parallel_wan.quantize"
-    assert (made["checkpoint_dir"], made["layout"], made["expert"], made["quantize"]) == \
-        (str(tiny_t2v.layouts["diffusers"]), "diffusers", "low_noise", "fp8")
+    assert (made["checkpoint_dir"], made["layout"], made["expert"], made["quantize"]) == (
+        str(tiny_t2v.layouts["diffusers"]),
+        "diffusers",
+        "low_noise",
+        "fp8",
+    )
     assert "absmax / 448" in made["scales"]
 
 
@@ -91,12 +97,16 @@ BAD = {
     "quantize_missing": (["checkpoint_dir={ckpt}"], ["quantize is missing", "fp8", "int8"]),
     "quantize_none": (["checkpoint_dir={ckpt}", "quantize=none"], ["quantize=none", "fp8", "int8"]),
     "quantize_unknown": (["checkpoint_dir={ckpt}", "quantize=fp4"], ["quantize=fp4", "fp8", "int8"]),
-    "unknown_setting": (["checkpoint_dir={ckpt}", "quantize=fp8", "dtype=bfloat16"],
-                        ["dtype=bfloat16 is not a setting of python -m parallel_wan.quantize", "output_dir="]),
+    "unknown_setting": (
+        ["checkpoint_dir={ckpt}", "quantize=fp8", "dtype=bfloat16"],
+        ["dtype=bfloat16 is not a setting of python -m parallel_wan.quantize", "output_dir="],
+    ),
     "a_flag": (["--fast", "checkpoint_dir={ckpt}", "quantize=fp8"], ["--fast", "--help"]),
     "output_under_a_file": (["checkpoint_dir={ckpt}", "quantize=fp8", "output_dir={file}/out"], ["is a file"]),
-    "output_exists": (["checkpoint_dir={ckpt}", "quantize=int8", "output_dir={taken}"],
-                      ["low_noise_model_int8.safetensors already exists", "output_dir="]),
+    "output_exists": (
+        ["checkpoint_dir={ckpt}", "quantize=int8", "output_dir={taken}"],
+        ["low_noise_model_int8.safetensors already exists", "output_dir="],
+    ),
 }
 
 
@@ -136,12 +146,24 @@ def test_a_nan_weight_stops_the_command_and_no_file_appears(tiny_t2v, tmp_path, 
 
 
 def test_the_command_line(tiny_t2v, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.quantize", f"checkpoint_dir={tiny_t2v.official}",
-                           "quantize=int8", f"output_dir={tmp_path}"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.quantize",
+            f"checkpoint_dir={tiny_t2v.official}",
+            "quantize=int8",
+            f"output_dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(os.listdir(tmp_path)) == NAMES["int8"]
     for name in NAMES["int8"]:  # a safetensors file: its header's length, then JSON
         raw = (tmp_path / name).read_bytes()
         (length,) = struct.unpack("<Q", raw[:8])
-        assert json.loads(raw[8:8 + length])["__metadata__"]["format"] == "pt"
+        assert json.loads(raw[8 : 8 + length])["__metadata__"]["format"] == "pt"

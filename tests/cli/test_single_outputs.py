@@ -36,7 +36,11 @@ def test_a_run_with_other_settings_is_refused_naming_them_and_changes_nothing(tm
         validate_job(compose_settings([f"output_dir={out}", *SMALL, "seed=2"]), 1, env={})
     message = str(refused.value)
     assert f"output_dir={out} already holds video.mp4 and video.json" in message, message
-    assert "seed: 1 → 2" in message and "Set another output_dir" in message and "delete video.mp4 and video.json" in message
+    assert (
+        "seed: 1 → 2" in message
+        and "Set another output_dir" in message
+        and "delete video.mp4 and video.json" in message
+    )
     assert snapshot(out) == before
 
 
@@ -44,11 +48,17 @@ def test_the_command_line_refuses_it_with_exit_code_2_and_one_line(tmp_path):
     out = tmp_path / "out"
     run_into(out, "seed=1")
     before = snapshot(out)
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *SMALL, "seed=3"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *SMALL, "seed=3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("parallel_wan: error: output_dir=") and "seed: 1 → 3" in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("parallel_wan: error: output_dir=") and "seed: 1 → 3" in lines[0], (
+        lines
+    )
     assert snapshot(out) == before
 
 
@@ -91,7 +101,8 @@ def test_a_damaged_video_of_the_same_settings_is_made_again_and_its_stale_frames
     assert report.made == ["video"] and not (out / "frames.npy").exists()
     record = json.loads((out / "video.json").read_text())
     assert "frames" not in record["files"] and record["frames_sha256"] == __import__(
-        "parallel_wan.report.outputs", fromlist=["frames_sha256"]).frames_sha256(frames)
+        "parallel_wan.report.outputs", fromlist=["frames_sha256"]
+    ).frames_sha256(frames)
 
 
 def test_a_sidecar_that_records_no_settings_is_refused_too(tmp_path):

@@ -5,13 +5,12 @@ calibration's curve went."""
 import io
 
 import pytest
+from harness.cli import run_in_process
+from harness.settings import assert_words, refusal
 
 from parallel_wan.config import ConfigError
 from parallel_wan.config.compose import compose_settings
 from parallel_wan.measure.device_speed import DeviceSpeed
-
-from harness.cli import run_in_process
-from harness.settings import assert_words, refusal
 
 
 def test_a_resumed_loops_progress_bar_ends_at_its_total(monkeypatch):
@@ -26,12 +25,25 @@ def test_a_resumed_loops_progress_bar_ends_at_its_total(monkeypatch):
     assert "30/30" in shown.getvalue() and "22/30" not in shown.getvalue(), shown.getvalue()[-200:]
 
 
-@pytest.mark.parametrize("overrides, words, absent", [
-    (["cache=taylorseer", "cache.threshold=0.1"],
-     ["cache.threshold is not a setting of cache=taylorseer", "cache=fbcache and cache=magcache have it",
-      "cache=taylorseer takes: interval, warmup, order"], "is not a setting;"),
-    (["cache.order=2"], ["cache.order is not a setting of cache=none", "cache=taylorseer has it"], "is not a setting;"),
-])
+@pytest.mark.parametrize(
+    "overrides, words, absent",
+    [
+        (
+            ["cache=taylorseer", "cache.threshold=0.1"],
+            [
+                "cache.threshold is not a setting of cache=taylorseer",
+                "cache=fbcache and cache=magcache have it",
+                "cache=taylorseer takes: interval, warmup, order",
+            ],
+            "is not a setting;",
+        ),
+        (
+            ["cache.order=2"],
+            ["cache.order is not a setting of cache=none", "cache=taylorseer has it"],
+            "is not a setting;",
+        ),
+    ],
+)
 def test_a_cache_setting_given_to_a_cache_without_it_says_which_caches_have_it(overrides, words, absent):
     with pytest.raises(ConfigError) as refused:
         compose_settings(overrides)
@@ -63,8 +75,19 @@ def test_a_finished_one_line_job_says_its_entry_is_done(tmp_path):
 
 
 def test_a_calibration_run_says_where_its_curve_went(tmp_path):
-    logged = run_in_process(tmp_path / "out", "cache=magcache", "cache.calibrate=true", "num_frames=5", "height=32",
-                            "width=32", "steps=4", "backend=torch")
+    logged = run_in_process(
+        tmp_path / "out",
+        "cache=magcache",
+        "cache.calibrate=true",
+        "num_frames=5",
+        "height=32",
+        "width=32",
+        "steps=4",
+        "backend=torch",
+    )
     curve = tmp_path / "out" / "mag_ratios.json"
     assert curve.is_file()
-    assert f"the measured MagCache curve (6 ratios) is in {curve}; use it with cache=magcache cache.ratios={curve}" in logged, logged
+    assert (
+        f"the measured MagCache curve (6 ratios) is in {curve}; use it with cache=magcache cache.ratios={curve}"
+        in logged
+    ), logged

@@ -66,14 +66,20 @@ def test_sage_quantizes_then_runs_its_int8_kernel(files, monkeypatch):
         assert tensor_layout == "NHD" and (BLKQ, BLKK) == (sage_kernel.BLOCK_M, sage_kernel.BLOCK_N)
         b, s, h, _ = q.shape
         scales = [torch.empty(b, h, -(-n // blk), 1, device=q.device) for n, blk in ((s, BLKQ), (k.shape[1], BLKK))]
-        return (torch.empty(q.shape, dtype=torch.int8, device=q.device), scales[0],
-                torch.empty(k.shape, dtype=torch.int8, device=k.device), scales[1])
+        return (
+            torch.empty(q.shape, dtype=torch.int8, device=q.device),
+            scales[0],
+            torch.empty(k.shape, dtype=torch.int8, device=k.device),
+            scales[1],
+        )
 
     def launch_attention(q_int8, k_int8, v, q_scale, k_scale, out_dtype):
         _layout(launched, q_int8, k_int8, v)
         assert q_scale.dtype == k_scale.dtype == torch.float32
         b, s, h, d = q_int8.shape
-        return torch.empty(b, s, h, d, dtype=out_dtype, device=q_int8.device), torch.empty(b, s, h, device=q_int8.device)
+        return torch.empty(b, s, h, d, dtype=out_dtype, device=q_int8.device), torch.empty(
+            b, s, h, device=q_int8.device
+        )
 
     monkeypatch.setattr(quant_per_block, "per_block_int8", per_block_int8)
     monkeypatch.setattr(sage_kernel, "launch_attention", launch_attention)

@@ -25,10 +25,9 @@ is test_fake_gpu_runs'.
 """
 
 import pytest
-
 from harness.fakegpu.checks import all_problems, one_gpu_per_rank
-from harness.fakegpu.simulate import Checkpoints, simulate, spec_of
 from harness.fakegpu.meshes import mesh_degrees
+from harness.fakegpu.simulate import Checkpoints, simulate, spec_of
 
 THRESHOLD = 0.05  # conf/cache/fbcache.yaml
 # 7 steps: 5 high-noise (0-4), 2 low-noise (5-6), each expert's first step fresh. First-Block
@@ -49,8 +48,11 @@ def _with_three_layers(monkeypatch) -> None:
     from parallel_wan.models import registry
 
     tiny = registry.ARCHITECTURES["tiny"]
-    monkeypatch.setitem(registry.ARCHITECTURES, "tiny", dataclasses.replace(
-        tiny, transformer=dataclasses.replace(tiny.transformer, num_layers=3)))
+    monkeypatch.setitem(
+        registry.ARCHITECTURES,
+        "tiny",
+        dataclasses.replace(tiny, transformer=dataclasses.replace(tiny.transformer, num_layers=3)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +112,23 @@ def planted_metric(mesh: str):
 
 def expected_skips(info: dict) -> dict:
     fresh = fresh_steps(info)
-    return {name: [i for i in range(STEPS) if i not in fresh and change(i, name) <= THRESHOLD]
-            for name in ("cond", "uncond")}
+    return {
+        name: [i for i in range(STEPS) if i not in fresh and change(i, name) <= THRESHOLD]
+        for name in ("cond", "uncond")
+    }
 
 
 def fb_gathers(sim, rank: int) -> list:
     """The group sums' all_gathers of `rank`: float32 (branches, 2)."""
-    return [c for c in sim.ledger.calls[rank] if c.op == "all_gather" and c.tensors[0][1] == "float32"
-            and len(c.tensors[0][0]) == 2 and c.tensors[0][0][1] == 2 and c.values is not None]
+    return [
+        c
+        for c in sim.ledger.calls[rank]
+        if c.op == "all_gather"
+        and c.tensors[0][1] == "float32"
+        and len(c.tensors[0][0]) == 2
+        and c.tensors[0][0][1] == 2
+        and c.values is not None
+    ]
 
 
 def check(sim, **rules):
@@ -125,8 +136,7 @@ def check(sim, **rules):
     assert not problems, "\n".join(problems[:12])
 
 
-FB_MESHES = [("cp2", []), ("dp2", []), ("dp2_cp2", []),
-             ("cp2", ["memory=sharded"]), ("dp2", ["memory=sharded"])]
+FB_MESHES = [("cp2", []), ("dp2", []), ("dp2_cp2", []), ("cp2", ["memory=sharded"]), ("dp2", ["memory=sharded"])]
 
 
 @pytest.mark.parametrize("mesh,extra", FB_MESHES, ids=[" ".join([m, *e]) for m, e in FB_MESHES])
@@ -141,8 +151,13 @@ def test_first_block_cache_ranks_decide_together(request, mesh, extra):
     # they must run the same block passes), as a (2, 2) sum over the world
     lockstep = cfg_parallel and "memory=sharded" in extra
     sums_shape = (2, 2) if lockstep or not cfg_parallel else (1, 2)
-    sim = simulate([f"mesh={mesh}", "cache=fbcache", f"steps={STEPS}", *extra], world, files,
-                   first_block_metric=planted_metric(mesh), decode=False)
+    sim = simulate(
+        [f"mesh={mesh}", "cache=fbcache", f"steps={STEPS}", *extra],
+        world,
+        files,
+        first_block_metric=planted_metric(mesh),
+        decode=False,
+    )
     # the one sync First-Block Cache costs: its float64 group sums, read once a step
     check(sim, host_decision=sums_shape, **({"at_least": {"Stream": 1}} if "memory=sharded" in extra else {}))
     want = expected_skips(sim.ranks[0].info)
@@ -171,8 +186,13 @@ def test_ranks_deciding_on_their_own_shard_are_caught(files, monkeypatch):
     from parallel_wan.backends.torch.exchanges import MeshExchanges
 
     monkeypatch.setattr(MeshExchanges, "sum_to_host", lambda self, local, axis: local.double().cpu().numpy())
-    sim = simulate(["mesh=cp2", "cache=fbcache", f"steps={STEPS}"], 2, files, first_block_metric=planted_metric("cp2"),
-                   decode=False)
+    sim = simulate(
+        ["mesh=cp2", "cache=fbcache", f"steps={STEPS}"],
+        2,
+        files,
+        first_block_metric=planted_metric("cp2"),
+        decode=False,
+    )
     problems = sim.problems()
     assert problems and all("group (0, 1)" in p for p in problems), problems
     skipped = [run.info["cache"]["skipped"] for run in sim.ranks]
@@ -192,8 +212,9 @@ def test_host_planned_cache(request, kind, mesh, extra):
     world = degrees["dp"] * degrees["cp"]
     # magcache on the tiny model: the T2V-A14B curve at threshold 0.3 skips within 7 steps;
     # taylorseer: warm-up 2, interval 2 predicts from the third step of each expert
-    settings = ["cache.threshold=0.3", "cache.retention=0"] if kind == "magcache" else \
-        ["cache.warmup=2", "cache.interval=2"]
+    settings = (
+        ["cache.threshold=0.3", "cache.retention=0"] if kind == "magcache" else ["cache.warmup=2", "cache.interval=2"]
+    )
     sim = simulate([f"mesh={mesh}", f"cache={kind}", f"steps={STEPS}", *settings, *extra], world, files, decode=False)
     check(sim, **({"at_least": {"Stream": 1}} if extra else {}))  # the loop stays quiet: no host sync
     records = [run.info["cache"] for run in sim.ranks]
@@ -209,9 +230,15 @@ def test_magcache_calibration_exchanges_are_nccl_legal(files):
     int8 skip logs meet over dp — dtypes NCCL has (the harness refuses the others). A
     calibration run measures: it reads each step's ratio sums on the host, so the quiet-loop
     rule does not apply."""
-    sim = simulate(["mesh=dp2_cp2", "cache=magcache", "cache.calibrate=true", "cache.threshold=0",
-                    f"steps={STEPS}"], 4, files, decode=False)
+    sim = simulate(
+        ["mesh=dp2_cp2", "cache=magcache", "cache.calibrate=true", "cache.threshold=0", f"steps={STEPS}"],
+        4,
+        files,
+        decode=False,
+    )
     assert sim.problems() == [] and one_gpu_per_rank(sim) == []
     for r in range(4):
-        dp_gathers = [c.tensors[0] for c in sim.ledger.calls[r] if c.op == "all_gather" and c.group == (r % 2, r % 2 + 2)]
+        dp_gathers = [
+            c.tensors[0] for c in sim.ledger.calls[r] if c.op == "all_gather" and c.group == (r % 2, r % 2 + 2)
+        ]
         assert ((STEPS, 1), "int8", f"cuda:{r}") in dp_gathers and ((STEPS, 1), "float64", f"cuda:{r}") in dp_gathers

@@ -5,16 +5,25 @@ asking for CUDA where there is none stops in one line — each before anything l
 import pytest
 import torch
 import torch.distributed as dist
-
 from harness.fakegpu.checks import one_gpu_per_rank
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
 from harness.fakegpu.simulate import simulate
+
 from parallel_wan.backends.torch.world import pick_device
 from parallel_wan.config import ConfigError
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-               "JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES")
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "JAX_COORDINATOR_ADDRESS",
+    "TPU_WORKER_HOSTNAMES",
+)
 
 
 def test_pick_device_rules_on_eight_gpus():
@@ -63,15 +72,22 @@ def _start_torch(monkeypatch, capsys, overrides, env):
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_cuda_index_under_two_ranks_is_refused_before_loading(monkeypatch, capsys, rank):
-    env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": "29511"}
+    env = {
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29511",
+    }
     with fake_gpus(FakeCudaRuntime(devices=2)):
         code, err = _start_torch(monkeypatch, capsys, ["mesh=cp2", "device=cuda:1", "steps=1"], env)
     assert code == 2
     if rank == 0:  # one process says why, in one line naming the setting, the value and the fix
-        assert err == ["parallel_wan: error: device=cuda:1 with 2 processes would put every rank on GPU 1; "
-                       "use device=cuda (or auto): each rank takes cuda:LOCAL_RANK (choose GPUs with "
-                       "CUDA_VISIBLE_DEVICES)"]
+        assert err == [
+            "parallel_wan: error: device=cuda:1 with 2 processes would put every rank on GPU 1; "
+            "use device=cuda (or auto): each rank takes cuda:LOCAL_RANK (choose GPUs with "
+            "CUDA_VISIBLE_DEVICES)"
+        ]
     else:
         assert err == []
 
@@ -79,5 +95,7 @@ def test_cuda_index_under_two_ranks_is_refused_before_loading(monkeypatch, capsy
 def test_cuda_on_a_machine_without_cuda_stops_in_one_line(monkeypatch, capsys):
     code, err = _start_torch(monkeypatch, capsys, ["device=cuda", "steps=1"], {})
     assert code == 2
-    assert err == ["parallel_wan: error: device=cuda but this machine has no CUDA device torch can use; "
-                   "use device=cpu or device=auto"]
+    assert err == [
+        "parallel_wan: error: device=cuda but this machine has no CUDA device torch can use; "
+        "use device=cpu or device=auto"
+    ]

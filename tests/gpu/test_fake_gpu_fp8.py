@@ -1,5 +1,6 @@
 """quantize=fp8 on fake H100 (sm_90) and B200 (sm_100) GPUs: quant_compute=fp8 (and auto under
-compile=true — eager W8A8 measured slower than bf16 on an H200, so auto widens then) runs every block linear of the loop is one aten._scaled_mm on the GPU (torch's meta kernel,
+compile=true — eager W8A8 measured slower than bf16 on an H200, so auto widens then) runs every block linear of the
+loop is one aten._scaled_mm on the GPU (torch's meta kernel,
 what FakeTensorMode runs, enforces row-major A, column-major B and float32 scales, as cuBLASLt
 does), the loop stays quiet (no host read or copy per layer) — eagerly, under memory=sharded, and
 compiled. The layer's numbers are tests/unit/test_fp8_gemm.py's."""
@@ -39,8 +40,9 @@ def test_fp8_runs_every_block_linear_as_an_fp8_gemm(files, capability):
 
 @pytest.mark.slow  # two fake ranks
 def test_sharded_fp8_gathers_quantized_bytes_and_multiplies_in_fp8(files):
-    sim = simulate(["quantize=fp8", "quant_compute=fp8", "steps=2", "mesh=cp2", "memory=sharded"], 2, files,
-                   decode=False)
+    sim = simulate(
+        ["quantize=fp8", "quant_compute=fp8", "steps=2", "mesh=cp2", "memory=sharded"], 2, files, decode=False
+    )
     assert not all_problems(sim, bf16=False), all_problems(sim, bf16=False)[:5]
     for rank in range(2):
         assert _scaled_mm_per_step(sim, rank) == {f"step {i}": LAYERS * LINEARS_PER_BLOCK for i in range(2)}

@@ -9,10 +9,9 @@ and in every one-GPU run; the other runs leave it out."""
 import os
 
 import pytest
-
 from harness.fakegpu.checks import all_problems, attention_kernels
-from harness.fakegpu.simulate import BLACKWELL, HOPPER, simulate
 from harness.fakegpu.meshes import mesh_degrees
+from harness.fakegpu.simulate import BLACKWELL, HOPPER, simulate
 from harness.paths import REPO
 
 CONF = os.path.join(REPO, "conf")
@@ -65,8 +64,11 @@ for _mesh in MESHES:
 
 # Half the presets on sm_90, half on sm_100: the kernel choice is checked on both GPUs without
 # running every mesh twice.
-@pytest.mark.parametrize("mesh,capability", [(m, (HOPPER, BLACKWELL)[i % 2]) for i, m in enumerate(MESHES)],
-                         ids=lambda v: v if isinstance(v, str) else f"sm_{v[0]}{v[1]}")
+@pytest.mark.parametrize(
+    "mesh,capability",
+    [(m, (HOPPER, BLACKWELL)[i % 2]) for i, m in enumerate(MESHES)],
+    ids=lambda v: v if isinstance(v, str) else f"sm_{v[0]}{v[1]}",
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_every_mesh_preset(files, mesh, capability):
     degrees = mesh_degrees(mesh)
@@ -95,7 +97,8 @@ def test_fp32_attention_kernel(files, capability):
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_memory_sharded(files):
-    # the decode is left out: the memory modes place the experts, not the VAE; the cp4 decode is test_every_mesh_preset's
+    # the decode is left out: the memory modes place the experts, not the VAE; the cp4 decode is
+    # test_every_mesh_preset's
     sim = simulate(["mesh=cp4", "memory=sharded"], 4, files, decode=False)
     check(sim, at_least={"Stream": 1, "Event.record": 1, "Stream.wait_event": 1})  # FSDP2's own streams
 
@@ -103,8 +106,17 @@ def test_memory_sharded(files):
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_memory_swap(files, prefetch):
     sim = simulate(["memory=swap", f"swap_prefetch_steps={prefetch}", "steps=6"], 1, files)
-    check(sim, at_least={"pin_memory": 1, "Stream": 1, "Event.record": 1, "Stream.wait_event": 1,
-                         "record_stream": 1, "stream context": 1})
+    check(
+        sim,
+        at_least={
+            "pin_memory": 1,
+            "Stream": 1,
+            "Event.record": 1,
+            "Stream.wait_event": 1,
+            "record_stream": 1,
+            "stream context": 1,
+        },
+    )
     pinned = [t for t in sim.ranks[0].recorder.loop_transfers() if t.pinned]
     assert pinned, "the low-noise expert never came in from pinned memory during the loop"
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
 from harness.fakegpu.collectives import checked_collectives, nccl_as_fake
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.errors import CollectiveError, FakeCudaError
@@ -121,6 +120,10 @@ def test_the_ledger_catches_ranks_that_disagree():
     assert "call #0: ranks disagree" in problems
     assert "call counts differ" in problems
     assert "sent ((3,), 'float32'), received into ((5,), 'float32')" in problems
-    consistent = Ledger(calls={0: [Call("all_reduce", (0, 1), (((4,), "float32", "cuda:0"),))],
-                               1: [Call("all_reduce", (0, 1), (((4,), "float32", "cuda:1"),))]})
+    consistent = Ledger(
+        calls={
+            0: [Call("all_reduce", (0, 1), (((4,), "float32", "cuda:0"),))],
+            1: [Call("all_reduce", (0, 1), (((4,), "float32", "cuda:1"),))],
+        }
+    )
     assert consistent.mismatches() == []

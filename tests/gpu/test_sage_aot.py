@@ -37,10 +37,16 @@ def test_sage_kernels_compile_to_cubins(arch):
         sage_kernel._int8_attention,
         {"Q": "*i8", "K": "*i8", "V": "*fp16", "Q_scale": "*fp32", "K_scale": "*fp32", "Out": "*bf16", "Lse": "*fp32"},
         {"H": HEADS, "HEAD_DIM": HEAD_DIM, "BLOCK_M": sage_kernel.BLOCK_M, "BLOCK_N": sage_kernel.BLOCK_N},
-        arch, num_warps=8, num_stages=4)  # launch_attention's settings at head_dim 128
-    quantize = _compile(quant_per_block_int8_kernel,
-                        {"Input": "*bf16", "Output": "*i8", "Scale": "*fp32", "sm_scale": "fp32"},
-                        {"C": HEAD_DIM, "BLK": sage_kernel.BLOCK_M}, arch)
+        arch,
+        num_warps=8,
+        num_stages=4,
+    )  # launch_attention's settings at head_dim 128
+    quantize = _compile(
+        quant_per_block_int8_kernel,
+        {"Input": "*bf16", "Output": "*i8", "Scale": "*fp32", "sm_scale": "fp32"},
+        {"C": HEAD_DIM, "BLK": sage_kernel.BLOCK_M},
+        arch,
+    )
     for kernel in (attention, quantize):
         assert f".target sm_{arch}a" in kernel.asm["ptx"]
         assert len(kernel.asm["cubin"]) > 0

@@ -14,13 +14,12 @@ happens only at run time on a TPU (HBM fragmentation, libtpu's runtime reservati
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 import pytest
+from harness.jax_devices import require_eight_devices
 
 from benchmarks.tpu_aot import GB, compile_model, report, run_spec, shapes_of  # noqa: E402 (also sets libtpu's lock off)
-from harness.jax_devices import require_eight_devices
 from parallel_wan.backends.jax import aot
 
 pytestmark = pytest.mark.aot
@@ -77,7 +76,9 @@ def test_weights_per_chip_are_what_the_planner_counts(compiled):
 def test_every_phase_fits_a_v5p_chip(compiled):
     chip = compiled["chip"]
     for phase, value in chip.items():
-        assert value < CHIP_BYTES, f"{compiled['spec'].model.name} {phase}: {value / GB:.2f} GB per chip > {CHIP_BYTES / GB:g} GB"
+        assert value < CHIP_BYTES, (
+            f"{compiled['spec'].model.name} {phase}: {value / GB:.2f} GB per chip > {CHIP_BYTES / GB:g} GB"
+        )
     # Activations: XLA's temporaries for the whole step stay within a factor of the planner's
     # loop activations (it plans the eager torch loop; XLA fuses and reuses buffers).
     temp = compiled["programs"]["step"].memory()["temp"]
@@ -95,8 +96,10 @@ def test_a14b_fp8_weights_are_half_per_chip_in_xlas_numbers(v5p):
     fp8 = aot.transformer_params(tshapes, mesh, "bfloat16", False, "fp8")
     step = aot.compile_step(tcfg, fp8, mesh, aot.step_shapes(spec, tcfg, vcfg)[1], "bfloat16", False, effort=EFFORT)
     memory = step.memory()
-    print(f"\nA14B fp8 on v5p dp2_cp4: XLA step arguments {memory['argument'] / GB:.2f} GB per chip (bf16 expert "
-          f"{bf16 / GB:.2f} GB), temporaries {memory['temp'] / GB:.2f} GB, compiled in {step.seconds:.0f} s")
+    print(
+        f"\nA14B fp8 on v5p dp2_cp4: XLA step arguments {memory['argument'] / GB:.2f} GB per chip (bf16 expert "
+        f"{bf16 / GB:.2f} GB), temporaries {memory['temp'] / GB:.2f} GB, compiled in {step.seconds:.0f} s"
+    )
     assert aot.per_device_bytes(fp8) <= memory["argument"] <= aot.per_device_bytes(fp8) + 0.1 * GB
     assert 0.5 < memory["argument"] / bf16 < 0.53  # the block linears are ~98 % of the expert's bytes
     assert "f8e4m3fn" in step.text()  # the weights enter as float8 and are widened inside the program
@@ -120,12 +123,25 @@ def test_abstract_arguments_are_the_ones_the_run_passes():
         backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
         host = unflatten({n: np.zeros(s, np.float32) for n, s in tshapes.items()})
         placed = backend.place(host, spec.execution.dtype, dit.keeps_fp32)
-        latent = (1, tcfg.out_channels, 2, spec.video.height // vcfg.scale_factor_spatial, spec.video.width // vcfg.scale_factor_spatial)
+        latent = (
+            1,
+            tcfg.out_channels,
+            2,
+            spec.video.height // vcfg.scale_factor_spatial,
+            spec.video.width // vcfg.scale_factor_spatial,
+        )
         grid = dit.patch_grid(tcfg, latent)
         shards = SequenceShards(int(np.prod(grid)), spec.mesh.cp)
         context = backend.to_device(np.zeros((2, tcfg.text_len, tcfg.text_dim), np.float32), spec.execution.dtype)
-        task = DenoiseTask({"expert": (tcfg, placed)}, context, 1, RankWork(shards, None, (0,), None), grid,
-                           spec.uses_guidance, per_token_timestep=spec.model.task == "ti2v")
+        task = DenoiseTask(
+            {"expert": (tcfg, placed)},
+            context,
+            1,
+            RankWork(shards, None, (0,), None),
+            grid,
+            spec.uses_guidance,
+            per_token_timestep=spec.model.task == "ti2v",
+        )
         predictor = backend.noise_predictor(task)
         x = predictor.shard(np.zeros((1, shards.padded, int(np.prod(tcfg.patch_size)) * tcfg.out_channels), np.float32))
         real = predictor._inputs("expert", x, 0.0, 1.0)

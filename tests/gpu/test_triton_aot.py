@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import time
 
+import harness.aot_triton as aot_triton
 import pytest
 import torch
 
-import harness.aot_triton as aot_triton
-from parallel_wan.backends.torch import fp8_gemm
-from parallel_wan.backends.torch import ops as torch_ops
+from parallel_wan.backends.torch import fp8_gemm, ops as torch_ops
 from parallel_wan.backends.torch.attention import attention_with_lse
+from parallel_wan.memory_plan import transformer_shapes
 from parallel_wan.models import transformer as dit
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.memory_plan import transformer_shapes
 from parallel_wan.weights.quantize import quantizable, scale_name
 from parallel_wan.weights.tree import unflatten
 
@@ -44,7 +43,7 @@ def compile_block(gpu: aot_triton.Gpu, fp8: bool = False):
     linears stored as float8 with per-channel scales and multiplied by quant_compute=fp8's W8A8
     path (backends/torch/fp8_gemm.py): the per-token activation quantization is generated code."""
     cfg = A14B
-    shapes = {n[len("blocks.0."):]: s for n, s in transformer_shapes(cfg).items() if n.startswith("blocks.0.")}
+    shapes = {n[len("blocks.0.") :]: s for n, s in transformer_shapes(cfg).items() if n.startswith("blocks.0.")}
     with aot_triton.compiling_for(gpu) as kernels:
         bf16 = torch.bfloat16
 
@@ -72,8 +71,10 @@ def compile_block(gpu: aot_triton.Gpu, fp8: bool = False):
 def compiled(request):
     t0 = time.perf_counter()
     out, kernels = compile_block(request.param)
-    print(f"\n{request.param.name}: {len(kernels)} Triton kernels, {sum(k.cubin_bytes for k in kernels) / 1e3:.0f} kB "
-          f"of cubin, in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"\n{request.param.name}: {len(kernels)} Triton kernels, {sum(k.cubin_bytes for k in kernels) / 1e3:.0f} kB "
+        f"of cubin, in {time.perf_counter() - t0:.0f} s"
+    )
     return request.param, out, kernels
 
 

@@ -70,8 +70,23 @@ def load_cuda_guard(cache_dir: str | None = None) -> None:
         src = os.path.join(cache_dir, "fake_cuda_guard.cpp")
         with open(src, "w") as f:
             f.write(_GUARD_SRC)
-        subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-std=c++17", f"-I{torch_dir}/include", src,
-                        f"-L{torch_dir}/lib", "-lc10", f"-Wl,-rpath,{torch_dir}/lib", "-o", so + ".tmp"], check=True)
+        subprocess.run(
+            [
+                "g++",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-std=c++17",
+                f"-I{torch_dir}/include",
+                src,
+                f"-L{torch_dir}/lib",
+                "-lc10",
+                f"-Wl,-rpath,{torch_dir}/lib",
+                "-o",
+                so + ".tmp",
+            ],
+            check=True,
+        )
         os.replace(so + ".tmp", so)
     ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL)
     _guard_loaded = True
@@ -92,8 +107,9 @@ class _Properties:
 
 
 def _set(patches: list, owner, name: str, value) -> None:
-    patches.append((owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type)
-                    else getattr(owner, name, _MISSING)))
+    patches.append(
+        (owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING))
+    )
     setattr(owner, name, value)
 
 
@@ -106,9 +122,16 @@ def _triton_driver(gpu: Gpu):
 
     class Utils:
         def get_device_properties(self, device):
-            return {"max_shared_mem": gpu.shared_memory, "multiprocessor_count": gpu.sms, "max_num_regs": 65536,
-                    "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000, "mem_bus_width": 5120,
-                    "max_threads_per_block": 1024}
+            return {
+                "max_shared_mem": gpu.shared_memory,
+                "multiprocessor_count": gpu.sms,
+                "max_num_regs": 65536,
+                "warpSize": 32,
+                "sm_clock_rate": 1980000,
+                "mem_clock_rate": 2619000,
+                "mem_bus_width": 5120,
+                "max_threads_per_block": 1024,
+            }
 
         def load_binary(self, name, kernel, shared, device):
             raise RuntimeError(f"no GPU: kernel {name} compiled but cannot be loaded")
@@ -157,36 +180,56 @@ def _record_instead_of_launch(kernels: list, patches: list) -> None:
             binary = result.kernel
             ptx = binary.asm.get("ptx", "")
             arch = next((line.split()[1] for line in ptx.splitlines() if line.startswith(".target")), "?")
-            kernels.append(Kernel(binary.name, f"{binary.metadata.target.backend}:{binary.metadata.target.arch}",
-                                  arch, len(binary.asm.get("cubin", b"")), ptx.count("e4m3")))
+            kernels.append(
+                Kernel(
+                    binary.name,
+                    f"{binary.metadata.target.backend}:{binary.metadata.target.arch}",
+                    arch,
+                    len(binary.asm.get("cubin", b"")),
+                    ptx.count("e4m3"),
+                )
+            )
         self.launchers = []
 
     _set(patches, th.CachingAutotuner, "_make_launchers", _make_launchers)
     _set(patches, th.CachingAutotuner, "run", lambda self, *args, **kwargs: None)
     # The generated wrapper allocates through a C++ fast path that bypasses the dispatcher (and
     # so the fake mode): route it through the ordinary ops.
-    _set(patches, guards, "_empty_strided_cuda",
-         lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device="cuda"))
-    _set(patches, guards, "_reinterpret_tensor",
-         lambda t, size, stride, offset=0: torch.as_strided(t, size, stride, t.storage_offset() + offset))
+    _set(
+        patches,
+        guards,
+        "_empty_strided_cuda",
+        lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device="cuda"),
+    )
+    _set(
+        patches,
+        guards,
+        "_reinterpret_tensor",
+        lambda t, size, stride, offset=0: torch.as_strided(t, size, stride, t.storage_offset() + offset),
+    )
     _set(patches, torch._C, "_cuda_getCurrentRawStream", lambda device: 0)
 
 
 # Inductor's per-process caches of what the device is; cleared so one process can compile for
 # several GPUs in turn.
-_DEVICE_CACHES = (("torch._inductor.runtime.hints", "DeviceProperties.create"), ("torch._inductor.utils", "is_big_gpu"),
-                  ("torch._inductor.utils", "get_max_num_sms"), ("torch._inductor.kernel.mm", "_is_sm7x_or_older_gpu"),
-                  ("torch._inductor.codegen.cuda.cuda_env", "get_cuda_arch"),
-                  ("torch._inductor.codegen.cuda.cuda_env", "is_datacenter_blackwell_arch"),
-                  ("torch._inductor.comm_analysis", "get_gpu_type"),
-                  # Whether triton can run here: cached per process, so a CPU test that compiled
-                  # earlier in the same session left "no" behind (TritonMissing in a full run).
-                  ("torch.utils._triton", "has_triton"), ("torch.utils._triton", "has_triton_tma_device"),
-                  ("torch.utils._triton", "has_triton_tma"),
-                  ("torch.utils._triton", "has_datacenter_blackwell_tma_device"),
-                  ("torch.utils._triton", "has_triton_tensor_descriptor_host_tma"),
-                  ("torch.utils._triton", "has_triton_experimental_host_tma"),
-                  ("torch.utils._triton", "_device_supports_tma"))
+_DEVICE_CACHES = (
+    ("torch._inductor.runtime.hints", "DeviceProperties.create"),
+    ("torch._inductor.utils", "is_big_gpu"),
+    ("torch._inductor.utils", "get_max_num_sms"),
+    ("torch._inductor.kernel.mm", "_is_sm7x_or_older_gpu"),
+    ("torch._inductor.codegen.cuda.cuda_env", "get_cuda_arch"),
+    ("torch._inductor.codegen.cuda.cuda_env", "is_datacenter_blackwell_arch"),
+    ("torch._inductor.comm_analysis", "get_gpu_type"),
+    # Whether triton can run here: cached per process, so a CPU test that compiled
+    # earlier in the same session left "no" behind (TritonMissing in a full run).
+    ("torch.utils._triton", "has_triton"),
+    ("torch.utils._triton", "has_triton_tma_device"),
+    ("torch.utils._triton", "has_triton_tma"),
+    ("torch.utils._triton", "has_datacenter_blackwell_tma_device"),
+    ("torch.utils._triton", "has_triton_tensor_descriptor_host_tma"),
+    ("torch.utils._triton", "has_triton_experimental_host_tma"),
+    ("torch.utils._triton", "_device_supports_tma"),
+)
 
 
 def _clear_device_caches() -> None:
@@ -206,9 +249,13 @@ def _scaled_mm_out_on_meta():
     lib = torch.library.Library("aten", "IMPL")
 
     def out_variant(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False, *, out):
-        result = torch.ops.aten._scaled_mm.default(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
-        torch._check(out.shape == result.shape and out.dtype == result.dtype,
-                     lambda: f"_scaled_mm.out into {tuple(out.shape)} {out.dtype}, result {tuple(result.shape)} {result.dtype}")
+        result = torch.ops.aten._scaled_mm.default(
+            a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum
+        )
+        torch._check(
+            out.shape == result.shape and out.dtype == result.dtype,
+            lambda: f"_scaled_mm.out into {tuple(out.shape)} {out.dtype}, result {tuple(result.shape)} {result.dtype}",
+        )
         return out
 
     lib.impl("_scaled_mm.out", out_variant, "Meta")
@@ -230,29 +277,43 @@ def compiling_for(gpu: Gpu):
     kernels: list[Kernel] = []
     cuda = torch.cuda
     for name, value in {
-        "is_available": lambda: True, "is_initialized": lambda: True, "device_count": lambda: 1,
-        "current_device": lambda: 0, "set_device": lambda device: None,
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": lambda device: None,
         "get_device_capability": lambda device=None: gpu.capability,
         "get_device_properties": lambda device=None: _Properties(gpu, 0),
         "_get_device_properties": lambda device=None: _Properties(gpu, 0),
         "get_device_name": lambda device=None: gpu.name,
-        "_exchange_device": lambda index: 0, "_maybe_exchange_device": lambda index: 0,
+        "_exchange_device": lambda index: 0,
+        "_maybe_exchange_device": lambda index: 0,
         "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
-        "set_rng_state": lambda state, device="cuda": None, "synchronize": lambda device=None: None,
+        "set_rng_state": lambda state, device="cuda": None,
+        "synchronize": lambda device=None: None,
     }.items():
         _set(patches, cuda, name, value)
     _set(patches, FakeTensorMode, "avoid_device_init", property(lambda self: True))
     _record_instead_of_launch(kernels, patches)
     scaled_mm_out = _scaled_mm_out_on_meta()
     restore_driver = _triton_driver(gpu)
-    config = {"compile_threads": 1, "fx_graph_cache": False, "autotune_local_cache": False,
-              "joint_graph_constant_folding": False, "freezing": False, "max_autotune": False,
-              "use_static_cuda_launcher": False,
-              # pad_mm decides by timing real matmuls on the device (none here); off, matmul
-              # shapes stay as the model has them
-              "shape_padding": False}
-    with tempfile.TemporaryDirectory(prefix="triton_aot_") as cache, \
-            inductor_config.patch(config), _environ(TRITON_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache):
+    config = {
+        "compile_threads": 1,
+        "fx_graph_cache": False,
+        "autotune_local_cache": False,
+        "joint_graph_constant_folding": False,
+        "freezing": False,
+        "max_autotune": False,
+        "use_static_cuda_launcher": False,
+        # pad_mm decides by timing real matmuls on the device (none here); off, matmul
+        # shapes stay as the model has them
+        "shape_padding": False,
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="triton_aot_") as cache,
+        inductor_config.patch(config),
+        _environ(TRITON_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache),
+    ):
         torch._dynamo.reset()
         _clear_device_caches()
         try:

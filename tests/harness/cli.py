@@ -9,6 +9,7 @@ import sys
 import numpy as np
 
 from harness.paths import REPO
+
 PROMPT = "a cat runs on the beach at sunset"
 NEGATIVE = "blurred static ugly"
 SEED = 1234
@@ -18,7 +19,10 @@ STEPS, NUM_FRAMES, HEIGHT, WIDTH = 4, 9, 64, 64
 def run_cli(out, *overrides):
     proc = subprocess.run(
         [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
@@ -26,8 +30,18 @@ def run_cli(out, *overrides):
 
 def common(ckpt, **extra):
     """Hydra overrides for a small fp32 run that saves its frames."""
-    args = dict(checkpoint_dir=ckpt, prompt=PROMPT, negative_prompt=NEGATIVE, seed=SEED, steps=STEPS,
-                num_frames=NUM_FRAMES, height=HEIGHT, width=WIDTH, dtype="float32", save_frames="true")
+    args = dict(
+        checkpoint_dir=ckpt,
+        prompt=PROMPT,
+        negative_prompt=NEGATIVE,
+        seed=SEED,
+        steps=STEPS,
+        num_frames=NUM_FRAMES,
+        height=HEIGHT,
+        width=WIDTH,
+        dtype="float32",
+        save_frames="true",
+    )
     args.update(extra)
     return [f"{k}={v}" if " " not in str(v) else f"{k}='{v}'" for k, v in args.items()]
 
@@ -64,7 +78,8 @@ def run_in_process(out, *overrides) -> str:
 def run(out, ckpt, **overrides):
     """Our frames, sidecar and log for a run with `common` settings plus `overrides` (in process)."""
     logged = run_in_process(out, *common(ckpt, **overrides))
-    return {"frames": np.load(out / "frames.npy"), "sidecar": json.loads((out / "video.json").read_text()),
-            "stderr": logged}
-
-
+    return {
+        "frames": np.load(out / "frames.npy"),
+        "sidecar": json.loads((out / "video.json").read_text()),
+        "stderr": logged,
+    }

@@ -23,17 +23,30 @@ def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None
     from PIL import Image
 
     components = dict(
-        tokenizer=model.tokenizer, text_encoder=model.text_encoder, vae=model.vae,
+        tokenizer=model.tokenizer,
+        text_encoder=model.text_encoder,
+        vae=model.vae,
         scheduler=scheduler or UniPCMultistepScheduler.from_config(model.scheduler_config),
-        transformer=model.transformer, transformer_2=model.transformer_2, boundary_ratio=model.boundary_ratio,
+        transformer=model.transformer,
+        transformer_2=model.transformer_2,
+        boundary_ratio=model.boundary_ratio,
         expand_timesteps=model.kind == "ti2v",
     )
     pipeline = WanPipeline if image is None else WanImageToVideoPipeline
     if cfg_on is not None:
         pipeline = type(pipeline.__name__, (pipeline,), {"do_classifier_free_guidance": property(lambda _: cfg_on)})
-    call = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=NUM_FRAMES,
-                num_inference_steps=steps, max_sequence_length=512, output_type="np",
-                generator=torch.Generator("cpu").manual_seed(SEED), **guidance)
+    call = dict(
+        prompt=PROMPT,
+        negative_prompt=NEGATIVE,
+        height=HEIGHT,
+        width=WIDTH,
+        num_frames=NUM_FRAMES,
+        num_inference_steps=steps,
+        max_sequence_length=512,
+        output_type="np",
+        generator=torch.Generator("cpu").manual_seed(SEED),
+        **guidance,
+    )
     if image is None:
         pipe = pipeline(**components)
     else:

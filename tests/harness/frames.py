@@ -17,6 +17,7 @@ def assert_frames_close(ours, ref, max_abs=MAX_ABS):
     diff = np.abs(ours.astype(np.int16) - ref.astype(np.int16))
     assert diff.max() <= max_abs, f"max abs diff {diff.max()}, mean {diff.mean():.4f}"
 
+
 # fp32 on CPU: sharding changes only the attention's reduction order (ring's LSE merge) and
 # the batch shape of the matmuls; measured ≤ 1e-6 on the final latents after 3 steps.
 RTOL = 1e-5
@@ -35,11 +36,9 @@ def assert_same_video(got, ref):
     return mesh
 
 
-
 def assert_same_frames(frames, ref, what):
     # cp2 changes only the attention's reduction order (≤ 1e-6 relative on the latents, see
     # test_parallel_pipeline.py): that can move a few uint8 values across a rounding edge, by 1.
     diff = np.abs(frames.astype(np.int16) - ref.astype(np.int16))
     print(f"{what}: frames max abs diff {diff.max()} ({(diff > 0).sum()} of {diff.size} values)")
     assert frames.shape == ref.shape and diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).sum())
-

@@ -13,4 +13,3 @@ def fake_host(root, *paths, vendor=None):
         with open(root + "/sys/bus/pci/devices/0000:00:04.0/vendor", "w") as f:
             f.write(vendor + "\n")
     return str(root)
-

@@ -9,8 +9,11 @@ import pytest
 def require_eight_devices() -> None:
     """Fail, not skip: these are the JAX backend's only multi-device checks."""
     if jax.device_count() < 8:
-        pytest.fail("needs 8 JAX devices; tests/conftest.py sets XLA_FLAGS=--xla_force_host_platform_device_count=8 "
-                    "before jax is imported — something imported jax earlier", pytrace=False)
+        pytest.fail(
+            "needs 8 JAX devices; tests/conftest.py sets XLA_FLAGS=--xla_force_host_platform_device_count=8 "
+            "before jax is imported — something imported jax earlier",
+            pytrace=False,
+        )
 
 
 def rel_err(a, b) -> float:

@@ -2,13 +2,12 @@
 loop's compile window (the decoder that decodes nothing is harness.no_decode)."""
 
 import jax
-from parallel_wan.backends import make_backend
-from parallel_wan.config.compose import compose_settings
-from parallel_wan.run import validate_job
-
-from parallel_wan.backends.jax.compile_log import CompileLog
 
 from harness.no_decode import NoDecode
+from parallel_wan.backends import make_backend
+from parallel_wan.backends.jax.compile_log import CompileLog
+from parallel_wan.config.compose import compose_settings
+from parallel_wan.run import validate_job
 
 BASE = ["dtype=float32", "steps=3", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48", "width=48"]
 
@@ -48,4 +47,3 @@ def generate(overrides, decode=True, monkeypatch=None, setup=None):
         window = Window(log)
         gen = run_generation(spec, backend, ckpt, progress=window)
     return gen, log, window
-

@@ -14,10 +14,31 @@ SRUN_SBATCH = os.path.join(REPO, "launchers", "slurm", "srun.sbatch")
 
 # The tiny model on CPU, small enough for seconds per run; dist_timeout_s bounds a rank
 # waiting on a peer that failed to start.
-RUN = ["steps=2", "num_frames=5", "height=64", "width=64", "dtype=float32", "save_frames=true", "dist_timeout_s=60",
-       "prompt='a dog jumps'", "seed=3"]
-LAUNCH_VARS = ("SLURM_", "TORCHELASTIC_", "JAX_", "TPU_", "MEGASCALE_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-               "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+RUN = [
+    "steps=2",
+    "num_frames=5",
+    "height=64",
+    "width=64",
+    "dtype=float32",
+    "save_frames=true",
+    "dist_timeout_s=60",
+    "prompt='a dog jumps'",
+    "seed=3",
+]
+LAUNCH_VARS = (
+    "SLURM_",
+    "TORCHELASTIC_",
+    "JAX_",
+    "TPU_",
+    "MEGASCALE_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+)
 
 
 def wait_for_log(path, pattern, proc, timeout=240):

@@ -13,8 +13,18 @@ from safetensors.torch import save_file
 from parallel_wan.builtin.tiny import transformer_config
 from parallel_wan.weights.transformer_keymap import diffusers_to_official_name
 
-BLOCK_MODULES = ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k", "attn2.to_v",
-                 "attn2.to_out.0", "ffn.net.0.proj", "ffn.net.2")
+BLOCK_MODULES = (
+    "attn1.to_q",
+    "attn1.to_k",
+    "attn1.to_v",
+    "attn1.to_out.0",
+    "attn2.to_q",
+    "attn2.to_k",
+    "attn2.to_v",
+    "attn2.to_out.0",
+    "ffn.net.0.proj",
+    "ffn.net.2",
+)
 
 
 def lora_pairs(cfg, rank: int = 4, seed: int = 0, std: float = 0.2, modules=BLOCK_MODULES) -> dict:
@@ -26,7 +36,10 @@ def lora_pairs(cfg, rank: int = 4, seed: int = 0, std: float = 0.2, modules=BLOC
     for i in range(cfg.num_layers):
         for m in modules:
             o, n = shapes.get(m, (dim, dim))
-            out[f"blocks.{i}.{m}"] = (torch.randn((rank, n), generator=g) * std, torch.randn((o, rank), generator=g) * std)
+            out[f"blocks.{i}.{m}"] = (
+                torch.randn((rank, n), generator=g) * std,
+                torch.randn((o, rank), generator=g) * std,
+            )
     return out
 
 
@@ -46,8 +59,11 @@ def write_lora(path, pairs: dict, fmt: str, alpha: float | None = None, extra: d
                 config = {"r": rank, "lora_alpha": alpha, "target_modules": sorted(pairs)}
                 metadata = {"lora_adapter_metadata": json.dumps({f"transformer.{k}": v for k, v in config.items()})}
         else:
-            stem = f"diffusion_model.{official(module)}" if fmt == "comfyui" else \
-                "lora_unet_" + official(module).replace(".", "_")
+            stem = (
+                f"diffusion_model.{official(module)}"
+                if fmt == "comfyui"
+                else "lora_unet_" + official(module).replace(".", "_")
+            )
             tensors[f"{stem}.lora_down.weight"] = down
             tensors[f"{stem}.lora_up.weight"] = up
             if alpha is not None:
@@ -71,8 +87,12 @@ def bad_file(tmp_path, kind):
         path.write_bytes(b"\xff" * 64)
         return path, ["not a readable safetensors file"]
     if kind == "unknown_key":
-        write_lora(path, pairs, "comfyui", extra={"diffusion_model.blocks.0.self_attn.zz.lora_down.weight":
-                                                  torch.zeros(4, cfg.dim)})
+        write_lora(
+            path,
+            pairs,
+            "comfyui",
+            extra={"diffusion_model.blocks.0.self_attn.zz.lora_down.weight": torch.zeros(4, cfg.dim)},
+        )
         return path, ["blocks.0.self_attn.zz.lora_down.weight", "names no module"]
     if kind == "rank_mismatch":
         down, up = pairs["blocks.0.attn1.to_q"]
@@ -86,8 +106,12 @@ def bad_file(tmp_path, kind):
         save_file({f"diffusion_model.{official('blocks.0.attn1.to_q')}.lora_down.weight": down}, str(path))
         return path, ["no lora_B/lora_up partner"]
     if kind == "dora":
-        write_lora(path, pairs, "peft", extra={"transformer.blocks.0.attn1.to_q.lora_magnitude_vector.dora_scale":
-                                               torch.ones(cfg.dim)})
+        write_lora(
+            path,
+            pairs,
+            "peft",
+            extra={"transformer.blocks.0.attn1.to_q.lora_magnitude_vector.dora_scale": torch.ones(cfg.dim)},
+        )
         return path, ["DoRA"]
     if kind == "pickle_with_code":
         path = tmp_path / "lora.pth"
@@ -96,4 +120,3 @@ def bad_file(tmp_path, kind):
         path.write_bytes(pickle.dumps(print))
         return path, ["torch.load(weights_only=True)"]
     raise ValueError(kind)
-

@@ -17,14 +17,19 @@ from types import SimpleNamespace
 import numpy as np
 
 from parallel_wan.backends.contract import Backend, NoisePredictor, VideoDecoder
-from parallel_wan.models import transformer as dit
-from parallel_wan.models import vae
+from parallel_wan.models import transformer as dit, vae
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.parallel.cfg_rows import both_halves, context_rows, guided
 from parallel_wan.report.frames import to_uint8_frames
 
-_DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int64": np.int64,
-           "int32": np.int32, "uint8": np.uint8}
+_DTYPES = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "uint8": np.uint8,
+}
 
 
 def _np(x):
@@ -93,8 +98,9 @@ ops = SimpleNamespace(
     broadcast_to=lambda x, shape: np.broadcast_to(x, tuple(shape)),
     concat=lambda xs, axis: np.concatenate(list(xs), axis=axis),
     stack=lambda xs, axis=0: np.stack(list(xs), axis=axis),
-    split=lambda x, sizes, axis: (np.split(x, sizes, axis=axis) if isinstance(sizes, int)
-                                  else np.split(x, np.cumsum(sizes)[:-1], axis=axis)),
+    split=lambda x, sizes, axis: (
+        np.split(x, sizes, axis=axis) if isinstance(sizes, int) else np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+    ),
     pad=lambda x, widths, value=0.0: np.pad(x, list(widths), constant_values=value),
     repeat=lambda x, repeats, axis: np.repeat(x, repeats, axis=axis),
     tile=np.tile,
@@ -109,17 +115,21 @@ ops = SimpleNamespace(
     cos=np.cos,
     silu=lambda x: (x / (1.0 + np.exp(-x))).astype(x.dtype),
     gelu=lambda x, approximate=False: (
-        (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))) if approximate
-        else (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))).astype(x.dtype),
-    softmax=lambda x, axis=-1: np.exp(x - x.max(axis, keepdims=True)) / np.exp(x - x.max(axis, keepdims=True)).sum(
-        axis, keepdims=True),
+        (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))))
+        if approximate
+        else (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))))
+    ).astype(x.dtype),
+    softmax=lambda x, axis=-1: (
+        np.exp(x - x.max(axis, keepdims=True)) / np.exp(x - x.max(axis, keepdims=True)).sum(axis, keepdims=True)
+    ),
     matmul=np.matmul,
     einsum=lambda spec, *xs: np.einsum(spec, *xs),
     linear=lambda x, w, b=None: (x @ w.T + (0 if b is None else b)).astype(x.dtype),
     dense=lambda x, layer: (x @ layer["weight"].T + layer.get("bias", 0)).astype(x.dtype),  # no quantized weights here
     layer_norm=lambda x, w=None, b=None, eps=1e-6: _layer_norm(x, w, b, eps),
-    rms_norm=lambda x, w=None, eps=1e-6: (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
-                                          * (1 if w is None else w)).astype(x.dtype),
+    rms_norm=lambda x, w=None, eps=1e-6: (
+        x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * (1 if w is None else w)
+    ).astype(x.dtype),
     l2_normalize=lambda x, axis, eps=1e-12: x / np.maximum(np.sqrt((x * x).sum(axis, keepdims=True)), eps),
     conv3d=lambda x, w, b=None, stride=(1, 1, 1), padding=(0, 0, 0): _conv(x, w, b, stride, padding),
     conv2d=lambda x, w, b=None, stride=(1, 1), padding=(0, 0): _conv(x, w, b, stride, padding),
@@ -162,9 +172,12 @@ class NumpyDecoder(VideoDecoder):
         self.params, self.cfg = params, cfg
 
     def __call__(self, latents):
-        return [to_uint8_frames(vae.decode(self.params, vae.denormalize_latents(latents[i:i + 1], self.cfg, ops),
-                                           ops, self.cfg), ops)
-                for i in range(latents.shape[0])]
+        return [
+            to_uint8_frames(
+                vae.decode(self.params, vae.denormalize_latents(latents[i : i + 1], self.cfg, ops), ops, self.cfg), ops
+            )
+            for i in range(latents.shape[0])
+        ]
 
 
 class NumpyBackend(Backend):

@@ -10,5 +10,7 @@ import pytest
 def official_wan_dir() -> Path:
     spec = importlib.util.find_spec("wan")
     if spec is None or spec.origin is None:
-        pytest.fail("the official Wan 2.2 package is not installed; install it with: pip install --no-deps wan22==2.2.11")
+        pytest.fail(
+            "the official Wan 2.2 package is not installed; install it with: pip install --no-deps wan22==2.2.11"
+        )
     return Path(spec.origin).parent

@@ -37,8 +37,15 @@ def swap_probe():
                 # collector happens to run) — and a full collection per step of a test worker's
                 # heap cost the suite ~30 CPU-s.
                 low = task.experts[LOW][1]
-                seen.append((step.index, step.expert, sum(r() is not None for r in high_refs),
-                             None if isinstance(low, HostExpert) else low))
+                seen.append(
+                    (
+                        step.index,
+                        step.expert,
+                        sum(r() is not None for r in high_refs),
+                        None if isinstance(low, HostExpert) else low,
+                    )
+                )
+
             predict.before_step = before_step
             self.swap = predict.swap
             return predict
@@ -65,4 +72,3 @@ def same_tree(a, b) -> bool:
 
     a, b = dict(iter_leaves(a)), dict(iter_leaves(b))
     return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
-

@@ -32,7 +32,9 @@ from parallel_wan.weights.transformer_keymap import (
 PREFIX = "model.diffusion_model."
 BLOCK = 32
 FORMATS = ("scaled_fp8", "comfy_fp8", "comfy_int8", "lightx2v_int8", "lightx2v_fp8", "plain_bf16")
-_BLOCK_LINEAR = re.compile(r"^blocks\.\d+\.(self_attn|cross_attn)\.(q|k|v|o)\.weight$|^blocks\.\d+\.ffn\.(0|2)\.weight$")
+_BLOCK_LINEAR = re.compile(
+    r"^blocks\.\d+\.(self_attn|cross_attn)\.(q|k|v|o)\.weight$|^blocks\.\d+\.ffn\.(0|2)\.weight$"
+)
 FP8_MAX, INT8_MAX = 448.0, 127.0
 
 
@@ -76,7 +78,9 @@ def write_expert_file(path, transformer, fmt, prefix=False):
             limit = INT8_MAX if fmt == "lightx2v_int8" else FP8_MAX
             scale = w.abs().amax(dim=1, keepdim=True) / limit
             scaled = w / scale
-            tensors[name] = scaled.round().clamp(-127, 127).to(torch.int8) if limit == INT8_MAX else scaled.to(torch.float8_e4m3fn)
+            tensors[name] = (
+                scaled.round().clamp(-127, 127).to(torch.int8) if limit == INT8_MAX else scaled.to(torch.float8_e4m3fn)
+            )
             tensors[layer + ".weight_scale"] = scale
     if fmt == "scaled_fp8":
         tensors["scaled_fp8"] = torch.zeros(2, dtype=torch.float8_e4m3fn)
@@ -108,7 +112,8 @@ def dequantized_state(path):
             scale = scale.to(torch.float32)
             if scale.ndim == 2 and scale.shape[1] > 1 or scale.ndim == 2 and scale.shape[0] != w.shape[0]:
                 scale = scale.repeat_interleave(w.shape[0] // scale.shape[0], 0).repeat_interleave(
-                    w.shape[1] // scale.shape[1], 1)
+                    w.shape[1] // scale.shape[1], 1
+                )
             w = w * (scale if scale.ndim == 2 else scale.reshape(()))
         out[official_to_diffusers_name(name)] = w
     return out

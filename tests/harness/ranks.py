@@ -12,9 +12,7 @@ import sys
 import time
 
 from benchmarks.gloo_ranks import RankPool
-
 from harness.paths import REPO
-
 
 # Each world size's rank processes are spawned (and import torch and parallel_wan) once, then
 # serve every test of the module that asks for that many ranks; a failed call discards them
@@ -41,9 +39,8 @@ def free_port() -> int:
 
 def generate_on_rank(rank, world_size, overrides):
     """One rank's part of a generation; rank 0 returns its latents and frames."""
-    from parallel_wan.config.compose import compose_spec
-
     from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.config.compose import compose_spec
     from parallel_wan.launch import Launch
     from parallel_wan.pipeline import generate, preflight
 
@@ -58,8 +55,16 @@ def generate_on_rank(rank, world_size, overrides):
 
 
 def launch_rank(rank, world, port, out, extra):
-    env = {**os.environ, "PYTHONPATH": REPO, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO,
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+    }
     cmd = [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "mesh=cp2", *extra]
     return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
 
@@ -78,5 +83,3 @@ def kill_rank_one_when(event, ranks, seen, never: str, pause: float = 0.0):
         for p in ranks:
             if p.poll() is None:
                 p.kill()
-
-

@@ -32,6 +32,7 @@ def module_seconds(path: str = SECONDS_FILE) -> dict[str, float]:
 def longest_first(items, seconds: dict[str, float]) -> None:
     """Sort `items` (pytest's) by their module's measured seconds, longest first; a module's
     tests keep their order (the sort is stable and the key is the module's)."""
+
     def key(item):
         module = item.nodeid.split("::", 1)[0]
         return -seconds.get(module, 0.0)

@@ -11,8 +11,16 @@ from benchmarks.servers import ServerProcesses
 
 # The tiny model, small and fp32 (the CLI's reference settings: harness.cli), a dead peer
 # noticed within a minute.
-SETTINGS = ["model=tiny", "dtype=float32", "steps=4", "num_frames=9", "height=64", "width=64", "save_frames=true",
-            "dist_timeout_s=60"]
+SETTINGS = [
+    "model=tiny",
+    "dtype=float32",
+    "steps=4",
+    "num_frames=9",
+    "height=64",
+    "width=64",
+    "save_frames=true",
+    "dist_timeout_s=60",
+]
 KEY = "test-key-0123456789"
 
 

@@ -18,14 +18,20 @@ def environment_venv(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     user = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
     paths = [p for p in [*site.getsitepackages(), *user] if os.path.isdir(p)]
     # Sorted after the editable install's own .pth: the venv's package is found first.
     (pathlib.Path(own) / "~environment.pth").write_text("\n".join(paths) + "\n")
     pip = venv / "bin" / "pip"
-    pip.write_text(f'#!/bin/sh\nif [ "$1" = install ]; then shift; set -- install --no-index --no-build-isolation "$@"; fi\n'
-                   f'exec "{python}" -m pip "$@"\n')
+    pip.write_text(
+        f'#!/bin/sh\nif [ "$1" = install ]; then shift; set -- install --no-index --no-build-isolation "$@"; fi\n'
+        f'exec "{python}" -m pip "$@"\n'
+    )
     pip.chmod(0o755)
     return venv

@@ -8,7 +8,6 @@ JAX, below: one process on 8 virtual CPU devices, 112×112×9 (padded on every c
 
 import numpy as np
 import pytest
-
 from harness.ranks import generate_on_rank, run_on_ranks
 
 BASE = ["steps=10", "num_frames=9", "height=128", "width=128", "seed=3", "prompt='a dog jumps'"]
@@ -17,8 +16,9 @@ BASE = ["steps=10", "num_frames=9", "height=128", "width=128", "seed=3", "prompt
 @pytest.fixture(scope="module")
 def one_device():
     """(fp32 render, bf16 render) on one device: (latents, uint8 frames, mesh)."""
-    return tuple(run_on_ranks(generate_on_rank, 1, BASE + [f"dtype={d}"], timeout_s=300)[0]
-                 for d in ("float32", "bfloat16"))
+    return tuple(
+        run_on_ranks(generate_on_rank, 1, BASE + [f"dtype={d}"], timeout_s=300)[0] for d in ("float32", "bfloat16")
+    )
 
 
 def distance(got, ref):
@@ -28,10 +28,13 @@ def distance(got, ref):
     return float(np.linalg.norm(la - lb) / np.linalg.norm(lb)), float(diff.mean()), int(diff.max())
 
 
-@pytest.mark.parametrize("world, mesh", [
-    (2, ["mesh=cp2"]),  # Ulysses 2
-    (2, ["mesh=dp2"]),  # CFG parallel: each half alone, 1 row instead of 2
-])
+@pytest.mark.parametrize(
+    "world, mesh",
+    [
+        (2, ["mesh=cp2"]),  # Ulysses 2
+        (2, ["mesh=dp2"]),  # CFG parallel: each half alone, 1 row instead of 2
+    ],
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_ulysses_and_cfg_parallel_give_the_one_device_bits(one_device, world, mesh):
     """Every op sees the numbers it sees on one device: the all-to-all moves heads whole, and
@@ -51,10 +54,13 @@ def test_ulysses_and_cfg_parallel_give_the_one_device_bits(one_device, world, me
     assert top <= 1 and mean < 1e-3
 
 
-@pytest.mark.parametrize("world, mesh", [
-    (2, ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]),  # ring 2
-    (4, ["mesh=cp4"]),  # Ulysses 2 × ring 2
-])
+@pytest.mark.parametrize(
+    "world, mesh",
+    [
+        (2, ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]),  # ring 2
+        (4, ["mesh=cp4"]),  # Ulysses 2 × ring 2
+    ],
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_ring_is_as_close_to_fp32_as_one_device(one_device, world, mesh):
     """A ring member attends to one key block at a time and the kernel returns each block's
@@ -67,8 +73,10 @@ def test_a_ring_is_as_close_to_fp32_as_one_device(one_device, world, mesh):
     got = run_on_ranks(generate_on_rank, world, BASE + ["dtype=bfloat16"] + mesh, timeout_s=300)[0]
     (s_lat, s_mean, s_max), (r_lat, r_mean, r_max) = distance(bf16, fp32), distance(got, fp32)
     to_single = distance(got, bf16)
-    print(f"{mesh}: vs fp32 latents {r_lat:.2e}, mean {r_mean:.3f}, max {r_max} (one device: {s_lat:.2e}, "
-          f"{s_mean:.3f}, {s_max}); vs one-device bf16 {to_single[0]:.2e}, {to_single[1]:.3f}, {to_single[2]}")
+    print(
+        f"{mesh}: vs fp32 latents {r_lat:.2e}, mean {r_mean:.3f}, max {r_max} (one device: {s_lat:.2e}, "
+        f"{s_mean:.3f}, {s_max}); vs one-device bf16 {to_single[0]:.2e}, {to_single[1]:.3f}, {to_single[2]}"
+    )
     # bf16 itself (2^-9 per rounding, 2 layers × 10 steps of them): one device measured
     # 9.54e-3 here, 9.4–9.5e-3 for seeds 1, 2, 5
     assert s_lat <= 2e-2
@@ -117,11 +125,14 @@ def jax_one_device():
     return tuple(jax_latents(["mesh=single", f"dtype={d}"]) for d in ("float32", "bfloat16"))
 
 
-@pytest.mark.parametrize("mesh", [
-    # (cp2 and dp2 alone were measured equal too; these two hold every cause below between them)
-    ["mesh=ulysses8"],  # one of the 8 heads per device
-    ["mesh=dp2_cp2"],  # CFG parallel (one row per device) × Ulysses 2
-])
+@pytest.mark.parametrize(
+    "mesh",
+    [
+        # (cp2 and dp2 alone were measured equal too; these two hold every cause below between them)
+        ["mesh=ulysses8"],  # one of the 8 heads per device
+        ["mesh=dp2_cp2"],  # CFG parallel (one row per device) × Ulysses 2
+    ],
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_ulysses_and_cfg_parallel_give_the_one_device_bits(jax_one_device, mesh):
     """XLA compiles one program per mesh, and four things in them differed from one device's
@@ -141,9 +152,12 @@ def test_jax_ulysses_and_cfg_parallel_give_the_one_device_bits(jax_one_device, m
     assert relative(got, bf16) == 0.0
 
 
-@pytest.mark.parametrize("mesh", [
-    ["mesh=dp2_cp4"],  # CFG parallel × ring 2 × Ulysses 2 (ring 2 alone measured the same)
-])
+@pytest.mark.parametrize(
+    "mesh",
+    [
+        ["mesh=dp2_cp4"],  # CFG parallel × ring 2 × Ulysses 2 (ring 2 alone measured the same)
+    ],
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_jax_ring_is_as_close_to_fp32_as_one_device(jax_one_device, mesh):
     """JAX's ring kernel returns float32 partial outputs (no bf16 rounding more than one

@@ -24,11 +24,10 @@ import json
 
 import numpy as np
 import pytest
-
-from harness.ranks import run_on_ranks
 from harness.frames import RTOL
 from harness.no_decode import NoDecode
 from harness.probes import assert_swapped_at, swap_probe
+from harness.ranks import run_on_ranks
 
 # 8 steps: the tiny model runs steps 0-5 on the high-noise expert (5 is the swap's exchange
 # step) and 6-7 on the low-noise one. 48×48 pixels, 9 frames: 27 tokens, padded on cp 2 and 4.
@@ -39,12 +38,13 @@ CACHES = {
     # the preset's official T2V-A14B curve, threshold 0.06, K 2, retention 0.2
     "magcache": (["cache=magcache"], {"cond": [1, 2, 4, 5], "uncond": [1, 2, 4, 5]}),
     # per expert: warm-up steps 0-1 compute, then one computed step in three (high: 3; low: 6, 7)
-    "taylorseer": (["cache=taylorseer", "cache.warmup=2", "cache.interval=3"],
-                   {"cond": [2, 4, 5], "uncond": [2, 4, 5]}),
+    "taylorseer": (
+        ["cache=taylorseer", "cache.warmup=2", "cache.interval=3"],
+        {"cond": [2, 4, 5], "uncond": [2, 4, 5]},
+    ),
     # random weights change fast: the relative L1 change of block 0's residual is 0.6-1.1 here,
     # so a high threshold skips — both branches on steps 1, 2, 5, uncond alone on 3, 4, 7
-    "fbcache": (["cache=fbcache", "cache.threshold=0.95"],
-                {"cond": [1, 2, 5], "uncond": [1, 2, 3, 4, 5, 7]}),
+    "fbcache": (["cache=fbcache", "cache.threshold=0.95"], {"cond": [1, 2, 5], "uncond": [1, 2, 3, 4, 5, 7]}),
 }
 KINDS = list(CACHES)
 # stop_after=k: the stop falls between two skipped steps (k − 1 and k)
@@ -97,7 +97,6 @@ class FirstBlockLedger:
 def _spec(overrides, world):
     from parallel_wan.config.compose import compose_spec
 
-
     return compose_spec(list(overrides), world, output_dir="/tmp/unused")
 
 
@@ -116,7 +115,9 @@ def cached_runs(rank, world, runs):
     for overrides, stop, state in runs:
         spec = _spec(overrides, world)
         if repr(spec.mesh) not in backends:
-            backends[repr(spec.mesh)] = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world, rank, "test"))
+            backends[repr(spec.mesh)] = start_torch_backend(
+                spec.execution.device, spec.mesh, Launch(rank, world, rank, "test")
+            )
             backends[repr(spec.mesh)].video_decoder = lambda params, cfg: NoDecode()
         backend = backends[repr(spec.mesh)]
         start = load_loop_state(rank_stem(state, rank))[0] if state and stop is None else None
@@ -202,7 +203,7 @@ def straddle():
         patch.setattr(first_block, "branch_sums", recording)
         # threshold 0: steps 0 and 1 compute, and step 1 compares its residual with step 0's
         generate(_spec(BASE + ["cache=fbcache", "cache.threshold=0"], 1), start_torch_backend("cpu"), stop_after=2)
-    (residual, reference), = recorded
+    ((residual, reference),) = recorded
     sums = _shard_sums(residual, reference, SequenceShards(residual.shape[1], 2))
     local = sums[..., 0] / sums[..., 1]  # (ranks, branches)
     group = sums.sum(axis=0)[:, 0] / sums.sum(axis=0)[:, 1]
@@ -210,17 +211,25 @@ def straddle():
     low, high = sorted(local[:, branch])
     assert low < group[branch] < high
     threshold = float((group[branch] + high) / 2)
-    print(f"straddle: branch {branch}, local metrics {local[:, branch]}, group {group[branch]:.4f}, "
-          f"threshold {threshold:.4f}")
-    return {"branch": branch, "local": local[:, branch], "threshold": threshold,
-            "overrides": BASE + ["cache=fbcache", f"cache.threshold={threshold!r}"]}
+    print(
+        f"straddle: branch {branch}, local metrics {local[:, branch]}, group {group[branch]:.4f}, "
+        f"threshold {threshold:.4f}"
+    )
+    return {
+        "branch": branch,
+        "local": local[:, branch],
+        "threshold": threshold,
+        "overrides": BASE + ["cache=fbcache", f"cache.threshold={threshold!r}"],
+    }
 
 
 def _mesh_jobs(straddle):
     """{world: [(label, overrides)]}: every run of the mesh tests, by the job that runs it."""
     jobs = {1: [(("one_device", kind), cached(kind)) for kind in KINDS]}
-    jobs[1] += [(("one_device", "prompts"), cached("fbcache", *PROMPTS)),
-                (("one_device", "straddle"), straddle["overrides"])]
+    jobs[1] += [
+        (("one_device", "prompts"), cached("fbcache", *PROMPTS)),
+        (("one_device", "straddle"), straddle["overrides"]),
+    ]
     for name, (world, mesh) in MESHES.items():
         runs = jobs.setdefault(world, [])
         runs += [((name, kind), cached(kind, *mesh)) for kind in KINDS]
@@ -320,8 +329,8 @@ def test_first_block_decides_on_the_group_sums_where_ranks_alone_would_differ(st
 # ---------------------------------------------------------------- memory=swap, compile=true
 def run_here(overrides, backend=None, compile_backend=None):
     """One run in this process (eager resident unless the overrides say otherwise)."""
-    from parallel_wan.pipeline import generate
     from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate
 
     spec = _spec(overrides, 1)
     backend = backend or make_backend(spec)
@@ -353,8 +362,13 @@ def swap_caches(tmp_path_factory):
     cond = [2.0, 2.0, 2.0, 2.0, 1.0, 2.0, 2.0]  # γ of steps 1 … 7
     path = tmp_path_factory.mktemp("curve") / "mag_ratios.json"
     path.write_text(json.dumps({"mag_ratios": [v for c in cond for v in (c, 1.0)], "split": 6}))
-    crafted = BASE + ["cache=magcache", f"cache.ratios={path}", "cache.threshold=0.1", "cache.max_skips=1",
-                      "cache.retention=0"]
+    crafted = BASE + [
+        "cache=magcache",
+        f"cache.ratios={path}",
+        "cache.threshold=0.1",
+        "cache.max_skips=1",
+        "cache.retention=0",
+    ]
     return {"magcache": crafted, "taylorseer": cached("taylorseer"), "fbcache": cached("fbcache")}
 
 
@@ -403,8 +417,10 @@ def test_compiled_blocks_with_each_cache_equal_the_eager_cached_run(resident, ki
     got = run_here(cached(kind, "compile=true"), compile_backend="aot_eager")
     assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])  # the blocks ran compiled
     err = rel_err(got.latents, ref.latents)
-    print(f"compile=true {kind}: latents rel err {err:.2e}, skipped {got.info['cache']['skipped']}, "
-          f"graphs {dict(counters['stats'])}")
+    print(
+        f"compile=true {kind}: latents rel err {err:.2e}, skipped {got.info['cache']['skipped']}, "
+        f"graphs {dict(counters['stats'])}"
+    )
     assert err <= 1e-5
     assert same_record(got.info["cache"], ref.info["cache"])
 
@@ -429,8 +445,11 @@ def test_resumed_inside_a_skip_run_equals_the_whole_cached_run(one_device, jobs,
     assert any(k - 1 in steps and k in steps for steps in skipped.values()), (kind, k, skipped)
     stopped = jobs(1)[("stopped", kind)][0]
     # the state carries the cache's arrays (residual, Taylor factors, first-block references) and its log
-    arrays = {"magcache": ["residual"], "taylorseer": ["taylor_f0", "taylor_f1"],
-              "fbcache": ["fb_reference", "fb_tail"]}
+    arrays = {
+        "magcache": ["residual"],
+        "taylorseer": ["taylor_f0", "taylor_f1"],
+        "fbcache": ["fb_reference", "fb_tail"],
+    }
     assert stopped["state"] == sorted(arrays[kind] + ["log_skipped"]), stopped["state"]
     np.testing.assert_array_equal(resumed[kind]["latents"], one_device[kind]["latents"])
     assert resumed[kind]["cache"] == one_device[kind]["cache"]

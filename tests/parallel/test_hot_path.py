@@ -8,10 +8,10 @@ inductor-generated GPU kernels are checked on GPUs by benchmarks/step.py."""
 
 import numpy as np
 import pytest
-from parallel_wan.config.compose import compose_spec
 
-from parallel_wan.config import ConfigError
 from parallel_wan.backends import make_backend
+from parallel_wan.config import ConfigError
+from parallel_wan.config.compose import compose_spec
 
 BASE = ["dtype=float32", "steps=3", "num_frames=5", "height=48", "width=48", "seed=5", "prompt='a red kite'"]
 
@@ -53,7 +53,6 @@ def _block_code():
 def test_compiled_blocks_with_fused_qkv_render_the_eager_latents(monkeypatch):
     import torch
     import torch._dynamo
-
     from torch._dynamo.utils import counters
 
     from parallel_wan.backends.torch.runners import BlockPass, compiled as compiled_runner
@@ -117,7 +116,6 @@ def test_compiled_bf16_is_as_close_to_fp32_as_eager_bf16():
     of values; benchmarks/compile_precision.py). What must hold is that it is no further from
     the fp32 reference than eager bf16 is."""
     import torch._dynamo
-
     from torch._dynamo.utils import counters
 
     reference, _ = run([])  # fp32 eager
@@ -128,9 +126,11 @@ def test_compiled_bf16_is_as_close_to_fp32_as_eager_bf16():
     assert counters["stats"]["unique_graphs"] >= 1  # Inductor compiled the blocks
     (e_lat, e_mean, e_max), (c_lat, c_mean, c_max) = _distance(eager, reference), _distance(compiled, reference)
     to_eager = _distance(compiled, eager)
-    print(f"vs fp32: eager bf16 latents {e_lat:.2e}, mean {e_mean:.3f}, max {e_max} levels; "
-          f"compiled bf16 {c_lat:.2e}, {c_mean:.3f}, {c_max}; compiled vs eager {to_eager[0]:.2e}, "
-          f"{to_eager[1]:.3f}, {to_eager[2]}")
+    print(
+        f"vs fp32: eager bf16 latents {e_lat:.2e}, mean {e_mean:.3f}, max {e_max} levels; "
+        f"compiled bf16 {c_lat:.2e}, {c_mean:.3f}, {c_max}; compiled vs eager {to_eager[0]:.2e}, "
+        f"{to_eager[1]:.3f}, {to_eager[2]}"
+    )
     # bf16 itself: a unit roundoff of 2^-9 ≈ 2e-3 per rounding, 2 layers × 3 steps of them:
     # measured 1.07–1.18e-2 over seeds 1, 2, 3, 5 at these settings.
     assert e_lat <= 2e-2

@@ -22,7 +22,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-
 from harness.jax_devices import rel_err, require_eight_devices
 from harness.jax_runs import BASE, STEP, generate, raw_config
 from harness.no_decode import NoDecode
@@ -57,8 +56,10 @@ def torch_runs():
 @pytest.fixture(scope="module")
 def one_device():
     """Each cache on one JAX device, host loop (with its compile log)."""
-    return {kind: generate(overrides(kind, "backend=jax", "mesh=single"), decode=False,
-                           monkeypatch=pytest.MonkeyPatch()) for kind in CACHES}
+    return {
+        kind: generate(overrides(kind, "backend=jax", "mesh=single"), decode=False, monkeypatch=pytest.MonkeyPatch())
+        for kind in CACHES
+    }
 
 
 def test_the_settings_really_skip(torch_runs):
@@ -83,7 +84,7 @@ def test_step_compiles_once_whatever_the_steps_decide(kind, one_device):
     # Skip and compute steps (and both experts) share one program: the plan row, the cache
     # arrays and the First-Block decision are data, so the loop compiles nothing.
     assert log.count(STEP) == 1, log.events
-    assert window.at_end - window.at_start == 0, log.events[window.at_start:window.at_end]
+    assert window.at_end - window.at_start == 0, log.events[window.at_start : window.at_end]
     assert gen.info["cache"]["skipped"]["cond"]  # steps were skipped in that one program
 
 
@@ -120,8 +121,8 @@ def test_calibration_measures_the_torch_curve(monkeypatch):
 def test_resumed_host_loop_equals_uninterrupted(torch_runs):
     """Stopping after a skipped step and resuming from the LoopState (its cache arrays and
     log included) gives the uninterrupted run's latents and record."""
-    from parallel_wan.pipeline import generate as run_generation
     from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate as run_generation
     from parallel_wan.run import validate_job
 
     job, ckpt = validate_job(raw_config(overrides("fbcache", "backend=jax", "mesh=single")), jax.device_count())

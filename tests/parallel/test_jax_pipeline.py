@@ -20,12 +20,12 @@ import sys
 import jax
 import numpy as np
 import pytest
+from harness.jax_devices import rel_err, require_eight_devices
+from harness.jax_runs import BASE, STEP, generate, raw_config
 
 from parallel_wan.backends.jax.compile_log import CompileLog
 from parallel_wan.config import ConfigError
 from parallel_wan.run import CONF_DIR, validate_job
-from harness.jax_devices import rel_err, require_eight_devices
-from harness.jax_runs import BASE, STEP, generate, raw_config
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -85,11 +85,14 @@ def test_dp2_cp4_renders_the_one_device_video(one_device, dp2_cp4):
     assert diff.max() <= 1 and (diff > 0).mean() < 1e-2
 
 
-@pytest.mark.parametrize("mesh", [
-    ["mesh=ring8"],
-    ["mesh=ulysses8"],  # the tiny model's 8 heads, one per device
-    ["mesh=dp2_cp2"],  # CFG × Ulysses 2 on 4 of the 8 devices
-])
+@pytest.mark.parametrize(
+    "mesh",
+    [
+        ["mesh=ring8"],
+        ["mesh=ulysses8"],  # the tiny model's 8 heads, one per device
+        ["mesh=dp2_cp2"],  # CFG × Ulysses 2 on 4 of the 8 devices
+    ],
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mesh_equals_one_device(one_device, mesh, monkeypatch):
     ref = one_device[0]
@@ -113,13 +116,16 @@ def test_fsdp_placement_equals_one_device(one_device, monkeypatch):
 
         def recording(tree, dtype, keep_fp32=None):
             placed = place(tree, dtype, keep_fp32)
-            sharded.extend(s for s in jax.tree.leaves(placement.param_specs(placed)) if s != jax.sharding.PartitionSpec())
+            sharded.extend(
+                s for s in jax.tree.leaves(placement.param_specs(placed)) if s != jax.sharding.PartitionSpec()
+            )
             return placed
 
         monkeypatch.setattr(backend, "place", recording)
 
-    gen, _, _ = generate(BASE + ["backend=jax", "mesh=dp2_cp4", "jax_fsdp=true"], decode=False,
-                         monkeypatch=monkeypatch, setup=record)
+    gen, _, _ = generate(
+        BASE + ["backend=jax", "mesh=dp2_cp4", "jax_fsdp=true"], decode=False, monkeypatch=monkeypatch, setup=record
+    )
     assert sharded  # some weights really are split over the mesh
     assert rel_err(gen.latents, one_device[0].latents) <= 1e-5
 
@@ -129,7 +135,7 @@ def test_step_compiles_once_and_nothing_compiles_in_the_loop(one_device):
     # Both experts have the same shapes, so they share one program: compiled once, before the
     # loop; the loop itself compiles nothing (the sampler's elementwise ops were warmed too).
     assert log.count(STEP) == 1, log.events
-    assert window.at_end - window.at_start == 0, log.events[window.at_start:window.at_end]
+    assert window.at_end - window.at_start == 0, log.events[window.at_start : window.at_end]
     assert gen.info["steps_per_expert"] == {"high_noise": 2, "low_noise": 1}  # the run crosses the boundary
     assert "compile" in gen.timings and set(gen.info["compile"]) >= {"step[high_noise+low_noise]"}
 
@@ -176,8 +182,10 @@ def test_bad_input_gets_torch_words_before_any_compile(overrides):
 
 
 def test_jax_only_settings_and_device_counts_are_refused_early():
-    with pytest.raises(ConfigError, match="needs dp×cp=2×8=16 JAX devices but 8 are visible.*"
-                                          "XLA_FLAGS=--xla_force_host_platform_device_count=16"):
+    with pytest.raises(
+        ConfigError,
+        match="needs dp×cp=2×8=16 JAX devices but 8 are visible.*XLA_FLAGS=--xla_force_host_platform_device_count=16",
+    ):
         validate_job(raw_config(["backend=jax", "mesh=cp8", "mesh.dp=2", "prompt=[a,b]"]), 8)
     with pytest.raises(ConfigError, match="scan_loop=true is a JAX backend setting but backend=torch"):
         validate_job(raw_config(["scan_loop=true"]), 1)
@@ -186,12 +194,29 @@ def test_jax_only_settings_and_device_counts_are_refused_early():
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cli_dp2_cp4_writes_the_in_process_video(dp2_cp4, compile_cache, tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": REPO, "XLA_FLAGS": os.environ["XLA_FLAGS"],
-           "JAX_COMPILATION_CACHE_DIR": compile_cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO,
+        "XLA_FLAGS": os.environ["XLA_FLAGS"],
+        "JAX_COMPILATION_CACHE_DIR": compile_cache,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", "backend=jax", "mesh=dp2_cp4", f"output_dir={out}",
-         "save_frames=true", *BASE],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.run",
+            "backend=jax",
+            "mesh=dp2_cp4",
+            f"output_dir={out}",
+            "save_frames=true",
+            *BASE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("TIMING SUMMARY") == 1 and "compile:" in proc.stderr
@@ -210,7 +235,8 @@ def test_several_hosts_are_detected_from_the_environment_only():
     assert several_hosts({}) is None
     assert several_hosts({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}) is None  # one task: one host
     assert several_hosts({"TPU_WORKER_HOSTNAMES": "localhost"}) is None  # a single-host TPU VM
-    assert "JAX_COORDINATOR_ADDRESS" in several_hosts({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234",
-                                                       "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"})
+    assert "JAX_COORDINATOR_ADDRESS" in several_hosts(
+        {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}
+    )
     assert "4 tasks" in several_hosts({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"})
     assert "2 hosts" in several_hosts({"TPU_WORKER_HOSTNAMES": "t1v-0,t1v-1"})

@@ -35,8 +35,12 @@ def test_dp2_cp4_sharded_fp8_equals_one_device_and_torch(monkeypatch):
 
         monkeypatch.setattr(backend, "place", spy)
 
-    mesh, _, _ = generate([*SMALL, "backend=jax", "mesh=dp2_cp4", "memory=sharded"], decode=False,
-                          monkeypatch=monkeypatch, setup=keep_params)
+    mesh, _, _ = generate(
+        [*SMALL, "backend=jax", "mesh=dp2_cp4", "memory=sharded"],
+        decode=False,
+        monkeypatch=monkeypatch,
+        setup=keep_params,
+    )
     assert held["q"]["weight"].dtype == jnp.float8_e4m3fn and held["q"]["weight_scale"].dtype == jnp.float32
     # FSDP: each of the 8 devices holds 1/8 of the stacked float8 weight
     shard = held["q"]["weight"].addressable_shards[0].data
@@ -65,11 +69,13 @@ def test_aot_abstract_quantized_params_are_what_the_run_places(tiny_t2v, memory)
     spec = run_spec("model=tiny", f"memory={memory}", "quantize=fp8")
     _, _, tshapes, _ = shapes_of(spec)
     backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
-    host = load_transformer(describe_checkpoint(tiny_t2v.diffusers), "high_noise", spec.execution.dtype, keeps_fp32,
-                            quantize="fp8")
+    host = load_transformer(
+        describe_checkpoint(tiny_t2v.diffusers), "high_noise", spec.execution.dtype, keeps_fp32, quantize="fp8"
+    )
     placed = backend.place(host, spec.execution.dtype, keeps_fp32)
-    abstract = aot.transformer_params(tshapes, aot.run_mesh(spec, jax.devices()), spec.execution.dtype,
-                                      spec.memory.jax_fsdp, "fp8")
+    abstract = aot.transformer_params(
+        tshapes, aot.run_mesh(spec, jax.devices()), spec.execution.dtype, spec.memory.jax_fsdp, "fp8"
+    )
     assert jax.tree.structure(placed) == jax.tree.structure(abstract)
     for (path, real), want in zip(jax.tree.leaves_with_path(placed), jax.tree.leaves(abstract)):
         where = jax.tree_util.keystr(path)

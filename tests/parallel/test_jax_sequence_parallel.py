@@ -15,17 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from harness.jax_devices import rel_err, require_eight_devices
 from jax.sharding import PartitionSpec as P
 
-from parallel_wan.backends.jax import attention as local
-from parallel_wan.backends.jax import ops as jops
-from parallel_wan.backends.jax import placement
-from parallel_wan.backends.jax import sequence_parallel as sp
+from parallel_wan.backends.jax import attention as local, ops as jops, placement, sequence_parallel as sp
 from parallel_wan.models import transformer as dit
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights.tree import unflatten
-from harness.jax_devices import rel_err, require_eight_devices
 
 RTOL = 1e-5  # see the module docstring
 
@@ -98,9 +95,19 @@ def tiny_dit():
 
     torch.manual_seed(0)
     model = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=8, attention_head_dim=8, in_channels=48,
-        out_channels=48, text_dim=32, freq_dim=32, ffn_dim=96, num_layers=2,
-        cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024,
+        patch_size=(1, 2, 2),
+        num_attention_heads=8,
+        attention_head_dim=8,
+        in_channels=48,
+        out_channels=48,
+        text_dim=32,
+        freq_dim=32,
+        ffn_dim=96,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        eps=1e-6,
+        rope_max_seq_len=1024,
     ).eval()
     with torch.no_grad():
         for p in model.parameters():

@@ -5,7 +5,8 @@ scanned loop run as two scans. And the samplers exist once: JAX's scan calls the
 eager loop calls.
 
 The resumed run is a fresh process (tests/distributed.py spawns it) that only loads what the
-stopped run saved; the uninterrupted and the stopped run share the process before it. The VAE decode is left out (the latents are what the loop makes).
+stopped run saved; the uninterrupted and the stopped run share the process before it. The VAE decode is left out (the
+latents are what the loop makes).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import os
 
 import numpy as np
 import pytest
-
+from harness.no_decode import NoDecode
 from harness.ranks import run_on_ranks
+
 from parallel_wan.pipeline.loop_state import LoopState, load_loop_state, rank_stem, save_loop_state
 from parallel_wan.run import CONF_DIR
-from harness.no_decode import NoDecode
 
 REPO = os.path.dirname(CONF_DIR)
 STEPS, STOP = 5, 2  # the tiny model's boundary puts steps 0-1 on the high-noise expert
@@ -32,11 +33,10 @@ def run_part(rank, world_size, overrides, directory, part):
     """part "whole_then_stop": the uninterrupted run (rank 0 returns its latents), then a run
     stopped after STOP steps whose state each rank saves; part "resume": a run from the saved
     state (rank 0 returns its latents)."""
-    from parallel_wan.config.compose import compose_settings
-
-    from parallel_wan.config import resolve
-    from parallel_wan.pipeline import generate, preflight
     from parallel_wan.backends import make_backend
+    from parallel_wan.config import resolve
+    from parallel_wan.config.compose import compose_settings
+    from parallel_wan.pipeline import generate, preflight
 
     raw = compose_settings(list(overrides)) | {"output_dir": "/tmp/unused"}
     if "backend=jax" in overrides:
@@ -76,7 +76,9 @@ def test_torch_one_process_resumes_bit_for_bit(sampler, tmp_path):
     whole, resumed = whole_and_resumed(1, BASE + [f"sampler={sampler}"], str(tmp_path))
     assert np.array_equal(whole, resumed)
     record = json.loads((tmp_path / "state.rank0.json").read_text())
-    assert record["step"] == STOP and record["sampler"] == (["last", "x0_prev", "x0_prev2"] if sampler == "unipc" else [])
+    assert record["step"] == STOP and record["sampler"] == (
+        ["last", "x0_prev", "x0_prev2"] if sampler == "unipc" else []
+    )
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
@@ -115,16 +117,23 @@ def test_jax_scan_as_two_scans_resumes_bit_for_bit(sampler, jax_env, tmp_path):
 # ---------------------------------------------------------------- the state's files
 def test_state_files_round_trip_and_refuse_a_mixed_pair(tmp_path):
     rng = np.random.default_rng(0)
-    state = LoopState(3, rng.standard_normal((1, 7, 4), dtype=np.float32),
-                      {"last": rng.standard_normal((1, 7, 4)), "x0_prev": None}, {"skip": np.arange(3)})
+    state = LoopState(
+        3,
+        rng.standard_normal((1, 7, 4), dtype=np.float32),
+        {"last": rng.standard_normal((1, 7, 4)), "x0_prev": None},
+        {"skip": np.arange(3)},
+    )
     stem = rank_stem(tmp_path, 2)
     save_loop_state(stem, state, {"prompt": "a dog"})
     assert sorted(os.listdir(tmp_path)) == ["state.rank2.json", "state.rank2.safetensors"]  # no temporaries left
     back, meta = load_loop_state(stem)
     assert meta == {"prompt": "a dog"} and back.step == 3 and list(back.sampler) == ["last", "x0_prev"]
     assert back.sampler["x0_prev"] is None and back.latents.dtype == np.float32
-    for got, want in [(back.latents, state.latents), (back.sampler["last"], state.sampler["last"]),
-                      (back.cache["skip"], state.cache["skip"])]:
+    for got, want in [
+        (back.latents, state.latents),
+        (back.sampler["last"], state.sampler["last"]),
+        (back.cache["skip"], state.cache["skip"]),
+    ]:
         assert got.dtype == want.dtype and np.array_equal(got, want)
     # A crash between the two renames of a later save leaves new arrays beside the old JSON.
     old_json = (tmp_path / "state.rank2.json").read_text()
@@ -187,8 +196,9 @@ def test_scan_calls_the_eager_update_and_matches_it_bit_for_bit(name):
 
     eager, state = x, sampler.initial_state()
     for i, step in enumerate(plan):
-        pred = predictor.velocity(predictor.task.experts[step.expert][1], eager, np.float32(step.t),
-                                  np.float32(step.guidance))
+        pred = predictor.velocity(
+            predictor.task.experts[step.expert][1], eager, np.float32(step.t), np.float32(step.guidance)
+        )
         eager, state = sampler.update(sampler.coefs(i), state, pred, eager, jops)
     whole, _ = scanned(x, sampler.initial_state(), 0, len(plan))
     first, mid = scanned(x, sampler.initial_state(), 0, 2)

@@ -12,16 +12,14 @@ import weakref
 
 import numpy as np
 import pytest
-
-from harness.ranks import run_on_ranks
 from harness.probes import assert_swapped_at, same_tree, swap_probe
+from harness.ranks import run_on_ranks
 
 BASE = ["dtype=float32", "steps=3", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48", "width=48"]
 
 
 def _spec(overrides, world=1):
     from parallel_wan.config.compose import compose_spec
-
 
     return compose_spec(list(overrides), world, output_dir="/tmp/unused")
 
@@ -60,9 +58,8 @@ def resident_and_sharded(rank, world, overrides):
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sharded_equals_resident(world, mesh):
     from parallel_wan import memory_plan as planner
-    from parallel_wan.builtin.tiny import transformer_config
-
     from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.builtin.tiny import transformer_config
     from parallel_wan.pipeline import generate
 
     results = run_on_ranks(resident_and_sharded, world, BASE + [f"mesh={mesh}"], timeout_s=300)
@@ -82,8 +79,10 @@ def test_sharded_equals_resident(world, mesh):
         # ... plus the non-block weights whole after the first forward, as the planner counts
         assert after == before + 2 * eb.rest
         assert whole == 2 * eb.whole
-        print(f"{mesh} rank {rank}: resident {whole:,} B, sharded {before:,} B ({before / whole:.3f} of resident), "
-              f"after first forward {after:,} B")
+        print(
+            f"{mesh} rank {rank}: resident {whole:,} B, sharded {before:,} B ({before / whole:.3f} of resident), "
+            f"after first forward {after:,} B"
+        )
         assert before < whole / world * 1.1  # the tiny blocks' norms/tables pad a little
 
 
@@ -94,11 +93,20 @@ def _small_sharded_expert(rank, world):
     from parallel_wan.backends.torch.fsdp import chunk_tree, shard_expert
 
     g = torch.Generator().manual_seed(0)
-    full = {"proj_out": {"weight": torch.randn(3, 4, generator=g)},
-            "blocks": [{"attn1": {"to_q": {"weight": torch.randn(5, 4, generator=g)}}, "norm2": {"bias": torch.randn(4, generator=g)}}
-                       for _ in range(3)]}
-    rows = {"proj_out.weight": 3, **{f"blocks.{i}.{n}": r for i in range(3) for n, r in
-                                     (("attn1.to_q.weight", 5), ("norm2.bias", 4))}}
+    full = {
+        "proj_out": {"weight": torch.randn(3, 4, generator=g)},
+        "blocks": [
+            {
+                "attn1": {"to_q": {"weight": torch.randn(5, 4, generator=g)}},
+                "norm2": {"bias": torch.randn(4, generator=g)},
+            }
+            for _ in range(3)
+        ],
+    }
+    rows = {
+        "proj_out.weight": 3,
+        **{f"blocks.{i}.{n}": r for i in range(3) for n, r in (("attn1.to_q.weight", 5), ("norm2.bias", 4))},
+    }
     return shard_expert(chunk_tree(full, rank, world), rows, torch.device("cpu")), full
 
 
@@ -146,8 +154,8 @@ def stop_sharded_pass_early(rank, world):
     the pass) or go on. Returns what each case left behind, per stop."""
     import torch
 
-    from parallel_wan.backends.torch.world import Launch, init_distributed
     from parallel_wan.backends.torch.runners import ShardedRunner
+    from parallel_wan.backends.torch.world import Launch, init_distributed
 
     init_distributed(Launch(rank, world, rank, "test"), torch.device("cpu"), 60.0)
     expert, full = _small_sharded_expert(rank, world)
@@ -165,8 +173,15 @@ def stop_sharded_pass_early(rank, world):
             with ShardedRunner().open(holders) as blocks:
                 h2 = blocks.run(lambda h, p: h + p["norm2"]["bias"], torch.zeros(4), stop=stop)
                 h2 = blocks.run(lambda h, p: h + p["norm2"]["bias"], h2)
-            report.append((stop, pending_before, after, torch.equal(h, sum(biases[:stop], torch.zeros(4))),
-                           torch.equal(h2, sum(biases, torch.zeros(4)))))
+            report.append(
+                (
+                    stop,
+                    pending_before,
+                    after,
+                    torch.equal(h, sum(biases[:stop], torch.zeros(4))),
+                    torch.equal(h2, sum(biases, torch.zeros(4))),
+                )
+            )
     return report
 
 
@@ -206,8 +221,8 @@ def test_swap_plan_marks():
 def test_swap_equals_resident_and_frees_the_high_expert():
 
     from parallel_wan.backends.torch.backend import TorchBackend, start_torch_backend
-    from parallel_wan.pipeline import generate
     from parallel_wan.models.experts import HIGH
+    from parallel_wan.pipeline import generate
     from parallel_wan.weights.tree import iter_leaves
 
     class Probe(TorchBackend):
@@ -244,8 +259,11 @@ def test_swap_equals_resident_and_frees_the_high_expert():
 
     switch = next(i for i, expert, _, _ in probe.seen if expert != HIGH)
     events = probe.seen[-1][3]
-    assert events == [(switch - 2, "prefetch", "low_noise"), (switch, "release", "high_noise"),
-                      (switch, "ready", "low_noise")]
+    assert events == [
+        (switch - 2, "prefetch", "low_noise"),
+        (switch, "release", "high_noise"),
+        (switch, "ready", "low_noise"),
+    ]
     assert probe.high_refs and all(alive == len(probe.high_refs) for i, _, alive, _ in probe.seen if i < switch)
     assert all(alive == 0 for i, _, alive, _ in probe.seen if i >= switch)  # dead from the switch on
     print(f"swap: switch at step {switch}, events {events}, {len(probe.high_refs)} high-noise tensors freed")
@@ -321,8 +339,8 @@ def test_swap_exchange_completes_when_the_step_stops_early(monkeypatch, stop):
     equal the resident run's under the same stopping, bit for bit."""
     from parallel_wan.backends.torch import predictor as predictor_module
     from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.pipeline import generate
     from parallel_wan.models.experts import HIGH
+    from parallel_wan.pipeline import generate
 
     real_choice = predictor_module.expert_runner
 
@@ -355,8 +373,10 @@ def test_swap_exchange_completes_when_the_step_skips_its_forward():
     g = torch.Generator().manual_seed(1)
 
     def tree():
-        return {"proj_out": {"weight": torch.randn(3, 4, generator=g)},
-                "blocks": [{"w": torch.randn(4, 4, generator=g)} for _ in range(3)]}
+        return {
+            "proj_out": {"weight": torch.randn(3, 4, generator=g)},
+            "blocks": [{"w": torch.randn(4, 4, generator=g)} for _ in range(3)],
+        }
 
     high, low = tree(), tree()
     high_refs = [weakref.ref(t) for _, t in iter_leaves(high)]
@@ -402,7 +422,9 @@ def test_memory_settings():
     assert _spec(BASE).memory.mode == "resident"
     jax = _spec(BASE + ["backend=jax", "memory=sharded"], world=8)
     assert jax.memory.mode == "sharded" and jax.memory.jax_fsdp  # on JAX, memory=sharded is jax_fsdp
-    assert _spec(BASE + ["backend=jax", "jax_fsdp=true"], world=8).memory.mode == "sharded"  # the older switch still works
+    assert (
+        _spec(BASE + ["backend=jax", "jax_fsdp=true"], world=8).memory.mode == "sharded"
+    )  # the older switch still works
     for overrides, needle in [
         (["memory=paged"], "memory='paged' is not known; choose one of: resident, sharded, swap"),
         (["model=tiny_ti2v", "height=64", "width=64", "memory=swap"], "has one expert"),

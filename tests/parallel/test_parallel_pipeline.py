@@ -8,11 +8,10 @@ import threading
 
 import numpy as np
 import pytest
-
-from harness.ranks import run_on_ranks
-from parallel_wan.run import CONF_DIR
 from harness.frames import RTOL, assert_same_video
-from harness.ranks import free_port, generate_on_rank, kill_rank_one_when, launch_rank
+from harness.ranks import free_port, generate_on_rank, kill_rank_one_when, launch_rank, run_on_ranks
+
+from parallel_wan.run import CONF_DIR
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -36,16 +35,19 @@ def one_device():
     return get
 
 
-@pytest.mark.parametrize("world, mesh, base", [
-    (2, ["mesh=cp2"], T2V),                                        # ulysses 2, padded
-    (2, ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"], T2V),       # ring 2, padded
-    (2, ["mesh=dp2"], T2V_EVEN),                                   # CFG parallel
-    (4, ["mesh=usp2x2"], T2V),                                     # ulysses 2 × ring 2, padded
-    (4, ["mesh=ring4"], T2V_EVEN),                                 # ring 4, divides
-    (4, ["mesh=dp2_cp2"], T2V),                                    # CFG parallel × ulysses 2
-    (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"], TI2V),  # TI2V: CFG × ring, per-token t
-    (4, ["mesh=ulysses4"], TI2V),                                  # TI2V ulysses 4, padded
-])
+@pytest.mark.parametrize(
+    "world, mesh, base",
+    [
+        (2, ["mesh=cp2"], T2V),  # ulysses 2, padded
+        (2, ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"], T2V),  # ring 2, padded
+        (2, ["mesh=dp2"], T2V_EVEN),  # CFG parallel
+        (4, ["mesh=usp2x2"], T2V),  # ulysses 2 × ring 2, padded
+        (4, ["mesh=ring4"], T2V_EVEN),  # ring 4, divides
+        (4, ["mesh=dp2_cp2"], T2V),  # CFG parallel × ulysses 2
+        (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"], TI2V),  # TI2V: CFG × ring, per-token t
+        (4, ["mesh=ulysses4"], TI2V),  # TI2V ulysses 4, padded
+    ],
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mesh_matches_one_device(one_device, world, mesh, base):
     ref = one_device(base)
@@ -107,10 +109,29 @@ def test_a_dead_rank_ends_the_job_with_a_message(tmp_path):
 def test_torchrun_cli_writes_one_folder_and_logs_from_rank_zero(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         "-m", "parallel_wan.run", f"output_dir={out}", "mesh=cp2", "steps=2", "num_frames=5", "height=64",
-         "width=64", "save_frames=true"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "parallel_wan.run",
+            f"output_dir={out}",
+            "mesh=cp2",
+            "steps=2",
+            "num_frames=5",
+            "height=64",
+            "width=64",
+            "save_frames=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": REPO},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("TIMING SUMMARY") == 1

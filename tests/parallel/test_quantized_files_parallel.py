@@ -59,8 +59,7 @@ def resident_and_sharded(rank, world, overrides):
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_cp4_resident_and_sharded_match_diffusers(tiny_t2v, files, reference):
-    resident, sharded = run_on_ranks(resident_and_sharded, 4, _overrides(tiny_t2v, files, "mesh=cp4"),
-                                     timeout_s=300)[0]
+    resident, sharded = run_on_ranks(resident_and_sharded, 4, _overrides(tiny_t2v, files, "mesh=cp4"), timeout_s=300)[0]
     assert_frames_close(resident, reference, max_abs=LEVELS)
     assert_frames_close(sharded, reference, max_abs=LEVELS)
     np.testing.assert_array_equal(sharded, resident)  # sharding moves bytes, not arithmetic
@@ -78,6 +77,8 @@ def test_jax_dp2_cp4_matches_diffusers(tiny_t2v, files, reference, memory):
     # XLA sums in other orders than torch (matmuls, convs, softmax); measured: 1 level on 9 of
     # 110,592 values, so the torch bound holds here too.
     diff = np.abs(gen.frames.astype(np.int16) - reference.astype(np.int16))
-    print(f"JAX dp2_cp4 memory={memory} with expert files vs diffusers: max {diff.max()} levels, "
-          f"{(diff > 0).sum()} values")
+    print(
+        f"JAX dp2_cp4 memory={memory} with expert files vs diffusers: max {diff.max()} levels, "
+        f"{(diff > 0).sum()} values"
+    )
     assert_frames_close(gen.frames, reference, max_abs=LEVELS)

@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 from harness.ranks import run_on_ranks
 
-BASE = ["dtype=float32", "steps=3", "num_frames=5", "seed=3", "prompt='a dog jumps'", "height=32", "width=32",
-        "quantize=fp8"]
+BASE = [
+    "dtype=float32",
+    "steps=3",
+    "num_frames=5",
+    "seed=3",
+    "prompt='a dog jumps'",
+    "height=32",
+    "width=32",
+    "quantize=fp8",
+]
 
 
 def _spec(overrides, world=1):
@@ -44,13 +52,18 @@ def test_sharded_fp8_equals_resident_fp8():
     from parallel_wan.builtin.tiny import transformer_config
 
     dim = transformer_config("t2v").dim
-    for rank, (ref, got, dtypes, shapes) in enumerate(run_on_ranks(resident_and_sharded, 2, BASE + ["mesh=cp2"],
-                                                                   timeout_s=300)):
+    for rank, (ref, got, dtypes, shapes) in enumerate(
+        run_on_ranks(resident_and_sharded, 2, BASE + ["mesh=cp2"], timeout_s=300)
+    ):
         np.testing.assert_array_equal(got, ref)
-        assert dtypes["attn1.to_q.weight"] == "torch.float8_e4m3fn" and dtypes["ffn.net.2.weight"] == "torch.float8_e4m3fn"
+        assert (
+            dtypes["attn1.to_q.weight"] == "torch.float8_e4m3fn" and dtypes["ffn.net.2.weight"] == "torch.float8_e4m3fn"
+        )
         assert dtypes["attn1.to_q.weight_scale"] == "torch.float32"
         # FSDP's Shard(0): half the rows of the weight and of its scale on each rank
-        assert shapes["attn1.to_q.weight"] == (dim // 2, dim) and shapes["attn1.to_q.weight_scale"] == (dim // 2, 1), rank
+        assert shapes["attn1.to_q.weight"] == (dim // 2, dim) and shapes["attn1.to_q.weight_scale"] == (dim // 2, 1), (
+            rank
+        )
 
 
 @pytest.mark.parametrize("prefetch", [0, 1])

@@ -91,8 +91,12 @@ def _video(rank, world, overrides):
     from parallel_wan.pipeline import generate, preflight
 
     spec = compose_spec(list(overrides), world, output_dir="/tmp/unused")
-    backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world, rank, "test"),
-                                  attention_impl=spec.execution.attention_impl)
+    backend = start_torch_backend(
+        spec.execution.device,
+        spec.mesh,
+        Launch(rank, world, rank, "test"),
+        attention_impl=spec.execution.attention_impl,
+    )
     gen = generate(spec, backend, preflight(spec))
     return (gen.latents, gen.frames, gen.info["attention"]) if rank == 0 else None
 
@@ -108,11 +112,13 @@ def sdpa_video():
 
 
 @pytest.mark.slow  # over 5 s: two interpreted ranks (tests/README.md)
-@pytest.mark.parametrize("mesh", [["mesh=cp2"], ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]],
-                         ids=["ulysses2", "ring2"])
+@pytest.mark.parametrize(
+    "mesh", [["mesh=cp2"], ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]], ids=["ulysses2", "ring2"]
+)
 def test_sage_video_on_a_mesh_is_close_to_the_sdpa_video(sdpa_video, mesh):
-    latents, frames, attention = run_on_ranks(_video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300,
-                                                 preloaded=False)[0]
+    latents, frames, attention = run_on_ranks(
+        _video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300, preloaded=False
+    )[0]
     ref_latents, ref_frames, ref_attention = sdpa_video
     assert attention == {"attention_impl": "sage", "kernel": "sage"}
     assert ref_attention == {"attention_impl": "sdpa", "kernel": "cpu_flash"}
@@ -138,4 +144,6 @@ def test_the_smoothing_shift_is_exact_in_chunks(monkeypatch):
     got = sage_attention._smoothing_shift(q, mean_k, 0.25)
     want = torch.einsum("bshd,bxhd->bsh", q.double(), mean_k.double()) * 0.25
     assert got.dtype == torch.float32 and got.shape == (2, 10, 3)
-    assert float((got.double() - want).abs().max()) <= 1e-5 * float(want.abs().max())  # float32 sums of 16 exact products
+    assert float((got.double() - want).abs().max()) <= 1e-5 * float(
+        want.abs().max()
+    )  # float32 sums of 16 exact products

@@ -11,8 +11,8 @@ import torch
 from harness.ranks import run_on_ranks
 
 from parallel_wan.backends.torch import ops
-from parallel_wan.backends.torch.collectives import NullCollectives
 from parallel_wan.backends.torch.attention import attention_with_lse
+from parallel_wan.backends.torch.collectives import NullCollectives
 from parallel_wan.backends.torch.ring import RingPeers, merge_partials, ring_attention
 from parallel_wan.backends.torch.sequence_parallel import make_self_attention
 from parallel_wan.backends.torch.ulysses import check_heads, sequence_to_heads
@@ -46,7 +46,9 @@ def reference(q, k, v, valid):
 
 
 def reference_lse(q, k):
-    return torch.logsumexp(torch.einsum("bshd,blhd->bhsl", q.double(), k.double()) / math.sqrt(q.shape[-1]), -1).transpose(1, 2)
+    return torch.logsumexp(
+        torch.einsum("bshd,blhd->bhsl", q.double(), k.double()) / math.sqrt(q.shape[-1]), -1
+    ).transpose(1, 2)
 
 
 # ---------------------------------------------------------------- the local kernel
@@ -116,7 +118,7 @@ class _RingOf4(NullCollectives):
 
     def exchange(self, sends, recvs, group=None):
         self.hops += 1
-        (recv, source), = recvs
+        ((recv, source),) = recvs
         assert source == (self.rank - 1) % 4 and sends[0][1] == (self.rank + 1) % 4
         recv.copy_(self.blocks[(self.rank - self.hops) % 4])
         self.events.append("post")
@@ -128,7 +130,9 @@ def test_ring_posts_the_next_transfer_before_computing_and_masks_padding():
     it runs."""
     size, index, length, valid = 4, 1, 3, 7  # blocks [0,3) [3,6) [6,9) [9,12): 3, 3, 1, 0 real keys
     q, k, v = inputs(5, valid, size * length)
-    blocks = [torch.stack((k[:, i * length : (i + 1) * length], v[:, i * length : (i + 1) * length])) for i in range(size)]
+    blocks = [
+        torch.stack((k[:, i * length : (i + 1) * length], v[:, i * length : (i + 1) * length])) for i in range(size)
+    ]
     events = []
 
     def recording_kernel(q_, k_, v_, valid_keys=None, scale=None):
@@ -157,7 +161,9 @@ def test_a_bf16_ring_is_within_a_rounding_of_one_device(scale):
     g = torch.Generator().manual_seed(0)
     q, k, v = ((torch.randn(B, size * length, H, D, generator=g) * s).bfloat16() for s in (scale, scale, 1))
     exact = reference(q.double(), k.double(), v.double(), size * length)
-    blocks = [torch.stack((k[:, i * length : (i + 1) * length], v[:, i * length : (i + 1) * length])) for i in range(size)]
+    blocks = [
+        torch.stack((k[:, i * length : (i + 1) * length], v[:, i * length : (i + 1) * length])) for i in range(size)
+    ]
     rows = []
     for index in range(size):
         mine = slice(index * length, (index + 1) * length)
@@ -219,8 +225,14 @@ def _sharded_cases(rank, world_size, cases):
         lo, hi = c * local, min(valid, (c + 1) * local)
         err = rel_err(out[:, : hi - lo], reference(q, k, v, valid)[:, lo:hi]) if hi > lo else 0.0
         reports.append(
-            dict(case=f"{spec.name} N={valid} Lc={local}", rank=rank, rows=max(0, hi - lo), err=err,
-                 finite=bool(out.isfinite().all()), shape_ok=out.shape == (B, local, H, D))
+            dict(
+                case=f"{spec.name} N={valid} Lc={local}",
+                rank=rank,
+                rows=max(0, hi - lo),
+                err=err,
+                finite=bool(out.isfinite().all()),
+                shape_ok=out.shape == (B, local, H, D),
+            )
         )
     return reports
 
@@ -237,15 +249,25 @@ def _check(world_size, cases):
 # small that the last rank's whole shard is padding (N=5, cp=4 → Lc=2, rank 3 holds 6..7).
 WORLD2 = [(1, 2, 1, 8), (1, 2, 1, 7), (1, 1, 2, 8), (1, 1, 2, 7), (1, 1, 2, 1), (1, 2, 1, 1)]
 WORLD4 = [
-    (1, 4, 1, 16), (1, 4, 1, 13), (1, 4, 1, 5),
-    (1, 1, 4, 16), (1, 1, 4, 13), (1, 1, 4, 5),
-    (1, 2, 2, 16), (1, 2, 2, 13), (1, 2, 2, 5),
-    (2, 2, 1, 6), (2, 1, 2, 6), (2, 1, 2, 3),
+    (1, 4, 1, 16),
+    (1, 4, 1, 13),
+    (1, 4, 1, 5),
+    (1, 1, 4, 16),
+    (1, 1, 4, 13),
+    (1, 1, 4, 5),
+    (1, 2, 2, 16),
+    (1, 2, 2, 13),
+    (1, 2, 2, 5),
+    (2, 2, 1, 6),
+    (2, 1, 2, 6),
+    (2, 1, 2, 3),
 ]
 WORLD8 = [(1, 8, 1, 13), (1, 1, 8, 13), (1, 2, 4, 13), (1, 4, 2, 9), (2, 2, 2, 5)]
 
 
-@pytest.mark.parametrize("world_size,cases", [(2, WORLD2), (4, WORLD4), (8, WORLD8)], ids=["world2", "world4", "world8"])
+@pytest.mark.parametrize(
+    "world_size,cases", [(2, WORLD2), (4, WORLD4), (8, WORLD8)], ids=["world2", "world4", "world8"]
+)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_sequence_parallel_attention_equals_one_device(world_size, cases):
     _check(world_size, cases)

@@ -10,7 +10,6 @@ decode now split over the ranks) is tests/parallel/test_parallel_pipeline.py::te
 import numpy as np
 import pytest
 import torch
-
 from harness.ranks import run_on_ranks
 from harness.tiny_vae import TINY_VAE
 
@@ -50,14 +49,16 @@ def _state(variant, seed):
 
 def _one_process(variant, state, z):
     from parallel_wan.backends.torch import ops
-    from parallel_wan.report.frames import to_uint8_frames
     from parallel_wan.models import vae
+    from parallel_wan.report.frames import to_uint8_frames
     from parallel_wan.weights import tree
 
     cfg, params = TINY[variant], tree.unflatten({k: torch.from_numpy(v) for k, v in state.items()})
     with torch.inference_mode():
-        floats = [vae.decode(params, vae.denormalize_latents(torch.from_numpy(z[i : i + 1]), cfg, ops), ops, cfg)
-                  for i in range(z.shape[0])]
+        floats = [
+            vae.decode(params, vae.denormalize_latents(torch.from_numpy(z[i : i + 1]), cfg, ops), ops, cfg)
+            for i in range(z.shape[0])
+        ]
         return [f.numpy() for f in floats], [to_uint8_frames(f, ops).numpy() for f in floats]
 
 
@@ -66,13 +67,15 @@ def decode_on_rank(rank, world, cases):
     rows) and the decoder's uint8 videos (whole on rank 0, [] elsewhere)."""
     from parallel_wan.backends.torch import ops
     from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.launch import Launch
     from parallel_wan.backends.torch.vae_decode import HeightBandOps, height_bands
     from parallel_wan.config import MeshSpec
+    from parallel_wan.launch import Launch
     from parallel_wan.models import vae
     from parallel_wan.weights import tree
 
-    backend = start_torch_backend("cpu", MeshSpec(name="test", cp=world, ulysses=world), Launch(rank, world, rank, "test"))
+    backend = start_torch_backend(
+        "cpu", MeshSpec(name="test", cp=world, ulysses=world), Launch(rank, world, rank, "test")
+    )
     out = []
     for variant, state, z in cases:
         cfg, params = TINY[variant], tree.unflatten({k: torch.from_numpy(v) for k, v in state.items()})

@@ -14,7 +14,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from harness.cli import HEIGHT, WIDTH, run
 from harness.diffusers_reference import reference_frames, tiny_checkpoint
 from harness.frames import assert_frames_close
@@ -92,21 +91,41 @@ def diffusers_configs(cache, kind, model, steps):
         cond = [1.0, *MAG_CURVE[0::2]]
         split = high_noise_steps(model, steps)
         slices = [(0, split), (split, steps)] if model.transformer_2 is not None else [(0, steps)]
-        return [MagCacheConfig(threshold=threshold, max_skip_steps=max_skips, retention_ratio=retention,
-                               num_inference_steps=b - a, mag_ratios=cond[a:b]) for a, b in slices]
+        return [
+            MagCacheConfig(
+                threshold=threshold,
+                max_skip_steps=max_skips,
+                retention_ratio=retention,
+                num_inference_steps=b - a,
+                mag_ratios=cond[a:b],
+            )
+            for a, b in slices
+        ]
     if cache == "taylorseer":
         interval, warmup, order = TAYLOR_SETTINGS[kind]
-        return [TaylorSeerCacheConfig(cache_interval=interval, disable_cache_before_step=warmup, max_order=order,
-                                      taylor_factors_dtype=torch.float32, use_lite_mode=True)
-                for _ in experts(model)]
+        return [
+            TaylorSeerCacheConfig(
+                cache_interval=interval,
+                disable_cache_before_step=warmup,
+                max_order=order,
+                taylor_factors_dtype=torch.float32,
+                use_lite_mode=True,
+            )
+            for _ in experts(model)
+        ]
     return [FirstBlockCacheConfig(threshold=FBC_THRESHOLD[kind]) for _ in experts(model)]
 
 
 def our_overrides(cache, kind, ratios_path):
     if cache == "magcache":
         threshold, max_skips, retention = MAG_SETTINGS[kind]
-        return {"cache": "magcache", "cache.threshold": threshold, "cache.max_skips": max_skips,
-                "cache.retention": retention, "cache.ratios": ratios_path}
+        return {
+            "cache": "magcache",
+            "cache.threshold": threshold,
+            "cache.max_skips": max_skips,
+            "cache.retention": retention,
+            "cache.ratios": ratios_path,
+        }
     if cache == "taylorseer":
         interval, warmup, order = TAYLOR_SETTINGS[kind]
         return {"cache": "taylorseer", "cache.interval": interval, "cache.warmup": warmup, "cache.order": order}
@@ -135,15 +154,18 @@ class BlockCounter:
     def skipped(self, steps):
         """{"cond": [steps], "uncond": [steps]} where a call ran fewer than all blocks."""
         assert len(self.calls) == steps * len(BRANCHES), self.calls
-        return {branch: [step for step in range(steps) if self.calls[step * len(BRANCHES) + b] < self.layers]
-                for b, branch in enumerate(BRANCHES)}
+        return {
+            branch: [step for step in range(steps) if self.calls[step * len(BRANCHES) + b] < self.layers]
+            for b, branch in enumerate(BRANCHES)
+        }
 
 
 def diffusers_run(model, image, configs=None, steps=STEPS):
     """diffusers' uint8 frames, block counter and skips, with `configs[i]` enabled on expert i."""
     high, low = GUIDANCE[model.kind]
-    guidance = dict(guidance_scale=high) if model.transformer_2 is None else dict(guidance_scale=high,
-                                                                                   guidance_scale_2=low)
+    guidance = (
+        dict(guidance_scale=high) if model.transformer_2 is None else dict(guidance_scale=high, guidance_scale_2=low)
+    )
     counter = BlockCounter(model)
     try:
         for transformer, config in zip(experts(model), configs or []):
@@ -193,8 +215,13 @@ def test_cached_run_matches_diffusers_cache_hooks(models, ratios_path, tmp_path,
     assert cache_effect > CACHE_MATTERS, (cache, kind, cache_effect)
 
     high, low = GUIDANCE[kind]
-    overrides = dict(model=MODEL_PRESET[kind], steps=STEPS, guidance_high=high, guidance_low=low,
-                     **our_overrides(cache, kind, ratios_path))
+    overrides = dict(
+        model=MODEL_PRESET[kind],
+        steps=STEPS,
+        guidance_high=high,
+        guidance_low=low,
+        **our_overrides(cache, kind, ratios_path),
+    )
     if case["image"] is not None:
         overrides["image"] = case["image"]
     ours = run(tmp_path / "ours", case["ckpt"], **overrides)

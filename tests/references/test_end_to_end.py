@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from harness.cli import NEGATIVE, PROMPT, SEED, common, run_cli, run_in_process
 from harness.frames import assert_frames_close, to_uint8
 
@@ -28,14 +27,28 @@ def test_t2v_matches_diffusers_wan_pipeline(t2v, tmp_path):
     ours = np.load(out / "frames.npy")
 
     pipe = WanPipeline(
-        tokenizer=model.tokenizer, text_encoder=model.text_encoder, vae=model.vae,
+        tokenizer=model.tokenizer,
+        text_encoder=model.text_encoder,
+        vae=model.vae,
         scheduler=UniPCMultistepScheduler.from_config(model.scheduler_config),
-        transformer=model.transformer, transformer_2=model.transformer_2, boundary_ratio=model.boundary_ratio,
+        transformer=model.transformer,
+        transformer_2=model.transformer_2,
+        boundary_ratio=model.boundary_ratio,
     )
     with torch.no_grad():
-        ref = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=64, num_frames=9,
-                   num_inference_steps=4, guidance_scale=4.0, guidance_scale_2=3.0, max_sequence_length=512,
-                   generator=torch.Generator("cpu").manual_seed(SEED), output_type="np").frames[0]
+        ref = pipe(
+            prompt=PROMPT,
+            negative_prompt=NEGATIVE,
+            height=64,
+            width=64,
+            num_frames=9,
+            num_inference_steps=4,
+            guidance_scale=4.0,
+            guidance_scale_2=3.0,
+            max_sequence_length=512,
+            generator=torch.Generator("cpu").manual_seed(SEED),
+            output_type="np",
+        ).frames[0]
     assert_frames_close(ours, to_uint8(ref))
 
     sidecar = json.loads((out / "video.json").read_text())

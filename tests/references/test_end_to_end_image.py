@@ -7,13 +7,13 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from parallel_wan.config.compose import compose_spec
-from PIL import Image
-
 from harness.cli import HEIGHT, WIDTH, common, run
 from harness.diffusers_reference import reference_frames, tiny_checkpoint
 from harness.frames import assert_frames_close, to_uint8
 from harness.images import write_png
+from PIL import Image
+
+from parallel_wan.config.compose import compose_spec
 
 # The tiny presets' guidance: I2V 3.5 for both experts (we set the low-noise one to 3.0 so a
 # swapped guidance_scale / guidance_scale_2 shows); TI2V 5.0.
@@ -27,8 +27,10 @@ CONDITIONING_MATTERS = 20
 def images(tmp_path_factory):
     folder = tmp_path_factory.mktemp("images")
     # "resized": another size and aspect (4:3 → 1:1), so load_image's resize path runs
-    return {"exact": write_png(folder / "exact.png", WIDTH, HEIGHT),
-            "resized": write_png(folder / "resized.png", 96, 72)}
+    return {
+        "exact": write_png(folder / "exact.png", WIDTH, HEIGHT),
+        "resized": write_png(folder / "resized.png", 96, 72),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +48,17 @@ def tiny_ti2v(tmp_path_factory):
 def i2v_runs(tiny_i2v, images, tmp_path_factory):
     _, ckpt = tiny_i2v
     out = tmp_path_factory.mktemp("i2v_runs")
-    return {name: run(out / name, ckpt, model="tiny_i2v", image=path, guidance_high=I2V_GUIDANCE_HIGH,
-                      guidance_low=I2V_GUIDANCE_LOW)
-            for name, path in images.items()}
+    return {
+        name: run(
+            out / name,
+            ckpt,
+            model="tiny_i2v",
+            image=path,
+            guidance_high=I2V_GUIDANCE_HIGH,
+            guidance_low=I2V_GUIDANCE_LOW,
+        )
+        for name, path in images.items()
+    }
 
 
 @pytest.mark.parametrize("image", ["exact", "resized"])
@@ -76,8 +86,10 @@ def test_i2v_image_matters_and_is_recorded(images, i2v_runs):
 def ti2v_runs(tiny_ti2v, images, tmp_path_factory):
     _, ckpt = tiny_ti2v
     out = tmp_path_factory.mktemp("ti2v_runs")
-    return {"text": run(out / "text", ckpt, model="tiny_ti2v"),
-            "image": run(out / "image", ckpt, model="tiny_ti2v", image=images["resized"])}
+    return {
+        "text": run(out / "text", ckpt, model="tiny_ti2v"),
+        "image": run(out / "image", ckpt, model="tiny_ti2v", image=images["resized"]),
+    }
 
 
 def test_ti2v_text_only_matches_diffusers_wan_pipeline(tiny_ti2v, ti2v_runs):

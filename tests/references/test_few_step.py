@@ -12,19 +12,18 @@ import sys
 import numpy as np
 import pytest
 import torch
-from parallel_wan.config.compose import compose_settings
-
 from harness.cli import HEIGHT, WIDTH, common
 from harness.diffusers_reference import reference_frames, tiny_checkpoint
-from harness.frames import assert_frames_close
+from harness.frames import assert_frames_close, assert_same_video
 from harness.images import write_png
+from harness.jax_runs import generate
+from harness.ranks import generate_on_rank
+
 from parallel_wan.config import ConfigError, resolve
+from parallel_wan.config.compose import compose_settings
 from parallel_wan.config.few_step import LIGHTNING_SIGMAS
 from parallel_wan.run import CONF_DIR
 from parallel_wan.sampling import explicit_schedule
-from harness.frames import assert_same_video
-from harness.jax_runs import generate
-from harness.ranks import generate_on_rank
 
 REPO = os.path.dirname(CONF_DIR)
 OTHER_SIGMAS = (0.97, 0.8, 0.41, 0.05)  # no special values: every rounding shows
@@ -85,7 +84,13 @@ def test_lightning_recipe_is_the_lightning_schedule():
     s = 5.0 * s / (1 + (5.0 - 1) * s)
     for preset, extra in (("tiny_lightning", []), ("wan2.2_t2v_a14b_lightning", ["checkpoint_dir=/tmp"])):
         spec = spec_for(f"model={preset}", *extra)
-        assert (spec.sampling.sampler, spec.sampling.steps, spec.sampling.shift, spec.sampling.guidance_high, spec.sampling.guidance_low) == ("euler", 4, 5.0, 1.0, 1.0)
+        assert (
+            spec.sampling.sampler,
+            spec.sampling.steps,
+            spec.sampling.shift,
+            spec.sampling.guidance_high,
+            spec.sampling.guidance_low,
+        ) == ("euler", 4, 5.0, 1.0, 1.0)
         kind, schedule = pick_schedule(spec, None)
         assert kind == "sigmas"
         assert np.array_equal(schedule.timesteps, (s * 1000).numpy()[:-1])
@@ -97,7 +102,12 @@ def test_lightning_recipe_is_the_lightning_schedule():
     assert np.array_equal(ref.timesteps.numpy(), (s * 1000).numpy()[:-1])
     # recipe=lightning on any model; the command line still wins
     spec = spec_for("model=tiny", "recipe=lightning", "guidance_low=3")
-    assert (spec.sampling.sigmas, spec.sampling.guidance_high, spec.sampling.guidance_low, spec.sampling.recipe) == (LIGHTNING_SIGMAS, 1.0, 3.0, "lightning")
+    assert (spec.sampling.sigmas, spec.sampling.guidance_high, spec.sampling.guidance_low, spec.sampling.recipe) == (
+        LIGHTNING_SIGMAS,
+        1.0,
+        3.0,
+        "lightning",
+    )
 
 
 # ---------------------------------------------------------------- bad input
@@ -110,29 +120,35 @@ def one_line(overrides, words, world_size=1):
         assert w in msg, msg
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["sigmas=[0.5,0.9]"], ["sigmas=[0.5, 0.9]", "decrease strictly"]),
-    (["sigmas=[0.9,0.9]"], ["decrease strictly"]),
-    (["sigmas=[1.5,0.5]"], ["sigmas=[1.5, 0.5]", "(0, 1]"]),
-    (["sigmas=[0.5,0.0]"], ["(0, 1]", "appended"]),
-    (["timesteps=[1200,500]"], ["timesteps=[1200.0, 500.0]", "(0, 1000]"]),
-    (["sigmas=[]"], ["non-empty list"]),
-    (["sigmas=[1.0,0.5]", "timesteps=[1000,500]"], ["sigmas=[…] and timesteps=[…]", "one of them"]),
-    (["sigmas=[1.0,0.5]", "steps=3"], ["steps=3", "2 sigmas", "drop steps="]),
-    (["model=tiny_lightning", "steps=8"], ["steps=8", "4 sigmas", "model preset"]),
-    (["recipe=turbo"], ["recipe='turbo'", "lightning"]),
-    # one set of JAX cache arrays serves both experts' programs: their rows must agree
-    (["backend=jax", "cache=fbcache", "guidance_high=1.0"], ["cache=fbcache", "backend=jax", "backend=torch"]),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["sigmas=[0.5,0.9]"], ["sigmas=[0.5, 0.9]", "decrease strictly"]),
+        (["sigmas=[0.9,0.9]"], ["decrease strictly"]),
+        (["sigmas=[1.5,0.5]"], ["sigmas=[1.5, 0.5]", "(0, 1]"]),
+        (["sigmas=[0.5,0.0]"], ["(0, 1]", "appended"]),
+        (["timesteps=[1200,500]"], ["timesteps=[1200.0, 500.0]", "(0, 1000]"]),
+        (["sigmas=[]"], ["non-empty list"]),
+        (["sigmas=[1.0,0.5]", "timesteps=[1000,500]"], ["sigmas=[…] and timesteps=[…]", "one of them"]),
+        (["sigmas=[1.0,0.5]", "steps=3"], ["steps=3", "2 sigmas", "drop steps="]),
+        (["model=tiny_lightning", "steps=8"], ["steps=8", "4 sigmas", "model preset"]),
+        (["recipe=turbo"], ["recipe='turbo'", "lightning"]),
+        # one set of JAX cache arrays serves both experts' programs: their rows must agree
+        (["backend=jax", "cache=fbcache", "guidance_high=1.0"], ["cache=fbcache", "backend=jax", "backend=torch"]),
+    ],
+)
 def test_bad_schedules_stop_in_one_line(overrides, words):
     one_line(overrides, words)
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["mesh=dp2", "guidance_high=1.0"], ["mesh=dp2", "guidance_high=1.0", "high-noise", "mesh=cp2"]),
-    (["mesh=dp2", "guidance_low=1.0"], ["guidance_low=1.0", "low-noise", "mesh=cp2"]),
-    (["mesh=dp2", "model=tiny_lightning"], ["dp=2", "guidance on"]),  # no CFG at all: the old rule
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["mesh=dp2", "guidance_high=1.0"], ["mesh=dp2", "guidance_high=1.0", "high-noise", "mesh=cp2"]),
+        (["mesh=dp2", "guidance_low=1.0"], ["guidance_low=1.0", "low-noise", "mesh=cp2"]),
+        (["mesh=dp2", "model=tiny_lightning"], ["dp=2", "guidance on"]),  # no CFG at all: the old rule
+    ],
+)
 def test_cfg_parallel_with_guidance_off_is_refused(overrides, words):
     one_line(overrides, words, world_size=2)
 
@@ -145,8 +161,14 @@ def test_cfg_parallel_still_takes_prompts_with_guidance_off():
 @pytest.mark.parametrize("bad", [["sigmas=[0.5,0.9]"], ["sigmas=[1.0,0.5]", "timesteps=[1000,500]"]])
 def test_bad_schedule_writes_nothing(tmp_path, bad):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *bad], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *bad],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("parallel_wan: error:"), proc.stderr
@@ -196,9 +218,15 @@ def reference(model, sigmas, guidance_high, guidance_low, image=None):
         def set_timesteps(self, num_inference_steps=None, device=None, **kwargs):
             super().set_timesteps(device=device, sigmas=list(sigmas))
 
-    return reference_frames(model, image, steps=len(sigmas), scheduler=Explicit(shift=1.0),
-                            cfg_on=guidance_high != 1.0 or guidance_low != 1.0, guidance_scale=guidance_high,
-                            guidance_scale_2=guidance_low)
+    return reference_frames(
+        model,
+        image,
+        steps=len(sigmas),
+        scheduler=Explicit(shift=1.0),
+        cfg_on=guidance_high != 1.0 or guidance_low != 1.0,
+        guidance_scale=guidance_high,
+        guidance_scale_2=guidance_low,
+    )
 
 
 def overrides_for(ckpt, model, *extra):
@@ -222,8 +250,9 @@ def test_lightning_run_is_one_row_per_step_and_equals_diffusers(checkpoints, ima
 
 def test_mixed_guidance_runs_cfg_where_it_is_on_and_equals_diffusers(checkpoints, tmp_path, monkeypatch):
     model, ckpt = checkpoints["t2v"]
-    rows, sidecar, frames = run_counting_rows(monkeypatch, tmp_path / "ours",
-                                              *overrides_for(ckpt, "tiny_lightning", "guidance_low=3"))
+    rows, sidecar, frames = run_counting_rows(
+        monkeypatch, tmp_path / "ours", *overrides_for(ckpt, "tiny_lightning", "guidance_low=3")
+    )
     assert rows == [(1, 1)] * 2 + [(2, 2)] * 2  # high noise: cond only; low noise: cond + negative
     assert [s["cfg"] for s in sidecar["steps_plan"]] == [False, False, True, True]
     assert_frames_close(frames, reference(model, LIGHTNING_SIGMAS, 1.0, 3.0))
@@ -232,9 +261,19 @@ def test_mixed_guidance_runs_cfg_where_it_is_on_and_equals_diffusers(checkpoints
 def test_step_cache_with_guidance_off_on_one_expert(tmp_path, monkeypatch):
     # First-Block Cache probing every step: high-noise steps run the cond branch only (their
     # uncond column is "not run"), and the dense count is what the run would do without a cache.
-    rows, sidecar, _ = run_counting_rows(monkeypatch, tmp_path / "ours", "cache=fbcache", "cache.threshold=0.5",
-                                         "guidance_high=1.0", "steps=6", "dtype=float32", "num_frames=5",
-                                         "height=32", "width=32", "save_frames=true")
+    rows, sidecar, _ = run_counting_rows(
+        monkeypatch,
+        tmp_path / "ours",
+        "cache=fbcache",
+        "cache.threshold=0.5",
+        "guidance_high=1.0",
+        "steps=6",
+        "dtype=float32",
+        "num_frames=5",
+        "height=32",
+        "width=32",
+        "save_frames=true",
+    )
     high, layers = sidecar["steps_per_expert"]["high_noise"], 2  # the tiny model's blocks
     assert 0 < high < 6
     assert sidecar["cache"]["block_forwards_dense"] == layers * (high + 2 * (6 - high))
@@ -243,8 +282,15 @@ def test_step_cache_with_guidance_off_on_one_expert(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- meshes
-LIGHT = ["model=tiny_lightning", "dtype=float32", "num_frames=9", "seed=3", "prompt='a dog jumps'", "height=48",
-         "width=48"]
+LIGHT = [
+    "model=tiny_lightning",
+    "dtype=float32",
+    "num_frames=9",
+    "seed=3",
+    "prompt='a dog jumps'",
+    "height=48",
+    "width=48",
+]
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)

@@ -28,8 +28,14 @@ T2V_PAIRS = {
     "comfy_fp8+comfy_int8": (("comfy_fp8", False), ("comfy_int8", True)),
     "lightx2v_fp8+plain_bf16": (("lightx2v_fp8", True), ("plain_bf16", False)),
 }
-FORMAT_NAME = {"scaled_fp8": "scaled_fp8", "comfy_fp8": "comfy_mixed", "comfy_int8": "comfy_mixed",
-               "lightx2v_int8": "lightx2v", "lightx2v_fp8": "lightx2v", "plain_bf16": "plain"}
+FORMAT_NAME = {
+    "scaled_fp8": "scaled_fp8",
+    "comfy_fp8": "comfy_mixed",
+    "comfy_int8": "comfy_mixed",
+    "lightx2v_int8": "lightx2v",
+    "lightx2v_fp8": "lightx2v",
+    "plain_bf16": "plain",
+}
 GUIDANCE = {"guidance_high": 4.0, "guidance_low": 3.0}
 # 1 level: both sides multiply the same float32 weights; only accumulation order differs.
 LEVELS = 1
@@ -44,8 +50,10 @@ def files(tiny_t2v, tmp_path_factory):
     out = {}
     for name, pair in T2V_PAIRS.items():
         (fh, ph), (fl, pl) = pair
-        out[name] = (write_expert_file(folder / f"high_{fh}.safetensors", model.transformer, fh, prefix=ph),
-                     write_expert_file(folder / f"low_{fl}.safetensors", model.transformer_2, fl, prefix=pl))
+        out[name] = (
+            write_expert_file(folder / f"high_{fh}.safetensors", model.transformer, fh, prefix=ph),
+            write_expert_file(folder / f"low_{fl}.safetensors", model.transformer_2, fl, prefix=pl),
+        )
     return out
 
 
@@ -85,8 +93,16 @@ def test_i2v_files_match_diffusers(tmp_path_factory, image, tmp_path):
     model, ckpt = tiny_checkpoint("i2v", tmp_path_factory)
     high = write_expert_file(tmp_path / "high.safetensors", model.transformer, "comfy_int8", prefix=False)
     low = write_expert_file(tmp_path / "low.safetensors", model.transformer_2, "scaled_fp8", prefix=True)
-    ours = run(tmp_path / "ours", ckpt, model="tiny_i2v", image=image, weights_high=high, weights_low=low,
-               guidance_high=3.5, guidance_low=3.0)
+    ours = run(
+        tmp_path / "ours",
+        ckpt,
+        model="tiny_i2v",
+        image=image,
+        weights_high=high,
+        weights_low=low,
+        guidance_high=3.5,
+        guidance_low=3.0,
+    )
     ref = reference_frames(dequantized_model(model, high, low), image, guidance_scale=3.5, guidance_scale_2=3.0)
     assert_frames_close(ours["frames"], ref, max_abs=LEVELS)
     assert ours["sidecar"]["expert_files"]["high_noise"]["format"] == "comfy_mixed"
@@ -99,4 +115,8 @@ def test_ti2v_file_matches_diffusers(tmp_path_factory, image, tmp_path):
     ref = reference_frames(dequantized_model(model, single), image, guidance_scale=5.0)
     assert_frames_close(ours["frames"], ref, max_abs=LEVELS)
     assert ours["sidecar"]["expert_files"]["single"] == {
-        "path": single, "format": "lightx2v", "stored_dtype": "int8", "quantized_tensors": 20}
+        "path": single,
+        "format": "lightx2v",
+        "stored_dtype": "int8",
+        "quantized_tensors": 20,
+    }

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 from fastapi.testclient import TestClient
+from harness.paths import ENV, REPO
+from harness.serve import KEY, SETTINGS
 
 from parallel_wan.config import ConfigError
 from parallel_wan.config.compose import compose_settings
@@ -25,9 +27,6 @@ from parallel_wan.serve.served import serve_start
 from parallel_wan.serve.settings import server_settings
 from parallel_wan.serve.store import Store
 
-from harness.paths import ENV, REPO
-from harness.serve import KEY, SETTINGS
-
 BIG_SEED = 2**70
 
 
@@ -35,8 +34,9 @@ class Api:
     """An app over a fresh storage_dir, as rank 0 builds it."""
 
     def __init__(self, storage, start=(), max_body_mb="32", key=None, world=1):
-        self.settings = server_settings({"host": "127.0.0.1", "port": "0", "storage_dir": str(storage),
-                                         "max_body_mb": max_body_mb})
+        self.settings = server_settings(
+            {"host": "127.0.0.1", "port": "0", "storage_dir": str(storage), "max_body_mb": max_body_mb}
+        )
         os.makedirs(self.settings.videos_dir, exist_ok=True)
         self.start = [*SETTINGS, *start]
         self.served = serve_start(compose_settings(self.start), world, None, self.settings.videos_dir)
@@ -46,8 +46,9 @@ class Api:
         def health():
             return self.store.health("test")
 
-        self.client = TestClient(make_app(self.store, self.served, self.settings, health,
-                                          ServerMetrics(self.store, health), key))
+        self.client = TestClient(
+            make_app(self.store, self.served, self.settings, health, ServerMetrics(self.store, health), key)
+        )
 
     def nothing_queued(self):
         assert sum(self.store.counts().values()) == 0, self.store.counts()
@@ -96,8 +97,11 @@ BAD = {
     "seed_negative": ({"seed": -1}, ["seed=-1"], "seed"),
     "seed_2_to_70": ({"seed": BIG_SEED}, [f"seed={BIG_SEED}"], "seed"),
     "seed_text": ({"seed": "abc"}, ["seed=abc"], "seed"),
-    "video_beyond_rope": ({"num_frames": 100001, "size": "4096x4096"},
-                          ["num_frames=100001", "height=4096", "width=4096"], "num_frames"),
+    "video_beyond_rope": (
+        {"num_frames": 100001, "size": "4096x4096"},
+        ["num_frames=100001", "height=4096", "width=4096"],
+        "num_frames",
+    ),
     "height_beyond_rope": ({"size": "64x32768"}, ["width=64", "height=32768"], "size"),
 }
 
@@ -114,8 +118,10 @@ def in_request_words(line: str) -> str:
 def test_a_bad_request_gets_the_clis_line_as_400_and_nothing_is_queued(case, api, tmp_path):
     fields, words, param = BAD[case]
     expected = in_request_words(api.cli_refusal(words, tmp_path))
-    for answer in (api.client.post("/v1/videos", json={"prompt": "a cat", **fields}),
-                   api.client.post("/v1/videos", files=multipart({"prompt": "a cat", **fields}))):
+    for answer in (
+        api.client.post("/v1/videos", json={"prompt": "a cat", **fields}),
+        api.client.post("/v1/videos", files=multipart({"prompt": "a cat", **fields})),
+    ):
         assert answer.status_code == 400, answer.text
         error = answer.json()["error"]
         assert error["message"] == expected and error["param"] == param, (error, expected)
@@ -131,8 +137,11 @@ SERVER_OWN = {
     "size_and_width": ({"prompt": "a", "size": "64x64", "width": 64}, "size", ["not both"]),
     "seconds_negative": ({"prompt": "a", "seconds": "-4"}, "seconds", ["positive number of seconds"]),
     "seconds_and_frames": ({"prompt": "a", "seconds": "4", "num_frames": 9}, "seconds", ["one of them"]),
-    "reference_as_json": ({"prompt": "a", "input_reference": {"image_url": "http://x/y.png"}}, "input_reference",
-                          ["multipart/form-data", "not read"]),
+    "reference_as_json": (
+        {"prompt": "a", "input_reference": {"image_url": "http://x/y.png"}},
+        "input_reference",
+        ["multipart/form-data", "not read"],
+    ),
 }
 
 
@@ -149,17 +158,22 @@ def test_requests_nobody_can_run_are_400_naming_the_field(case, api):
 
 def test_uploads_are_decoded_as_images_or_refused(tmp_path):
     api = Api(tmp_path / "storage", ["model=tiny_ti2v"])
-    for data, words in ((b"not an image", ["could not be read as an image"]),
-                        (png_bytes()[:60], ["could not be read as an image"]),
-                        (b"", ["empty"])):
+    for data, words in (
+        (b"not an image", ["could not be read as an image"]),
+        (png_bytes()[:60], ["could not be read as an image"]),
+        (b"", ["empty"]),
+    ):
         answer = api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", data)})
         assert answer.status_code == 400 and answer.json()["error"]["param"] == "input_reference", answer.text
         assert all(w in answer.json()["error"]["message"] for w in words)
     api.nothing_queued()
     # a JPEG under a misleading name with a path in it: stored as <id>.jpg, byte for byte
     data = png_bytes(fmt="JPEG")
-    answer = api.client.post("/v1/videos", data={"prompt": "a boat", "size": "64x64"},
-                             files={"input_reference": ("../../etc/passwd.png", data, "image/png")})
+    answer = api.client.post(
+        "/v1/videos",
+        data={"prompt": "a boat", "size": "64x64"},
+        files={"input_reference": ("../../etc/passwd.png", data, "image/png")},
+    )
     assert answer.status_code == 200, answer.text
     video_id = answer.json()["id"]
     assert os.listdir(api.settings.inputs_dir) == [f"{video_id}.jpg"]
@@ -174,8 +188,12 @@ def test_an_image_on_a_text_to_video_model_is_refused_naming_the_field(api):
     answer = api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", png_bytes())})
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
-    assert error == {"message": "input_reference was given but model=tiny is text-to-video; drop input_reference or "
-                                "use an i2v/ti2v model", "param": "input_reference", "type": "invalid_request_error"}
+    assert error == {
+        "message": "input_reference was given but model=tiny is text-to-video; drop input_reference or "
+        "use an i2v/ti2v model",
+        "param": "input_reference",
+        "type": "invalid_request_error",
+    }
     api.nothing_queued()
 
 
@@ -192,19 +210,30 @@ def test_an_image_to_video_server_asks_for_input_reference(tmp_path):
 def test_an_unknown_field_is_named_with_the_fields_taken(api):
     """Refused by name with the fields a request may have; a guess only where one is close
     (`format` is not `prompt`), and a setting of the command line pointed to its field."""
-    fields = ("prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
-              "guidance_scale_2, size, seconds, model, input_reference")
+    fields = (
+        "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
+        "guidance_scale_2, size, seconds, model, input_reference"
+    )
     for body, message in (
-            ({"prompt": "a", "format": "gif"},
-             f"format='gif' is not a field of POST /v1/videos; remove it (fields: {fields})"),
-            ({"prompt": "a", "steps": 4},
-             f"steps=4 is not a field of POST /v1/videos (the field for steps is num_inference_steps); remove it "
-             f"(fields: {fields})"),
-            ({"prompt": "a", "dtype": "float32"},
-             f"dtype='float32' is not a field of POST /v1/videos (dtype is set when the server starts; a request "
-             f"cannot change it); remove it (fields: {fields})"),
-            ({"prompt": "a", "promt": "b"},
-             f"promt='b' is not a field of POST /v1/videos (did you mean prompt?); remove it (fields: {fields})")):
+        (
+            {"prompt": "a", "format": "gif"},
+            f"format='gif' is not a field of POST /v1/videos; remove it (fields: {fields})",
+        ),
+        (
+            {"prompt": "a", "steps": 4},
+            f"steps=4 is not a field of POST /v1/videos (the field for steps is num_inference_steps); remove it "
+            f"(fields: {fields})",
+        ),
+        (
+            {"prompt": "a", "dtype": "float32"},
+            f"dtype='float32' is not a field of POST /v1/videos (dtype is set when the server starts; a request "
+            f"cannot change it); remove it (fields: {fields})",
+        ),
+        (
+            {"prompt": "a", "promt": "b"},
+            f"promt='b' is not a field of POST /v1/videos (did you mean prompt?); remove it (fields: {fields})",
+        ),
+    ):
         answer = api.client.post("/v1/videos", json=body)
         assert answer.status_code == 400, answer.text
         key = next(k for k in body if k != "prompt")
@@ -226,18 +255,27 @@ def test_no_answer_speaks_the_clis_words_or_shows_a_server_path(tmp_path):
     """Every way a refusal of resolve() and the run's checks, or the text of a job, reaches a
     client: each refusal reachable from a request, on servers of each kind; a failed job's error,
     a completed job's record, a cancelled or failed job's content, /health."""
-    servers = {"t2v": Api(tmp_path / "t2v"), "i2v": Api(tmp_path / "i2v", ["model=tiny_i2v"]),
-               "lightning": Api(tmp_path / "lightning", ["model=tiny_lightning"]),
-               "dp2": Api(tmp_path / "dp2", ["mesh=dp2"], world=2)}
+    servers = {
+        "t2v": Api(tmp_path / "t2v"),
+        "i2v": Api(tmp_path / "i2v", ["model=tiny_i2v"]),
+        "lightning": Api(tmp_path / "lightning", ["model=tiny_lightning"]),
+        "dp2": Api(tmp_path / "dp2", ["mesh=dp2"], world=2),
+    }
     requests = [("t2v", {"prompt": "a cat", **fields}, None) for fields, _, _ in BAD.values()]
-    requests += [("t2v", {"prompt": "a"}, png_bytes()), ("i2v", {"prompt": "a"}, None),
-                 ("i2v", {"prompt": "a", "num_inference_steps": 0}, png_bytes()),
-                 ("lightning", {"prompt": "a", "num_inference_steps": 7}, None),
-                 ("dp2", {"prompt": "a", "guidance_scale": 1}, None)]
+    requests += [
+        ("t2v", {"prompt": "a"}, png_bytes()),
+        ("i2v", {"prompt": "a"}, None),
+        ("i2v", {"prompt": "a", "num_inference_steps": 0}, png_bytes()),
+        ("lightning", {"prompt": "a", "num_inference_steps": 7}, None),
+        ("dp2", {"prompt": "a", "guidance_scale": 1}, None),
+    ]
     for name, fields, image in requests:
         api = servers[name]
-        answer = (api.client.post("/v1/videos", json=fields) if image is None else
-                  api.client.post("/v1/videos", files={**multipart(fields), "input_reference": ("x.png", image)}))
+        answer = (
+            api.client.post("/v1/videos", json=fields)
+            if image is None
+            else api.client.post("/v1/videos", files={**multipart(fields), "input_reference": ("x.png", image)})
+        )
         assert answer.status_code == 400, (name, fields, answer.text)
         speaks_to_a_client(answer.text, tmp_path)
     # a storage folder gone bad under a running server: refused without saying where it is
@@ -256,16 +294,35 @@ def test_no_answer_speaks_the_clis_words_or_shows_a_server_path(tmp_path):
     for _ in ids:
         api.store.claim("me")
     videos = api.settings.videos_dir
-    api.store.finish(ids[0], "failed", error=f"could not write the outputs to output_dir={videos} (No space left on "
-                                             "device); nothing was kept; free space there or set another output_dir")
-    api.store.finish(ids[1], "completed", record={"config": {"output_dir": videos, "prompts": ["a cat in /usr/share 1"],
-                                                             "image": os.path.join(api.settings.inputs_dir, "x.png"),
-                                                             "weights": "/srv/wan weights/high.safetensors"}})
+    api.store.finish(
+        ids[0],
+        "failed",
+        error=f"could not write the outputs to output_dir={videos} (No space left on "
+        "device); nothing was kept; free space there or set another output_dir",
+    )
+    api.store.finish(
+        ids[1],
+        "completed",
+        record={
+            "config": {
+                "output_dir": videos,
+                "prompts": ["a cat in /usr/share 1"],
+                "image": os.path.join(api.settings.inputs_dir, "x.png"),
+                "weights": "/srv/wan weights/high.safetensors",
+            }
+        },
+    )
     api.client.delete(f"/v1/videos/{ids[2]}")
     api.store.finish(ids[2], "cancelled")
     api.store.set_health("test", False, f"FileNotFoundError: [Errno 2] No such file or directory: '{videos}/x.mp4'")
-    for path in (f"/v1/videos/{ids[0]}", f"/v1/videos/{ids[1]}", "/v1/videos", f"/v1/videos/{ids[0]}/content",
-                 f"/v1/videos/{ids[2]}/content", "/health"):
+    for path in (
+        f"/v1/videos/{ids[0]}",
+        f"/v1/videos/{ids[1]}",
+        "/v1/videos",
+        f"/v1/videos/{ids[0]}/content",
+        f"/v1/videos/{ids[2]}/content",
+        "/health",
+    ):
         text = api.client.get(path).text.replace("/usr/share", "")
         speaks_to_a_client(text, tmp_path)
         assert "safetensors" not in text, text
@@ -304,16 +361,43 @@ def test_a_request_over_the_device_but_over_no_floor_is_refused_before_queueing(
 
 def test_the_sdks_multipart_strings_and_json_make_the_same_job(api):
     """Every field a string (the openai SDK's multipart), or typed JSON: the same settings."""
-    fields = {"prompt": "a cat", "seed": 7, "size": "64x48", "seconds": "0.5", "num_inference_steps": 3,
-              "guidance_scale": 4.5, "guidance_scale_2": 2.0, "negative_prompt": "blur", "model": "tiny"}
+    fields = {
+        "prompt": "a cat",
+        "seed": 7,
+        "size": "64x48",
+        "seconds": "0.5",
+        "num_inference_steps": 3,
+        "guidance_scale": 4.5,
+        "guidance_scale_2": 2.0,
+        "negative_prompt": "blur",
+        "model": "tiny",
+    }
     a = api.client.post("/v1/videos", json=fields).json()
     b = api.client.post("/v1/videos", files=multipart(fields)).json()
-    assert json.loads(api.store.get(a["id"])["settings"]) == json.loads(api.store.get(b["id"])["settings"]) == {
-        "prompt": "a cat", "negative_prompt": "blur", "seed": 7, "steps": 3, "guidance_high": 4.5, "guidance_low": 2.0,
-        "width": 64, "height": 48, "num_frames": 9}
+    assert (
+        json.loads(api.store.get(a["id"])["settings"])
+        == json.loads(api.store.get(b["id"])["settings"])
+        == {
+            "prompt": "a cat",
+            "negative_prompt": "blur",
+            "seed": 7,
+            "steps": 3,
+            "guidance_high": 4.5,
+            "guidance_low": 2.0,
+            "width": 64,
+            "height": 48,
+            "num_frames": 9,
+        }
+    )
     for video in (a, b):
         assert {k: video[k] for k in ("object", "model", "status", "progress", "size", "seconds")} == {
-            "object": "video", "model": "tiny", "status": "queued", "progress": 0, "size": "64x48", "seconds": "0.5"}
+            "object": "video",
+            "model": "tiny",
+            "status": "queued",
+            "progress": 0,
+            "size": "64x48",
+            "seconds": "0.5",
+        }
         assert isinstance(video["created_at"], int)
     # diffusers' rule: guidance_scale alone sets both experts (never 1.0 for a missing second scale)
     c = api.client.post("/v1/videos", json={"prompt": "a", "guidance_scale": 6}).json()
@@ -327,15 +411,25 @@ def test_an_idempotency_key_returns_the_same_job(api):
     assert first["id"] == again["id"] and api.store.counts()["queued"] == 1
     other = api.client.post("/v1/videos", json={"prompt": "b"}, headers=headers)
     assert other.status_code == 409 and other.json()["error"]["param"] == "Idempotency-Key"
-    assert api.client.post("/v1/videos", json={"prompt": "a"}, headers={"Idempotency-Key": "2"}).json()["id"] != first["id"]
+    assert (
+        api.client.post("/v1/videos", json={"prompt": "a"}, headers={"Idempotency-Key": "2"}).json()["id"]
+        != first["id"]
+    )
 
 
 def test_every_endpoint_but_health_needs_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv("PARALLEL_WAN_API_KEY", KEY)
     api = Api(tmp_path / "storage", key=api_key())  # as the HTTP process reads it
-    for method, path in (("GET", "/"), ("GET", "/v1/videos"), ("POST", "/v1/videos"), ("GET", "/v1/models"),
-                         ("GET", "/metrics"), ("GET", "/v1/videos/video_" + "0" * 32),
-                         ("DELETE", "/v1/videos/video_" + "0" * 32), ("GET", "/no/such/path")):
+    for method, path in (
+        ("GET", "/"),
+        ("GET", "/v1/videos"),
+        ("POST", "/v1/videos"),
+        ("GET", "/v1/models"),
+        ("GET", "/metrics"),
+        ("GET", "/v1/videos/video_" + "0" * 32),
+        ("DELETE", "/v1/videos/video_" + "0" * 32),
+        ("GET", "/no/such/path"),
+    ):
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
             answer = api.client.request(method, path, headers=headers)
             assert answer.status_code == 401, (method, path, headers, answer.status_code)
@@ -358,8 +452,10 @@ def test_health_is_503_until_loaded_and_when_a_rank_is_gone(api):
 def test_a_body_over_the_limit_is_413_and_nothing_is_kept(tmp_path):
     api = Api(tmp_path / "storage", max_body_mb="0.05")
     noise = os.urandom(80_000)
-    for answer in (api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", noise)}),
-                   api.client.post("/v1/videos", json={"prompt": "x" * 80_000})):
+    for answer in (
+        api.client.post("/v1/videos", data={"prompt": "a"}, files={"input_reference": ("x.png", noise)}),
+        api.client.post("/v1/videos", json={"prompt": "x" * 80_000}),
+    ):
         assert answer.status_code == 413, answer.text
     api.nothing_queued()
 
@@ -381,7 +477,11 @@ def test_list_retrieve_content_and_delete(api):
         assert api.client.delete(f"/v1/videos/{bad}").status_code == 404
     deleted = api.client.delete(f"/v1/videos/{ids[1]}").json()
     assert {k: deleted[k] for k in ("id", "object", "deleted", "status")} == {
-        "id": ids[1], "object": "video.deleted", "deleted": True, "status": "cancelled"}
+        "id": ids[1],
+        "object": "video.deleted",
+        "deleted": True,
+        "status": "cancelled",
+    }
     assert api.client.get(f"/v1/videos/{ids[1]}").json()["status"] == "cancelled"
     assert api.store.counts() == {"queued": 4, "in_progress": 0, "completed": 0, "failed": 0, "cancelled": 1}
     api.store.register("me", "here:1")
@@ -397,12 +497,17 @@ def test_deleting_a_running_job_says_it_stops_after_its_current_step(api):
     api.store.claim("me")
     api.store.progress(video_id, 2)
     answer = api.client.delete(f"/v1/videos/{video_id}").json()
-    assert {k: answer[k] for k in ("id", "object", "deleted")} == {"id": video_id, "object": "video.deleted",
-                                                                  "deleted": True}
+    assert {k: answer[k] for k in ("id", "object", "deleted")} == {
+        "id": video_id,
+        "object": "video.deleted",
+        "deleted": True,
+    }
     assert answer["status"] == "in_progress", answer
-    assert answer["message"] == (f"{video_id} is running (step 2 of 4 done): it stops after its current step, then "
-                                 f"it is cancelled and nothing of it is kept; GET /v1/videos/{video_id} says "
-                                 "cancelled once it has stopped"), answer
+    assert answer["message"] == (
+        f"{video_id} is running (step 2 of 4 done): it stops after its current step, then "
+        f"it is cancelled and nothing of it is kept; GET /v1/videos/{video_id} says "
+        "cancelled once it has stopped"
+    ), answer
     assert api.client.get(f"/v1/videos/{video_id}").json()["status"] == "in_progress"
     queued = api.client.post("/v1/videos", json={"prompt": "b"}).json()["id"]
     answer = api.client.delete(f"/v1/videos/{queued}").json()
@@ -415,10 +520,11 @@ def test_the_content_of_a_cancelled_or_failed_job_says_it_never_comes(api):
     api.store.register("me", "here:1")
     api.store.claim("me")
     api.store.finish(ids[1], "failed", error="non-finite values in the latents after step 3")
-    for video_id, words in ((ids[0], "was cancelled: it has no mp4 and never will"),
-                            (ids[1], "failed (non-finite values in the latents after step 3): it has no mp4 and "
-                                     "never will"),
-                            (ids[2], "is queued; its mp4 is there once it is completed")):
+    for video_id, words in (
+        (ids[0], "was cancelled: it has no mp4 and never will"),
+        (ids[1], "failed (non-finite values in the latents after step 3): it has no mp4 and never will"),
+        (ids[2], "is queued; its mp4 is there once it is completed"),
+    ):
         answer = api.client.get(f"/v1/videos/{video_id}/content")
         assert answer.status_code == 404 and words in answer.json()["error"]["message"], answer.text
     assert "once" not in api.client.get(f"/v1/videos/{ids[0]}/content").text
@@ -441,40 +547,81 @@ def test_models_metrics_and_the_page(api):
     assert api.client.get("/v1/models").json()["data"][0]["id"] == "tiny"
     api.client.post("/v1/videos", json={"prompt": "a"})
     text = api.client.get("/metrics").text
-    for name in ("parallel_wan_queue_depth 1.0", "parallel_wan_jobs_total", "parallel_wan_step_seconds",
-                 "parallel_wan_phase_seconds", 'parallel_wan_requests_total{answer="queued"} 1.0'):
+    for name in (
+        "parallel_wan_queue_depth 1.0",
+        "parallel_wan_jobs_total",
+        "parallel_wan_step_seconds",
+        "parallel_wan_phase_seconds",
+        'parallel_wan_requests_total{answer="queued"} 1.0',
+    ):
         assert name in text, name
     page = api.client.get("/").text
-    assert all(f'id="{name}"' in page for name in ("prompt", "size", "num_frames", "num_inference_steps", "seed",
-                                                   "input_reference", "queue", "player"))
+    assert all(
+        f'id="{name}"' in page
+        for name in (
+            "prompt",
+            "size",
+            "num_frames",
+            "num_inference_steps",
+            "seed",
+            "input_reference",
+            "queue",
+            "player",
+        )
+    )
     assert "http://" not in page and "https://" not in page and "<link" not in page  # no external assets
 
 
 def test_the_http_side_touches_no_device(tmp_path):
     """What the HTTP process runs for a JAX server's request: no jax, no torch at all — so no CUDA
     (the device's memory comes from rank 0) and no 1.5 s torch import per server start."""
-    code = ("import sys\n"
-            "from parallel_wan.config.compose import compose_settings\n"
-            "from parallel_wan.serve.served import serve_start\n"
-            "served = serve_start(compose_settings(['model=tiny_ti2v', 'backend=jax', 'mesh=dp2_cp4']), 8, None, "
-            f"{str(tmp_path)!r}, (None, 'host memory'))\n"
-            "assert served.request({'prompt': 'a', 'size': '64x64'})[0].mesh.dp == 2\n"
-            "print('jax' in sys.modules, 'torch' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    code = (
+        "import sys\n"
+        "from parallel_wan.config.compose import compose_settings\n"
+        "from parallel_wan.serve.served import serve_start\n"
+        "served = serve_start(compose_settings(['model=tiny_ti2v', 'backend=jax', 'mesh=dp2_cp4']), 8, None, "
+        f"{str(tmp_path)!r}, (None, 'host memory'))\n"
+        "assert served.request({'prompt': 'a', 'size': '64x64'})[0].mesh.dp == 2\n"
+        "print('jax' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr[-2000:]
 
 
 # ------------------------------------------------------------------ the store
 def test_each_job_is_claimed_exactly_once_by_competing_processes(tmp_path):
     store = Store(str(tmp_path / "q.sqlite3"))
-    ids = [store.add({"id": f"video_{i:032x}", "model": "tiny", "prompt": "p", "size": "64x64", "seconds": "1",
-                      "settings": {}, "steps": 4})[0]["id"] for i in range(40)]
-    claimer = ("import sys, json; from parallel_wan.serve.store import Store\n"
-               "s = Store(sys.argv[1]); s.register(sys.argv[2], sys.argv[2]); got = []\n"
-               "while (row := s.claim(sys.argv[2])) is not None: got.append(row['id'])\n"
-               "print(json.dumps(got))")
-    procs = [subprocess.Popen([sys.executable, "-c", claimer, str(tmp_path / "q.sqlite3"), name], env=ENV,
-                              stdout=subprocess.PIPE, text=True) for name in ("a", "b", "c")]
+    ids = [
+        store.add(
+            {
+                "id": f"video_{i:032x}",
+                "model": "tiny",
+                "prompt": "p",
+                "size": "64x64",
+                "seconds": "1",
+                "settings": {},
+                "steps": 4,
+            }
+        )[0]["id"]
+        for i in range(40)
+    ]
+    claimer = (
+        "import sys, json; from parallel_wan.serve.store import Store\n"
+        "s = Store(sys.argv[1]); s.register(sys.argv[2], sys.argv[2]); got = []\n"
+        "while (row := s.claim(sys.argv[2])) is not None: got.append(row['id'])\n"
+        "print(json.dumps(got))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", claimer, str(tmp_path / "q.sqlite3"), name],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b", "c")
+    ]
     claims = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert sorted(i for got in claims for i in got) == ids  # every job once, none twice
     assert all(got == sorted(got) for got in claims)  # in order
@@ -496,8 +643,17 @@ def test_the_creators_answer_is_the_job_as_queued_even_when_a_server_claims_it_a
             claimed.append(worker.claim("worker"))
 
     monkeypatch.setattr(store_module._Transaction, "__exit__", commit_then_the_worker_claims)
-    row, created = store.add({"id": f"video_{7:032x}", "model": "tiny", "prompt": "p", "size": "64x64",
-                              "seconds": "1", "settings": {}, "steps": 4})
+    row, created = store.add(
+        {
+            "id": f"video_{7:032x}",
+            "model": "tiny",
+            "prompt": "p",
+            "size": "64x64",
+            "seconds": "1",
+            "settings": {},
+            "steps": 4,
+        }
+    )
     assert claimed[0]["id"] == row["id"] and store.get(row["id"])["status"] == "in_progress"
     assert created and row["status"] == "queued" and row["step"] == 0 and row["claimant"] is None
 
@@ -506,8 +662,17 @@ def test_a_restarted_server_takes_back_its_jobs_and_a_silent_ones_after_its_leas
     store = Store(str(tmp_path / "q.sqlite3"))
     ids = [f"video_{i:032x}" for i in range(4)]
     for video_id in ids:
-        store.add({"id": video_id, "model": "tiny", "prompt": "p", "size": "64x64", "seconds": "1", "settings": {},
-                   "steps": 4})
+        store.add(
+            {
+                "id": video_id,
+                "model": "tiny",
+                "prompt": "p",
+                "size": "64x64",
+                "seconds": "1",
+                "settings": {},
+                "steps": 4,
+            }
+        )
     store.register("first", "host:8000")
     store.register("other", "host:8001")
     assert store.claim("first")["id"] == ids[0]

@@ -5,7 +5,6 @@ as `input_reference` through the openai SDK (TI2V)."""
 import numpy as np
 import openai
 import pytest
-
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
 from harness.images import write_png
@@ -22,15 +21,20 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
         with open(image, "rb") as f:
-            with_image = client.videos.create(prompt="a lighthouse", input_reference=("first.png", f, "image/png"),
-                                              extra_body={"seed": 5})
+            with_image = client.videos.create(
+                prompt="a lighthouse", input_reference=("first.png", f, "image/png"), extra_body={"seed": 5}
+            )
         text_only = server.post(prompt="a harbour at night", seed=6)
         for video_id in (with_image.id, text_only["id"]):
             assert server.wait_for(video_id, "completed", timeout=600)["progress"] == 100
         frames = {video_id: server.frames(video_id) for video_id in (with_image.id, text_only["id"])}
     finally:
         server.stop()
-    for video_id, settings in ((with_image.id, ["prompt='a lighthouse'", "seed=5", f"image={image}"]),
-                               (text_only["id"], ["prompt='a harbour at night'", "seed=6"])):
+    for video_id, settings in (
+        (with_image.id, ["prompt='a lighthouse'", "seed=5", f"image={image}"]),
+        (text_only["id"], ["prompt='a harbour at night'", "seed=6"]),
+    ):
         run_in_process(tmp_path / video_id, *START, "backend=torch", *settings)
-        assert_same_frames(frames[video_id], np.load(tmp_path / video_id / "frames.npy"), f"{video_id}: JAX server vs CLI")
+        assert_same_frames(
+            frames[video_id], np.load(tmp_path / video_id / "frames.npy"), f"{video_id}: JAX server vs CLI"
+        )

@@ -7,20 +7,29 @@ import shutil
 import time
 
 import pytest
-
 from harness.serve import SETTINGS, Server
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 @pytest.fixture
 def browser(tmp_path):
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (os.path.exists(p) or shutil.which(p))]
     if missing:  # a failure, not a skip: the page is part of what the server ships
-        pytest.fail(f"{', '.join(missing)} not found: install Debian's chromium and chromium-driver "
-                    "(apt-get install -y chromium chromium-driver; .ci/run does it)")
+        pytest.fail(
+            f"{', '.join(missing)} not found: install Debian's chromium and chromium-driver "
+            "(apt-get install -y chromium chromium-driver; .ci/run does it)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -44,14 +53,21 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
     server = Server(tmp_path / "storage", SETTINGS).wait_ready()
     try:
         browser.get(server.url + "/")
-        for name, value in (("prompt", "a paper boat"), ("size", "64x64"), ("num_frames", "9"),
-                            ("num_inference_steps", "120"), ("seed", "8")):
+        for name, value in (
+            ("prompt", "a paper boat"),
+            ("size", "64x64"),
+            ("num_frames", "9"),
+            ("num_inference_steps", "120"),
+            ("seed", "8"),
+        ):
             browser.find_element(By.ID, name).send_keys(value)
         browser.find_element(By.ID, "submit").click()
         seen, deadline = [], time.monotonic() + 300
         while time.monotonic() < deadline:  # the page redraws its rows as it polls: read one row in one call
-            row = browser.execute_script("const r = document.querySelector('#queue tr'); return r && [r.dataset.id, "
-                                         "r.querySelector('.status').textContent, r.querySelector('.progress').dataset.value]")
+            row = browser.execute_script(
+                "const r = document.querySelector('#queue tr'); return r && [r.dataset.id, "
+                "r.querySelector('.status').textContent, r.querySelector('.progress').dataset.value]"
+            )
             if row:
                 video_id, status, progress = row
                 seen.append((status, int(progress)))
@@ -65,8 +81,11 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and browser.execute_script("return arguments[0].readyState", player) < 1:
             time.sleep(0.1)
-        state = browser.execute_script("return [arguments[0].readyState, arguments[0].videoWidth, arguments[0].duration,"
-                                       " arguments[0].error && arguments[0].error.code, arguments[0].currentSrc]", player)
+        state = browser.execute_script(
+            "return [arguments[0].readyState, arguments[0].videoWidth, arguments[0].duration,"
+            " arguments[0].error && arguments[0].error.code, arguments[0].currentSrc]",
+            player,
+        )
         assert state[0] >= 1 and state[1] == 64 and state[2] > 0, state
         assert state[4].endswith(f"/v1/videos/{video_id}/content")
     finally:

@@ -10,7 +10,6 @@ import signal
 
 import numpy as np
 import pytest
-
 from harness.serve import SETTINGS, Server
 
 
@@ -31,8 +30,9 @@ def test_sigterm_mid_job_exits_75_on_every_rank_and_the_restart_resumes_bit_for_
     stopped = int(re.search(rf"stopped after step (\d+) of 30 of {cut['id']}", server.text()).group(1))
     assert 3 <= stopped < 30
     state = storage / "videos" / ".parallel_wan" / "resume" / cut["id"]
-    assert sorted(p.name for p in state.iterdir()) == sorted(f"state.rank{r}.{x}" for r in range(4)
-                                                              for x in ("json", "safetensors"))
+    assert sorted(p.name for p in state.iterdir()) == sorted(
+        f"state.rank{r}.{x}" for r in range(4) for x in ("json", "safetensors")
+    )
 
     again = Server(storage, SETTINGS, ranks=4, agent=False, port=server.port).wait_ready()
     try:

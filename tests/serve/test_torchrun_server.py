@@ -8,7 +8,6 @@ import threading
 import numpy as np
 import openai
 import pytest
-
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
 from harness.serve import KEY, SETTINGS, Server, sidecar
@@ -35,9 +34,11 @@ def cli_frames(tmp_path, name, **settings):
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_moves(server, tmp_path):
-    requests = [{"prompt": "a fox runs", "seed": 1, "num_inference_steps": 8},
-                {"prompt": "a boat sails", "seed": 2, "size": "80x48"},
-                {"prompt": "a kite flies", "seed": 3, "num_frames": 5, "guidance_scale": 5.0, "guidance_scale_2": 2.0}]
+    requests = [
+        {"prompt": "a fox runs", "seed": 1, "num_inference_steps": 8},
+        {"prompt": "a boat sails", "seed": 2, "size": "80x48"},
+        {"prompt": "a kite flies", "seed": 3, "num_frames": 5, "guidance_scale": 5.0, "guidance_scale_2": 2.0},
+    ]
     answers = [None] * 3
 
     def post(i):
@@ -58,12 +59,18 @@ def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_mov
     cli = {"num_inference_steps": "steps", "guidance_scale": "guidance_high", "guidance_scale_2": "guidance_low"}
     for request, answer in zip(requests, answers):
         video = server.wait_for(answer["id"], "completed")
-        assert video["progress"] == 100 and video["record"]["frames_sha256"] == sidecar(server, answer["id"])["frames_sha256"]
+        assert (
+            video["progress"] == 100
+            and video["record"]["frames_sha256"] == sidecar(server, answer["id"])["frames_sha256"]
+        )
         settings = {cli.get(k, k): v for k, v in request.items() if k != "size"}
         if "size" in request:
             settings["width"], settings["height"] = map(int, request["size"].split("x"))
-        assert_same_frames(server.frames(answer["id"]), cli_frames(tmp_path, answer["id"], **settings),
-                           f"{answer['id']} against the CLI")
+        assert_same_frames(
+            server.frames(answer["id"]),
+            cli_frames(tmp_path, answer["id"], **settings),
+            f"{answer['id']} against the CLI",
+        )
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
@@ -85,8 +92,9 @@ def test_delete_stops_a_running_job_after_its_step_and_the_next_job_runs(server)
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_the_openai_sdk_creates_retrieves_and_downloads(server):
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
-    video = client.videos.create(prompt="a red car", size="64x48", seconds="0.5",
-                                 extra_body={"num_inference_steps": 2, "seed": 11})
+    video = client.videos.create(
+        prompt="a red car", size="64x48", seconds="0.5", extra_body={"num_inference_steps": 2, "seed": 11}
+    )
     assert video.status == "queued" and video.size == "64x48" and video.seconds == "0.5"
     server.wait_for(video.id, "completed")
     done = client.videos.retrieve(video.id)
@@ -117,10 +125,17 @@ def test_without_the_key_every_endpoint_but_health_is_401(server):
 
 def test_bad_requests_are_400_and_queue_nothing(server):
     before = server.client.get("/v1/videos", params={"limit": 100}).json()["data"]
-    for fields, param in (({"num_frames": 10}, "num_frames"), ({"size": "64x50"}, "size"),
-                          ({"num_inference_steps": "0"}, "num_inference_steps"), ({"seed": -1}, "seed"),
-                          ({"guidance_scale": "nan"}, "guidance_scale"), ({"model": "sora-2"}, "model"),
-                          ({"frames": 9}, "frames")):
-        answer = server.client.post("/v1/videos", files={k: (None, str(v)) for k, v in {"prompt": "a", **fields}.items()})
+    for fields, param in (
+        ({"num_frames": 10}, "num_frames"),
+        ({"size": "64x50"}, "size"),
+        ({"num_inference_steps": "0"}, "num_inference_steps"),
+        ({"seed": -1}, "seed"),
+        ({"guidance_scale": "nan"}, "guidance_scale"),
+        ({"model": "sora-2"}, "model"),
+        ({"frames": 9}, "frames"),
+    ):
+        answer = server.client.post(
+            "/v1/videos", files={k: (None, str(v)) for k, v in {"prompt": "a", **fields}.items()}
+        )
         assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
     assert server.client.get("/v1/videos", params={"limit": 100}).json()["data"] == before

@@ -2,9 +2,7 @@
 the real Ulysses, ring and hybrid attention send equal the analytic formulas exactly (integers,
 so exact equality, no tolerance). A correctness check of the count, not a timing."""
 
-
 import pytest
-
 
 from benchmarks.comm_volume import ModelShape, analytic, batch_per_rank, load_preset, measure
 from parallel_wan.config import MeshSpec
@@ -34,6 +32,13 @@ def test_measured_bytes_equal_the_analytic_volume(world):
         # The formulas themselves, spelled out for one element size, so a wrong formula cannot
         # agree with a wrong count: x = batch × local tokens × heads × head_dim × 4 bytes.
         x = batch_per_rank(spec) * -(-TOKENS // spec.cp) * SHAPE.heads * SHAPE.head_dim * 4
-        expected = {"cp2": (2 * x, 0), "ring2": (0, 2 * x), "dp2": (0, 0), "ulysses4": (3 * x, 0),
-                    "ring4": (0, 6 * x), "usp2x2": (2 * x, 2 * x), "dp2_cp2": (2 * x, 0)}[spec.name]
+        expected = {
+            "cp2": (2 * x, 0),
+            "ring2": (0, 2 * x),
+            "dp2": (0, 0),
+            "ulysses4": (3 * x, 0),
+            "ring4": (0, 6 * x),
+            "usp2x2": (2 * x, 2 * x),
+            "dp2_cp2": (2 * x, 0),
+        }[spec.name]
         assert (got.ulysses, got.ring) == expected, f"{spec.name}: {got}"

@@ -3,11 +3,9 @@ against PyTorch's own operator count, the step benchmark end to end (its variant
 fused q/k/v, compiled, diffusers — compute the same function), the fused q/k/v path on both
 backends, and the communication prediction. Nothing here is timed."""
 
-
 import numpy as np
 import pytest
 import torch
-
 
 from benchmarks import comm, step
 from benchmarks.comm_volume import A14B, analytic, load_preset
@@ -23,8 +21,16 @@ from parallel_wan.weights.tree import map_leaves, unflatten
 pytestmark = pytest.mark.system
 
 # dim 8 (2 heads × 4), ffn 16, text_dim 6, freq_dim 4, 3 → 5 channels, patch 1×2×2 (volume 4).
-HAND = TransformerConfig(num_attention_heads=2, attention_head_dim=4, ffn_dim=16, num_layers=2, text_dim=6,
-                         freq_dim=4, in_channels=3, out_channels=5)
+HAND = TransformerConfig(
+    num_attention_heads=2,
+    attention_head_dim=4,
+    ffn_dim=16,
+    num_layers=2,
+    text_dim=6,
+    freq_dim=4,
+    in_channels=3,
+    out_channels=5,
+)
 
 
 def test_flop_count_equals_the_hand_count():
@@ -60,8 +66,17 @@ def test_flop_count_equals_pytorchs_operator_count():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    cfg = TransformerConfig(num_attention_heads=2, attention_head_dim=12, ffn_dim=40, num_layers=2, text_dim=6,
-                            freq_dim=4, in_channels=3, out_channels=5, text_len=3)
+    cfg = TransformerConfig(
+        num_attention_heads=2,
+        attention_head_dim=12,
+        ffn_dim=40,
+        num_layers=2,
+        text_dim=6,
+        freq_dim=4,
+        in_channels=3,
+        out_channels=5,
+        text_len=3,
+    )
     params = unflatten(step.build_diffusers(cfg, 2, torch.float32, torch.device("cpu"), 0).state_dict())
     x, t, ctx = torch.randn(2, 6, 12), torch.tensor([5.0, 5.0]), torch.randn(2, 3, 6)
     cos, sin = rope_tables(12, (1, 2, 3))
@@ -89,9 +104,32 @@ def test_step_benchmark_runs_and_its_variants_agree(tmp_path):
     """The whole step benchmark on CPU, for the hybrid mesh (Ulysses 4 × ring 2, so both
     loopback exchanges run) on a token count that pads (75 → 8 × 10)."""
     out = tmp_path / "step.json"
-    r = step.main(["--model", "tiny", "--grid", "3", "5", "5", "--mesh", "cp8", "--device", "cpu", "--dtype",
-                   "float32", "--compile-backend", "aot_eager", "--peak-shapes", "64,64,64", "--warmup", "0",
-                   "--iters", "1", "--json", str(out)])
+    r = step.main(
+        [
+            "--model",
+            "tiny",
+            "--grid",
+            "3",
+            "5",
+            "5",
+            "--mesh",
+            "cp8",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--compile-backend",
+            "aot_eager",
+            "--peak-shapes",
+            "64,64,64",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert out.exists()
     assert (r["tokens"], r["local_tokens"], r["rows"], r["layers"]) == (75, 10, 2, 2)
     cfg = step.MODELS["tiny"]
@@ -105,8 +143,12 @@ def test_step_benchmark_runs_and_its_variants_agree(tmp_path):
     assert agree["ours eager, fused q/k/v"] <= 1e-6
     assert agree["ours compiled, fused q/k/v"] <= 1e-6
     assert not r["errors"]
-    assert set(r["variants"]) == {"ours eager, q/k/v separate", "ours eager, fused q/k/v",
-                                  "ours compiled, fused q/k/v", "diffusers native"}
+    assert set(r["variants"]) == {
+        "ours eager, q/k/v separate",
+        "ours eager, fused q/k/v",
+        "ours compiled, fused q/k/v",
+        "diffusers native",
+    }
 
 
 def test_step_benchmark_refuses_what_it_cannot_measure():
@@ -134,10 +176,16 @@ def test_fused_qkv_leaves_the_tree_alone_and_runs_on_jax():
     cos, sin = rope_tables(cfg.attention_head_dim, (1, 2, 3))
     outs = []
     for tree in (block, fblock):
-        outs.append(np.asarray(dit.self_attention_block(to_jax(tree), jnp.asarray(x), (jnp.asarray(cos), jnp.asarray(sin)),
-                                                        cfg, jops, jops.attention)))
-    ref = dit.self_attention_block(block, torch.as_tensor(x), (torch.as_tensor(cos), torch.as_tensor(sin)), cfg, ops,
-                                   ops.attention).numpy()
+        outs.append(
+            np.asarray(
+                dit.self_attention_block(
+                    to_jax(tree), jnp.asarray(x), (jnp.asarray(cos), jnp.asarray(sin)), cfg, jops, jops.attention
+                )
+            )
+        )
+    ref = dit.self_attention_block(
+        block, torch.as_tensor(x), (torch.as_tensor(cos), torch.as_tensor(sin)), cfg, ops, ops.attention
+    ).numpy()
     # float32, different GEMM blocking (one 3·dim GEMM vs three) and backends: ~1e-7 relative.
     for out in outs:
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
@@ -165,9 +213,20 @@ def test_comm_measures_bandwidth_on_ranks_and_predicts_from_the_byte_model(tmp_p
     assert r8.ring_exposed_layer_s == 0.0  # a 387 MB hop (1 ms) hides behind 1/8 of the attention
 
     step_json = tmp_path / "u8.json"
-    step_json.write_text(__import__("json").dumps({
-        "model": "a14b", "mesh": {"name": "ulysses8"}, "tokens": 75_600, "device": "test",
-        "variants": {"ours": [2.0, 2.0]}, "fastest_ours": "ours", "flops_per_layer": 1.0, "flops_per_forward": 40.0}))
+    step_json.write_text(
+        __import__("json").dumps(
+            {
+                "model": "a14b",
+                "mesh": {"name": "ulysses8"},
+                "tokens": 75_600,
+                "device": "test",
+                "variants": {"ours": [2.0, 2.0]},
+                "fastest_ours": "ours",
+                "flops_per_layer": 1.0,
+                "flops_per_forward": 40.0,
+            }
+        )
+    )
     comm.main(["--link", "h100-nvlink", "--step-json", str(step_json), "--presets", "ulysses8", "ring8"])
     text = capsys.readouterr().out
     assert "| ulysses8 | 8 | 50.00 (measured)" in text and "assumed h100-nvlink" in text

@@ -16,9 +16,9 @@ import shutil
 import subprocess
 
 import pytest
-from packaging.requirements import InvalidRequirement, Requirement
 from harness.paths import REPO
 from harness.venvs import environment_venv
+from packaging.requirements import InvalidRequirement, Requirement
 
 try:
     import tomllib
@@ -29,8 +29,21 @@ pytestmark = pytest.mark.system
 
 DOCKERFILE = os.path.join(REPO, "launchers", "xpk", "Dockerfile")
 # Options of `pip install` whose next word is a value, not a requirement.
-PIP_VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--constraint",
-                     "-r", "--requirement", "-t", "--target", "--prefix", "--root"}
+PIP_VALUE_OPTIONS = {
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-c",
+    "--constraint",
+    "-r",
+    "--requirement",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+}
 
 
 def instructions(text):
@@ -86,7 +99,9 @@ def copy_step(arguments, context, root, workdir):
         if os.path.isdir(path):
             shutil.copytree(path, inside, dirs_exist_ok=True)
         else:
-            into = os.path.join(inside, os.path.basename(source)) if target.endswith("/") or len(sources) > 1 else inside
+            into = (
+                os.path.join(inside, os.path.basename(source)) if target.endswith("/") or len(sources) > 1 else inside
+            )
             os.makedirs(os.path.dirname(into) or ".", exist_ok=True)
             shutil.copy2(path, into)
 
@@ -127,8 +142,14 @@ def test_the_xpk_image_installs_and_runs_from_what_it_copies(tmp_path):
                 assert requirement.specifier.contains(have, prereleases=True), (requirement, have)
                 stood_in.append(requirement.name)
         elif keyword == "RUN":
-            run = subprocess.run(["/bin/sh", "-c", arguments], cwd=root / workdir.lstrip("/"),
-                                 env={**env, **variables}, capture_output=True, text=True, timeout=600)
+            run = subprocess.run(
+                ["/bin/sh", "-c", arguments],
+                cwd=root / workdir.lstrip("/"),
+                env={**env, **variables},
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert run.returncode == 0, f"RUN {arguments} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
         elif keyword == "CMD":
             cmd = json.loads(arguments)
@@ -139,16 +160,28 @@ def test_the_xpk_image_installs_and_runs_from_what_it_copies(tmp_path):
     assert cmd[:3] == ["python", "-m", "parallel_wan.run"], cmd
 
     # The install is the venv's, of the image's folder, from anywhere (conf/ beside the package).
-    where = subprocess.run(["python", "-c", "import parallel_wan.run as r; print(r.__file__); print(r.CONF_DIR)"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    where = subprocess.run(
+        ["python", "-c", "import parallel_wan.run as r; print(r.__file__); print(r.CONF_DIR)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert where.returncode == 0, where.stderr[-3000:]
     assert where.stdout.split() == [str(app / "parallel_wan" / "run.py"), str(app / "conf")], where.stdout
 
     helped = subprocess.run([*cmd, "--help"], cwd=app, env=env, capture_output=True, text=True, timeout=300)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: parallel-wan"), helped.stderr[-3000:]
     # The image's command as xpk runs it (in WORKDIR, no output_dir=), on a tiny generation.
-    made = subprocess.run([*cmd, "mesh=single", "steps=2", "num_frames=5", "height=48", "width=48"],
-                          cwd=app, env=env, capture_output=True, text=True, timeout=600)
+    made = subprocess.run(
+        [*cmd, "mesh=single", "steps=2", "num_frames=5", "height=48", "width=48"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert made.returncode == 0, made.stderr[-4000:]
     videos = list(app.glob("outputs/*/video.mp4"))
     assert len(videos) == 1 and videos[0].stat().st_size > 0, videos

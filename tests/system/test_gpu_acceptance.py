@@ -31,8 +31,15 @@ def test_a_run_out_of_budget_records_the_phases_it_skipped(tmp_path):
     # the run starts at 0, the first phase's budget is read and it starts at 0; every later
     # reading is 5 s: it ended with the run's whole budget spent
     ticks = itertools.chain([0.0, 0.0, 0.0], itertools.repeat(5.0))
-    doc = run_phases([Step("first", "harness.phases:finishes", 5), Step("second", "harness.phases:finishes", 5)],
-                     tmp_path, dry_run=True, device="cpu", budget_s=5, children=(), clock=lambda: next(ticks))
+    doc = run_phases(
+        [Step("first", "harness.phases:finishes", 5), Step("second", "harness.phases:finishes", 5)],
+        tmp_path,
+        dry_run=True,
+        device="cpu",
+        budget_s=5,
+        children=(),
+        clock=lambda: next(ticks),
+    )
     assert doc["phases"]["first"]["status"] == "ok"
     assert doc["phases"]["second"]["status"] == "skipped"
 
@@ -42,8 +49,9 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     doc = acceptance.main(["--out", str(tmp_path), "--dry-run"], children=())
     phases = doc["phases"]
     assert list(phases) == [s.name for s in acceptance.STEPS]
-    assert {n: p["status"] for n, p in phases.items()} == dict.fromkeys(phases, "ok"), \
-        {n: p.get("error") for n, p in phases.items()}
+    assert {n: p["status"] for n, p in phases.items()} == dict.fromkeys(phases, "ok"), {
+        n: p.get("error") for n, p in phases.items()
+    }
     # every correctness check held (cpu vs cpu: identical; bf16 within test_hot_path's bound)
     assert not [bad for n in ("videos", "kernels", "compiled", "fp8") for bad in verdicts(phases[n])]
     assert set(phases["videos"]) >= {"t2v", "i2v", "ti2v"}
@@ -71,11 +79,14 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     assert "Did not finish" not in rows
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--phases", "nope"], ["--phases nope", "environment"]),
-    (["--budget-min", "0"], ["--budget-min 0"]),
-    ([], ["no CUDA device", "--dry-run"]),  # this machine has no GPU
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--phases", "nope"], ["--phases nope", "environment"]),
+        (["--budget-min", "0"], ["--budget-min 0"]),
+        ([], ["no CUDA device", "--dry-run"]),  # this machine has no GPU
+    ],
+)
 def test_bad_flags_are_refused_before_anything_runs(tmp_path, capsys, argv, words):
     with pytest.raises(SystemExit) as exit_:
         acceptance.main(["--out", str(tmp_path / "out"), *argv])
@@ -87,12 +98,15 @@ def test_bad_flags_are_refused_before_anything_runs(tmp_path, capsys, argv, word
 
 def test_a_later_run_into_the_same_folder_keeps_the_phases_it_does_not_repeat(tmp_path):
     """A GPU lent in short slices: `--phases` runs into one folder add up."""
-    run_phases([Step("first", "harness.phases:finishes", 5)], tmp_path, dry_run=True, device="cpu", budget_s=5,
-               children=())
-    doc = run_phases([Step("second", "harness.phases:finishes", 5)], tmp_path, dry_run=True, device="cpu",
-                     budget_s=5, children=())
+    run_phases(
+        [Step("first", "harness.phases:finishes", 5)], tmp_path, dry_run=True, device="cpu", budget_s=5, children=()
+    )
+    doc = run_phases(
+        [Step("second", "harness.phases:finishes", 5)], tmp_path, dry_run=True, device="cpu", budget_s=5, children=()
+    )
     assert list(doc["phases"]) == ["first", "second"]
     # a real run does not mix with a dry run's figures
-    doc = run_phases([Step("second", "harness.phases:finishes", 5)], tmp_path, dry_run=False, device="cpu",
-                     budget_s=5, children=())
+    doc = run_phases(
+        [Step("second", "harness.phases:finishes", 5)], tmp_path, dry_run=False, device="cpu", budget_s=5, children=()
+    )
     assert list(doc["phases"]) == ["second"]

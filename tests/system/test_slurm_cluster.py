@@ -34,10 +34,24 @@ SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "munged")
 # 16 fake GPUs a node, so that two jobs asking for the scripts' 8 GPUs a node fit side by side.
 # Short waits: SIGTERM to SIGKILL 10 s, a preempted job's grace 20 s, a requeued job may start
 # 6 s after the requeue (Slurm's default is 121 s) and is started within the next 2 s pass.
-CLUSTER = {"SLURM_TEST_GPUS": "16", "SLURM_TEST_KILLWAIT": "10", "SLURM_TEST_GRACETIME": "20",
-           "SLURM_TEST_REQUEUE_DELAY": "5", "SLURM_TEST_SCHED_INTERVAL": "2"}
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-            "PREEMPTED"}
+CLUSTER = {
+    "SLURM_TEST_GPUS": "16",
+    "SLURM_TEST_KILLWAIT": "10",
+    "SLURM_TEST_GRACETIME": "20",
+    "SLURM_TEST_REQUEUE_DELAY": "5",
+    "SLURM_TEST_SCHED_INTERVAL": "2",
+}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
 # A run slow enough to preempt mid-denoise (about 40 steps/s on one CPU process): 300 steps,
 # preempted once past step 20 (an urgent job's preemption has come within 1-5 s).
 SLOW_STEPS = 300
@@ -54,8 +68,10 @@ def slurm():
         pytest.skip("SLURM is not installed and there is no apt-get to install it (Debian's slurm-wlm + munge)")
     conf = "/etc/slurm/slurm.conf"
     if os.path.exists(conf) and "# rendered by setup_slurm.sh" not in open(conf).read():
-        pytest.skip(f"{conf} was not written by tests/system/slurm/setup_slurm.sh: this machine belongs to a real SLURM "
-                    "cluster, whose configuration the tests leave alone")
+        pytest.skip(
+            f"{conf} was not written by tests/system/slurm/setup_slurm.sh: this machine belongs to a real SLURM "
+            "cluster, whose configuration the tests leave alone"
+        )
     env = _no_slurm_vars() | CLUSTER
     proc = subprocess.run(["bash", SETUP, "start"], env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 and "apt-get install failed" in proc.stderr:
@@ -79,22 +95,37 @@ def _job_env(**extra):
     interpreter, one thread per rank, no launcher variables of the test process."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARS)}
-    return env | {"PYTHONPATH": REPO, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable,
-                  "TORCHRUN": torchrun if os.path.exists(torchrun) else shutil.which("torchrun") or "torchrun"} | extra
+    return (
+        env
+        | {
+            "PYTHONPATH": REPO,
+            "OMP_NUM_THREADS": "1",
+            "PYTHON": sys.executable,
+            "TORCHRUN": torchrun if os.path.exists(torchrun) else shutil.which("torchrun") or "torchrun",
+        }
+        | extra
+    )
 
 
 def sbatch(folder, *args, **env):
     """Submit from `folder` (the batch log slurm-<id>.out lands there; OUTPUT_ROOT is
     folder/out); return the job id."""
-    proc = subprocess.run(["sbatch", "--parsable", *args], cwd=folder, capture_output=True, text=True, timeout=60,
-                          env=_job_env(OUTPUT_ROOT=str(folder / "out"), **env))
+    proc = subprocess.run(
+        ["sbatch", "--parsable", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_job_env(OUTPUT_ROOT=str(folder / "out"), **env),
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0]
 
 
 def job_info(job):
-    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60,
-                         env=_no_slurm_vars()).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60, env=_no_slurm_vars()
+    ).stdout
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
@@ -129,8 +160,13 @@ def assert_completed(folder, job, restarts=0, timeout_s=180):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     out = tmp_path_factory.mktemp("one") / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", *RUN, "backend=torch", f"output_dir={out}"],
-                          env=_job_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", *RUN, "backend=torch", f"output_dir={out}"],
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return np.load(out / "frames.npy")
 
@@ -141,8 +177,11 @@ JOBS = {
     "srun-2nodes-gres": (SRUN_SBATCH, ["--nodes", "2", "--ntasks-per-node", "1", "--gres=gpu:1"], {}),
     "torchrun-1node": (TORCHRUN_SBATCH, ["--nodes", "1"], {"GPUS_PER_NODE": "2"}),
     # 4 tasks on 2 nodes, yet one agent per node; GPUS_PER_NODE from the job's 1 GPU per node.
-    "torchrun-2nodes-ntasks-per-node-gres": (TORCHRUN_SBATCH, ["--nodes", "2", "--ntasks-per-node", "2",
-                                                               "--gres=gpu:1"], {}),
+    "torchrun-2nodes-ntasks-per-node-gres": (
+        TORCHRUN_SBATCH,
+        ["--nodes", "2", "--ntasks-per-node", "2", "--gres=gpu:1"],
+        {},
+    ),
 }
 
 
@@ -150,8 +189,10 @@ JOBS = {
 def finished_jobs(slurm, tmp_path_factory):
     """Submit every job of JOBS at once (the cluster runs them side by side); wait for all."""
     folder = tmp_path_factory.mktemp("jobs")
-    ids = {name: sbatch(folder, *options, script, "mesh=cp2", *RUN, "backend=torch", **env)
-           for name, (script, options, env) in JOBS.items()}
+    ids = {
+        name: sbatch(folder, *options, script, "mesh=cp2", *RUN, "backend=torch", **env)
+        for name, (script, options, env) in JOBS.items()
+    }
     for job in ids.values():
         wait_for(job)
     return folder, ids
@@ -180,11 +221,24 @@ def test_the_scripts_render_the_one_process_video(finished_jobs, one_process, na
 def test_an_array_job_spreads_a_prompt_file_over_its_tasks(slurm, tmp_path):
     names = [f"dog{i}" for i in range(4)]
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"a dog jumps, take {i}", "seed": i, "name": name}) + "\n"
-                               for i, name in enumerate(names)))
-    job = sbatch(tmp_path, "--array=0-1", "--nodes", "1", "--ntasks-per-node", "1", SRUN_SBATCH,
-                 f"prompts={prompts}", *[a for a in RUN if not a.startswith(("prompt=", "seed=", "save_frames="))],
-                 "backend=torch")
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"a dog jumps, take {i}", "seed": i, "name": name}) + "\n"
+            for i, name in enumerate(names)
+        )
+    )
+    job = sbatch(
+        tmp_path,
+        "--array=0-1",
+        "--nodes",
+        "1",
+        "--ntasks-per-node",
+        "1",
+        SRUN_SBATCH,
+        f"prompts={prompts}",
+        *[a for a in RUN if not a.startswith(("prompt=", "seed=", "save_frames="))],
+        "backend=torch",
+    )
     array_id = job
     tasks = {}
     for task in (0, 1):
@@ -200,7 +254,7 @@ def test_an_array_job_spreads_a_prompt_file_over_its_tasks(slurm, tmp_path):
     # Each array task rendered its share, two of the four entries, and has its own log.
     for task, summary in enumerate(summaries):
         made = json.loads((job_dir / summary).read_text())["made"]
-        assert made == names[2 * task:2 * task + 2], (task, made)
+        assert made == names[2 * task : 2 * task + 2], (task, made)
         for name in made:
             assert json.loads((job_dir / f"{name}.json").read_text())["job"]["share"] == [task, 2]
     logs = sorted(p.name for p in (job_dir / "logs").iterdir())
@@ -221,8 +275,13 @@ def uninterrupted(tmp_path_factory):
     prompts = folder / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "a dog jumps", "seed": 3, "name": "dog"}) + "\n")
     out = folder / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"prompts={prompts}", *SLOW, "backend=torch",
-                           f"output_dir={out}"], env=_job_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"prompts={prompts}", *SLOW, "backend=torch", f"output_dir={out}"],
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return prompts, json.loads((out / "dog.json").read_text())
 
@@ -235,8 +294,10 @@ def wait_for_denoise_step(log, step, timeout_s=120):
         if done and max(done) >= step:
             return max(done)
         time.sleep(0.2)
-    raise AssertionError(f"no denoise progress past step {step} in {log} after {timeout_s} s:\n"
-                         f"{log.read_text()[-3000:] if log.exists() else '(no log)'}")
+    raise AssertionError(
+        f"no denoise progress past step {step} in {log} after {timeout_s} s:\n"
+        f"{log.read_text()[-3000:] if log.exists() else '(no log)'}"
+    )
 
 
 def stop_mid_denoise_and_resume(folder, uninterrupted, script, stop, **env):
@@ -285,14 +346,17 @@ def test_a_job_preempted_by_an_urgent_one_requeues_itself_and_resumes(slurm, uni
     urgent = []
 
     def preempt(job):
-        urgent.append(sbatch(tmp_path, "--partition", "urgent", "--nodes", "2", "--cpus-per-task", "8",
-                             "--wrap", "sleep 1"))
+        urgent.append(
+            sbatch(tmp_path, "--partition", "urgent", "--nodes", "2", "--cpus-per-task", "8", "--wrap", "sleep 1")
+        )
 
-    _, job_dir, batch_log = stop_mid_denoise_and_resume(tmp_path, uninterrupted, TORCHRUN_SBATCH, preempt,
-                                                        GPUS_PER_NODE="1")
+    _, job_dir, batch_log = stop_mid_denoise_and_resume(
+        tmp_path, uninterrupted, TORCHRUN_SBATCH, preempt, GPUS_PER_NODE="1"
+    )
     assert wait_for(urgent[0])["JobState"] == "COMPLETED"
-    assert re.search(r"stopped for preemption \(exit 1, preempted at [-0-9T:]+\): requeueing it to resume", batch_log), \
-        batch_log
+    assert re.search(
+        r"stopped for preemption \(exit 1, preempted at [-0-9T:]+\): requeueing it to resume", batch_log
+    ), batch_log
     assert (job_dir / "logs" / "restart-0.preempted").exists()
     assert not (job_dir / "logs" / "restart-1.preempted").exists()
 
@@ -304,7 +368,8 @@ def test_a_signal_to_the_batch_shell_is_passed_on_and_the_job_resumes(slurm, uni
     def signal_batch_shell(job):
         subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=60, env=_no_slurm_vars())
 
-    job, _, batch_log = stop_mid_denoise_and_resume(tmp_path, uninterrupted, TORCHRUN_SBATCH, signal_batch_shell,
-                                                    GPUS_PER_NODE="1")
+    job, _, batch_log = stop_mid_denoise_and_resume(
+        tmp_path, uninterrupted, TORCHRUN_SBATCH, signal_batch_shell, GPUS_PER_NODE="1"
+    )
     assert f"job {job} got SIGUSR1: passing SIGTERM to the agents" in batch_log, batch_log
     assert "stopped for preemption (exit 1): requeueing it to resume" in batch_log, batch_log

@@ -1,15 +1,14 @@
 """mesh=auto and backend=auto: the rule for 1–16 processes and the A14B / 5B / tiny head
 counts, and the backend from faked launchers and hosts."""
 
-
 import pytest
+from harness.hosts import fake_host
+from harness.settings import assert_refused, spec_for
 
 from parallel_wan.launch import detect
 from parallel_wan.launch.backend_choice import choose_backend, node_size
 from parallel_wan.parallel.auto_mesh import auto_mesh
 from parallel_wan.parallel.mesh import check_heads, mesh_spec
-from harness.hosts import fake_host
-from harness.settings import assert_refused, spec_for
 
 HEADS = {"a14b": 40, "5b": 24, "tiny": 8}
 
@@ -48,23 +47,28 @@ def test_auto_mesh_from_the_settings():
     assert_refused(["mesh=auto", "+mesh.dp=2"], ["mesh=auto", "name a mesh"])
 
 
-@pytest.mark.parametrize("env, host, expect", [
-    ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "tpu", "torch"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "n1"}, "none", "torch"),
-    ({"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "gpu", "jax"),
-    ({"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"}, "none", "jax"),
-    ({}, "gpu", "torch"),
-    ({}, "tpu", "jax"),
-    ({}, "tpu_v5", "jax"),
-    ({}, "none", "torch"),
-    ({}, "other_pci", "torch"),
-])
+@pytest.mark.parametrize(
+    "env, host, expect",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "tpu", "torch"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "n1"}, "none", "torch"),
+        ({"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "gpu", "jax"),
+        ({"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"}, "none", "jax"),
+        ({}, "gpu", "torch"),
+        ({}, "tpu", "jax"),
+        ({}, "tpu_v5", "jax"),
+        ({}, "none", "torch"),
+        ({}, "other_pci", "torch"),
+    ],
+)
 def test_backend_auto(tmp_path, env, host, expect):
-    root = {"gpu": lambda: fake_host(tmp_path, "/dev/nvidia0"),
-            "tpu": lambda: fake_host(tmp_path, "/dev/accel0"),
-            "tpu_v5": lambda: fake_host(tmp_path, vendor="0x1ae0"),
-            "other_pci": lambda: fake_host(tmp_path, vendor="0x8086"),
-            "none": lambda: str(tmp_path)}[host]()
+    root = {
+        "gpu": lambda: fake_host(tmp_path, "/dev/nvidia0"),
+        "tpu": lambda: fake_host(tmp_path, "/dev/accel0"),
+        "tpu_v5": lambda: fake_host(tmp_path, vendor="0x1ae0"),
+        "other_pci": lambda: fake_host(tmp_path, vendor="0x8086"),
+        "none": lambda: str(tmp_path),
+    }[host]()
     name, why = choose_backend(detect(env), root=root)
     assert name == expect, why
 

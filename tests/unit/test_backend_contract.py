@@ -51,15 +51,22 @@ def test_nothing_above_backends_branches_on_a_backend_objects_name():
     found = []
     for path in outside_backends():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "name" \
-                    and getattr(node.left.value, "id", None) in BACKEND_NAMES:
+            if (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Attribute)
+                and node.left.attr == "name"
+                and getattr(node.left.value, "id", None) in BACKEND_NAMES
+            ):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     for folder in ("jobs", "pipeline"):
         for path in sources(folder):
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) \
-                        and node.left.attr == "backend" and any(
-                            isinstance(c, ast.Constant) and c.value in ("jax", "torch") for c in node.comparators):
+                if (
+                    isinstance(node, ast.Compare)
+                    and isinstance(node.left, ast.Attribute)
+                    and node.left.attr == "backend"
+                    and any(isinstance(c, ast.Constant) and c.value in ("jax", "torch") for c in node.comparators)
+                ):
                     found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not found, found
 
@@ -77,8 +84,13 @@ def test_hydra_settings_are_composed_in_one_module():
 def test_models_and_parallel_import_neither_torch_nor_jax(folder):
     for path in sources(folder):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert name.split(".")[0] not in ("torch", "jax", "jaxlib"), f"{path}: imports {name}"
 
@@ -138,8 +150,17 @@ def test_a_numpy_backend_written_from_the_contract_renders_the_torch_video(model
     6.3e-6 relative to the largest latent; allowed 5e-5), the uint8 frames within 1 level."""
     from harness.numpy_backend import NumpyBackend
 
-    overrides = [f"model={model}", "dtype=float32", "steps=4", "num_frames=5", "height=32", "width=32",
-                 "backend=torch", "mesh=single", "seed=3"]
+    overrides = [
+        f"model={model}",
+        "dtype=float32",
+        "steps=4",
+        "num_frames=5",
+        "height=32",
+        "width=32",
+        "backend=torch",
+        "mesh=single",
+        "seed=3",
+    ]
     ours = _run_on("numpy", overrides, tmp_path, NumpyBackend())
     ref = _run_on("torch", overrides, tmp_path)
     rel = np.abs(ours.latents - ref.latents).max() / np.abs(ref.latents).max()

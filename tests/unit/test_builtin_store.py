@@ -25,8 +25,11 @@ def home(tmp_path, monkeypatch):
 def same_tree(a, b) -> list[str]:
     """Relative paths that differ between two folders (missing on one side or other bytes)."""
     names = {os.path.relpath(os.path.join(d, f), root) for root in (a, b) for d, _, fs in os.walk(root) for f in fs}
-    return sorted(n for n in names if not (os.path.isfile(a / n) and os.path.isfile(b / n)
-                                           and filecmp.cmp(a / n, b / n, shallow=False)))
+    return sorted(
+        n
+        for n in names
+        if not (os.path.isfile(a / n) and os.path.isfile(b / n) and filecmp.cmp(a / n, b / n, shallow=False))
+    )
 
 
 @pytest.mark.parametrize("kind", ["t2v", "ti2v"])
@@ -78,8 +81,11 @@ def test_what_decides_the_bytes_decides_the_folder(home, monkeypatch):
     t2v, ti2v = stored.stored_folder("t2v"), stored.stored_folder("ti2v")
     assert t2v != ti2v
     tiny = registry.ARCHITECTURES["tiny"]
-    monkeypatch.setitem(registry.ARCHITECTURES, "tiny", dataclasses.replace(
-        tiny, transformer=dataclasses.replace(tiny.transformer, num_layers=3)))
+    monkeypatch.setitem(
+        registry.ARCHITECTURES,
+        "tiny",
+        dataclasses.replace(tiny, transformer=dataclasses.replace(tiny.transformer, num_layers=3)),
+    )
     assert stored.stored_folder("t2v") != t2v  # another architecture
     monkeypatch.setitem(registry.ARCHITECTURES, "tiny", tiny)
     real_version = stored.metadata.version
@@ -105,18 +111,34 @@ def test_the_cli_run_uses_the_store(home, tmp_path):
     import sys
 
     import numpy as np
-
     from harness.paths import REPO
 
     imported = []
     for name in ("first", "second"):
         proc = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "parallel_wan.run", "model=tiny", "steps=2", "num_frames=5",
-             "height=32", "width=32", f"output_dir={tmp_path / name}", "save_frames=true"],
-            capture_output=True, text=True, timeout=300,
-            env={**os.environ, "PYTHONPATH": REPO, "PARALLEL_WAN_CACHE_HOME": str(home)})
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-m",
+                "parallel_wan.run",
+                "model=tiny",
+                "steps=2",
+                "num_frames=5",
+                "height=32",
+                "width=32",
+                f"output_dir={tmp_path / name}",
+                "save_frames=true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": REPO, "PARALLEL_WAN_CACHE_HOME": str(home)},
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        imported.append({line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")})
+        imported.append(
+            {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        )
     assert len(os.listdir(home / "builtin")) == 1
     assert "diffusers" in imported[0] and "diffusers" not in imported[1]
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from harness.paths import REPO
+from harness.settings import assert_refused, spec_for
 
 from parallel_wan.caching.decisions import COMPUTE, PREDICT, PROBE, REUSE, cache_plan, skipped_steps, taylor_expert_plan
 from parallel_wan.caching.settings import CacheSettings
 from parallel_wan.config import ConfigError
 from parallel_wan.pipeline.steps import make_schedule, step_cache_plan, step_plan
-from harness.paths import REPO
-from harness.settings import assert_refused, spec_for
 
 
 def ratios_file(tmp_path, content, name="ratios.json"):
@@ -23,38 +23,44 @@ def ratios_file(tmp_path, content, name="ratios.json"):
     return str(path)
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["cache=magcache", "cache.threshold=-0.1"], ["cache.threshold=-0.1", "negative"]),
-    (["cache=magcache", "cache.threshold=nan"], ["cache.threshold=nan", "not finite"]),
-    (["cache=magcache", "cache.threshold=inf"], ["cache.threshold=inf", "not finite"]),
-    (["cache=magcache", "cache.max_skips=0"], ["cache.max_skips=0", "≥ 1"]),
-    (["cache=magcache", "cache.retention=1.0"], ["cache.retention=1.0", "[0, 1)"]),
-    (["cache=magcache", "cache.retention=-0.2"], ["cache.retention=-0.2", "[0, 1)"]),
-    (["cache=magcache", "cache.threshold=abc"], ["cache.threshold='abc'", "not a number"]),
-    (["cache=magcache", "cache.max_skips=1.5"], ["cache.max_skips=1.5", "whole number"]),
-    (["cache=magcache", "cache.calibrate=yes"], ["cache.calibrate='yes'", "boolean"]),
-    (["cache=magcache", "cache.ratios=/no/such.json"], ["cache.ratios=/no/such.json", "does not exist"]),
-    (["cache=fbcache", "cache.threshold=-1"], ["cache.threshold=-1.0", "negative"]),
-    (["cache=fbcache", "+cache.max_skips=2"], ["cache.max_skips", "cache.threshold"]),
-    (["cache=taylorseer", "cache.order=0"], ["cache.order=0", "≥ 1"]),
-    (["cache=taylorseer", "cache.interval=0"], ["cache.interval=0", "≥ 1"]),
-    (["cache=taylorseer", "cache.warmup=0"], ["cache.warmup=0", "≥ 1"]),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["cache=magcache", "cache.threshold=-0.1"], ["cache.threshold=-0.1", "negative"]),
+        (["cache=magcache", "cache.threshold=nan"], ["cache.threshold=nan", "not finite"]),
+        (["cache=magcache", "cache.threshold=inf"], ["cache.threshold=inf", "not finite"]),
+        (["cache=magcache", "cache.max_skips=0"], ["cache.max_skips=0", "≥ 1"]),
+        (["cache=magcache", "cache.retention=1.0"], ["cache.retention=1.0", "[0, 1)"]),
+        (["cache=magcache", "cache.retention=-0.2"], ["cache.retention=-0.2", "[0, 1)"]),
+        (["cache=magcache", "cache.threshold=abc"], ["cache.threshold='abc'", "not a number"]),
+        (["cache=magcache", "cache.max_skips=1.5"], ["cache.max_skips=1.5", "whole number"]),
+        (["cache=magcache", "cache.calibrate=yes"], ["cache.calibrate='yes'", "boolean"]),
+        (["cache=magcache", "cache.ratios=/no/such.json"], ["cache.ratios=/no/such.json", "does not exist"]),
+        (["cache=fbcache", "cache.threshold=-1"], ["cache.threshold=-1.0", "negative"]),
+        (["cache=fbcache", "+cache.max_skips=2"], ["cache.max_skips", "cache.threshold"]),
+        (["cache=taylorseer", "cache.order=0"], ["cache.order=0", "≥ 1"]),
+        (["cache=taylorseer", "cache.interval=0"], ["cache.interval=0", "≥ 1"]),
+        (["cache=taylorseer", "cache.warmup=0"], ["cache.warmup=0", "≥ 1"]),
+    ],
+)
 def test_bad_cache_settings_name_the_setting_and_the_fix(overrides, words):
     assert_refused(overrides, words)
 
 
-@pytest.mark.parametrize("content, words", [
-    ("[1.0, 0.99", ["not readable JSON"]),
-    ([1.0, 0.99, 0.98], ["holds 3 ratios", "2·N − 2"]),
-    ([], ["holds 0 ratios"]),
-    ([[1.0, 0.99], [0.98, 0.97]], ["flat list of numbers"]),
-    ({"ratios": [1.0, 1.0]}, ["mag_ratios"]),
-    ([1.0, "x"], ["flat list of numbers"]),
-    ([1.0, -0.5], ["finite number > 0"]),
-    ({"mag_ratios": [1.0, 1.0, 1.0, 1.0], "split": 7}, ["split=7", "outside"]),
-    ("\xff\xfe", ["not readable JSON"]),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("[1.0, 0.99", ["not readable JSON"]),
+        ([1.0, 0.99, 0.98], ["holds 3 ratios", "2·N − 2"]),
+        ([], ["holds 0 ratios"]),
+        ([[1.0, 0.99], [0.98, 0.97]], ["flat list of numbers"]),
+        ({"ratios": [1.0, 1.0]}, ["mag_ratios"]),
+        ([1.0, "x"], ["flat list of numbers"]),
+        ([1.0, -0.5], ["finite number > 0"]),
+        ({"mag_ratios": [1.0, 1.0, 1.0, 1.0], "split": 7}, ["split=7", "outside"]),
+        ("\xff\xfe", ["not readable JSON"]),
+    ],
+)
 def test_bad_ratios_files_are_refused(tmp_path, content, words):
     path = ratios_file(tmp_path, content)
     with pytest.raises(ConfigError) as err:
@@ -69,15 +75,23 @@ def test_calibrate_together_with_a_curve_is_refused(tmp_path):
         spec_for("cache=magcache", "cache.calibrate=true", f"cache.ratios={path}")
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["cache=magcache", "cache.max_skips=0"], ["cache.max_skips=0"]),
-    (["cache=lru"], ["lru", "fbcache", "magcache", "taylorseer"]),  # Hydra's group lists the choices
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["cache=magcache", "cache.max_skips=0"], ["cache.max_skips=0"]),
+        (["cache=lru"], ["lru", "fbcache", "magcache", "taylorseer"]),  # Hydra's group lists the choices
+    ],
+)
 def test_cli_bad_cache_fails_fast_and_writes_nothing(tmp_path, overrides, words):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     for w in words:
         assert w in proc.stderr, proc.stderr
@@ -100,7 +114,9 @@ def first_frame(tmp_path_factory):
 def real_model_plan(model, steps=None, **cache):
     """The cache plan a real model preset's run makes with its defaults (no weights needed:
     the official schedule, which is what the official curves were calibrated on)."""
-    overrides = [f"model={model}", "checkpoint_dir=/tmp", "cache=magcache"] + [f"cache.{k}={v}" for k, v in cache.items()]
+    overrides = [f"model={model}", "checkpoint_dir=/tmp", "cache=magcache"] + [
+        f"cache.{k}={v}" for k, v in cache.items()
+    ]
     if "_i2v_" in model:
         overrides.append(f"image={IMAGE}")
     if steps:
@@ -115,13 +131,16 @@ def real_model_plan(model, steps=None, **cache):
     return spec, step_cache_plan(spec, NoScheduler(), plan)
 
 
-@pytest.mark.parametrize("model, cache, steps, skipped", [
-    # The official repository's T2V schedule with its settings (E006K2R04): 14 of 40.
-    ("wan2.2_t2v_a14b", {}, None, [10, 11, 13, 14, 16, 17, 19, 20, 22, 23, 25, 32, 34, 36]),
-    ("wan2.2_t2v_a14b", {"threshold": 0.04, "retention": 0.2}, None, 17),
-    ("wan2.2_i2v_a14b", {}, None, 17),  # maxdiffusion's MagCache change: 17/40
-    ("wan2.2_ti2v_5b", {}, None, 25),  # the official TI2V-5B E006K2R02: 25/50
-])
+@pytest.mark.parametrize(
+    "model, cache, steps, skipped",
+    [
+        # The official repository's T2V schedule with its settings (E006K2R04): 14 of 40.
+        ("wan2.2_t2v_a14b", {}, None, [10, 11, 13, 14, 16, 17, 19, 20, 22, 23, 25, 32, 34, 36]),
+        ("wan2.2_t2v_a14b", {"threshold": 0.04, "retention": 0.2}, None, 17),
+        ("wan2.2_i2v_a14b", {}, None, 17),  # maxdiffusion's MagCache change: 17/40
+        ("wan2.2_ti2v_5b", {}, None, 25),  # the official TI2V-5B E006K2R02: 25/50
+    ],
+)
 def test_presets_give_the_published_schedules_through_the_step_plan(model, cache, steps, skipped):
     spec, plan = real_model_plan(model, steps, **cache)
     got = skipped_steps(plan)
@@ -146,8 +165,20 @@ def test_a_list_curve_splits_where_this_models_schedule_switches(tmp_path):
 def test_taylorseer_plan_counts_per_expert_like_diffusers():
     # diffusers: compute if step < warmup or (step - warmup - 1) % interval == 0, per expert.
     plan = taylor_expert_plan(12, interval=3, warmup=2, order=2)
-    assert [s.action for s in plan] == [COMPUTE, COMPUTE, PREDICT, COMPUTE, PREDICT, PREDICT, COMPUTE,
-                                        PREDICT, PREDICT, COMPUTE, PREDICT, PREDICT]
+    assert [s.action for s in plan] == [
+        COMPUTE,
+        COMPUTE,
+        PREDICT,
+        COMPUTE,
+        PREDICT,
+        PREDICT,
+        COMPUTE,
+        PREDICT,
+        PREDICT,
+        COMPUTE,
+        PREDICT,
+        PREDICT,
+    ]
     assert [s.terms for s in plan if s.action == COMPUTE] == [1, 2, 3, 3, 3]  # order 2 caps at 3 factors
     assert [s.delta for s in plan if s.action == COMPUTE] == [0, 1, 2, 3, 3]
     assert [s.offset for s in plan if s.action == PREDICT] == [1, 1, 2, 1, 2, 1, 2]
@@ -169,11 +200,18 @@ def test_first_block_and_dense_plans():
 
 # A ratios file is checked against the run it serves before anything loads (issue 22 item 3):
 # the curve's own schedule must give each expert a part, and the run's plan is built from it.
-@pytest.mark.parametrize("content, extra, words", [
-    # 2 ratios = a 2-step curve; at 2 steps the tiny T2V's schedule runs both on the high-noise expert
-    ([1.0, 0.99], ["steps=2"], ["holds a curve of 2 ratios", "2-step run", "high-noise", "cache.calibrate=true steps=2"]),
-    ([1.0, 0.99], ["steps=20"], ["holds a curve of 2 ratios", "no part for the other expert"]),
-])
+@pytest.mark.parametrize(
+    "content, extra, words",
+    [
+        # 2 ratios = a 2-step curve; at 2 steps the tiny T2V's schedule runs both on the high-noise expert
+        (
+            [1.0, 0.99],
+            ["steps=2"],
+            ["holds a curve of 2 ratios", "2-step run", "high-noise", "cache.calibrate=true steps=2"],
+        ),
+        ([1.0, 0.99], ["steps=20"], ["holds a curve of 2 ratios", "no part for the other expert"]),
+    ],
+)
 def test_a_ratios_file_that_cannot_serve_the_run_is_refused_before_loading(tmp_path, content, extra, words):
     from parallel_wan.run import compose_settings, validate_job
 
@@ -192,9 +230,22 @@ def test_a_short_ratios_file_stops_the_cli_in_one_line_with_exit_2(tmp_path):
     traceback after the model loaded (exit 1)."""
     path = ratios_file(tmp_path, [1.0, 0.99])
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", "cache=magcache", f"cache.ratios={path}",
-                           "steps=2", f"output_dir={out}"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.run",
+            "cache=magcache",
+            f"cache.ratios={path}",
+            "steps=2",
+            f"output_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=tmp_path,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("parallel_wan: error: cache.ratios="), proc.stderr[-3000:]

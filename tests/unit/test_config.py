@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 import pytest
-from parallel_wan.config.compose import compose_spec
+from harness.settings import assert_refused, spec_for
 
 from parallel_wan.config import ConfigError
+from parallel_wan.config.compose import compose_spec
 from parallel_wan.run import CONF_DIR
-from harness.settings import assert_refused, spec_for
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -59,17 +59,23 @@ def run_cli(tmp_path, *overrides):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", *overrides],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": REPO},
     )
     return proc, out
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["num_frames=12"], ["num_frames=12"]),
-    (["model=no_such_model"], ["no_such_model"]),
-    (["mesh=no_such_mesh"], ["no_such_mesh"]),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["num_frames=12"], ["num_frames=12"]),
+        (["model=no_such_model"], ["no_such_model"]),
+        (["mesh=no_such_mesh"], ["no_such_mesh"]),
+    ],
+)
 def test_cli_fails_fast_and_writes_nothing(tmp_path, overrides, words):
     proc, out = run_cli(tmp_path, *overrides)
     assert proc.returncode != 0
@@ -100,12 +106,15 @@ def _broken_copy(src, dst, edit):
     return dst
 
 
-@pytest.mark.parametrize("case, words", [
-    ("missing_low_noise_expert", ["transformer_2"]),
-    ("missing_shard", ["safetensors"]),
-    ("config_disagrees_with_weights", ["ffn"]),
-    ("i2v_preset_on_t2v_weights", ["36", "model=tiny_i2v"]),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("missing_low_noise_expert", ["transformer_2"]),
+        ("missing_shard", ["safetensors"]),
+        ("config_disagrees_with_weights", ["ffn"]),
+        ("i2v_preset_on_t2v_weights", ["36", "model=tiny_i2v"]),
+    ],
+)
 def test_cli_rejects_a_broken_checkpoint_before_loading(tmp_path, tiny_folder, case, words):
     import json
     import shutil
@@ -135,13 +144,16 @@ def test_cli_rejects_a_broken_checkpoint_before_loading(tmp_path, tiny_folder, c
     assert not out.exists()
 
 
-@pytest.mark.parametrize("overrides, world, words", [
-    (["mesh=usp2x2"], 2, ["dp×cp=1×4=4 processes but 2 were started", "torchrun --nproc-per-node 4"]),
-    (["mesh=single"], 4, ["1 processes but 4 were started"]),
-    (["mesh=cp4", "mesh.ulysses=4"], 4, ["cp=4 must equal ulysses×ring=4×2"]),
-    (["mesh=dp2", "guidance_high=1", "guidance_low=1"], 2, ["dp=2", "guidance"]),
-    (["mesh=cp2", "mesh.dp=0"], 0, ["mesh.dp=0"]),
-])
+@pytest.mark.parametrize(
+    "overrides, world, words",
+    [
+        (["mesh=usp2x2"], 2, ["dp×cp=1×4=4 processes but 2 were started", "torchrun --nproc-per-node 4"]),
+        (["mesh=single"], 4, ["1 processes but 4 were started"]),
+        (["mesh=cp4", "mesh.ulysses=4"], 4, ["cp=4 must equal ulysses×ring=4×2"]),
+        (["mesh=dp2", "guidance_high=1", "guidance_low=1"], 2, ["dp=2", "guidance"]),
+        (["mesh=cp2", "mesh.dp=0"], 0, ["mesh.dp=0"]),
+    ],
+)
 def test_bad_meshes(overrides, world, words):
     with pytest.raises(ConfigError) as err:
         compose_spec(overrides, world, output_dir="/tmp/unused")
@@ -165,9 +177,21 @@ def test_cli_heads_check_runs_before_loading(tmp_path):
     # The tiny model has 8 heads; ulysses 16 (with 16 "processes" claimed) must be refused at once.
     env_world = {"RANK": "0", "WORLD_SIZE": "16", "LOCAL_RANK": "0"}
     proc = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", f"output_dir={tmp_path / 'out'}", "mesh=cp8", "mesh.cp=16",
-         "mesh.ulysses=16", "mesh.ring=1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO, **env_world},
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.run",
+            f"output_dir={tmp_path / 'out'}",
+            "mesh=cp8",
+            "mesh.cp=16",
+            "mesh.ulysses=16",
+            "mesh.ring=1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO, **env_world},
     )
     assert proc.returncode == 2
     assert "ulysses=16 does not divide the model's 8 attention heads" in proc.stderr

@@ -32,8 +32,10 @@ def ckpt(tiny_t2v, tmp_path_factory):
     model, base = tiny_t2v.model, describe_checkpoint(tiny_t2v.diffusers)
     high = write_expert_file(folder / "high.safetensors", model.transformer, "comfy_int8")
     low = write_expert_file(folder / "low.safetensors", model.transformer_2, "scaled_fp8", prefix=True)
-    files = {"high_noise": describe_expert_file("weights_high", high, base.transformers["high_noise"]),
-             "low_noise": describe_expert_file("weights_low", low, base.transformers["low_noise"])}
+    files = {
+        "high_noise": describe_expert_file("weights_high", high, base.transformers["high_noise"]),
+        "low_noise": describe_expert_file("weights_low", low, base.transformers["low_noise"]),
+    }
     return dataclasses.replace(base, expert_files=files)
 
 
@@ -49,7 +51,7 @@ def test_the_weights_cache_stores_the_quantized_form(ckpt, tmp_path):
     for name, t in direct.items():
         assert first[name].dtype == hit[name].dtype == t.dtype and torch.equal(hit[name], t), name
         rows = chunk_rows(t.shape[0], 1, 2) if t.ndim else None
-        assert torch.equal(shard[name], t[rows[0]:rows[1]] if rows else t), name
+        assert torch.equal(shard[name], t[rows[0] : rows[1]] if rows else t), name
     # The entry's key holds the file: the checkpoint's own expert has another entry.
     plain = dataclasses.replace(ckpt, expert_files={})
     load_transformer(plain, EXPERT, "bfloat16", keeps_fp32, cache_dir=tmp_path)

@@ -8,12 +8,11 @@ import torch
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
 
-from parallel_wan.backends.torch import fp8_gemm
-from parallel_wan.backends.torch import ops as torch_ops
+from parallel_wan.backends.torch import fp8_gemm, ops as torch_ops
 from parallel_wan.config import ConfigError
 from parallel_wan.weights.quantize import dequantize, quantize_rows
 
-U = 2.0 ** -24  # float32's unit roundoff
+U = 2.0**-24  # float32's unit roundoff
 
 
 def _emulated(x, w_q, w_scale, bias):
@@ -52,9 +51,17 @@ def test_fp8_dense_is_w8a8_within_fp32_summation_error(zero_row):
     assert (err <= bound).all(), (err / bound).max()
     xq, sa = fp8_gemm.activation_scales(x.reshape(-1, k))
     assert sa.dtype == torch.float32 and sa.shape == (14, 1)
-    assert torch.equal(xq.to(torch.float32), (x.reshape(-1, k) / sa).clamp(-448, 448).to(torch.float8_e4m3fn).to(torch.float32))
-    assert torch.equal(sa, torch.where(x.reshape(-1, k).abs().amax(1, keepdim=True) > 0,
-                                       x.reshape(-1, k).abs().amax(1, keepdim=True) / 448, torch.tensor(1.0)))
+    assert torch.equal(
+        xq.to(torch.float32), (x.reshape(-1, k) / sa).clamp(-448, 448).to(torch.float8_e4m3fn).to(torch.float32)
+    )
+    assert torch.equal(
+        sa,
+        torch.where(
+            x.reshape(-1, k).abs().amax(1, keepdim=True) > 0,
+            x.reshape(-1, k).abs().amax(1, keepdim=True) / 448,
+            torch.tensor(1.0),
+        ),
+    )
 
 
 def test_fp8_dense_in_bfloat16_rounds_once_more():
@@ -65,7 +72,7 @@ def test_fp8_dense_in_bfloat16_rounds_once_more():
     want, magnitude, scales = _emulated(x, w_q, w_scale, None)
     assert got.dtype == torch.bfloat16
     # the fp32 bound above, plus the final rounding to bfloat16 (8 significant bits: unit roundoff 2⁻⁸)
-    bound = 2 * 66 * U * magnitude * scales + 2.0 ** -8 * want.abs()
+    bound = 2 * 66 * U * magnitude * scales + 2.0**-8 * want.abs()
     assert ((got.to(torch.float32) - want).abs() <= bound).all()
 
 
@@ -108,24 +115,58 @@ def test_fake_gpu_fp8_gemm_layouts_and_no_host_sync(capability, monkeypatch):
     calls = []
 
     def spy(a, b, scale_a, scale_b, **kw):
-        calls.append((a.stride(), tuple(a.shape), b.stride(), tuple(b.shape), scale_a.dtype, tuple(scale_a.shape),
-                      scale_b.dtype, tuple(scale_b.shape), a.dtype, b.dtype, a.device.type, kw["out_dtype"]))
+        calls.append(
+            (
+                a.stride(),
+                tuple(a.shape),
+                b.stride(),
+                tuple(b.shape),
+                scale_a.dtype,
+                tuple(scale_a.shape),
+                scale_b.dtype,
+                tuple(scale_b.shape),
+                a.dtype,
+                b.dtype,
+                a.device.type,
+                kw["out_dtype"],
+            )
+        )
         return real(a, b, scale_a, scale_b, **kw)
 
     monkeypatch.setattr(torch, "_scaled_mm", spy)
     with fake_gpus(FakeCudaRuntime(devices=1, capability=capability)) as mode:
         cuda = torch.device("cuda", 0)
         assert fp8_gemm.choose("auto", cuda, compiled=True) == "fp8"
-        layer = {"weight": torch.empty(64, 48, dtype=torch.float8_e4m3fn, device=cuda),
-                 "weight_scale": torch.empty(64, 1, device=cuda), "bias": torch.empty(64, dtype=torch.bfloat16, device=cuda)}
+        layer = {
+            "weight": torch.empty(64, 48, dtype=torch.float8_e4m3fn, device=cuda),
+            "weight_scale": torch.empty(64, 1, device=cuda),
+            "bias": torch.empty(64, dtype=torch.bfloat16, device=cuda),
+        }
         x = torch.empty(2, 10, 48, dtype=torch.bfloat16, device=cuda)
         out = fp8_gemm.ops_for("fp8").dense(x, layer)
         assert out.shape == (2, 10, 64) and out.dtype == torch.bfloat16 and out.device == cuda
         assert mode.recorder.host_reads == []
         with pytest.raises(RuntimeError, match="mat2 must be col_major"):
-            real(torch.empty(20, 48, dtype=torch.float8_e4m3fn, device=cuda), layer["weight"].t().contiguous(),
-                 torch.empty(20, 1, device=cuda), torch.empty(1, 64, device=cuda), out_dtype=torch.bfloat16)
+            real(
+                torch.empty(20, 48, dtype=torch.float8_e4m3fn, device=cuda),
+                layer["weight"].t().contiguous(),
+                torch.empty(20, 1, device=cuda),
+                torch.empty(1, 64, device=cuda),
+                out_dtype=torch.bfloat16,
+            )
     f8 = torch.float8_e4m3fn
-    assert calls[0] == ((48, 1), (20, 48), (1, 48), (48, 64), torch.float32, (20, 1), torch.float32, (1, 64), f8, f8,
-                        "cuda", torch.bfloat16)
+    assert calls[0] == (
+        (48, 1),
+        (20, 48),
+        (1, 48),
+        (48, 64),
+        torch.float32,
+        (20, 1),
+        torch.float32,
+        (1, 64),
+        f8,
+        f8,
+        "cuda",
+        torch.bfloat16,
+    )
     assert len(calls) == 1  # one GEMM for the layer

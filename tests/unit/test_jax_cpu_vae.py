@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 import torch
 from diffusers import AutoencoderKLWan
+from harness.jax_devices import rel_err
+from harness.tiny_vae import TINY_VAE
 from jax.sharding import Mesh
 
 from parallel_wan.backends.jax import aot, cpu_convs, ops as jops, placement, spmd_ops, target_platform, vae_codec
@@ -26,8 +28,6 @@ from parallel_wan.backends.jax.sequence_parallel import build_mesh
 from parallel_wan.backends.torch import ops as tops
 from parallel_wan.models import vae, vae_shapes
 from parallel_wan.weights.tree import unflatten
-from harness.jax_devices import rel_err
-from harness.tiny_vae import TINY_VAE
 
 # XLA:CPU's LLVM level changes machine code, not the operations or their layout (test_jax_ops.py).
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
@@ -38,12 +38,15 @@ def _close(a, b, rtol=1e-5):
     assert rel_err(a, b) <= rtol, rel_err(a, b)
 
 
-@pytest.mark.parametrize("x_shape, w_shape, stride, padding", [
-    ((2, 5, 6, 7, 9), (4, 5, 3, 3, 3), (1, 1, 1), (0, 1, 1)),  # causal_conv3d (time padded by the cache)
-    ((1, 3, 5, 6, 6), (6, 3, 3, 1, 1), (2, 1, 1), (0, 0, 0)),  # the encoder's strided time_conv
-    ((1, 4, 2, 5, 5), (3, 4, 1, 1, 1), (1, 1, 1), (0, 0, 0)),  # 1×1×1 shortcuts and quant convs
-    ((1, 2, 4, 6, 6), (3, 2, 2, 3, 3), (1, 2, 2), (1, 1, 0)),  # the general contract: every stride and pad
-])
+@pytest.mark.parametrize(
+    "x_shape, w_shape, stride, padding",
+    [
+        ((2, 5, 6, 7, 9), (4, 5, 3, 3, 3), (1, 1, 1), (0, 1, 1)),  # causal_conv3d (time padded by the cache)
+        ((1, 3, 5, 6, 6), (6, 3, 3, 1, 1), (2, 1, 1), (0, 0, 0)),  # the encoder's strided time_conv
+        ((1, 4, 2, 5, 5), (3, 4, 1, 1, 1), (1, 1, 1), (0, 0, 0)),  # 1×1×1 shortcuts and quant convs
+        ((1, 2, 4, 6, 6), (3, 2, 2, 3, 3), (1, 2, 2), (1, 1, 0)),  # the general contract: every stride and pad
+    ],
+)
 def test_conv3d_equals_the_3d_convolution(x_shape, w_shape, stride, padding):
     rng = np.random.default_rng(0)
     x, w, b = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in (x_shape, w_shape, w_shape[:1]))

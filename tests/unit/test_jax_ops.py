@@ -26,17 +26,15 @@ import numpy as np
 import pytest
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from harness.tiny_vae import TINY_VAE
 from jax.sharding import PartitionSpec as P
 
-from parallel_wan.backends.jax import ops as jops
-from parallel_wan.backends.jax import placement
+from parallel_wan.backends.jax import ops as jops, placement
 from parallel_wan.backends.jax.sequence_parallel import build_mesh
 from parallel_wan.backends.torch import ops as tops
-from parallel_wan.models import transformer as dit
-from parallel_wan.models import vae
+from parallel_wan.models import transformer as dit, vae
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.models.transformer_config import TransformerConfig
-from harness.tiny_vae import TINY_VAE
 from parallel_wan.weights.tree import unflatten
 
 RTOL = 1e-5  # see the module docstring
@@ -81,9 +79,20 @@ def _inputs():
     rng = np.random.default_rng(0)
     r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     return {
-        "x": r(5, 6) * 3, "w": r(6), "b": r(6), "m": r(7, 6), "b6": r(7), "x1": r(1, 5, 4),
-        "v": r(2, 3, 4, 6, 5), "k3": r(4, 3, 3, 3, 3), "c": r(4), "i": r(2, 3, 7, 6), "k2": r(4, 3, 3, 3),
-        "q": r(2, 5, 3, 8), "kk": r(2, 7, 3, 8), "vv": r(2, 7, 3, 8),
+        "x": r(5, 6) * 3,
+        "w": r(6),
+        "b": r(6),
+        "m": r(7, 6),
+        "b6": r(7),
+        "x1": r(1, 5, 4),
+        "v": r(2, 3, 4, 6, 5),
+        "k3": r(4, 3, 3, 3, 3),
+        "c": r(4),
+        "i": r(2, 3, 7, 6),
+        "k2": r(4, 3, 3, 3),
+        "q": r(2, 5, 3, 8),
+        "kk": r(2, 7, 3, 8),
+        "vv": r(2, 7, 3, 8),
     }
 
 
@@ -104,7 +113,9 @@ def test_rounding_eps_and_bf16_semantics():
     # F.normalize clamps the norm at eps (no eps under the root): a zero vector stays zero
     tiny = np.zeros((1, 3), np.float32)
     tiny[0, 0] = 1e-13
-    np.testing.assert_array_equal(np.asarray(jops.l2_normalize(jnp.asarray(tiny), 1)), tops.l2_normalize(_t(tiny), 1).numpy())
+    np.testing.assert_array_equal(
+        np.asarray(jops.l2_normalize(jnp.asarray(tiny), 1)), tops.l2_normalize(_t(tiny), 1).numpy()
+    )
     # bf16 norms: normalised in float32, cast back, then the gain — as torch does
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((4, 64)).astype(np.float32) * 5, rng.standard_normal(64).astype(np.float32)
@@ -122,9 +133,19 @@ def test_rounding_eps_and_bf16_semantics():
 def tiny_dit(in_channels, out_channels, num_layers=2, seed=0):
     torch.manual_seed(seed)
     model = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=in_channels,
-        out_channels=out_channels, text_dim=32, freq_dim=32, ffn_dim=96, num_layers=num_layers,
-        cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024,
+        patch_size=(1, 2, 2),
+        num_attention_heads=4,
+        attention_head_dim=16,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        text_dim=32,
+        freq_dim=32,
+        ffn_dim=96,
+        num_layers=num_layers,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        eps=1e-6,
+        rope_max_seq_len=1024,
     ).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -186,7 +207,9 @@ def test_layer_scan_compiles_once(one_device):
     for layers in (2, 8):
         deep = dict(params, blocks=[params["blocks"][i % 2] for i in range(layers)])
         placed = placement.place(deep, one_device, "float32")
-        lowered = jax_forward(cfg).lower(placed, tokens, jnp.asarray(timestep.numpy()), jnp.asarray(context.numpy()), cos, sin)
+        lowered = jax_forward(cfg).lower(
+            placed, tokens, jnp.asarray(timestep.numpy()), jnp.asarray(context.numpy()), cos, sin
+        )
         programs[layers] = lowered.as_text()
         start = time.perf_counter()
         lowered.compile()
@@ -238,7 +261,8 @@ def test_placement_dtypes_and_stacking_rule(one_device):
     w32 = torch.randn(3, 4)
     tree = {
         "blocks": [
-            {"norm2": {"weight": torch.randn(4)}, "ffn": {"net": [{"proj": {"weight": w32 + i}}, None]}} for i in range(3)
+            {"norm2": {"weight": torch.randn(4)}, "ffn": {"net": [{"proj": {"weight": w32 + i}}, None]}}
+            for i in range(3)
         ],
         "up_blocks": [{"weight": torch.randn(2)}, {"weight": torch.randn(5)}],  # not uniform: stays a list
         "proj_out": {"weight": w32.bfloat16(), "steps": torch.arange(3)},
@@ -258,7 +282,9 @@ def test_placement_dtypes_and_stacking_rule(one_device):
     src = w32.bfloat16()
     view = placement.host_array(src)
     assert view.dtype == ml_dtypes.bfloat16 and view.ctypes.data == src.data_ptr()
-    np.testing.assert_array_equal(np.asarray(placed["proj_out"]["weight"]).view(np.int16), src.view(torch.int16).numpy())
+    np.testing.assert_array_equal(
+        np.asarray(placed["proj_out"]["weight"]).view(np.int16), src.view(torch.int16).numpy()
+    )
     with pytest.raises(ValueError, match=r"params\['blocks'\]\[1\] differs from layer 0"):
         placement.to_host({"blocks": [{"w": torch.zeros(2)}, {"w": torch.zeros(3)}]})
 
@@ -280,7 +306,9 @@ def test_loader_stacks_reach_the_host_tree_without_a_copy(tmp_path, layout):
         assert stacked.ctypes.data == layers[0].data_ptr(), name  # the loader's buffer itself
         np.testing.assert_array_equal(stacked[1].view(np.uint8), placement.host_array(layers[1]).view(np.uint8))
     widened = placement.to_host(params, "float32", dit.keeps_fp32)["blocks"]["attn1"]["to_q"]["weight"]
-    assert widened.dtype == np.float32 and widened.ctypes.data != params["blocks"][0]["attn1"]["to_q"]["weight"].data_ptr()
+    assert (
+        widened.dtype == np.float32 and widened.ctypes.data != params["blocks"][0]["attn1"]["to_q"]["weight"].data_ptr()
+    )
 
 
 def test_fsdp_spec_rule():

@@ -13,11 +13,11 @@ import subprocess
 import sys
 
 import pytest
+from harness.hosts import fake_host
 
 from parallel_wan.launch import backend_choice
 from parallel_wan.launch.backend_choice import jax_platforms, keep_jax_off_libtpu
 from parallel_wan.run import CONF_DIR
-from harness.hosts import fake_host
 
 REPO = os.path.dirname(CONF_DIR)
 LIBTPU_NOISE = re.compile(r"^[EWF]\d{4} |TPU|libtpu\.so|libtpu_init|InitGoogle")
@@ -36,14 +36,17 @@ def test_a_plain_cpu_host_gets_cpu(tmp_path, no_plugins):
     assert jax_platforms({}, root=fake_host(tmp_path, "/dev/nvidia0")) == "cpu"
 
 
-@pytest.mark.parametrize("host, env", [
-    (("/dev/accel0",), {}),  # TPU v2–v4 chips
-    ((), {"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),  # a multi-host TPU job (launch/'s TPU kind)
-    ((), {"MEGASCALE_NUM_SLICES": "2"}),
-    ((), {"TPU_ACCELERATOR_TYPE": "v5p-8"}),
-    ((), {"JAX_FORCE_TPU_INIT": "1"}),  # JAX's own "initialize the TPU even without chips"
-    (("/dev/accel0",), {"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"}),
-])
+@pytest.mark.parametrize(
+    "host, env",
+    [
+        (("/dev/accel0",), {}),  # TPU v2–v4 chips
+        ((), {"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),  # a multi-host TPU job (launch/'s TPU kind)
+        ((), {"MEGASCALE_NUM_SLICES": "2"}),
+        ((), {"TPU_ACCELERATOR_TYPE": "v5p-8"}),
+        ((), {"JAX_FORCE_TPU_INIT": "1"}),  # JAX's own "initialize the TPU even without chips"
+        (("/dev/accel0",), {"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"}),
+    ],
+)
 def test_a_tpu_host_is_left_to_jax(tmp_path, no_plugins, host, env):
     root = fake_host(tmp_path, *host)
     assert jax_platforms(env, root=root) is None
@@ -90,12 +93,28 @@ def test_the_cli_prints_no_libtpu_errors_on_this_cpu_host(tmp_path):
     """A user's shell has no JAX_PLATFORMS (tests/conftest.py sets one for the tests: removed here)."""
     if backend_choice.tpu_present():
         pytest.skip("this host has a TPU; libtpu is meant to start")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("JAX_PLATFORMS", "ALLOW_MULTIPLE_LIBTPU_LOAD") and not k.startswith(("TPU_", "MEGASCALE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAX_PLATFORMS", "ALLOW_MULTIPLE_LIBTPU_LOAD") and not k.startswith(("TPU_", "MEGASCALE_"))
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", "backend=jax", "mesh=single", "steps=1", "num_frames=1",
-         "height=32", "width=32", f"output_dir={tmp_path}"],
-        capture_output=True, text=True, timeout=300, env={**env, "PYTHONPATH": REPO},
+        [
+            sys.executable,
+            "-m",
+            "parallel_wan.run",
+            "backend=jax",
+            "mesh=single",
+            "steps=1",
+            "num_frames=1",
+            "height=32",
+            "width=32",
+            f"output_dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "PYTHONPATH": REPO},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     # libtpu's lines: glog's "E0000 …", its "WARNING: … TPU …" and InitGoogle notes, the trace

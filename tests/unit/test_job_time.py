@@ -40,7 +40,10 @@ def test_the_decode_count_is_the_decodes_own(name):
         with FlopCounterMode(display=False) as counted:
             vae.decode(params, torch.empty((1, cfg.z_dim, frames, h, w), device="meta"), ops, cfg)
         ours = decode_flops(cfg, frames, h, w)
-        assert abs(ours - counted.get_total_flops()) <= 5e-3 * counted.get_total_flops(), (ours, counted.get_total_flops())
+        assert abs(ours - counted.get_total_flops()) <= 5e-3 * counted.get_total_flops(), (
+            ours,
+            counted.get_total_flops(),
+        )
 
 
 def test_the_job_counts_every_steps_forward_with_cfg_as_the_step_plan_runs_it():
@@ -77,8 +80,10 @@ def test_a_job_far_beyond_the_device_is_warned_about_with_its_estimate():
     spec = spec_of("num_frames=401", "height=512", "width=512")
     tcfg, vcfg = architecture_of(spec, None)
     line, warn = job_estimate([spec], tcfg, vcfg, measure=lambda: DeviceSpeed(4e10, "a test CPU", True))
-    assert warn and line.startswith("this job will take about 1.6 h on a test CPU (228 TFLOP per device: 10 transformer "
-                                    "steps 222 TFLOP + VAE decode 6.52 TFLOP, at 100% of the 0.04 TFLOP/s"), line
+    assert warn and line.startswith(
+        "this job will take about 1.6 h on a test CPU (228 TFLOP per device: 10 transformer "
+        "steps 222 TFLOP + VAE decode 6.52 TFLOP, at 100% of the 0.04 TFLOP/s"
+    ), line
     assert "Ctrl-C" in line and "python -m parallel_wan.plan" in line
     # a GPU takes half its GEMM peak: 2 TFLOP/s → about 4 min (announced, not warned about); 1000 → nothing
     line, warn = job_estimate([spec], tcfg, vcfg, measure=lambda: DeviceSpeed(4e11, "a GPU", False))
@@ -99,8 +104,9 @@ def test_the_run_logs_the_warning_before_anything_loads(monkeypatch, caplog):
     from parallel_wan.measure import device_speed
 
     monkeypatch.setattr(device_speed, "measure_device", lambda *a: DeviceSpeed(4e10, "a test CPU", True))
-    job, ckpt = run.validate_job(compose_settings(["num_frames=401", "height=512", "width=512", "output_dir=unused"]), 1,
-                                 env={})
+    job, ckpt = run.validate_job(
+        compose_settings(["num_frames=401", "height=512", "width=512", "output_dir=unused"]), 1, env={}
+    )
     caplog.set_level("INFO", logger="parallel_wan")
     run._announce_duration(job, ckpt)
     (record,) = [r for r in caplog.records if "this job will take" in r.message]
@@ -110,8 +116,11 @@ def test_the_run_logs_the_warning_before_anything_loads(monkeypatch, caplog):
 def test_the_plan_prints_the_time_here_and_on_a_named_device(capsys):
     from parallel_wan.memory_plan.cli import time_lines
 
-    text = time_lines(spec_of("num_frames=401", "height=512", "width=512"), device_tflops=989,
-                      measure=lambda: DeviceSpeed(4e10, "a test CPU", True))
+    text = time_lines(
+        spec_of("num_frames=401", "height=512", "width=512"),
+        device_tflops=989,
+        measure=lambda: DeviceSpeed(4e10, "a test CPU", True),
+    )
     assert text.splitlines()[0].startswith("time (dense, no step cache): about 1.6 h on a test CPU (228 TFLOP")
     assert text.splitlines()[1].strip().startswith("at device_tflops=989: about 0.5 s")
 
@@ -123,8 +132,18 @@ def test_the_plans_device_tflops_is_checked(capsys):
     assert "device_tflops='fast' is not a number" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("seconds, said", [(0.001, "under 0.01 s"), (0.25, "0.2 s"), (4.2, "4.2 s"), (75, "75 s"),
-                                           (600, "10 min"), (5 * 3600, "5.0 h"), (3 * 86400, "3 days")])
+@pytest.mark.parametrize(
+    "seconds, said",
+    [
+        (0.001, "under 0.01 s"),
+        (0.25, "0.2 s"),
+        (4.2, "4.2 s"),
+        (75, "75 s"),
+        (600, "10 min"),
+        (5 * 3600, "5.0 h"),
+        (3 * 86400, "3 days"),
+    ],
+)
 def test_durations_read_as_people_say_them(seconds, said):
     assert duration(seconds) == said
 

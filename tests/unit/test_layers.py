@@ -1,6 +1,7 @@
 """The layering in DESIGN.md: `parallel_wan/models/` is backend-agnostic math."""
 
 import pathlib
+
 from harness.imports import FORBIDDEN, imported_roots
 
 MODELS = pathlib.Path(__file__).resolve().parents[2] / "parallel_wan" / "models"
@@ -24,4 +25,6 @@ def test_models_package_imports_without_torch(monkeypatch):
     for banned in FORBIDDEN:
         monkeypatch.setitem(sys.modules, banned, None)
     for path in sorted(MODELS.glob("*.py")):
-        importlib.import_module(f"parallel_wan.models.{path.stem}" if path.stem != "__init__" else "parallel_wan.models")
+        importlib.import_module(
+            f"parallel_wan.models.{path.stem}" if path.stem != "__init__" else "parallel_wan.models"
+        )

@@ -14,9 +14,9 @@ import safetensors.torch
 import torch
 from safetensors import safe_open
 
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.config import ConfigError, resolve
 from parallel_wan.models.transformer import keeps_fp32
-from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights import copy_pool, transformer_keymap, tree
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer
@@ -158,7 +158,9 @@ def test_cache_hit_is_bit_equal_and_copies_nothing(checkpoints, tmp_path, monkey
     assert len(files) == 2  # one entry per dtype
     # the entry is a valid safetensors file, its stacked buffers one tensor each
     with safe_open(str(files[0]), framework="pt") as f:
-        assert "blocks.*.attn1.to_q.weight" in f.keys() and f.get_slice("blocks.*.attn1.to_q.weight").get_shape()[0] == 2
+        assert (
+            "blocks.*.attn1.to_q.weight" in f.keys() and f.get_slice("blocks.*.attn1.to_q.weight").get_shape()[0] == 2
+        )
 
     def no_copy(destination, source):
         raise AssertionError("a cache hit must not copy or cast")
@@ -209,7 +211,12 @@ def test_broken_cache_entries_are_ignored_and_rewritten(checkpoints, tmp_path, c
     good = entry.read_bytes()
     leftover = entry.with_name(entry.name + ".4242.tmp")  # a crashed writer's temp file
     leftover.write_bytes(good[: len(good) // 2])
-    for broken in (good[: len(good) - 100], good[:5], b"\0" * 64, good[:8] + good[8:20].replace(b"{", b"[") + good[20:]):
+    for broken in (
+        good[: len(good) - 100],
+        good[:5],
+        b"\0" * 64,
+        good[:8] + good[8:20].replace(b"{", b"[") + good[20:],
+    ):
         entry.write_bytes(broken)
         with caplog.at_level(logging.WARNING, logger="parallel_wan"):
             caplog.clear()
@@ -226,7 +233,9 @@ def test_weights_cache_dir_setting(tmp_path):
 
     cfg = compose_settings([]) | {"output_dir": str(tmp_path)}
     assert resolve(cfg).weights.cache_dir is None
-    assert resolve(cfg | {"weights_cache_dir": str(tmp_path / "new" / "cache")}).weights.cache_dir == str(tmp_path / "new" / "cache")
+    assert resolve(cfg | {"weights_cache_dir": str(tmp_path / "new" / "cache")}).weights.cache_dir == str(
+        tmp_path / "new" / "cache"
+    )
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match=r"weights_cache_dir=.*is a file"):
         resolve(cfg | {"weights_cache_dir": str(tmp_path / "file" / "cache")})
@@ -244,15 +253,20 @@ def mapped_file(tensor: torch.Tensor) -> str | None:
 
 
 def test_load_components_fills_and_then_hits_the_cache(checkpoints, tmp_path):
-    from parallel_wan.config.compose import compose_settings
-
     from parallel_wan.backends.torch.backend import start_torch_backend
+    from parallel_wan.config.compose import compose_settings
     from parallel_wan.pipeline import load_components, preflight
 
     ckpt = checkpoints["official"]
     cfg = compose_settings(["device=cpu"])
-    spec = resolve(cfg | {"output_dir": str(tmp_path / "out"), "checkpoint_dir": str(ckpt.root),
-                          "weights_cache_dir": str(tmp_path / "cache")})
+    spec = resolve(
+        cfg
+        | {
+            "output_dir": str(tmp_path / "out"),
+            "checkpoint_dir": str(ckpt.root),
+            "weights_cache_dir": str(tmp_path / "cache"),
+        }
+    )
     backend = start_torch_backend("cpu")
     first = load_components(spec, preflight(spec), backend)
     assert first.text_encoder is not None and first.vae_params

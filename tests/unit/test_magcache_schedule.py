@@ -42,11 +42,14 @@ def test_t2v_a14b_reproduces_the_official_schedule(kind):
     assert skipped(schedule) == [10, 11, 13, 14, 16, 17, 19, 20, 22, 23, 25, 32, 34, 36]
 
 
-@pytest.mark.parametrize(("curve", "steps", "shift", "boundary", "setting", "count"), [
-    ("T2V_A14B", 40, 12.0, 0.875, (0.04, 2, 0.2), 17),
-    ("I2V_A14B", 40, 5.0, 0.900, (0.06, 2, 0.2), 17),
-    ("TI2V_5B_T2V", 50, 5.0, None, (0.06, 2, 0.2), 25),
-])
+@pytest.mark.parametrize(
+    ("curve", "steps", "shift", "boundary", "setting", "count"),
+    [
+        ("T2V_A14B", 40, 12.0, 0.875, (0.04, 2, 0.2), 17),
+        ("I2V_A14B", 40, 5.0, 0.900, (0.06, 2, 0.2), 17),
+        ("TI2V_5B_T2V", 50, 5.0, None, (0.06, 2, 0.2), 25),
+    ],
+)
 def test_published_skip_counts(curve, steps, shift, boundary, setting, count):
     schedule = skip_schedule(official(curve, *setting), steps_per_expert(steps, shift, boundary))
     assert len(schedule) == steps and sum(schedule) == count
@@ -88,16 +91,19 @@ def test_a_threshold_of_zero_never_skips_and_a_huge_one_skips_k_in_a_row():
     assert "".join("s" if s else "c" for s in greedy[:7]) == "csscssc"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(threshold=-0.1), "cache.threshold"),
-    (dict(threshold=float("nan")), "cache.threshold"),
-    (dict(max_skips=0), "cache.max_skips"),
-    (dict(retention=1.0), "cache.retention"),
-    (dict(retention=-0.1), "cache.retention"),
-    (dict(curve=(1.0, 1.0, 0.9)), "even count"),
-    (dict(curve=(1.0, float("inf"))), "finite"),
-    (dict(calibration_split=40), "outside"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(threshold=-0.1), "cache.threshold"),
+        (dict(threshold=float("nan")), "cache.threshold"),
+        (dict(max_skips=0), "cache.max_skips"),
+        (dict(retention=1.0), "cache.retention"),
+        (dict(retention=-0.1), "cache.retention"),
+        (dict(curve=(1.0, 1.0, 0.9)), "even count"),
+        (dict(curve=(1.0, float("inf"))), "finite"),
+        (dict(calibration_split=40), "outside"),
+    ],
+)
 def test_bad_settings_are_refused(kwargs, message):
     base = dict(threshold=0.06, max_skips=2, retention=0.2, curve=magcache_curves.T2V_A14B, calibration_split=26)
     with pytest.raises(ValueError, match=message):

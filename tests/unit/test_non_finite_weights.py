@@ -14,6 +14,8 @@ import sys
 
 import pytest
 import torch
+from harness.checkpoints import copy_of as checkpoint_copy
+from harness.lora_files import lora_pairs, write_lora
 
 from parallel_wan.errors import BadWeights
 from parallel_wan.models.transformer import keeps_fp32
@@ -23,14 +25,14 @@ from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer, load_vae
 from parallel_wan.weights.safetensors_io import tensor_index
 
-from harness.checkpoints import copy_of as checkpoint_copy
-from harness.lora_files import lora_pairs, write_lora
-
 REPO = os.path.dirname(CONF_DIR)
 TO_K = {"diffusers": "blocks.0.attn1.to_k.weight", "official": "blocks.0.self_attn.k.weight"}
 EXPERT_FOLDER = {"diffusers": "transformer", "official": "high_noise_model"}
-BAD_BITS = {"F32": [struct.pack("<f", v) for v in (float("nan"), float("inf"), float("-inf"))],
-            "BF16": [b"\xc0\x7f", b"\x80\x7f", b"\x80\xff"], "F16": [b"\x00\x7e", b"\x00\x7c", b"\x00\xfc"]}
+BAD_BITS = {
+    "F32": [struct.pack("<f", v) for v in (float("nan"), float("inf"), float("-inf"))],
+    "BF16": [b"\xc0\x7f", b"\x80\x7f", b"\x80\xff"],
+    "F16": [b"\x00\x7e", b"\x00\x7c", b"\x00\xfc"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +115,7 @@ def test_the_converted_weights_cache_never_holds_what_the_load_refused(checkpoin
     root = copy_of(checkpoints, "diffusers", tmp_path)
     poison(root / "transformer", TO_K["diffusers"], [3])
     with pytest.raises(BadWeights):
-        load_transformer(describe_checkpoint(root), "high_noise", "bfloat16", keeps_fp32,
-                                cache_dir=tmp_path / "cache")
+        load_transformer(describe_checkpoint(root), "high_noise", "bfloat16", keeps_fp32, cache_dir=tmp_path / "cache")
     assert not list((tmp_path / "cache").rglob("*.safetensors"))
 
 
@@ -157,9 +158,14 @@ def cli(tmp_path, *overrides):
     """The command line a user types (no output_dir=: the default folder must not be left behind)."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "parallel_wan.run", "steps=2", "num_frames=1", "height=32",
-                           "width=32", *overrides], cwd=work, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_wan.run", "steps=2", "num_frames=1", "height=32", "width=32", *overrides],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     return proc, work
 
 
@@ -189,5 +195,6 @@ def test_a_lora_with_nan_stops_the_cli_with_exit_2_naming_file_and_key(tmp_path)
     up[3, 0] = float("nan")
     path = write_lora(tmp_path / "nan_lora.safetensors", pairs, "peft")
     proc, work = cli(tmp_path, f"lora={path}", "backend=torch")
-    assert_refused_in_one_line(proc, work, [f"lora={path}", "tensor transformer.blocks.1.attn1.to_q.lora_B.weight",
-                                            "holds 1 non-finite value"])
+    assert_refused_in_one_line(
+        proc, work, [f"lora={path}", "tensor transformer.blocks.1.attn1.to_q.lora_B.weight", "holds 1 non-finite value"]
+    )

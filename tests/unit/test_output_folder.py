@@ -60,9 +60,17 @@ def test_runs_started_together_never_write_into_another_runs_folder(tmp_path):
         (outputs / name).mkdir(parents=True)
         (outputs / name / "video.mp4").write_bytes(b"an earlier run's video")
     common = ["steps=1", "num_frames=1", "height=32", "width=32", "backend=torch"]
-    procs = [subprocess.Popen([sys.executable, "-m", "parallel_wan.run", f"seed={seed}", *common], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": REPO}) for seed in (1, 2, 3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "parallel_wan.run", f"seed={seed}", *common],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": REPO},
+        )
+        for seed in (1, 2, 3)
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]

@@ -7,13 +7,13 @@ import pathlib
 import numpy as np
 import pytest
 import torch
+from harness.imports import FORBIDDEN, imported_roots
 
 from parallel_wan.backends.torch.collectives import CountingCollectives, LoopbackCollectives, NullCollectives
-from parallel_wan.parallel import cfg_rows
 from parallel_wan.errors import ConfigError
+from parallel_wan.parallel import cfg_rows
 from parallel_wan.parallel.mesh import MeshSpec, mesh_spec
 from parallel_wan.parallel.work import rank_work
-from harness.imports import FORBIDDEN, imported_roots
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "parallel_wan"
 
@@ -28,9 +28,12 @@ def test_parallel_package_imports_neither_torch_nor_jax():
 def test_no_mock_patching_in_the_package():
     """The planner and the benchmarks hand the real code null, counting or loopback collectives;
     nothing in the package patches a module to get there."""
-    hits = [f"{p.relative_to(PACKAGE)}:{i}" for p in PACKAGE.rglob("*.py")
-            for i, line in enumerate(p.read_text().splitlines(), 1)
-            if "mock.patch" in line or "unittest.mock" in line or "from unittest import mock" in line]
+    hits = [
+        f"{p.relative_to(PACKAGE)}:{i}"
+        for p in PACKAGE.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "mock.patch" in line or "unittest.mock" in line or "from unittest import mock" in line
+    ]
     assert not hits, hits
 
 
@@ -50,8 +53,12 @@ def test_rows_per_rank():
     mesh = MeshSpec("dp2_cp2", dp=2, cp=2, ulysses=2)
     # One prompt on dp = 2: CFG parallel, cond on dp 0, uncond on dp 1; tokens over cp.
     works = [rank_work(mesh, 1, 7, rank) for rank in range(4)]
-    assert [(w.cp_index, w.rows, w.cfg_branch) for w in works] == [(0, (0,), 0), (1, (0,), 0), (0, (0,), 1),
-                                                                     (1, (0,), 1)]
+    assert [(w.cp_index, w.rows, w.cfg_branch) for w in works] == [
+        (0, (0,), 0),
+        (1, (0,), 0),
+        (0, (0,), 1),
+        (1, (0,), 1),
+    ]
     assert works[1].shards.local == 4 and list(works[1].token_index()) == [4, 5, 6, 7]
     # Four prompts: two per dp group, both CFG halves on every rank.
     assert [rank_work(mesh, 4, 7, r).rows for r in range(4)] == [(0, 1), (0, 1), (2, 3), (2, 3)]
@@ -82,8 +89,12 @@ def test_counting_and_loopback_collectives():
     assert torch.equal(incoming, torch.ones(3))
     counting.all_gather([torch.empty(2) for _ in range(4)], torch.ones(2))
     counting.broadcast(torch.ones(5), src=0)
-    assert dict(counting.by_call) == {"all_to_all": 3 * 2 * 4, "exchange": 3 * 4, "all_gather": 3 * 2 * 4,
-                                      "broadcast": 3 * 5 * 4}
+    assert dict(counting.by_call) == {
+        "all_to_all": 3 * 2 * 4,
+        "exchange": 3 * 4,
+        "all_gather": 3 * 2 * 4,
+        "broadcast": 3 * 5 * 4,
+    }
     null = NullCollectives(rank=1, world=2)
     # receive buffers come back zero-filled, whatever memory they were made in (a decode on
     # `empty` buffers read NaN bit patterns in a busy process: CI, test_gpu_acceptance)

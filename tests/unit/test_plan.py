@@ -9,7 +9,6 @@ from parallel_wan import memory_plan as planner
 from parallel_wan.config import MeshSpec
 
 
-
 @pytest.fixture(scope="module")
 def tiny_ckpt(tiny_t2v):
     from parallel_wan.weights.layout import describe_checkpoint
@@ -25,8 +24,8 @@ def _bytes(tree):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_weight_bytes_equal_the_loaded_expert(tiny_ckpt, dtype):
-    from parallel_wan.models.transformer import keeps_fp32
     from parallel_wan.builtin.tiny import transformer_config
+    from parallel_wan.models.transformer import keeps_fp32
     from parallel_wan.weights.loader import load_transformer
 
     shapes = planner.transformer_shapes(transformer_config("t2v"))
@@ -90,10 +89,10 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
     from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.measure.live_bytes import LiveBytes, held_bytes
     from parallel_wan.models import transformer as dit
+    from parallel_wan.parallel.shards import SequenceShards
     from parallel_wan.pipeline.denoise import DenoiseTask, denoise
     from parallel_wan.pipeline.local_work import RankWork
     from parallel_wan.sampling import make_schedule
-    from parallel_wan.parallel.shards import SequenceShards
 
     backend = backend or start_torch_backend("cpu")
     ops = backend.ops
@@ -105,13 +104,29 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
     cond = None
     if tcfg.in_channels > tcfg.out_channels:  # I2V: the image condition's channels
         cond = torch.randn((1, shapes.local, 4 * (tcfg.in_channels - tcfg.out_channels)), generator=g)
-    task = DenoiseTask(experts, context, n, work, grid, spec.uses_guidance,
-                       per_token_timestep=spec.model.task == "ti2v", cond_tokens=cond)
+    task = DenoiseTask(
+        experts,
+        context,
+        n,
+        work,
+        grid,
+        spec.uses_guidance,
+        per_token_timestep=spec.model.task == "ti2v",
+        cond_tokens=cond,
+    )
     with torch.inference_mode():
         predict = backend.noise_predictor(task)
         x = torch.randn((n, shapes.local, 4 * tcfg.out_channels), generator=g)
-        held = held_bytes([p for _, p in experts.values()], vae_params, context, predict.context, predict.rope, x,
-                          cond, predict.cond_tokens)
+        held = held_bytes(
+            [p for _, p in experts.values()],
+            vae_params,
+            context,
+            predict.context,
+            predict.rope,
+            x,
+            cond,
+            predict.cond_tokens,
+        )
 
         from parallel_wan.backends.contract import NoisePredictor
 
@@ -127,7 +142,9 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
         step = Step()
 
         with LiveBytes() as live:
-            out = denoise(spec, make_schedule("official", planner.PLAN_STEPS, spec.sampling.shift), x, step, lambda it: it, ops)
+            out = denoise(
+                spec, make_schedule("official", planner.PLAN_STEPS, spec.sampling.shift), x, step, lambda it: it, ops
+            )
             del out
     return held + live.peak
 
@@ -153,14 +170,18 @@ def test_tiny_run_phases_match_measured(tiny_ckpt, dtype):
 
     spec = _spec(["model=tiny", f"dtype={dtype}"])
     p = planner.plan(spec)
-    experts = {name: (tiny_ckpt.transformers[name], load_transformer(tiny_ckpt, name, dtype, keeps_fp32))
-               for name in ("high_noise", "low_noise")}
+    experts = {
+        name: (tiny_ckpt.transformers[name], load_transformer(tiny_ckpt, name, dtype, keeps_fp32))
+        for name in ("high_noise", "low_noise")
+    }
     vcfg, vae_params = load_vae(tiny_ckpt)
     tcfg = tiny_ckpt.transformers["high_noise"]
     from parallel_wan.measure.live_bytes import held_bytes
 
     _check(f"tiny {dtype} weights resident", p.weights["denoise"], held_bytes([t for _, t in experts.values()]))
-    _check(f"tiny {dtype} denoise phase", p.phases["denoise"], _measure_denoise(spec, tcfg, experts, vae_params, p.shapes))
+    _check(
+        f"tiny {dtype} denoise phase", p.phases["denoise"], _measure_denoise(spec, tcfg, experts, vae_params, p.shapes)
+    )
     if dtype == "float32":  # the VAE runs in fp32 whatever the run's dtype
         planned = p.vae.weights + p.vae.held + p.vae.peak
         _check("tiny vae decode", planned, _measure_decode(vcfg, vae_params, p.shapes.latent_shape, 1))
@@ -207,10 +228,10 @@ def test_cp2_ranks_match_measured():
 def test_other_tasks_denoise_phase_matches_measured(model, tmp_path):
     """TI2V's per-token timesteps (B, L) and its one expert; I2V's condition tokens joined to
     the noise's channels. Random weights of the built-in models' shapes, fp32."""
-    from parallel_wan.measure.live_bytes import held_bytes
-
     import imageio.v3 as iio
     import numpy as np
+
+    from parallel_wan.measure.live_bytes import held_bytes
 
     image = tmp_path / "image.png"
     iio.imwrite(image, np.zeros((16, 16, 3), np.uint8))
@@ -226,8 +247,11 @@ def test_other_tasks_denoise_phase_matches_measured(model, tmp_path):
 @pytest.fixture(scope="module", autouse=True)
 def _table():
     yield
-    print("\n".join(f"{k:<56} planned {a:>13,} B  measured {b:>13,} B  {a / b - 1:+.3%}"
-                    for k, (a, b) in MEASURED.items()))
+    print(
+        "\n".join(
+            f"{k:<56} planned {a:>13,} B  measured {b:>13,} B  {a / b - 1:+.3%}" for k, (a, b) in MEASURED.items()
+        )
+    )
 
 
 def _random_tree(shapes, dtype):
@@ -235,8 +259,12 @@ def _random_tree(shapes, dtype):
     from parallel_wan.weights.tree import unflatten
 
     g = torch.Generator().manual_seed(0)
-    return unflatten({n: (torch.randn(s, generator=g) * 0.02).to(torch.float32 if keeps_fp32(n) else dtype)
-                      for n, s in shapes.items()})
+    return unflatten(
+        {
+            n: (torch.randn(s, generator=g) * 0.02).to(torch.float32 if keeps_fp32(n) else dtype)
+            for n, s in shapes.items()
+        }
+    )
 
 
 # fp32: 1,920 tokens × 2 CFG rows, 4 layers. bf16 at 480 tokens and 2 layers (the carry between
@@ -251,8 +279,16 @@ def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
     from parallel_wan.models.registry import architecture
     from parallel_wan.models.transformer_config import TransformerConfig
 
-    tcfg = TransformerConfig(num_attention_heads=8, attention_head_dim=128, ffn_dim=4096, num_layers=layers,
-                             in_channels=16, out_channels=16, text_dim=1024, freq_dim=256)
+    tcfg = TransformerConfig(
+        num_attention_heads=8,
+        attention_head_dim=128,
+        ffn_dim=4096,
+        num_layers=layers,
+        in_channels=16,
+        out_channels=16,
+        text_dim=1024,
+        freq_dim=256,
+    )
     spec = _spec(["model=tiny", f"dtype={dtype}", f"height={size[0]}", f"width={size[1]}", "num_frames=17"])
     vcfg = architecture("tiny").vae
     shapes = planner.rank_shapes(spec, tcfg, vcfg)
@@ -263,17 +299,21 @@ def test_mid_size_denoise_phase_matches_measured(dtype, layers, size):
     _check(f"mid {dtype} {layers} layers {shapes.local} tokens: weights", eb.whole, held_bytes(params))
     dn = planner.denoise_bytes(spec, tcfg, shapes)
     experts = {"high_noise": (tcfg, params), "low_noise": (tcfg, params)}
-    _check(f"mid {dtype} {layers} layers {shapes.local} tokens: denoise phase", eb.whole + dn.total,
-           _measure_denoise(spec, tcfg, experts, {}, shapes))
+    _check(
+        f"mid {dtype} {layers} layers {shapes.local} tokens: denoise phase",
+        eb.whole + dn.total,
+        _measure_denoise(spec, tcfg, experts, {}, shapes),
+    )
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_mid_size_vae_decode_matches_measured():
     """Wan 2.1's VAE at its real widths (96…384 channels), 96×96, 5 frames (the second latent
     frame runs with the causal time cache full)."""
+    from diffusers import AutoencoderKLWan
+
     from parallel_wan.models.vae_config import VaeConfig
     from parallel_wan.weights.tree import unflatten
-    from diffusers import AutoencoderKLWan
 
     vcfg = VaeConfig.wan2_1()
     with torch.device("meta"):
@@ -282,9 +322,11 @@ def test_mid_size_vae_decode_matches_measured():
     params = unflatten({n: torch.randn(s, generator=g) * 0.02 for n, s in shapes.items()})
     latent_shape = (1, vcfg.z_dim, 2, 12, 12)
     vb = planner.vae_decode_bytes(vcfg, latent_shape, 1, 1)
-    _check("mid vae decode (Wan 2.1 VAE, 96x96x5)", vb.weights + vb.held + vb.peak,
-           _measure_decode(vcfg, params, latent_shape, 1))
-
+    _check(
+        "mid vae decode (Wan 2.1 VAE, 96x96x5)",
+        vb.weights + vb.held + vb.peak,
+        _measure_decode(vcfg, params, latent_shape, 1),
+    )
 
 
 def test_sequence_parallel_buffers_are_counted():
@@ -296,8 +338,11 @@ def test_sequence_parallel_buffers_are_counted():
     spec = _spec(["model=tiny"])
     # 640 tokens on every rank: one process holding them all, or rank 0 of four holding 640 of 2,560.
     one = planner.denoise_bytes(spec, tcfg, planner.RankShapes(640, 640, 2, (1, 16, 5, 16, 32), 1, 2, None))
-    usp = planner.denoise_bytes(dataclasses.replace(spec, mesh=MeshSpec("usp2x2", 1, 4, 2, 2)), tcfg,
-                                planner.RankShapes(2560, 640, 2, (1, 16, 5, 32, 64), 1, 2, None))
+    usp = planner.denoise_bytes(
+        dataclasses.replace(spec, mesh=MeshSpec("usp2x2", 1, 4, 2, 2)),
+        tcfg,
+        planner.RankShapes(2560, 640, 2, (1, 16, 5, 32, 64), 1, 2, None),
+    )
     assert usp.loop > one.loop
 
 
@@ -328,23 +373,27 @@ def test_does_not_fit_suggests():
     assert planner.report(p, 80)[1]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["model=tiny"], "device_memory_gb is missing"),
-    (["model=tiny", "device_memory_gb=lots"], "device_memory_gb='lots' is not a number"),
-    (["model=tiny", "device_memory_gb=-1"], "must be positive"),
-    (["model=tiny", "height=100", "device_memory_gb=80"], "height=100 must be a positive multiple of 16"),
-    (["model=tiny", "memory=paged", "device_memory_gb=80"], "memory='paged' is not known"),
-    (["model=tiny_ti2v", "memory=swap", "device_memory_gb=80"], "has one expert"),
-    (["model=tiny", "mesh=nope", "device_memory_gb=80"], "nope"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["model=tiny"], "device_memory_gb is missing"),
+        (["model=tiny", "device_memory_gb=lots"], "device_memory_gb='lots' is not a number"),
+        (["model=tiny", "device_memory_gb=-1"], "must be positive"),
+        (["model=tiny", "height=100", "device_memory_gb=80"], "height=100 must be a positive multiple of 16"),
+        (["model=tiny", "memory=paged", "device_memory_gb=80"], "memory='paged' is not known"),
+        (["model=tiny_ti2v", "memory=swap", "device_memory_gb=80"], "has one expert"),
+        (["model=tiny", "mesh=nope", "device_memory_gb=80"], "nope"),
+    ],
+)
 def test_bad_inputs_give_one_line(capsys, args, needle):
     assert planner.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err, err
 
 
-@pytest.mark.parametrize("cache", [["cache=magcache"], ["cache=fbcache", "cache.threshold=0.5"],
-                                   ["cache=taylorseer", "cache.order=2"]])
+@pytest.mark.parametrize(
+    "cache", [["cache=magcache"], ["cache=fbcache", "cache.threshold=0.5"], ["cache=taylorseer", "cache.order=2"]]
+)
 def test_step_cache_arrays_are_counted(cache):
     """What a step cache keeps between steps in a real tiny run (the arrays it hands the loop
     state) is what the planner counts for it, to the byte."""
@@ -383,9 +432,13 @@ def test_every_example_of_the_planners_help_runs_without_an_image(capsys):
     reads no image (the size decides the bytes): each example plans (exit 0 fits, 1 does not)."""
     from parallel_wan.cli import HELP
 
-    examples = [line.split("python -m parallel_wan.plan", 1)[1].split() for line in HELP["plan"].splitlines()
-                if line.strip().startswith("python -m parallel_wan.plan ") and "device_memory_gb=N" not in line
-                and "device_memory_gb=" in line]
+    examples = [
+        line.split("python -m parallel_wan.plan", 1)[1].split()
+        for line in HELP["plan"].splitlines()
+        if line.strip().startswith("python -m parallel_wan.plan ")
+        and "device_memory_gb=N" not in line
+        and "device_memory_gb=" in line
+    ]
     assert any("model=wan2.2_i2v_a14b" in e for e in examples), examples
     for example in examples:
         code = planner.main(example)

@@ -31,10 +31,16 @@ def spec_of(*overrides, image=None):
 
 
 GRID = [
-    *(["model=tiny", f"mesh={mesh}", f"dtype={dtype}", *size]
-      for mesh, (dtype, size) in itertools.product(["single", "cp2", "ring4", "dp2_cp4"],
-                                                    [("float32", ["num_frames=5", "height=64", "width=64"]),
-                                                     ("bfloat16", ["num_frames=33", "height=256", "width=256"])])),
+    *(
+        ["model=tiny", f"mesh={mesh}", f"dtype={dtype}", *size]
+        for mesh, (dtype, size) in itertools.product(
+            ["single", "cp2", "ring4", "dp2_cp4"],
+            [
+                ("float32", ["num_frames=5", "height=64", "width=64"]),
+                ("bfloat16", ["num_frames=33", "height=256", "width=256"]),
+            ],
+        )
+    ),
     ["model=tiny_ti2v", "mesh=usp2x2", "num_frames=33", "height=256", "width=256"],
     ["model=tiny_i2v", "mesh=dp2_cp2", "cache=fbcache", "prompt=[a,b]"],
     ["model=tiny", "cache=taylorseer", "prompt=[a,b,c]", "memory=swap"],
@@ -65,7 +71,7 @@ def test_the_bound_is_never_below_the_planner_and_not_far_above_it(overrides, tm
     # the activations (what the planner counts by running the code) within the margin's reach
     act = p.denoise.total
     bound_act = bounds["denoise"] - (p.phases["denoise"] - act)
-    assert MARGIN * act <= bound_act <= 4 * act, (bound_act / act)
+    assert MARGIN * act <= bound_act <= 4 * act, bound_act / act
 
 
 def test_the_check_of_a_normal_start_never_runs_the_planner(monkeypatch):
@@ -87,11 +93,19 @@ def test_near_the_device_the_planner_decides():
     fits.check_fits(spec, budget=141e9)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["model=wan2.2_t2v_a14b", "num_frames=121", "height=720", "width=1280"],  # over RUN_TOKENS in time
-    ["num_frames=5", "height=8192", "width=4096", "dtype=float32"],  # one latent frame is over it: cut in height too
-    ["model=tiny_ti2v", "num_frames=121", "height=2048", "width=2048", "cache=taylorseer"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model=wan2.2_t2v_a14b", "num_frames=121", "height=720", "width=1280"],  # over RUN_TOKENS in time
+        [
+            "num_frames=5",
+            "height=8192",
+            "width=4096",
+            "dtype=float32",
+        ],  # one latent frame is over it: cut in height too
+        ["model=tiny_ti2v", "num_frames=121", "height=2048", "width=2048", "cache=taylorseer"],
+    ],
+)
 def test_the_extrapolated_loop_equals_the_direct_count(overrides):
     spec = spec_of(*overrides)
     tcfg, vcfg, _ = architecture(spec)

@@ -33,7 +33,9 @@ EXPERT = "high_noise"
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     """The tiny T2V model (float32 files), official layout: names go through the key map too."""
-    return describe_checkpoint(write_checkpoint(build_tiny("t2v", seed=7), tmp_path_factory.mktemp("q") / "c", "official"))
+    return describe_checkpoint(
+        write_checkpoint(build_tiny("t2v", seed=7), tmp_path_factory.mktemp("q") / "c", "official")
+    )
 
 
 def _flat(*args, **kwargs):
@@ -65,7 +67,7 @@ def test_a_sharded_load_holds_the_rows_of_the_whole(ckpt):
         for name, t in part.items():
             rows = whole[name].shape[0] if whole[name].ndim else 0
             size = -(-rows // 3)
-            want = whole[name][index * size:(index + 1) * size] if whole[name].ndim else whole[name]
+            want = whole[name][index * size : (index + 1) * size] if whole[name].ndim else whole[name]
             assert t.dtype == want.dtype and torch.equal(t.view(torch.uint8), want.contiguous().view(torch.uint8)), name
 
 
@@ -98,8 +100,9 @@ def test_the_weights_cache_stores_quantized_bytes_under_their_own_key(ckpt, tmp_
     for got in (first, hit):
         assert got.keys() == want.keys()
         for name in want:
-            assert got[name].dtype == want[name].dtype and torch.equal(got[name].view(torch.uint8),
-                                                                       want[name].view(torch.uint8)), name
+            assert got[name].dtype == want[name].dtype and torch.equal(
+                got[name].view(torch.uint8), want[name].view(torch.uint8)
+            ), name
     name = next(n for n in want if quantizable(n))
     assert shard[name].dtype == torch.float8_e4m3fn and shard[scale_name(name)].shape == (want[name].shape[0] // 2, 1)
     # quantized bytes on disk: one byte per block-linear weight, so the entry is smaller than the bf16 one
@@ -119,8 +122,10 @@ def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt):
     params = load_transformer(ckpt, EXPERT, "float32", keeps_fp32, quantize="fp8")
     flat = tree.flatten(params)
     backend = start_torch_backend("cpu")
-    for placed in (tree.flatten(backend.place(params, "bfloat16", keeps_fp32)),
-                   tree.flatten(to_host(params, torch.bfloat16, keeps_fp32).tree)):
+    for placed in (
+        tree.flatten(backend.place(params, "bfloat16", keeps_fp32)),
+        tree.flatten(to_host(params, torch.bfloat16, keeps_fp32).tree),
+    ):
         for name, t in placed.items():
             want = flat[name].dtype if quantizable(name) or is_scale(name) or keeps_fp32(name) else torch.bfloat16
             assert t.dtype == want, name
@@ -130,18 +135,23 @@ def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt):
     host = placement.host_array(flat[name])
     assert host.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
     assert np.array_equal(host.view(np.uint8), flat[name].view(torch.uint8).numpy())
-    assert placement._target(scale_name(name), placement.host_array(flat[scale_name(name)]), "bfloat16", keeps_fp32) \
+    assert (
+        placement._target(scale_name(name), placement.host_array(flat[scale_name(name)]), "bfloat16", keeps_fp32)
         == np.float32
+    )
     assert placement._target(name, host, "bfloat16", keeps_fp32) == host.dtype
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["quantize=fp4"], ["quantize='fp4'", "none, fp8, int8"]),
-    (["quantize=true"], ["quantize=True", "none, fp8, int8"]),
-    (["quant_compute=int8"], ["quant_compute='int8'", "auto, dequant, fp8"]),
-    (["quantize=int8", "quant_compute=fp8"], ["quant_compute=fp8", "quantize=int8", "quant_compute=dequant"]),
-    (["backend=jax", "quant_compute=fp8"], ["quant_compute=fp8", "backend=jax", "quant_compute=dequant"]),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["quantize=fp4"], ["quantize='fp4'", "none, fp8, int8"]),
+        (["quantize=true"], ["quantize=True", "none, fp8, int8"]),
+        (["quant_compute=int8"], ["quant_compute='int8'", "auto, dequant, fp8"]),
+        (["quantize=int8", "quant_compute=fp8"], ["quant_compute=fp8", "quantize=int8", "quant_compute=dequant"]),
+        (["backend=jax", "quant_compute=fp8"], ["quant_compute=fp8", "backend=jax", "quant_compute=dequant"]),
+    ],
+)
 def test_bad_quantization_settings_are_one_line_before_loading(overrides, words, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(ConfigError) as err:

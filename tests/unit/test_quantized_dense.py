@@ -37,8 +37,10 @@ def test_torch_dense_widens_exactly(dtype, groups):
     got = torch_ops.dense(x, {"weight": q, "weight_scale": scale, "bias": bias})
     want = torch.nn.functional.linear(x, _reference(q, scale), bias)
     assert torch.equal(got, want)
-    assert torch.equal(torch_ops.dense(x, {"weight": want.new_ones(12, 16), "bias": bias}),
-                       torch.nn.functional.linear(x, want.new_ones(12, 16), bias))
+    assert torch.equal(
+        torch_ops.dense(x, {"weight": want.new_ones(12, 16), "bias": bias}),
+        torch.nn.functional.linear(x, want.new_ones(12, 16), bias),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
@@ -55,20 +57,28 @@ def test_jax_dense_widens_as_torch_does(dtype, groups):
     q_np = q.numpy() if dtype is torch.int8 else q.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
     widened = jax_ops.widen(jnp.asarray(q_np), jnp.asarray(scale.numpy()), jnp.float32)
     assert np.array_equal(np.asarray(widened), _reference(q, scale).numpy())
-    got = jax_ops.dense(jnp.asarray(x.numpy()), {"weight": jnp.asarray(q_np), "weight_scale": jnp.asarray(scale.numpy()),
-                                                 "bias": jnp.asarray(bias.numpy())})
+    got = jax_ops.dense(
+        jnp.asarray(x.numpy()),
+        {"weight": jnp.asarray(q_np), "weight_scale": jnp.asarray(scale.numpy()), "bias": jnp.asarray(bias.numpy())},
+    )
     want = torch.nn.functional.linear(x, _reference(q, scale), bias).numpy()
-    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)  # XLA's CPU dot vs torch's: fp32 summation order
+    np.testing.assert_allclose(
+        np.asarray(got), want, rtol=1e-5, atol=1e-5
+    )  # XLA's CPU dot vs torch's: fp32 summation order
 
 
 def test_fused_qkv_keeps_each_rows_scale():
-    parts = {name: dict(zip(("weight", "weight_scale"), _quantized(8, 16, 1, torch.int8, seed=i)), bias=torch.randn(8))
-             for i, name in enumerate(("to_q", "to_k", "to_v"))}
+    parts = {
+        name: dict(zip(("weight", "weight_scale"), _quantized(8, 16, 1, torch.int8, seed=i)), bias=torch.randn(8))
+        for i, name in enumerate(("to_q", "to_k", "to_v"))
+    }
     block = {"attn1": parts}
     fused = fuse_block_qkv(block)["attn1"]["to_qkv"]
     x = torch.randn(2, 16)
     separate = torch.cat([torch_ops.dense(x, parts[n]) for n in ("to_q", "to_k", "to_v")], dim=-1)
-    torch.testing.assert_close(torch_ops.dense(x, fused), separate, rtol=1e-6, atol=1e-6)  # one GEMM vs three: rounding only
+    torch.testing.assert_close(
+        torch_ops.dense(x, fused), separate, rtol=1e-6, atol=1e-6
+    )  # one GEMM vs three: rounding only
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

@@ -51,8 +51,10 @@ def test_fp8_gemm_video_distance_to_bf16(wide, tmp_path):
     frames = fp8["frames"].astype(np.float64)
     rms, seeds_rms = np.sqrt(((frames - bf16) ** 2).mean()), np.sqrt(((other_seed - bf16) ** 2).mean())
     psnr = 20 * np.log10(255 / rms)
-    print(f"fp8 W8A8 vs bf16 video: RMS {rms:.2f} levels, PSNR {psnr:.1f} dB, max {np.abs(frames - bf16).max():.0f}; "
-          f"another seed's bf16 video: RMS {seeds_rms:.2f}")
+    print(
+        f"fp8 W8A8 vs bf16 video: RMS {rms:.2f} levels, PSNR {psnr:.1f} dB, max {np.abs(frames - bf16).max():.0f}; "
+        f"another seed's bf16 video: RMS {seeds_rms:.2f}"
+    )
     # The same video, not another one: e4m3 keeps 3 mantissa bits (≤ 2⁻⁴ relative per weight and
     # activation), so the FP8 video must stay far closer to the bf16 one than a change of seed moves it.
     assert rms < 0.25 * seeds_rms

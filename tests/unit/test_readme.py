@@ -31,7 +31,7 @@ def _settings(line: str) -> list[str]:
     """The key=value words after `-m parallel_wan.run`, placeholders filled as a reader fills them:
     `…`/`...` stand for a value; a `[optional]` word is left out."""
     words = shlex.split(line.replace("…", "x").replace("...", "x"))
-    words = words[words.index("parallel_wan.run") + 1:]
+    words = words[words.index("parallel_wan.run") + 1 :]
     return [w for w in words if "=" in w and not w.startswith(("-", "["))]
 
 
@@ -56,8 +56,17 @@ def test_the_setup_says_how_to_get_the_cpu_build_of_torch():
 def test_the_opening_says_what_the_project_does_today():
     opening = README.split("\n## ", 1)[0]
     assert len(opening.splitlines()) <= 25
-    for feature in ("Ulysses", "CFG parallel", "MagCache", "Lightning", "prompt files", "resume", "SLURM", "XPK",
-                    "Not yet"):
+    for feature in (
+        "Ulysses",
+        "CFG parallel",
+        "MagCache",
+        "Lightning",
+        "prompt files",
+        "resume",
+        "SLURM",
+        "XPK",
+        "Not yet",
+    ):
         assert feature in opening, feature
     assert "land" not in opening  # promises of what is to come belong in the issues, not the opening
 

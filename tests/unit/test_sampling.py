@@ -49,13 +49,13 @@ def official_module():
 def reference_scheduler(kind, steps, shift, official_module):
     """The scheduler exactly as each reference pipeline builds it."""
     if kind == "official":  # wan/text2video.py
-        ref = official_module.FlowUniPCMultistepScheduler(
-            num_train_timesteps=1000, shift=1, use_dynamic_shifting=False
-        )
+        ref = official_module.FlowUniPCMultistepScheduler(num_train_timesteps=1000, shift=1, use_dynamic_shifting=False)
         ref.set_timesteps(steps, device="cpu", shift=shift)
     else:  # Wan 2.2 diffusers checkpoints, with the sampling shift set as users do
         ref = UniPCMultistepScheduler(
-            prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000,
+            prediction_type="flow_prediction",
+            use_flow_sigmas=True,
+            num_train_timesteps=1000,
             flow_shift=shift,
         )
         ref.set_timesteps(steps)
@@ -97,9 +97,7 @@ def test_the_two_schedules_differ():
     assert 0.007 < gap < 0.0075  # REFERENCE.md: "σ up to 0.007 apart at shift 12"
 
 
-@pytest.mark.parametrize(
-    "shift,boundary,high,low", [(12.0, 0.875, 26, 14), (5.0, 0.900, 15, 25)]
-)
+@pytest.mark.parametrize("shift,boundary,high,low", [(12.0, 0.875, 26, 14), (5.0, 0.900, 15, 25)])
 def test_expert_split_official(shift, boundary, high, low, official_module):
     schedule = make_schedule("official", 40, shift)
     assert count_high_noise_steps(schedule, boundary) == high
@@ -270,7 +268,9 @@ def wan22_diffusers_config(flow_shift):
     """scheduler_config.json of the Wan 2.2 diffusers checkpoints, as diffusers'
     scripts/convert_wan_to_diffusers.py writes it (flow_shift 3.0 for A14B, 5.0 for TI2V-5B)."""
     sched = UniPCMultistepScheduler(
-        prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000,
+        prediction_type="flow_prediction",
+        use_flow_sigmas=True,
+        num_train_timesteps=1000,
         flow_shift=flow_shift,
     )
     return json.loads(sched.to_json_string())

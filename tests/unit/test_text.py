@@ -8,9 +8,9 @@ import re
 import pytest
 import torch
 
+from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.text.clean import clean_prompt
 from parallel_wan.text.umt5 import DEFAULT_NEGATIVE_PROMPT, TEXT_LEN, TextEncoder
-from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.weights.layout import describe_checkpoint
 
 PROMPTS = [
@@ -37,8 +37,12 @@ def _reference(tiny, prompt, negative):
 
     pipe = WanPipeline(tokenizer=tiny.tokenizer, text_encoder=tiny.text_encoder, vae=None, scheduler=None)
     return pipe.encode_prompt(
-        prompt, negative, do_classifier_free_guidance=True, max_sequence_length=TEXT_LEN,
-        device=torch.device("cpu"), dtype=torch.float32,
+        prompt,
+        negative,
+        do_classifier_free_guidance=True,
+        max_sequence_length=TEXT_LEN,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
     )
 
 
@@ -53,7 +57,7 @@ def test_matches_wan_pipeline_encode_prompt(tiny, checkpoints):
         assert ((got - want).norm() / want.norm()).item() <= 1e-6
     # padded slots are exact zeros after each prompt's real tokens
     lengths = (ours.abs().sum(-1) > 0).sum(-1)
-    assert 0 < lengths[0] < TEXT_LEN and torch.count_nonzero(ours[0, lengths[0]:]) == 0
+    assert 0 < lengths[0] < TEXT_LEN and torch.count_nonzero(ours[0, lengths[0] :]) == 0
 
 
 def test_truncates_long_prompts_like_diffusers(tiny, checkpoints):
@@ -117,8 +121,15 @@ def test_the_encoder_is_transformers_umt5_bit_for_bit(tiny, checkpoints, dtype):
             block.layer[1].DenseReluDense.wo.weight.data = source.layer[1].DenseReluDense.wo.weight.data.clone()
     ours = TextEncoder.load(checkpoints["diffusers"], dtype=dtype)
     for prompts in (PROMPTS, [" ".join(["cat dog"] * 400)]):
-        tokens = tiny.tokenizer(prompts, padding="max_length", max_length=TEXT_LEN, truncation=True,
-                                add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        tokens = tiny.tokenizer(
+            prompts,
+            padding="max_length",
+            max_length=TEXT_LEN,
+            truncation=True,
+            add_special_tokens=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
         with torch.no_grad():
             want = reference(tokens.input_ids, tokens.attention_mask).last_hidden_state
             got = ours.model(tokens.input_ids, tokens.attention_mask)

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from parallel_wan.builtin.tiny import KINDS, build_tiny, write_checkpoint
+from parallel_wan.weights import tree
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer
-from parallel_wan.weights import tree
 
 
 def _loadable_without_accelerate():
@@ -29,8 +29,12 @@ def _loadable_without_accelerate():
 
 
 def _states(model) -> dict:
-    modules = {"transformer": model.transformer, "transformer_2": model.transformer_2,
-               "vae": model.vae, "text_encoder": model.text_encoder}
+    modules = {
+        "transformer": model.transformer,
+        "transformer_2": model.transformer_2,
+        "vae": model.vae,
+        "text_encoder": model.text_encoder,
+    }
     return {f"{c}.{k}": v for c, m in modules.items() if m is not None for k, v in m.state_dict().items()}
 
 
@@ -72,7 +76,11 @@ def test_tokenizer_is_t5_like():
     for ids, mask in zip(out.input_ids, out.attention_mask):
         length = sum(mask)
         assert ids[length - 1] == 1 and all(i == 0 for i in ids[length:]) and 2 not in ids[:length]
-    assert tokenizer("a cat").input_ids == [tokenizer.convert_tokens_to_ids("▁a"), tokenizer.convert_tokens_to_ids("▁cat"), 1]
+    assert tokenizer("a cat").input_ids == [
+        tokenizer.convert_tokens_to_ids("▁a"),
+        tokenizer.convert_tokens_to_ids("▁cat"),
+        1,
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -125,6 +133,13 @@ def test_wan_pipeline_runs_on_the_tiny_folder(kind, size, tmp_path):
     with _loadable_without_accelerate():
         pipe = WanPipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    frames = pipe(prompt="a cat", num_frames=5, height=size, width=size, num_inference_steps=2,
-                  output_type="np", generator=torch.Generator().manual_seed(0)).frames
+    frames = pipe(
+        prompt="a cat",
+        num_frames=5,
+        height=size,
+        width=size,
+        num_inference_steps=2,
+        output_type="np",
+        generator=torch.Generator().manual_seed(0),
+    ).frames
     assert frames.shape == (1, 5, size, size, 3) and bool((frames >= 0).all() and (frames <= 1).all())

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 import torch
-
 from harness.paths import REPO
+
 from parallel_wan.builtin import tiny
 from parallel_wan.text.tokenizer import PlainTokenizer, TransformersTokenizer, load_tokenizer
 from parallel_wan.text.umt5 import DEFAULT_NEGATIVE_PROMPT, TEXT_LEN
@@ -21,8 +21,18 @@ from parallel_wan.text.umt5 import DEFAULT_NEGATIVE_PROMPT, TEXT_LEN
 # tokens typed into the text, odd whitespace, characters NFKC changes, one token short of the
 # length and one over it.
 WORDS = " ".join(f"w{i}" for i in range(600))
-PROMPTS = ["", "cat", " ".join(["a red fox jumps over the lazy dog"] * 90), "一只猫在海滩上奔跑", "Кошка бежит",
-           "a </s> b <pad> c <unk>", "  tabs\tand\nnew lines  ", "ﬁne ① Ｆｕｌｌ", DEFAULT_NEGATIVE_PROMPT, WORDS]
+PROMPTS = [
+    "",
+    "cat",
+    " ".join(["a red fox jumps over the lazy dog"] * 90),
+    "一只猫在海滩上奔跑",
+    "Кошка бежит",
+    "a </s> b <pad> c <unk>",
+    "  tabs\tand\nnew lines  ",
+    "ﬁne ① Ｆｕｌｌ",
+    DEFAULT_NEGATIVE_PROMPT,
+    WORDS,
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +43,15 @@ def folder(tiny_t2v):
 def _reference(folder, prompts, length):
     from transformers import AutoTokenizer
 
-    tokens = AutoTokenizer.from_pretrained(str(folder))(prompts, padding="max_length", max_length=length,
-                                                        truncation=True, add_special_tokens=True,
-                                                        return_attention_mask=True, return_tensors="pt")
+    tokens = AutoTokenizer.from_pretrained(str(folder))(
+        prompts,
+        padding="max_length",
+        max_length=length,
+        truncation=True,
+        add_special_tokens=True,
+        return_attention_mask=True,
+        return_tensors="pt",
+    )
     return tokens.input_ids, tokens.attention_mask
 
 
@@ -79,13 +95,17 @@ def _copy(folder, tmp_path, **config_changes):
     return copy
 
 
-@pytest.mark.parametrize("changes", [
-    {"tokenizer_class": "T5TokenizerFast"},  # a class with logic of its own (the UMT5 checkpoints')
-    {"padding_side": "left"},
-    {"extra_special_tokens": ["<x>"]},  # a setting this module does not implement
-    {"pad_token": None},
-    {"pad_token": {"content": "<pad>", "special": True}},
-], ids=["t5-class", "left-padding", "unknown-key", "no-pad-token", "pad-token-dict"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tokenizer_class": "T5TokenizerFast"},  # a class with logic of its own (the UMT5 checkpoints')
+        {"padding_side": "left"},
+        {"extra_special_tokens": ["<x>"]},  # a setting this module does not implement
+        {"pad_token": None},
+        {"pad_token": {"content": "<pad>", "special": True}},
+    ],
+    ids=["t5-class", "left-padding", "unknown-key", "no-pad-token", "pad-token-dict"],
+)
 def test_any_other_folder_goes_to_autotokenizer(folder, tmp_path, changes):
     copy = _copy(folder, tmp_path, **changes)
     assert PlainTokenizer.from_folder(copy) is None
@@ -109,11 +129,13 @@ def test_a_folder_without_tokenizer_json_or_with_a_broken_one_goes_to_autotokeni
 def test_a_run_process_encodes_without_importing_transformers(tiny_t2v):
     """The point of the plain path: the text encoder of the built-in model loads and encodes in a
     process that never imports transformers (1.3 CPU seconds), nor diffusers."""
-    code = ("import sys; from parallel_wan.weights.layout import describe_checkpoint; "
-            "from parallel_wan.text.umt5 import TextEncoder; "
-            f"e = TextEncoder.load(describe_checkpoint({str(tiny_t2v.diffusers)!r}), 'float32'); "
-            "out = e.encode(['a cat', '']); "
-            "print(tuple(out.shape), sorted(m for m in ('transformers', 'diffusers') if m in sys.modules))")
+    code = (
+        "import sys; from parallel_wan.weights.layout import describe_checkpoint; "
+        "from parallel_wan.text.umt5 import TextEncoder; "
+        f"e = TextEncoder.load(describe_checkpoint({str(tiny_t2v.diffusers)!r}), 'float32'); "
+        "out = e.encode(['a cat', '']); "
+        "print(tuple(out.shape), sorted(m for m in ('transformers', 'diffusers') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("[]"), done.stdout

@@ -44,8 +44,9 @@ def test_conv3d_goes_to_onednn_and_equals_atens(x_shape, w_shape, stride, paddin
 def test_a_non_contiguous_input_gives_the_same_result():
     x = torch.randn(1, 8, 6, 12, 12)[:, :, 1:]  # the causal cache's concatenations and slices make such views
     w = torch.randn(8, 8, 3, 3, 3)
-    torch.testing.assert_close(ops.conv3d(x, w, None, (1, 1, 1), (0, 1, 1)), F.conv3d(x, w, padding=(0, 1, 1)),
-                               rtol=0, atol=2e-6 * 30)
+    torch.testing.assert_close(
+        ops.conv3d(x, w, None, (1, 1, 1), (0, 1, 1)), F.conv3d(x, w, padding=(0, 1, 1)), rtol=0, atol=2e-6 * 30
+    )
 
 
 @pytest.mark.parametrize("case", ["1x1x1", "3x1x1", "bfloat16", "autograd", "onednn_off"])
@@ -69,8 +70,13 @@ def test_atens_own_choice_where_onednn_is_not_the_better_kernel_or_not_allowed(c
 
 def test_meta_tensors_keep_torchs_dispatch():
     """The planner runs the decode on meta tensors: shapes only, through ATen's meta kernels."""
-    out = ops.conv3d(torch.empty(1, 8, 3, 16, 16, device="meta"), torch.empty(4, 8, 3, 3, 3, device="meta"),
-                     None, (1, 1, 1), (0, 1, 1))
+    out = ops.conv3d(
+        torch.empty(1, 8, 3, 16, 16, device="meta"),
+        torch.empty(4, 8, 3, 3, 3, device="meta"),
+        None,
+        (1, 1, 1),
+        (0, 1, 1),
+    )
     assert out.device.type == "meta" and tuple(out.shape) == (1, 4, 1, 16, 16)
 
 

@@ -24,9 +24,19 @@ def rel_err(a, b):
 def tiny_model(in_channels, out_channels, seed=0):
     torch.manual_seed(seed)
     model = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=in_channels,
-        out_channels=out_channels, text_dim=32, freq_dim=32, ffn_dim=96, num_layers=2,
-        cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024,
+        patch_size=(1, 2, 2),
+        num_attention_heads=4,
+        attention_head_dim=16,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        text_dim=32,
+        freq_dim=32,
+        ffn_dim=96,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        eps=1e-6,
+        rope_max_seq_len=1024,
     ).eval()
     # diffusers zero-initialises nothing we rely on, but randomise every tensor so no path is
     # trivially zero (e.g. biases).
@@ -98,17 +108,28 @@ def test_bf16_close_to_fp32():
         ref = ours(model, x, t, ctx)
         cfg = TransformerConfig.from_diffusers(dict(model.config))
         from parallel_wan.weights.tree import map_leaves
+
         params = map_leaves(lambda n, v: v if dit.keeps_fp32(n) else v.bfloat16(), unflatten(model.state_dict()))
         grid = dit.patch_grid(cfg, x.shape)
         cos, sin = rope_tables(cfg.attention_head_dim, grid)
-        out = dit.forward(params, dit.patchify(x, cfg.patch_size, ops).bfloat16(), t, ctx.bfloat16(),
-                          (ops.asarray(cos), ops.asarray(sin)), cfg, ops, ops.attention)
+        out = dit.forward(
+            params,
+            dit.patchify(x, cfg.patch_size, ops).bfloat16(),
+            t,
+            ctx.bfloat16(),
+            (ops.asarray(cos), ops.asarray(sin)),
+            cfg,
+            ops,
+            ops.attention,
+        )
         got = dit.unpatchify(out, grid, cfg.patch_size, ops)
     assert got.dtype == torch.bfloat16
     assert rel_err(got.float(), ref) < 3e-2  # a few bf16 ulps (2^-8) accumulated over 2 layers
 
 
-@pytest.mark.parametrize("name", ["wan2.2_t2v_a14b", "wan2.2_i2v_a14b", "wan2.2_ti2v_5b", "tiny", "tiny_i2v", "tiny_ti2v"])
+@pytest.mark.parametrize(
+    "name", ["wan2.2_t2v_a14b", "wan2.2_i2v_a14b", "wan2.2_ti2v_5b", "tiny", "tiny_i2v", "tiny_ti2v"]
+)
 def test_the_models_parameter_table_is_diffusers_model(name):
     """models/transformer_shapes.py is the one source of the DiT's parameters (checkpoint checks,
     LoRA checks, the planner, AOT compiles); it must name exactly what diffusers' model holds."""

@@ -24,11 +24,11 @@ import pytest
 import torch
 from diffusers import AutoencoderKLWan
 from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+from harness.tiny_vae import TINY_VAE
 
 from parallel_wan.backends.torch import ops
 from parallel_wan.models import vae
 from parallel_wan.models.vae_config import VaeConfig
-from harness.tiny_vae import TINY_VAE
 from parallel_wan.weights import tree
 from parallel_wan.weights.vae_keymap import detect_variant, diffusers_to_official, official_to_diffusers
 
@@ -108,9 +108,14 @@ def official():
 
 def official_model(module, cfg: VaeConfig, variant: str):
     """The official WanVAE_ with the same shape as `cfg`."""
-    kwargs = dict(dim=cfg.base_dim, z_dim=cfg.z_dim, dim_mult=list(cfg.dim_mult),
-                  num_res_blocks=cfg.num_res_blocks, attn_scales=list(cfg.attn_scales),
-                  temperal_downsample=list(cfg.temperal_downsample))
+    kwargs = dict(
+        dim=cfg.base_dim,
+        z_dim=cfg.z_dim,
+        dim_mult=list(cfg.dim_mult),
+        num_res_blocks=cfg.num_res_blocks,
+        attn_scales=list(cfg.attn_scales),
+        temperal_downsample=list(cfg.temperal_downsample),
+    )
     if variant == "wan2.2":
         kwargs["dec_dim"] = cfg.decoder_dim
     return module.WanVAE_(**kwargs).eval()
@@ -353,8 +358,14 @@ def test_key_map_round_trips_and_loads_strictly(variant, num_res_blocks, officia
     """official → diffusers loads into AutoencoderKLWan with strict=True (every name and shape
     matches); both directions round-trip to the identity."""
     base = TINY[variant]
-    cfg = VaeConfig.from_diffusers({**base.to_diffusers(), "num_res_blocks": num_res_blocks, "base_dim": 4,
-                                    "decoder_base_dim": 8 if base.is_residual else None})
+    cfg = VaeConfig.from_diffusers(
+        {
+            **base.to_diffusers(),
+            "num_res_blocks": num_res_blocks,
+            "base_dim": 4,
+            "decoder_base_dim": 8 if base.is_residual else None,
+        }
+    )
     official_sd = official_model(official[variant], cfg, variant).state_dict()
     mapped = official_to_diffusers(official_sd, variant)
     AutoencoderKLWan(**cfg.to_diffusers()).load_state_dict(mapped, strict=True)

@@ -13,16 +13,15 @@ from unittest import mock
 import pytest
 import safetensors.torch
 import torch
+from harness.official_wan import official_wan_dir
 
-from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+from parallel_wan.models.transformer import keeps_fp32 as transformer_keep_fp32
+from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights import t5_keymap, transformer_keymap, tree
 from parallel_wan.weights.layout import CheckpointError, describe_checkpoint, validate_checkpoint
-from parallel_wan.models.transformer import keeps_fp32 as transformer_keep_fp32
 from parallel_wan.weights.loader import load_transformer, load_vae
 from parallel_wan.weights.safetensors_io import read_pth, read_safetensors, tensor_index
-
-from harness.official_wan import official_wan_dir
 
 
 def _official_module(name: str):
@@ -97,9 +96,17 @@ def test_t5_map_gives_official_encoder_the_same_hidden_states(tiny):
     hf = tiny["t2v"].text_encoder
     official_state = t5_keymap.transformers_to_official(hf.state_dict())
     cfg = t5_keymap.umt5_config_from_official({k: tuple(v.shape) for k, v in official_state.items()})
-    encoder = t5.T5Encoder(cfg["vocab_size"], cfg["d_model"], cfg["d_kv"] * cfg["num_heads"], cfg["d_ff"],
-                           cfg["num_heads"], cfg["num_layers"], cfg["relative_attention_num_buckets"],
-                           shared_pos=False, dropout=0.0).eval()
+    encoder = t5.T5Encoder(
+        cfg["vocab_size"],
+        cfg["d_model"],
+        cfg["d_kv"] * cfg["num_heads"],
+        cfg["d_ff"],
+        cfg["num_heads"],
+        cfg["num_layers"],
+        cfg["relative_attention_num_buckets"],
+        shared_pos=False,
+        dropout=0.0,
+    ).eval()
     encoder.load_state_dict(official_state, strict=True)
     torch.manual_seed(0)
     # 200 tokens reach the logarithmic relative-position buckets (exact below 8, log up to 128)
@@ -110,7 +117,9 @@ def test_t5_map_gives_official_encoder_the_same_hidden_states(tiny):
         ours, theirs = hf(ids, mask).last_hidden_state, encoder(ids, mask)
     # fp32, same math in a different op order: relative error ≤ 1e-5
     assert ((ours - theirs).norm() / theirs.norm()).item() <= 1e-5
-    assert t5_keymap.official_to_transformers(official_state).keys() == set(hf.state_dict()) - {"encoder.embed_tokens.weight"}
+    assert t5_keymap.official_to_transformers(official_state).keys() == set(hf.state_dict()) - {
+        "encoder.embed_tokens.weight"
+    }
 
 
 # ------------------------------------------------------------------------------ both layouts
@@ -178,7 +187,10 @@ def test_bf16_file_is_read_without_widening(tmp_path):
     stored = {"a": torch.randn(64, 32).to(torch.bfloat16), "b": torch.randn(7).to(torch.bfloat16)}
     safetensors.torch.save_file(stored, tmp_path / "w.safetensors")
     torch.save(stored, tmp_path / "w.pth")
-    for read in (read_safetensors(tmp_path / "w.safetensors", dtype="bfloat16"), read_pth(tmp_path / "w.pth", "bfloat16")):
+    for read in (
+        read_safetensors(tmp_path / "w.safetensors", dtype="bfloat16"),
+        read_pth(tmp_path / "w.pth", "bfloat16"),
+    ):
         _assert_bitwise(read, stored)
     widened = read_safetensors(tmp_path / "w.safetensors", dtype="float32", keep_fp32=None)
     _assert_bitwise(widened, {k: v.float() for k, v in stored.items()})
@@ -217,8 +229,12 @@ def _one_line_error(path, *fragments):
 
 def test_error_no_checkpoint(tmp_path):
     _one_line_error(tmp_path / "nope", "checkpoint_dir=", "no such folder")
-    _one_line_error(tmp_path, f"checkpoint_dir={tmp_path}", "neither model_index.json (diffusers layout)",
-                    "high_noise_model/ (official layout)")
+    _one_line_error(
+        tmp_path,
+        f"checkpoint_dir={tmp_path}",
+        "neither model_index.json (diffusers layout)",
+        "high_noise_model/ (official layout)",
+    )
 
 
 def test_error_component_folder_points_at_parent(folders):
@@ -265,8 +281,13 @@ def _edit_json(path: Path, **changes):
 def test_error_shape_mismatch_names_tensor_and_config(folders, tmp_path):
     root = _copy(folders["t2v", "diffusers"], tmp_path / "a")
     _edit_json(root / "transformer" / "config.json", in_channels=36)
-    _one_line_error(root, "transformer/", "patch_embedding.weight has shape (128, 16, 1, 2, 2)",
-                    "config implies (128, 36, 1, 2, 2)", "in_channels=36")
+    _one_line_error(
+        root,
+        "transformer/",
+        "patch_embedding.weight has shape (128, 16, 1, 2, 2)",
+        "config implies (128, 36, 1, 2, 2)",
+        "in_channels=36",
+    )
     root = _copy(folders["t2v", "official"], tmp_path / "b")
     _edit_json(root / "low_noise_model" / "config.json", ffn_dim=512)
     _one_line_error(root, "low_noise_model/", "blocks.0.ffn.0.weight has shape (256, 128)", "ffn_dim=512")

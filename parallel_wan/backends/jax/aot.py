@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...models import transformer as dit
-from ...report.words import counted
 from ...parallel.shards import SequenceShards
+from ...report.words import counted
 from . import ops, placement, target_platform
 from .predictor import STEP_NAME, make_step
 from .sequence_parallel import AXES, CP, build_mesh
@@ -43,9 +43,11 @@ def topology_devices(topology: str) -> list:
     try:
         return list(topologies.get_topology_desc(platform=PLATFORM, topology_name=topology).devices)
     except (ImportError, RuntimeError) as exc:
-        raise RuntimeError(f"cannot describe TPU topology {topology!r} ({str(exc).splitlines()[0]}); "
-                           "compiling for a TPU without one needs `pip install libtpu` (jax[tpu]'s pin) "
-                           "and a name like v5p:2x2x2 or v6e:2x4") from exc
+        raise RuntimeError(
+            f"cannot describe TPU topology {topology!r} ({str(exc).splitlines()[0]}); "
+            "compiling for a TPU without one needs `pip install libtpu` (jax[tpu]'s pin) "
+            "and a name like v5p:2x2x2 or v6e:2x4"
+        ) from exc
 
 
 # ---------------------------------------------------------------- abstract arguments
@@ -70,11 +72,14 @@ def abstract_params(flat_shapes: dict, dtype_of, sharding_of, scanned=placement.
         for inner, per_layer in by_leaf.items():
             shapes = {per_layer.get(i) for i in range(count)}
             if len(shapes) != 1:
-                raise ValueError(f"{top}.<i>.{inner} differs between layers ({sorted(map(str, shapes))}); "
-                                 "the layers of a scanned run must be uniform")
+                raise ValueError(
+                    f"{top}.<i>.{inner} differs between layers ({sorted(map(str, shapes))}); "
+                    "the layers of a scanned run must be uniform"
+                )
             shape = (count,) + shapes.pop()
-            leaves[f"{top}.{inner}"] = jax.ShapeDtypeStruct(shape, dtype_of(f"{top}.0.{inner}"),
-                                                            sharding=sharding_of(shape, True))
+            leaves[f"{top}.{inner}"] = jax.ShapeDtypeStruct(
+                shape, dtype_of(f"{top}.0.{inner}"), sharding=sharding_of(shape, True)
+            )
     return unflatten(leaves)
 
 
@@ -144,11 +149,22 @@ def step_arguments(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str):
     rope = _struct((padded, tcfg.attention_head_dim // 2), "float32", mesh, P(CP, None))
     cond = t_mask = None
     if shapes.cond_channels:
-        cond = _struct((1, padded, math.prod(tcfg.patch_size) * shapes.cond_channels), "float32", mesh, P(None, CP, None))
+        cond = _struct(
+            (1, padded, math.prod(tcfg.patch_size) * shapes.cond_channels), "float32", mesh, P(None, CP, None)
+        )
     if shapes.per_token_timestep:
         t_mask = _struct((padded,), "float32", mesh, P(CP))
-    args = (params, _struct((batch, padded, features), "float32", mesh, x_spec), scalar, scalar,
-            _struct((rows, tcfg.text_len, tcfg.text_dim), dtype, mesh, P("dp", None, None)), rope, rope, cond, t_mask)
+    args = (
+        params,
+        _struct((batch, padded, features), "float32", mesh, x_spec),
+        scalar,
+        scalar,
+        _struct((rows, tcfg.text_len, tcfg.text_dim), dtype, mesh, P("dp", None, None)),
+        rope,
+        rope,
+        cond,
+        t_mask,
+    )
     return args, NamedSharding(mesh, x_spec)
 
 
@@ -164,8 +180,10 @@ class Compiled:
         """XLA's own analysis of the compiled program, bytes per device: what its arguments,
         outputs and temporaries take, and its peak (arguments + outputs − aliased + temps)."""
         stats = self.compiled.memory_analysis()
-        out = {k: int(getattr(stats, f"{k}_size_in_bytes")) for k in
-               ("argument", "output", "alias", "temp", "generated_code")}
+        out = {
+            k: int(getattr(stats, f"{k}_size_in_bytes"))
+            for k in ("argument", "output", "alias", "temp", "generated_code")
+        }
         out["peak"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
         return out
 
@@ -187,16 +205,34 @@ def _compile(name: str, build, args, platform: str, effort: float | None = None)
     return Compiled(name, compiled, time.perf_counter() - t0, effort)
 
 
-def compile_step(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str, fsdp: bool, kernel: str = "auto",
-                 platform: str = PLATFORM, effort: float | None = None) -> Compiled:
+def compile_step(
+    tcfg,
+    params,
+    mesh: Mesh,
+    shapes: StepShapes,
+    dtype: str,
+    fsdp: bool,
+    kernel: str = "auto",
+    platform: str = PLATFORM,
+    effort: float | None = None,
+) -> Compiled:
     """The denoising step of an expert with config `tcfg` and (abstract) `params`, compiled for
     `mesh`'s devices. Experts with equal shapes (T2V/I2V-A14B) share this one program."""
     specs = jax.tree.map(lambda leaf: leaf.sharding.spec, params) if fsdp else None
     args, x_sharding = step_arguments(tcfg, params, mesh, shapes, dtype)
 
     def build():
-        step = make_step(tcfg, specs, mesh, shapes.tokens, shapes.padded, shapes.prompts,
-                         2 if shapes.uses_guidance else 1, shapes.per_token_timestep, kernel)
+        step = make_step(
+            tcfg,
+            specs,
+            mesh,
+            shapes.tokens,
+            shapes.padded,
+            shapes.prompts,
+            2 if shapes.uses_guidance else 1,
+            shapes.per_token_timestep,
+            kernel,
+        )
         return jax.jit(step, out_shardings=x_sharding)
 
     return _compile(STEP_NAME, build, args, platform, effort)
@@ -209,17 +245,24 @@ def vae_decode_mesh(devices, latent_height: int) -> Mesh:
     return Mesh(np.asarray(list(devices)[: height_split(latent_height, len(devices))]), ("height",))
 
 
-def compile_vae_decode(vcfg, flat_shapes: dict, latent_shape, devices, platform: str = PLATFORM,
-                       effort: float | None = None) -> Compiled:
+def compile_vae_decode(
+    vcfg, flat_shapes: dict, latent_shape, devices, platform: str = PLATFORM, effort: float | None = None
+) -> Compiled:
     """The VAE decode of one video of `latent_shape` (1, z_dim, T, h, w), split by height as
     `JaxVideoDecoder` splits it: fp32 params whole on every device of the split."""
     mesh = vae_decode_mesh(devices, latent_shape[3])
-    params = abstract_params(flat_shapes, lambda n: jnp.float32, lambda shape, stacked: NamedSharding(mesh, P()),
-                             scanned=())
+    params = abstract_params(
+        flat_shapes, lambda n: jnp.float32, lambda shape, stacked: NamedSharding(mesh, P()), scanned=()
+    )
     z = _struct(latent_shape, "float32", mesh, P(None, None, None, "height", None))
     frames = NamedSharding(mesh, P(None, "height", None, None))
-    return _compile(f"vae_decode[{counted(mesh.size, 'device')} by height]",
-                    lambda: jax.jit(decode_program(vcfg), out_shardings=frames), (params, z), platform, effort)
+    return _compile(
+        f"vae_decode[{counted(mesh.size, 'device')} by height]",
+        lambda: jax.jit(decode_program(vcfg), out_shardings=frames),
+        (params, z),
+        platform,
+        effort,
+    )
 
 
 def run_mesh(spec, devices) -> Mesh:
@@ -230,14 +273,33 @@ def run_mesh(spec, devices) -> Mesh:
 def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
     """(the latent's shape, the step's StepShapes) of a run."""
     latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (1, tcfg.out_channels, latent_frames, spec.video.height // vcfg.scale_factor_spatial,
-                    spec.video.width // vcfg.scale_factor_spatial)
-    return latent_shape, StepShapes(math.prod(dit.patch_grid(tcfg, latent_shape)), spec.mesh.cp, len(spec.video.prompts),
-                                    spec.uses_guidance, spec.model.task == "ti2v", tcfg.in_channels - tcfg.out_channels)
+    latent_shape = (
+        1,
+        tcfg.out_channels,
+        latent_frames,
+        spec.video.height // vcfg.scale_factor_spatial,
+        spec.video.width // vcfg.scale_factor_spatial,
+    )
+    return latent_shape, StepShapes(
+        math.prod(dit.patch_grid(tcfg, latent_shape)),
+        spec.mesh.cp,
+        len(spec.video.prompts),
+        spec.uses_guidance,
+        spec.model.task == "ti2v",
+        tcfg.in_channels - tcfg.out_channels,
+    )
 
 
-def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: dict, devices,
-                       vae_effort: float | None = None, step_effort: float | None = None) -> dict:
+def compile_generation(
+    spec,
+    tcfg,
+    vcfg,
+    transformer_shapes: dict,
+    vae_shapes: dict,
+    devices,
+    vae_effort: float | None = None,
+    step_effort: float | None = None,
+) -> dict:
     """Every program `generate` compiles for `spec` (a RunSpec; backend=jax), for `devices`
     (e.g. `topology_devices("v5p:2x2x2")`): {"step": Compiled, "vae_decode": Compiled,
     "params": one expert's abstract tree, "vae_params": the VAE's as placed, "mesh", …}. Experts share the step when
@@ -246,15 +308,17 @@ def compile_generation(spec, tcfg, vcfg, transformer_shapes: dict, vae_shapes: d
     compile takes 4× the CPU at the default that it takes at -1)."""
     mesh = run_mesh(spec, devices)
     latent_shape, shapes = step_shapes(spec, tcfg, vcfg)
-    params = transformer_params(transformer_shapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp,
-                                spec.quantization.quantize)
+    params = transformer_params(
+        transformer_shapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp, spec.quantization.quantize
+    )
     return {
         "mesh": mesh,
         "params": params,
         "shapes": shapes,
         "latent_shape": latent_shape,
-        "step": compile_step(tcfg, params, mesh, shapes, spec.execution.dtype, spec.memory.jax_fsdp,
-                             effort=step_effort),
+        "step": compile_step(
+            tcfg, params, mesh, shapes, spec.execution.dtype, spec.memory.jax_fsdp, effort=step_effort
+        ),
         "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat, effort=vae_effort),
         "vae_params": vae_params(vae_shapes, mesh, spec.memory.jax_fsdp),
     }

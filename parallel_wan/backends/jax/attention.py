@@ -54,9 +54,7 @@ def attention(q, k, v, scale: float | None = None, valid_keys: int | None = None
         lengths = None
         if valid_keys is not None and valid_keys < k.shape[1]:
             lengths = jnp.full((q.shape[0],), valid_keys, jnp.int32)
-        return jax.nn.dot_product_attention(
-            q, k, v, scale=scale, key_value_seq_lengths=lengths, implementation="cudnn"
-        )
+        return jax.nn.dot_product_attention(q, k, v, scale=scale, key_value_seq_lengths=lengths, implementation="cudnn")
     if valid_keys is not None and valid_keys < k.shape[1]:
         # The padding's keys are dropped (all keys are here, from position 0), not masked: with
         # 3 masked keys more (45 tokens padded to 48) the sums ran over another length, in
@@ -166,8 +164,10 @@ def _block(n: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _splash_kernel(heads: int, q_len: int, kv_len: int, need_lse: bool, interpret: bool):
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as sk,
+        splash_attention_mask as sm,
+    )
 
     bq, bkv = _block(q_len), _block(kv_len)
     return sk.make_splash_mha(

@@ -32,8 +32,10 @@ def visible_devices(setting: str = "auto") -> list:
     try:
         return jax.devices(_PLATFORMS[setting])
     except RuntimeError:
-        raise ConfigError(f"device={setting} but JAX sees no {_PLATFORMS[setting]} devices "
-                          f"(it has {jax.default_backend()}); use device=auto") from None
+        raise ConfigError(
+            f"device={setting} but JAX sees no {_PLATFORMS[setting]} devices "
+            f"(it has {jax.default_backend()}); use device=auto"
+        ) from None
 
 
 class JaxBackend(Backend):
@@ -50,13 +52,16 @@ class JaxBackend(Backend):
         devices = visible_devices(device)
         check_jax_devices(mesh, len(devices))
         if jax.process_count() > 1 and mesh.world_size != len(devices):
-            raise ConfigError(f"mesh={mesh.name} uses {mesh.world_size} of the {len(devices)} devices of this "
-                              f"{jax.process_count()}-host job; on several hosts the mesh must span every device")
+            raise ConfigError(
+                f"mesh={mesh.name} uses {mesh.world_size} of the {len(devices)} devices of this "
+                f"{jax.process_count()}-host job; on several hosts the mesh must span every device"
+            )
         self.mesh = build_mesh(mesh.dp, mesh.ring, mesh.ulysses, devices=devices[: mesh.world_size])
         self.ops = ops
         self.fsdp, self.kernel = fsdp, kernel
         self.device = f"{devices[0].platform} ×{mesh.world_size}" + (
-            f" (of {len(devices)})" if len(devices) > mesh.world_size else "")
+            f" (of {len(devices)})" if len(devices) > mesh.world_size else ""
+        )
         self._replicated = NamedSharding(self.mesh, P())
         self._encoders: dict = {}
 
@@ -78,8 +83,14 @@ class JaxBackend(Backend):
     def place(self, tree, dtype: str, keep_fp32=None):
         """Stack the layer runs, cast, and put on the mesh: replicated, or FSDP-sharded over
         every mesh axis with memory=sharded (jax_fsdp=true)."""
-        return placement.place(tree, self.mesh, dtype, keep_fp32, fsdp_axes=AXES if self.fsdp else None,
-                               fsdp_min_size=placement.FSDP_MIN_SIZE)
+        return placement.place(
+            tree,
+            self.mesh,
+            dtype,
+            keep_fp32,
+            fsdp_axes=AXES if self.fsdp else None,
+            fsdp_min_size=placement.FSDP_MIN_SIZE,
+        )
 
     def to_device(self, array, dtype: str | None = None):
         """A host array, replicated over the mesh."""

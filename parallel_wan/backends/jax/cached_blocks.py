@@ -112,6 +112,7 @@ def _all(value, branches: int):
 # ---------------------------------------------------------------- MagCache
 def _magcache(spec: CacheSpec, row, state, gather, block, x, blocks):
     """Reuse: x + the cached residual; compute: the whole stack, its residual kept."""
+
     def compute(x):
         out = ops.scan_layers(block, x, blocks, gather=gather)
         return out, out - x
@@ -151,8 +152,9 @@ def _first_block(spec: CacheSpec, row, state, gather, block, x, blocks):
     residual = h0 - x
     r, r_ref = residual.astype(jnp.float32), ref.astype(jnp.float32)
     valid = _valid(x.shape[1], spec.valid_tokens)
-    per_row = jnp.stack([jnp.sum(jnp.abs(r - r_ref) * valid, axis=(1, 2)), jnp.sum(jnp.abs(r_ref) * valid, axis=(1, 2))],
-                        axis=-1)
+    per_row = jnp.stack(
+        [jnp.sum(jnp.abs(r - r_ref) * valid, axis=(1, 2)), jnp.sum(jnp.abs(r_ref) * valid, axis=(1, 2))], axis=-1
+    )
     change, scale = _branch_totals(per_row, spec).T
     # diffusers: compute when the change is above the threshold; an expert's first step, or a
     # reference that is all zeros, computes.

@@ -23,7 +23,7 @@ class CompileLog:
             with self._lock:
                 self.events.append((str(kwargs.get("fun_name", "?")), float(duration)))
 
-    def __enter__(self) -> "CompileLog":
+    def __enter__(self) -> CompileLog:
         jax.monitoring.register_event_duration_secs_listener(self._listen)
         return self
 

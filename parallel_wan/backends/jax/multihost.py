@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ...config import ConfigError
 from ...launch import TORCHRUN, TPU, Launch, detect, require_coordinator
@@ -45,16 +45,17 @@ def initialize_kwargs(launch: Launch) -> dict | None:
     if launch.world_size == 1:
         return None
     if launch.kind == TORCHRUN:
-        raise ConfigError(f"backend=jax was started by torchrun ({launch.world_size} processes); JAX runs one "
-                          "process per host, which drives all of the host's devices: start it with "
-                          "`python -m parallel_wan.run backend=jax` once per host (srun, XPK or JAX_* variables)")
+        raise ConfigError(
+            f"backend=jax was started by torchrun ({launch.world_size} processes); JAX runs one "
+            "process per host, which drives all of the host's devices: start it with "
+            "`python -m parallel_wan.run backend=jax` once per host (srun, XPK or JAX_* variables)"
+        )
     if launch.kind == TPU:
         # JAX reads the TPU variables itself and also waits for the coordinator's DNS name,
         # which on GKE appears only once every pod of the job exists.
         return {}
     require_coordinator(launch)
-    return {"coordinator_address": launch.coordinator, "num_processes": launch.world_size,
-            "process_id": launch.rank}
+    return {"coordinator_address": launch.coordinator, "num_processes": launch.world_size, "process_id": launch.rank}
 
 
 def start(env: Mapping[str, str] = os.environ) -> JaxLaunch:
@@ -68,6 +69,12 @@ def start(env: Mapping[str, str] = os.environ) -> JaxLaunch:
     if not jax.distributed.is_initialized():
         jax.distributed.initialize(**kwargs)
     if (jax.process_index(), jax.process_count()) != (launch.rank, launch.world_size):
-        log.warning("JAX numbers this process %d of %d but %s said %d of %d; going with JAX's numbering",
-                    jax.process_index(), jax.process_count(), launch.source, launch.rank, launch.world_size)
+        log.warning(
+            "JAX numbers this process %d of %d but %s said %d of %d; going with JAX's numbering",
+            jax.process_index(),
+            jax.process_count(),
+            launch.source,
+            launch.rank,
+            launch.world_size,
+        )
     return JaxLaunch(jax.process_index(), jax.process_count(), launch.source)

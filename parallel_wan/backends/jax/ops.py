@@ -23,7 +23,7 @@ JAX specifics:
 from __future__ import annotations
 
 import builtins
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp

@@ -20,7 +20,7 @@ Three things happen, each leaf in one host copy at most:
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import ml_dtypes
@@ -63,9 +63,11 @@ def _target(name: str, array: np.ndarray, dtype: str | None, keep_fp32) -> np.dt
     if dtype is None:
         return array.dtype
     if dtype not in _HOST_DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not one of {', '.join(_HOST_DTYPES)}; set dtype=bfloat16 or dtype=float32")
+        raise ValueError(
+            f"dtype={dtype!r} is not one of {', '.join(_HOST_DTYPES)}; set dtype=bfloat16 or dtype=float32"
+        )
     if name.endswith("weight_scale"):  # a quantized weight's scale stays float32; the weight (int8,
-        return np.dtype(np.float32)    # float8: not np.floating) keeps its bytes below
+        return np.dtype(np.float32)  # float8: not np.floating) keeps its bytes below
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype == _HOST_DTYPES["bfloat16"]):
         return array.dtype  # integers, and float8 weights: widened in the layer (ops.widen) with their scale
     if keep_fp32 is not None and keep_fp32(name):
@@ -95,7 +97,9 @@ def _rebuild(tree, fn: Callable, prefix: str = ""):
 
 def _check_uniform(key: str, layers: list) -> None:
     if not layers or any(layer is None for layer in layers):
-        raise ValueError(f"params[{key!r}] must be a non-empty list of per-layer param trees to stack for the layer scan")
+        raise ValueError(
+            f"params[{key!r}] must be a non-empty list of per-layer param trees to stack for the layer scan"
+        )
     shapes = [[(n, host_array(v).shape) for n, v in _leaves(layer)] for layer in layers]
     for i, layer_shapes in enumerate(shapes[1:], start=1):
         if layer_shapes != shapes[0]:
@@ -242,7 +246,9 @@ def all_gather_params(params, specs, scanned: Sequence[str] = SCANNED):
         for spec_tree in layer_specs:
             if jax.tree.structure(spec_tree) == jax.tree.structure(layer):
                 return jax.tree.map(lambda x, s: _gather(x, s, skip=1), layer, spec_tree)
-        raise ValueError("ops.scan_layers got a layer tree that matches no scanned param run; "
-                         "gather_layer only knows the runs named in placement.SCANNED")
+        raise ValueError(
+            "ops.scan_layers got a layer tree that matches no scanned param run; "
+            "gather_layer only knows the runs named in placement.SCANNED"
+        )
 
     return whole, gather_layer

@@ -18,8 +18,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
@@ -34,13 +33,24 @@ from .sequence_parallel import CP, shard_forward
 from .step_cache import JaxStepCache
 
 
-def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halves: int, per_token: bool,
-              kernel: str, cache: CacheSpec | None = None):
+def make_step(
+    tcfg,
+    param_specs,
+    mesh,
+    valid: int,
+    padded: int,
+    batch: int,
+    halves: int,
+    per_token: bool,
+    kernel: str,
+    cache: CacheSpec | None = None,
+):
     """The pure step: (params, x, t, guidance, context, cos, sin, cond, t_mask) → guided
     prediction, on global arrays: `shard_forward` maps the forward onto the mesh and XLA places
     the CFG combine. It closes over plain values only (no arrays), so a cached program keeps
     no weights alive. With a step cache (`cache`): cached_step.py's step, which also takes the
     step's plan row and the cache arrays and returns (prediction, arrays, decisions)."""
+
     def forward_float32(p, x, t, c, rope, attn, run_blocks):
         # float32 inside the mapped forward: every program keeps the last linear's float32
         # result. Cast outside, whether the bf16 rounding at the shard_map's edge happened was
@@ -49,8 +59,13 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
         return ops.cast(dit.forward(p, x, t, c, rope, tcfg, ops, attn, run_blocks), "float32")
 
     forward = shard_forward(
-        forward_float32, mesh, valid, per_token_timestep=per_token, shared_timestep=True,
-        param_specs=param_specs, kernel=kernel,
+        forward_float32,
+        mesh,
+        valid,
+        per_token_timestep=per_token,
+        shared_timestep=True,
+        param_specs=param_specs,
+        kernel=kernel,
         block_seam=BlockCache(cache) if cache is not None and cache.kind != "taylorseer" else None,
     )
 
@@ -61,8 +76,7 @@ def make_step(tcfg, param_specs, mesh, valid: int, padded: int, batch: int, halv
         1000 timesteps came out otherwise), as torch did (backends/torch/predictor.py)."""
         x_in = x
         if cond is not None:
-            x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])],
-                                     tcfg.patch_size, ops)
+            x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])], tcfg.patch_size, ops)
         x_in = both_halves(x_in, halves, ops)  # [x…, x…] against [prompts…, negative × B]
         if per_token:
             return x_in, jnp.full((1, padded), t, jnp.float32) * t_mask[None]
@@ -114,8 +128,10 @@ class JaxNoisePredictor(NoisePredictor):
         tcfg = next(iter(task.experts.values()))[0]
         cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
         self.cos, self.sin = put(cos, NamedSharding(mesh, P(CP, None))), put(sin, NamedSharding(mesh, P(CP, None)))
-        self.contexts = {h: put(self._forward_rows(task, h), NamedSharding(mesh, P("dp", None, None)))
-                         for h in set(self.halves.values())}
+        self.contexts = {
+            h: put(self._forward_rows(task, h), NamedSharding(mesh, P("dp", None, None)))
+            for h in set(self.halves.values())
+        }
         self.cond = None if task.cond_tokens is None else put(task.cond_tokens, NamedSharding(mesh, P(None, CP, None)))
         mask = np.ones((self.padded,), np.float32) if task.fixed_mask is None else task.fixed_mask[:, 0]
         self.t_mask = put(mask, NamedSharding(mesh, P(CP))) if task.per_token_timestep else None
@@ -144,14 +160,17 @@ class JaxNoisePredictor(NoisePredictor):
         (MagCache, First-Block Cache; the weights' dtype) or the output's (TaylorSeer, fp32)."""
         # one set of arrays serves both experts, so their CFG halves agree (config.resolve refuses
         # a JAX step cache with guidance 1.0 on one expert only)
-        halves, = set(self.halves.values())
+        (halves,) = set(self.halves.values())
         settings, rows = task.cache, halves * self.batch
-        spec = CacheSpec(settings.kind, settings.threshold, settings.order, settings.calibrate, self.batch,
-                         halves, self.valid)
+        spec = CacheSpec(
+            settings.kind, settings.threshold, settings.order, settings.calibrate, self.batch, halves, self.valid
+        )
         for other, _ in task.experts.values():
             if (other.dim, other.out_channels, other.patch_size) != (tcfg.dim, tcfg.out_channels, tcfg.patch_size):
-                raise ValueError("a step cache keeps one set of arrays for both experts, so they must agree in "
-                                 "dim, out_channels and patch_size")
+                raise ValueError(
+                    "a step cache keeps one set of arrays for both experts, so they must agree in "
+                    "dim, out_channels and patch_size"
+                )
         if settings.kind == "taylorseer":
             shape, dtype = (rows, self.padded, tcfg.out_channels * math.prod(tcfg.patch_size)), jnp.float32
         else:
@@ -161,8 +180,14 @@ class JaxNoisePredictor(NoisePredictor):
         zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
         # The block stack runs on every device when any branch computes (cached_blocks.py), so
         # with two branches a split decision discards work, as on one torch device.
-        cache = JaxStepCache(settings, task.cache_plan, branch_names(task.uses_guidance), tcfg.num_layers,
-                             {name: zeros() for name in spec.state_names()}, shared_rows=halves == 2)
+        cache = JaxStepCache(
+            settings,
+            task.cache_plan,
+            branch_names(task.uses_guidance),
+            tcfg.num_layers,
+            {name: zeros() for name in spec.state_names()},
+            shared_rows=halves == 2,
+        )
         return spec, cache
 
     def program_key(self, expert: str) -> tuple:
@@ -171,32 +196,62 @@ class JaxNoisePredictor(NoisePredictor):
         # the params' dtypes and shapes too: two experts may be stored differently (an int8 file
         # for one, float8 for the other: weights_high= / weights_low=), each its own program
         stored = repr(jax.tree.map(lambda a: (a.dtype.name, a.shape), params))
-        return (tcfg, repr(self.specs[expert]), mesh_key(self.mesh), self.valid, self.padded, self.batch,
-                self.halves[expert], self.task.per_token_timestep, self.kernel, self.cache_spec, stored)
+        return (
+            tcfg,
+            repr(self.specs[expert]),
+            mesh_key(self.mesh),
+            self.valid,
+            self.padded,
+            self.batch,
+            self.halves[expert],
+            self.task.per_token_timestep,
+            self.kernel,
+            self.cache_spec,
+            stored,
+        )
 
     def step_function(self, expert: str):
         tcfg = self.task.experts[expert][0]
-        return make_step(tcfg, self.specs[expert], self.mesh, self.valid, self.padded, self.batch, self.halves[expert],
-                         self.task.per_token_timestep, self.kernel, self.cache_spec)
+        return make_step(
+            tcfg,
+            self.specs[expert],
+            self.mesh,
+            self.valid,
+            self.padded,
+            self.batch,
+            self.halves[expert],
+            self.task.per_token_timestep,
+            self.kernel,
+            self.cache_spec,
+        )
 
     def out_shardings(self):
         """The step's: the prediction like x; with a cache, its arrays like the forward rows and
         its decisions replicated."""
         if self.cache is None:
             return self.x_sharding
-        return (self.x_sharding, {k: v.sharding for k, v in self.cache.zeros.items()},
-                NamedSharding(self.mesh, P()))
+        return (self.x_sharding, {k: v.sharding for k, v in self.cache.zeros.items()}, NamedSharding(self.mesh, P()))
 
     def _build_programs(self) -> None:
         for name in self.task.experts:
             self.programs[name] = cached_program(
                 ("step",) + self.program_key(name),
-                lambda: jax.jit(self.step_function(name), out_shardings=self.out_shardings()))
+                lambda: jax.jit(self.step_function(name), out_shardings=self.out_shardings()),
+            )
 
     def _inputs(self, expert: str, x, t, guidance):
         _, params = self.task.experts[expert]
-        inputs = (params, x, np.float32(t), np.float32(guidance), self.context_for(expert), self.cos, self.sin,
-                  self.cond, self.t_mask)
+        inputs = (
+            params,
+            x,
+            np.float32(t),
+            np.float32(guidance),
+            self.context_for(expert),
+            self.cos,
+            self.sin,
+            self.cond,
+            self.t_mask,
+        )
         return inputs if self.cache is None else inputs + (self.cache.row(), self.cache.arrays)
 
     def token_sharding(self, rows: int) -> NamedSharding:

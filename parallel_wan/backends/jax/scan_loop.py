@@ -73,10 +73,18 @@ class ScannedLoop:
         self.table = sampler.float32_table()
         self.cache = getattr(predictor, "cache", None)  # a step cache (step_cache.py), or None
         key = ("scan", sampler.name) + tuple(predictor.program_key(name) for name in self.experts)
-        self.program = cached_program(key, lambda: jax.jit(
-            make_loop([predictor.step_function(name) for name in self.experts], sampler.update,
-                      cached=self.cache is not None),
-            static_argnames="finish", out_shardings=self._out_shardings()))
+        self.program = cached_program(
+            key,
+            lambda: jax.jit(
+                make_loop(
+                    [predictor.step_function(name) for name in self.experts],
+                    sampler.update,
+                    cached=self.cache is not None,
+                ),
+                static_argnames="finish",
+                out_shardings=self._out_shardings(),
+            ),
+        )
         self.compiled = None  # the whole schedule from a fresh state, compiled ahead
 
     def _out_shardings(self):
@@ -90,7 +98,9 @@ class ScannedLoop:
     def _args(self, x, state, start: int, stop: int):
         p = self.predictor
         params = tuple(p.task.experts[name][1] for name in self.experts)
-        plan = {k: v[start:stop] for k, v in self.plan.items()} | {"coef": {k: v[start:stop] for k, v in self.table.items()}}
+        plan = {k: v[start:stop] for k, v in self.plan.items()} | {
+            "coef": {k: v[start:stop] for k, v in self.table.items()}
+        }
         cache = None
         if self.cache is not None:
             plan["cache"], cache = self.cache.rows(start, stop), self.cache.arrays

@@ -24,16 +24,14 @@ values the caller discards.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...parallel.shards import SequenceShards
-from . import attention as local
-from . import target_platform
-from . import ops
+from . import attention as local, ops, target_platform
 from .placement import all_gather_params
 
 AXES = ("dp", "ring", "ulysses")
@@ -219,9 +217,9 @@ def shard_forward(
         run_blocks, results = block_seam.bind(gather_layer, *seam_inputs)
         return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks), results()
 
-    mapped = jax.jit(jax.shard_map(
-        on_shard, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma(kernel)
-    ))
+    mapped = jax.jit(
+        jax.shard_map(on_shard, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma(kernel))
+    )
     dp, cp = mesh.shape["dp"], cp_size(mesh)
 
     def step(params, tokens, timestep, context, cos, sin, *seam_inputs):

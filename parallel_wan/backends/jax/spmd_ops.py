@@ -15,9 +15,7 @@ above: TPU and GPU programs keep ops' convolutions). Every other op is `ops`' ow
 
 from __future__ import annotations
 
-from . import attention as _kernels
-from . import cpu_convs, target_platform
-from . import ops as _ops
+from . import attention as _kernels, cpu_convs, ops as _ops, target_platform
 
 
 def attention(q, k, v, scale: float | None = None):

@@ -18,8 +18,8 @@ import math
 import numpy as np
 
 from ...caching.decisions import CacheStep
-from ...caching.settings import CacheSettings
 from ...caching.host_cache import CacheLogs, cache_record
+from ...caching.settings import CacheSettings
 
 
 def plan_table(plan: list[CacheStep], order: int) -> dict[str, np.ndarray]:
@@ -33,7 +33,7 @@ def plan_table(plan: list[CacheStep], order: int) -> dict[str, np.ndarray]:
     coef = np.zeros((len(plan), order + 1), np.float64)
     for i, step in enumerate(plan):
         for k in range(min(step.terms, order + 1)):
-            coef[i, k] = (step.offset ** k) / math.factorial(k)
+            coef[i, k] = (step.offset**k) / math.factorial(k)
     table["coef"] = coef.astype(np.float32)
     return table
 
@@ -44,8 +44,15 @@ def _host(array) -> np.ndarray:
 
 
 class JaxStepCache(CacheLogs):
-    def __init__(self, settings: CacheSettings, plan: list[CacheStep], branches: list[str], layers: int,
-                 zeros: dict, shared_rows: bool):
+    def __init__(
+        self,
+        settings: CacheSettings,
+        plan: list[CacheStep],
+        branches: list[str],
+        layers: int,
+        zeros: dict,
+        shared_rows: bool,
+    ):
         """zeros: name → the cache array before any step filled it (shaped and sharded as the
         step keeps it). shared_rows: one device group runs both CFG branches' rows (the
         record's `block_forwards_discarded`)."""
@@ -91,14 +98,15 @@ class JaxStepCache(CacheLogs):
         for start, decisions, stacked in self.pending:
             skipped = _host(decisions["skipped"])
             skipped = skipped if stacked else skipped[None]
-            self.log[start:start + len(skipped)] = skipped
+            self.log[start : start + len(skipped)] = skipped
             if "calibration" in decisions:
                 measured = _host(decisions["calibration"])
-                self.calibration[start:start + len(skipped)] = measured if stacked else measured[None]
+                self.calibration[start : start + len(skipped)] = measured if stacked else measured[None]
         self.pending = []
 
     # ------------------------------------------------------------ the record
     def report(self) -> dict:
         self._read_decisions()
-        return cache_record(self.settings, self.plan, self.layers, self.log, self.branches, self.calibration,
-                            self.shared_rows)
+        return cache_record(
+            self.settings, self.plan, self.layers, self.log, self.branches, self.calibration, self.shared_rows
+        )

@@ -17,7 +17,7 @@ _target: str | None = None
 
 
 def current() -> str:
-    """"tpu", "gpu", "cpu", …: the compile target when one is set, else JAX's default backend."""
+    """ "tpu", "gpu", "cpu", …: the compile target when one is set, else JAX's default backend."""
     return _target or jax.default_backend()
 
 

@@ -26,11 +26,12 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ...models import vae
 from ...report.frames import to_uint8_frames
 from ...report.words import counted
-from ...models import vae
 from ..contract import VideoDecoder
 from . import spmd_ops as ops  # partitioned by XLA, not shard_map: no Pallas kernels
+
 
 def decode_video(params, z, cfg):
     """De-normalised (1, z_dim, T, h, w) latents → (1, 3, T', H, W) video in [-1, 1]: the first
@@ -92,8 +93,13 @@ class JaxVideoDecoder(VideoDecoder):
             if cache_key not in _DECODERS:
                 _DECODERS[cache_key] = jax.jit(decode_program(self.cfg), out_shardings=frames_sharding)
             program = _DECODERS[cache_key]
-            self._programs[key] = {"program": program, "params": params, "z": z_sharding, "split": split,
-                                   "compiled": None}
+            self._programs[key] = {
+                "program": program,
+                "params": params,
+                "z": z_sharding,
+                "split": split,
+                "compiled": None,
+            }
         return self._programs[key]
 
     def compile(self, latent_shape) -> dict:

@@ -20,7 +20,7 @@ Layout is the model's: q (B, S, H, D), k and v (B, L, H, D). The log-sum-exp com
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -277,9 +277,18 @@ def _run_best(q, k, v, scale, impl="auto"):
             continue
         if failures:
             log.warning("attention kernel %s used for %s; faster ones refused: %s", name, key, "; ".join(failures))
-        log.info("attention_impl=%s → %s (%s, %s, head_dim %d)", impl, name, q.device.type,
-                 str(q.dtype).removeprefix("torch."), q.shape[-1])
+        log.info(
+            "attention_impl=%s → %s (%s, %s, head_dim %d)",
+            impl,
+            name,
+            q.device.type,
+            str(q.dtype).removeprefix("torch."),
+            q.shape[-1],
+        )
         _chosen[key] = name
         return result
-    raise RuntimeError(f"attention_impl={impl}: no attention kernel runs on {key[1:]}: " + "; ".join(failures)
-                       + ("" if impl == "auto" else "; use attention_impl=auto"))
+    raise RuntimeError(
+        f"attention_impl={impl}: no attention kernel runs on {key[1:]}: "
+        + "; ".join(failures)
+        + ("" if impl == "auto" else "; use attention_impl=auto")
+    )

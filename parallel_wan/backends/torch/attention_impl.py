@@ -23,17 +23,25 @@ def unavailable_reason(impl: str, device: torch.device, head_dim: int, dtype: to
         return f"attention_impl={impl} runs on CUDA GPUs, not {device.type}; use attention_impl=auto"
     major, minor = torch.cuda.get_device_capability(device)
     if dtype not in _HALF:
-        return f"attention_impl={impl} runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; " \
-               "set dtype=bfloat16 or use attention_impl=auto"
+        return (
+            f"attention_impl={impl} runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; "
+            "set dtype=bfloat16 or use attention_impl=auto"
+        )
     if impl == "cudnn" and major < 8:
         return f"attention_impl=cudnn needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
     if impl == "flash":
         if not (_has_flash_attn() or major == 9 and _has_flash_attn3()):
-            return "attention_impl=flash needs flash-attn (3 on Hopper, or 2): pip install flash-attn " \
-                   "--no-build-isolation, or use attention_impl=auto"
+            return (
+                "attention_impl=flash needs flash-attn (3 on Hopper, or 2): pip install flash-attn "
+                "--no-build-isolation, or use attention_impl=auto"
+            )
         if major < 8:
-            return f"attention_impl=flash needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
+            return (
+                f"attention_impl=flash needs an sm_80 or newer GPU, this is sm_{major}{minor}; use attention_impl=auto"
+            )
     if head_dim % 8 or head_dim > 256:
-        return f"attention_impl={impl} runs head_dim ≤ 256 in multiples of 8, this model has {head_dim}; " \
-               "use attention_impl=auto"
+        return (
+            f"attention_impl={impl} runs head_dim ≤ 256 in multiples of 8, this model has {head_dim}; "
+            "use attention_impl=auto"
+        )
     return None

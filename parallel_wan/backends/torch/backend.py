@@ -4,7 +4,7 @@ parameter placement with the dtype policy, the attention callable and host↔dev
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -22,9 +22,16 @@ from .mesh import TorchMesh
 from .world import start_world
 
 
-def start_torch_backend(device: str = "auto", mesh: MeshSpec | None = None, launch: Launch | None = None,
-                        dist_timeout_s: float = 600.0, attention_impl: str = "auto", compile: bool = False,
-                        comm: Collectives | None = None, cls: type | None = None) -> "TorchBackend":
+def start_torch_backend(
+    device: str = "auto",
+    mesh: MeshSpec | None = None,
+    launch: Launch | None = None,
+    dist_timeout_s: float = 600.0,
+    attention_impl: str = "auto",
+    compile: bool = False,
+    comm: Collectives | None = None,
+    cls: type | None = None,
+) -> TorchBackend:
     """A torch run's backend, made in torchtitan's order: the world (device, process group:
     world.py), then the mesh over it, then the backend from the two. `comm`: the collectives
     every exchange goes through (default torch.distributed's; the benchmarks pass counting ones);
@@ -52,8 +59,9 @@ class TorchBackend(Backend):
     single_controller = False  # one process per device; each rank computes its own shard
     compiles_ahead = False  # eager: no warm-up phase
 
-    def __init__(self, device: torch.device, mesh: TorchMesh, attention_impl: str = "auto", compile: bool = False,
-                 ops=torch_ops):
+    def __init__(
+        self, device: torch.device, mesh: TorchMesh, attention_impl: str = "auto", compile: bool = False, ops=torch_ops
+    ):
         self.device = torch.device(device)
         self.ops = ops
         self.mesh = mesh
@@ -120,11 +128,12 @@ class TorchBackend(Backend):
 
         # nothing chosen: auto on one CPU device, unpadded, ran torch's own SDPA dispatch
         # (sequence_parallel._one_device), the only attention path that chooses nothing here
-        return chosen_kernels(self.attention_impl).get((self.device.type, torch_ops.dtype(dtype), head_dim), "torch_sdpa")
+        return chosen_kernels(self.attention_impl).get(
+            (self.device.type, torch_ops.dtype(dtype), head_dim), "torch_sdpa"
+        )
 
     def broadcast_from_main(self, tensor):
-        return self.exchanges.broadcast_from_rank0(
-            None if tensor is None else torch.as_tensor(tensor), self.device)
+        return self.exchanges.broadcast_from_rank0(None if tensor is None else torch.as_tensor(tensor), self.device)
 
     def gather_tokens(self, local):
         return self.exchanges.gather_tokens(local)
@@ -146,8 +155,15 @@ class TorchBackend(Backend):
             return None
         return self.rank, self.mesh.world_size
 
-    def place(self, tree, dtype: str, keep_fp32: Callable[[str], bool] | None = None, where: str = "device",
-              full_rows: dict[str, int] | None = None, transformer: bool = False):
+    def place(
+        self,
+        tree,
+        dtype: str,
+        keep_fp32: Callable[[str], bool] | None = None,
+        where: str = "device",
+        full_rows: dict[str, int] | None = None,
+        transformer: bool = False,
+    ):
         """Move a param tree to the device, casting to `dtype` except where `keep_fp32(name)`.
         where="host": keep it in host memory (pinned on CUDA) as a swap.HostExpert, for
         memory=swap's low-noise expert. where="sharded": `tree` holds this rank's chunks (from

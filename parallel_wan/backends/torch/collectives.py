@@ -14,7 +14,7 @@ the planner and the benchmarks run the real parallel code with.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist

@@ -73,8 +73,10 @@ def choose(setting: str, device: torch.device, compiled: bool = False) -> str:
         from ...errors import ConfigError
 
         major, minor = torch.cuda.get_device_capability(device)
-        raise ConfigError(f"quant_compute=fp8 needs a GPU with FP8 tensor cores (sm_89 or newer) but {device} is "
-                          f"sm_{major}{minor}; set quant_compute=dequant (or auto)")
+        raise ConfigError(
+            f"quant_compute=fp8 needs a GPU with FP8 tensor cores (sm_89 or newer) but {device} is "
+            f"sm_{major}{minor}; set quant_compute=dequant (or auto)"
+        )
     return setting
 
 
@@ -88,10 +90,21 @@ def ops_for(choice: str):
 
 def log_choice(setting: str, choice: str, device: torch.device) -> None:
     if choice == "fp8":
-        log.info("quant_compute=%s → fp8 on %s: fp8 weights with one scale per output channel multiply in FP8 "
-                 "(per-token activation scales); int8 or per-block weights are widened as they run", setting, device)
+        log.info(
+            "quant_compute=%s → fp8 on %s: fp8 weights with one scale per output channel multiply in FP8 "
+            "(per-token activation scales); int8 or per-block weights are widened as they run",
+            setting,
+            device,
+        )
     else:
-        why = (" (eager: FP8 GEMMs pay off only with compile=true, where the activations' quantization fuses)"
-               if setting == "auto" and fp8_supported(device) else "")
-        log.info("quant_compute=%s → dequant on %s: quantized weights are widened to the run's dtype as each layer "
-                 "runs%s", setting, device, why)
+        why = (
+            " (eager: FP8 GEMMs pay off only with compile=true, where the activations' quantization fuses)"
+            if setting == "auto" and fp8_supported(device)
+            else ""
+        )
+        log.info(
+            "quant_compute=%s → dequant on %s: quantized weights are widened to the run's dtype as each layer runs%s",
+            setting,
+            device,
+            why,
+        )

@@ -57,8 +57,9 @@ class ParamHolder(nn.Module):
         super().__init__()
         self.names = {name: name.replace(".", _SEP) for name in shapes}
         for name, (shape, dtype) in shapes.items():
-            self.register_parameter(self.names[name], nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"),
-                                                                   requires_grad=False))
+            self.register_parameter(
+                self.names[name], nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
+            )
 
     def params(self) -> dict:
         """The diffusers-named tree of the tensors registered now: whole while unsharded."""
@@ -95,8 +96,9 @@ class ShardedExpert:
         self._rest_whole = None
         # FSDP keeps each shard's storage while its params are whole; count it now, while the
         # holders expose their shards.
-        self._shard_bytes = sum(t.untyped_storage().nbytes() for h in [rest, *blocks]
-                                for t in h.local_chunks().values())
+        self._shard_bytes = sum(
+            t.untyped_storage().nbytes() for h in [rest, *blocks] for t in h.local_chunks().values()
+        )
 
     def params(self) -> dict:
         if self._rest_whole is None:

@@ -23,7 +23,7 @@ class TorchMesh:
     _ranks: dict = field(default_factory=dict)
 
     @classmethod
-    def build(cls, spec: MeshSpec, comm: Collectives | None = None) -> "TorchMesh":
+    def build(cls, spec: MeshSpec, comm: Collectives | None = None) -> TorchMesh:
         """Create the groups through `comm` (default: torch.distributed's process group; one
         process makes no group, every axis being trivial)."""
         comm = ProcessGroupCollectives() if comm is None else comm

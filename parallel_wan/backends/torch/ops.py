@@ -13,7 +13,7 @@ same names and semantics lives in `backends/jax/ops.py`. Conventions both follow
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -274,10 +274,15 @@ def _onednn_conv3d(x, w, b) -> bool:
     stay with ATen, which is as fast or faster on those. Inference only (no autograd), float32
     CPU tensors, oneDNN enabled (`torch.backends.mkldnn.enabled = False` restores ATen's own
     choice); GPUs and meta tensors keep torch's dispatch."""
-    return (x.device.type == "cpu" and w.shape[-1] * w.shape[-2] > 1
-            and x.dtype == w.dtype == torch.float32 and (b is None or b.dtype == torch.float32)
-            and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-            and torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available())
+    return (
+        x.device.type == "cpu"
+        and w.shape[-1] * w.shape[-2] > 1
+        and x.dtype == w.dtype == torch.float32
+        and (b is None or b.dtype == torch.float32)
+        and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
+        and torch.backends.mkldnn.enabled
+        and torch.backends.mkldnn.is_available()
+    )
 
 
 def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0)) -> torch.Tensor:

@@ -78,16 +78,29 @@ class EagerNoisePredictor(NoisePredictor):
         # of a (2, 2) array summed over the world: every rank gets both branches' group sums
         # (the same bits as the cp sums: the other half adds zeros).
         lockstep = None
-        if task.cache.kind == "fbcache" and work.cfg_branch is not None and any(
-                isinstance(placed, ShardedExpert) for _, placed in task.experts.values()):
+        if (
+            task.cache.kind == "fbcache"
+            and work.cfg_branch is not None
+            and any(isinstance(placed, ShardedExpert) for _, placed in task.experts.values())
+        ):
             lockstep = work.cfg_branch
 
             def reduce(local):
                 zero = torch.zeros_like(local)
                 both = torch.cat([local, zero] if lockstep == 0 else [zero, local])
                 return backend.exchanges.sum_to_host(both, "world")
-        return StepCache(task.cache, task.cache_plan, branch_names(task.uses_guidance, work.cfg_branch), self.batch,
-                         tcfg.num_layers, backend.to_device(valid), reduce, self.ops, lockstep)
+
+        return StepCache(
+            task.cache,
+            task.cache_plan,
+            branch_names(task.uses_guidance, work.cfg_branch),
+            self.batch,
+            tcfg.num_layers,
+            backend.to_device(valid),
+            reduce,
+            self.ops,
+            lockstep,
+        )
 
     def cache_report(self) -> dict | None:
         """The sidecar's "cache" record; every rank calls it (CFG parallel: the two branches'
@@ -96,6 +109,7 @@ class EagerNoisePredictor(NoisePredictor):
             return None
         if self.task.work.cfg_branch is None:
             return self.cache.report()
+
         def merged(host):
             local = torch.as_tensor(host, device=self.backend.device)
             return torch.cat(self.backend.exchange_dp(local), dim=1).cpu().numpy()

@@ -10,8 +10,9 @@ the minimum for a ring, with two blocks live at a time: the one in use and the o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -41,7 +42,9 @@ def merge_partials(outs: Sequence[torch.Tensor], lses: Sequence[torch.Tensor]):
     """Fold partial attention results over disjoint key blocks into the full result.
     outs: (B, S, H, D) each; lses: (B, S, H) each. Returns (out, lse) in at least float32."""
     if len(outs) != len(lses) or not outs:
-        raise ValueError(f"merge_partials needs one lse per output and at least one of each; got {len(outs)} and {len(lses)}")
+        raise ValueError(
+            f"merge_partials needs one lse per output and at least one of each; got {len(outs)} and {len(lses)}"
+        )
     dt = lse_dtype(outs[0].dtype)
     out, lse = outs[0].to(dt), lses[0].to(dt)
     for o, l in zip(outs[1:], lses[1:]):
@@ -62,7 +65,7 @@ class RingPeers:
     group: Any = None
 
     @classmethod
-    def from_ranks(cls, ranks: Sequence[int], index: int, comm: Collectives, group=None) -> "RingPeers":
+    def from_ranks(cls, ranks: Sequence[int], index: int, comm: Collectives, group=None) -> RingPeers:
         n = len(ranks)
         return cls(n, index, ranks[(index + 1) % n], ranks[(index - 1) % n], comm, group)
 
@@ -80,7 +83,12 @@ def block_valid_keys(valid_keys: int, offset: int, length: int) -> int:
 
 
 def ring_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, peers: RingPeers, valid_keys: int, scale: float | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    peers: RingPeers,
+    valid_keys: int,
+    scale: float | None = None,
     kernel: LseAttention = attention_with_lse,
 ) -> torch.Tensor:
     """Attention of this member's queries over the keys of every ring member.
@@ -110,5 +118,7 @@ def ring_attention(
             kv = incoming
             block_k, block_v = kv[0], kv[1]
     if out is None:
-        raise ValueError(f"valid_keys={valid_keys}: no key is real, attention is undefined; the sequence needs ≥ 1 token")
+        raise ValueError(
+            f"valid_keys={valid_keys}: no key is real, attention is undefined; the sequence needs ≥ 1 token"
+        )
     return out.to(q.dtype)

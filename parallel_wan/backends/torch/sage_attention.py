@@ -36,21 +36,31 @@ def sage_unavailable_reason(device: torch.device, head_dim: int, dtype: torch.dt
         return f"attention_impl=sage needs SageAttention: {INSTALL}, or use attention_impl=auto"
     if device.type == "cpu":
         if interpreted():
-            return None if head_dim >= 16 and head_dim & (head_dim - 1) == 0 else \
-                f"attention_impl=sage under the Triton interpreter needs a power-of-two head_dim ≥ 16, not {head_dim}"
+            return (
+                None
+                if head_dim >= 16 and head_dim & (head_dim - 1) == 0
+                else "attention_impl=sage under the Triton interpreter needs a power-of-two head_dim ≥ 16, "
+                f"not {head_dim}"
+            )
         return "attention_impl=sage runs on CUDA GPUs (Triton kernels); use attention_impl=auto on CPU"
     if device.type != "cuda":
         return f"attention_impl=sage runs on CUDA GPUs, not {device.type}; use attention_impl=auto"
     major, minor = torch.cuda.get_device_capability(device)
     if major < 8:
-        return f"attention_impl=sage needs an sm_80 or newer GPU (int8 tensor cores), this is sm_{major}{minor}; " \
-               "use attention_impl=auto"
+        return (
+            f"attention_impl=sage needs an sm_80 or newer GPU (int8 tensor cores), this is sm_{major}{minor}; "
+            "use attention_impl=auto"
+        )
     if head_dim not in CUDA_HEAD_DIMS:
-        return f"attention_impl=sage runs head_dim {' or '.join(map(str, CUDA_HEAD_DIMS))}, this model has " \
-               f"{head_dim}; use attention_impl=auto"
+        return (
+            f"attention_impl=sage runs head_dim {' or '.join(map(str, CUDA_HEAD_DIMS))}, this model has "
+            f"{head_dim}; use attention_impl=auto"
+        )
     if dtype not in (torch.float16, torch.bfloat16):
-        return f"attention_impl=sage runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; " \
-               "set dtype=bfloat16 or use attention_impl=auto"
+        return (
+            f"attention_impl=sage runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; "
+            "set dtype=bfloat16 or use attention_impl=auto"
+        )
     return None
 
 
@@ -63,8 +73,9 @@ def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
 
     q = q if q.stride(-1) == 1 else q.contiguous()  # the kernels address the last dim unstrided
     mean_k = k.mean(dim=1, keepdim=True)
-    q_int8, q_scale, k_int8, k_scale = per_block_int8(q, k - mean_k, BLKQ=BLOCK_M, BLKK=BLOCK_N, sm_scale=scale,
-                                                      tensor_layout="NHD")
+    q_int8, q_scale, k_int8, k_scale = per_block_int8(
+        q, k - mean_k, BLKQ=BLOCK_M, BLKK=BLOCK_N, sm_scale=scale, tensor_layout="NHD"
+    )
     # A block of all-zero rows (one key minus its own mean) gets scale 0 and, from 0/0, undefined
     # int8 values: harmless, the kernel multiplies every product by that 0 scale.
     v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs

@@ -28,8 +28,20 @@ BLOCK_N = 64  # keys per step, and per k scale (the quantizer's BLKK)
 
 
 @triton.jit
-def _key_block(acc, row_sum, row_max, q, q_scale, k_ptrs, v_ptrs, k_scale_ptr, first, kv_len,
-               BLOCK_N: tl.constexpr, PARTIAL: tl.constexpr):
+def _key_block(
+    acc,
+    row_sum,
+    row_max,
+    q,
+    q_scale,
+    k_ptrs,
+    v_ptrs,
+    k_scale_ptr,
+    first,
+    kv_len,
+    BLOCK_N: tl.constexpr,
+    PARTIAL: tl.constexpr,
+):
     """Folds the keys first .. first + BLOCK_N into one query block's running softmax. Only the
     last block of keys can be PARTIAL: the full ones skip the bounds checks."""
     if PARTIAL:
@@ -53,10 +65,40 @@ def _key_block(acc, row_sum, row_max, q, q_scale, k_ptrs, v_ptrs, k_scale_ptr, f
 
 
 @triton.jit
-def _int8_attention(Q, K, V, Q_scale, K_scale, Out, Lse, qo_len, kv_len,
-                    q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh,
-                    lse_sb, lse_sl, lse_sh, qs_sb, qs_sh, ks_sb, ks_sh,
-                    H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _int8_attention(
+    Q,
+    K,
+    V,
+    Q_scale,
+    K_scale,
+    Out,
+    Lse,
+    qo_len,
+    kv_len,
+    q_sb,
+    q_sl,
+    q_sh,
+    k_sb,
+    k_sl,
+    k_sh,
+    v_sb,
+    v_sl,
+    v_sh,
+    o_sb,
+    o_sl,
+    o_sh,
+    lse_sb,
+    lse_sl,
+    lse_sh,
+    qs_sb,
+    qs_sh,
+    ks_sb,
+    ks_sh,
+    H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """One program: BLOCK_M queries of one (batch, head) against all kv_len keys. Tensors are
     (B, L, H, D) with the last dim contiguous; the _s* arguments are the other strides (b, l, h)."""
     q_block = tl.program_id(0)
@@ -78,13 +120,35 @@ def _int8_attention(Q, K, V, Q_scale, K_scale, Out, Lse, qo_len, kv_len,
     row_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     whole = kv_len - kv_len % BLOCK_N
     for first in range(0, whole, BLOCK_N):
-        acc, row_sum, row_max = _key_block(acc, row_sum, row_max, q, q_scale, k_ptrs + first * k_sl,
-                                           v_ptrs + first * v_sl, k_scale_ptr + first // BLOCK_N, first, kv_len,
-                                           BLOCK_N, False)
+        acc, row_sum, row_max = _key_block(
+            acc,
+            row_sum,
+            row_max,
+            q,
+            q_scale,
+            k_ptrs + first * k_sl,
+            v_ptrs + first * v_sl,
+            k_scale_ptr + first // BLOCK_N,
+            first,
+            kv_len,
+            BLOCK_N,
+            False,
+        )
     if whole < kv_len:
-        acc, row_sum, row_max = _key_block(acc, row_sum, row_max, q, q_scale, k_ptrs + whole * k_sl,
-                                           v_ptrs + whole * v_sl, k_scale_ptr + whole // BLOCK_N, whole, kv_len,
-                                           BLOCK_N, True)
+        acc, row_sum, row_max = _key_block(
+            acc,
+            row_sum,
+            row_max,
+            q,
+            q_scale,
+            k_ptrs + whole * k_sl,
+            v_ptrs + whole * v_sl,
+            k_scale_ptr + whole // BLOCK_N,
+            whole,
+            kv_len,
+            BLOCK_N,
+            True,
+        )
 
     stored = rows < qo_len  # the query block's padding rows exist only here
     out = acc / row_sum[:, None]
@@ -111,7 +175,21 @@ def launch_attention(q_int8, k_int8, v, q_scale, k_scale, out_dtype):
     # 128: two warpgroups over the 128 × 128 fp32 accumulator, and 4 stages of K/V tiles in flight
     warps, stages = (8, 4) if head_dim == 128 else (4, 3)
     _int8_attention[(triton.cdiv(qo_len, BLOCK_M), batch * heads)](
-        q_int8, k_int8, v, q_scale, k_scale, out, lse, qo_len, kv_len, *strides,
-        H=heads, HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=warps, num_stages=stages)
+        q_int8,
+        k_int8,
+        v,
+        q_scale,
+        k_scale,
+        out,
+        lse,
+        qo_len,
+        kv_len,
+        *strides,
+        H=heads,
+        HEAD_DIM=head_dim,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        num_warps=warps,
+        num_stages=stages,
+    )
     return out, lse
-

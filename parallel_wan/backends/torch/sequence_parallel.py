@@ -13,7 +13,7 @@ Only self-attention lives here: cross-attention attends to the replicated text a
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -34,8 +34,9 @@ def _one_device(q, k, v):
     return ops.attention(q, k, v)
 
 
-def make_self_attention(mesh, valid_tokens: int, local_tokens: int,
-                        kernel: LseAttention = attention_with_lse) -> SelfAttention:
+def make_self_attention(
+    mesh, valid_tokens: int, local_tokens: int, kernel: LseAttention = attention_with_lse
+) -> SelfAttention:
     """The callable `attention(q, k, v) -> out`, all (B, local_tokens, H, D), for this rank of
     `mesh` (a `TorchMesh`). valid_tokens: N, the unpadded global token count;
     local_tokens: Lc, this rank's share (cp·Lc ≥ N). kernel: the attention over one key block

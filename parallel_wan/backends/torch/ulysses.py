@@ -10,7 +10,7 @@ through the `comm` it is given (parallel/collectives.py).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

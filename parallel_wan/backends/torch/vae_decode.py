@@ -144,8 +144,8 @@ class EagerVideoDecoder(VideoDecoder):
         return {}
 
     def __call__(self, latents) -> list[np.ndarray]:
-        from ...report.frames import to_uint8_frames
         from ...models import vae
+        from ...report.frames import to_uint8_frames
 
         world, rank = self.backend.mesh.world_size, self.backend.rank
         if world == 1:

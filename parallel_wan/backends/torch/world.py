@@ -13,8 +13,8 @@ import os
 import torch
 import torch.distributed as dist
 
-from ...launch import SINGLE, TORCHRUN, Launch, detect, require_coordinator
 from ...errors import ConfigError
+from ...launch import SINGLE, TORCHRUN, Launch, detect, require_coordinator
 
 __all__ = ["Launch", "launch_from_env", "pick_device", "init_distributed", "start_world", "shutdown"]
 log = logging.getLogger("parallel_wan")
@@ -53,18 +53,23 @@ def pick_device(setting: str, local_rank: int = 0, world_size: int = 1) -> torch
     if device.type != "cuda":
         raise ConfigError(f"device={setting} is not supported by backend=torch; use auto, cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
-        raise ConfigError(f"device={setting} but this machine has no CUDA device torch can use; "
-                          "use device=cpu or device=auto")
+        raise ConfigError(
+            f"device={setting} but this machine has no CUDA device torch can use; use device=cpu or device=auto"
+        )
     count = torch.cuda.device_count()
     if device.index is None:
         return torch.device("cuda", local_rank % count)
     if world_size > 1:
-        raise ConfigError(f"device={setting} with {world_size} processes would put every rank on GPU {device.index}; "
-                          "use device=cuda (or auto): each rank takes cuda:LOCAL_RANK "
-                          "(choose GPUs with CUDA_VISIBLE_DEVICES)")
+        raise ConfigError(
+            f"device={setting} with {world_size} processes would put every rank on GPU {device.index}; "
+            "use device=cuda (or auto): each rank takes cuda:LOCAL_RANK "
+            "(choose GPUs with CUDA_VISIBLE_DEVICES)"
+        )
     if device.index >= count:
-        raise ConfigError(f"device={setting} but this machine has {count} CUDA device{'s' if count > 1 else ''} "
-                          f"(cuda:0…cuda:{count - 1}); pick one of those or use device=auto")
+        raise ConfigError(
+            f"device={setting} but this machine has {count} CUDA device{'s' if count > 1 else ''} "
+            f"(cuda:0…cuda:{count - 1}); pick one of those or use device=auto"
+        )
     return device
 
 

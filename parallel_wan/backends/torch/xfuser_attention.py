@@ -31,8 +31,7 @@ def make_xfuser_attention(mesh, valid_tokens: int, local_tokens: int):
             f"attention_impl=xfuser cannot mask padding: {valid_tokens} tokens do not split evenly over cp={cp}; "
             "use attention_impl=auto, or a frame count/size whose token count divides cp"
         )
-    from xfuser.core.distributed import init_distributed_environment, initialize_model_parallel
-    from xfuser.core.distributed import parallel_state
+    from xfuser.core.distributed import init_distributed_environment, initialize_model_parallel, parallel_state
     from xfuser.core.long_ctx_attention import xFuserLongContextAttention
 
     if not parallel_state.model_parallel_is_initialized():

@@ -25,8 +25,9 @@ def one_gpu_per_rank(sim: Simulation) -> list[str]:
         if run.calls.get("set_device", 0) < 1:
             problems.append(f"rank {run.rank} never called torch.cuda.set_device")
         if sim.world > 1 and run.init_requests != [("nccl", f"cuda:{run.rank}")]:
-            problems.append(f"rank {run.rank} asked init_process_group for {run.init_requests}; "
-                            f"want NCCL on cuda:{run.rank}")
+            problems.append(
+                f"rank {run.rank} asked init_process_group for {run.init_requests}; want NCCL on cuda:{run.rank}"
+            )
     for rank, used in sim.ledger.devices().items():
         if used - {f"cuda:{rank}"}:
             problems.append(f"rank {rank}'s collectives used {sorted(used)}")
@@ -36,8 +37,12 @@ def one_gpu_per_rank(sim: Simulation) -> list[str]:
 def cuda_branches(sim: Simulation, at_least: dict[str, int]) -> list[str]:
     """The CUDA-only code ran: each named fake runtime call happened at least that often on
     every rank."""
-    return [f"rank {r.rank}: {name} called {r.calls.get(name, 0)}×, want ≥ {n} (calls: {r.calls})"
-            for r in sim.ranks for name, n in at_least.items() if r.calls.get(name, 0) < n]
+    return [
+        f"rank {r.rank}: {name} called {r.calls.get(name, 0)}×, want ≥ {n} (calls: {r.calls})"
+        for r in sim.ranks
+        for name, n in at_least.items()
+        if r.calls.get(name, 0) < n
+    ]
 
 
 def quiet_loop(sim: Simulation, host_decision: tuple | None = None) -> list[str]:
@@ -51,8 +56,10 @@ def quiet_loop(sim: Simulation, host_decision: tuple | None = None) -> list[str]
     problems = []
     for run in sim.ranks:
         rec = run.recorder
-        problems += [f"rank {run.rank}: host read {what} of {device} data in {phase}"
-                     for phase, what, device in rec.loop_host_reads()]
+        problems += [
+            f"rank {run.rank}: host read {what} of {device} data in {phase}"
+            for phase, what, device in rec.loop_host_reads()
+        ]
         decided, finite_checks = set(), 0
         for t in rec.loop_transfers():
             if t.target == "cpu" and t.shape == host_decision and t.phase not in decided:
@@ -116,13 +123,16 @@ def bf16_loop(sim: Simulation, checkpoint_folder: str) -> list[str]:
         fp32 = {shape: n for shape, n in rec.loop_matmuls("float32").items() if len(shape) != 3}
         outside = {s: n for s, n in fp32.items() if s not in allowed}
         if outside:
-            problems.append(f"rank {run.rank}: fp32 matmuls in the loop with weights {outside} "
-                            f"(the model keeps only {sorted(allowed)} in fp32)")
+            problems.append(
+                f"rank {run.rank}: fp32 matmuls in the loop with weights {outside} "
+                f"(the model keeps only {sorted(allowed)} in fp32)"
+            )
         first_layer = min(allowed, key=lambda s: s[1])  # the embedder's input layer: freq_dim columns
         runs = sum(n for s, n in rec.loop_matmuls("float32").items() if s == first_layer)
         if sum(fp32.values()) > per_expert * runs:
-            problems.append(f"rank {run.rank}: {sum(fp32.values())} fp32 matmuls in the loop for "
-                            f"{runs} time-embedder runs")
+            problems.append(
+                f"rank {run.rank}: {sum(fp32.values())} fp32 matmuls in the loop for {runs} time-embedder runs"
+            )
     return problems
 
 
@@ -131,12 +141,17 @@ def attention_kernels(sim: Simulation) -> set[str]:
     return set().union(*(r.recorder.attention_kernels() for r in sim.ranks))
 
 
-def all_problems(sim: Simulation, at_least: dict | None = None, bf16: bool = True,
-                 host_decision: tuple | None = None) -> list[str]:
+def all_problems(
+    sim: Simulation, at_least: dict | None = None, bf16: bool = True, host_decision: tuple | None = None
+) -> list[str]:
     """Every rule above; `at_least`: CUDA runtime calls the configuration must make;
     `host_decision`: quiet_loop's."""
     problems = sim.problems()
     if problems:  # a rank failed: the other rules would only repeat it
         return problems
-    problems = one_gpu_per_rank(sim) + quiet_loop(sim, host_decision) + cuda_branches(sim, {"synchronize": 1, **(at_least or {})})
+    problems = (
+        one_gpu_per_rank(sim)
+        + quiet_loop(sim, host_decision)
+        + cuda_branches(sim, {"synchronize": 1, **(at_least or {})})
+    )
     return problems + (bf16_loop(sim, sim.checkpoint_folder) if bf16 else [])

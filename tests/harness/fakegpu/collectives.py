@@ -27,13 +27,26 @@ from .errors import CollectiveError, FakeCudaError
 from .fake_mode import patched
 from .ledger import Call, Ledger
 
-
 # torch's map from dtypes to NCCL's (c10d/NCCLUtils.hpp, torch 2.13): any other dtype is
 # "Unsupported data type for NCCL process group". Complex tensors are viewed as real pairs by
 # torch.distributed before they reach the process group.
-NCCL_DTYPES = {torch.int8, torch.uint8, torch.bool, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-               torch.float32, torch.float64, torch.float8_e5m2, torch.float8_e4m3fn, torch.float8_e4m3fnuz,
-               torch.float8_e5m2fnuz, torch.complex64, torch.complex128}
+NCCL_DTYPES = {
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.float8_e5m2,
+    torch.float8_e4m3fn,
+    torch.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz,
+    torch.complex64,
+    torch.complex128,
+}
 
 
 def _meta(t: torch.Tensor) -> tuple:
@@ -46,10 +59,21 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, f
     where this rank sends `values` (Ledger.gathered), or None."""
     # FSDP2 (torch 2.13) gathers and reduces with all_gather_single / reduce_scatter_single,
     # the same NCCL collectives as the *_tensor forms: checked and recorded under those names.
-    real = {name: getattr(dist, name) for name in ("all_to_all_single", "all_gather", "all_gather_into_tensor",
-                                                   "all_gather_single", "reduce_scatter_tensor",
-                                                   "reduce_scatter_single", "all_reduce", "broadcast",
-                                                   "batch_isend_irecv", "barrier")}
+    real = {
+        name: getattr(dist, name)
+        for name in (
+            "all_to_all_single",
+            "all_gather",
+            "all_gather_into_tensor",
+            "all_gather_single",
+            "reduce_scatter_tensor",
+            "reduce_scatter_single",
+            "all_reduce",
+            "broadcast",
+            "batch_isend_irecv",
+            "barrier",
+        )
+    }
     replay = iter(copy.deepcopy(ledger.objects)) if rank != 0 else None
 
     def ranks_of(group) -> tuple[int, ...]:
@@ -70,17 +94,25 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, f
 
     def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
         n = size_of(group)
-        if output_split_sizes is None and input_split_sizes is None and (
-                output.numel() != input.numel() or input.shape[0] % n):
-            raise CollectiveError(f"all_to_all_single: input {tuple(input.shape)}, output {tuple(output.shape)}, {n} ranks")
+        if (
+            output_split_sizes is None
+            and input_split_sizes is None
+            and (output.numel() != input.numel() or input.shape[0] % n)
+        ):
+            raise CollectiveError(
+                f"all_to_all_single: input {tuple(input.shape)}, output {tuple(output.shape)}, {n} ranks"
+            )
         record("all_to_all_single", group, [input, output])
         return real["all_to_all_single"](output, input, output_split_sizes, input_split_sizes, group, async_op)
 
     def all_gather(tensor_list, tensor, group=None, async_op=False):
-        if len(tensor_list) != size_of(group) or any(t.shape != tensor.shape or t.dtype != tensor.dtype
-                                                     for t in tensor_list):
-            raise CollectiveError(f"all_gather: {len(tensor_list)} outputs for {size_of(group)} ranks, "
-                                  "or their shapes/dtypes differ from the input's")
+        if len(tensor_list) != size_of(group) or any(
+            t.shape != tensor.shape or t.dtype != tensor.dtype for t in tensor_list
+        ):
+            raise CollectiveError(
+                f"all_gather: {len(tensor_list)} outputs for {size_of(group)} ranks, "
+                "or their shapes/dtypes differ from the input's"
+            )
         values = getattr(tensor, "_fake_values", None)
         ahead = None if foresee is None else (lambda member: foresee(member, values))
         received = None if values is None else ledger.gathered(rank, ranks_of(group), values, ahead)
@@ -93,11 +125,14 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, f
 
     def gather_into(name):
         def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-            if output_tensor.numel() != size_of(group) * input_tensor.numel() or \
-                    output_tensor.dtype != input_tensor.dtype:
+            if (
+                output_tensor.numel() != size_of(group) * input_tensor.numel()
+                or output_tensor.dtype != input_tensor.dtype
+            ):
                 raise CollectiveError(f"{name}: the output is not world × input")
             record("all_gather_into_tensor", group, [input_tensor, output_tensor])
             return real[name](output_tensor, input_tensor, group, async_op)
+
         return all_gather_into_tensor
 
     def scatter_from(name):
@@ -106,6 +141,7 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, f
                 raise CollectiveError(f"{name}: the input is not world × output")
             record("reduce_scatter_tensor", group, [input, output])
             return real[name](output, input, op, group, async_op)
+
         return reduce_scatter_tensor
 
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
@@ -129,7 +165,9 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, f
         try:
             object_list[:] = next(replay)
         except StopIteration:
-            raise CollectiveError("broadcast_object_list: rank 0 broadcast fewer objects (simulate rank 0 first)") from None
+            raise CollectiveError(
+                "broadcast_object_list: rank 0 broadcast fewer objects (simulate rank 0 first)"
+            ) from None
 
     def batch_isend_irecv(p2p_op_list):
         # isend/irecv themselves cannot be wrapped: P2POp compares against dist's own functions
@@ -152,13 +190,24 @@ def checked_collectives(ledger: Ledger, rank: int, runtime, nccl: bool = True, f
             ledger.early.add(rank)
         return src
 
-    table = {(dist, name): fn for name, fn in dict(
-        all_to_all_single=all_to_all_single, all_gather=all_gather,
-        all_gather_into_tensor=gather_into("all_gather_into_tensor"), all_gather_single=gather_into("all_gather_single"),
-        reduce_scatter_tensor=scatter_from("reduce_scatter_tensor"),
-        reduce_scatter_single=scatter_from("reduce_scatter_single"), all_reduce=all_reduce, broadcast=broadcast, barrier=barrier,
-        broadcast_object_list=broadcast_object_list, batch_isend_irecv=batch_isend_irecv, send=send,
-        recv=recv).items()}
+    table = {
+        (dist, name): fn
+        for name, fn in dict(
+            all_to_all_single=all_to_all_single,
+            all_gather=all_gather,
+            all_gather_into_tensor=gather_into("all_gather_into_tensor"),
+            all_gather_single=gather_into("all_gather_single"),
+            reduce_scatter_tensor=scatter_from("reduce_scatter_tensor"),
+            reduce_scatter_single=scatter_from("reduce_scatter_single"),
+            all_reduce=all_reduce,
+            broadcast=broadcast,
+            barrier=barrier,
+            broadcast_object_list=broadcast_object_list,
+            batch_isend_irecv=batch_isend_irecv,
+            send=send,
+            recv=recv,
+        ).items()
+    }
     return patched(table)
 
 
@@ -178,7 +227,9 @@ def nccl_as_fake(rank: int, world: int, runtime):
             if device is None or torch.device(device).type != "cuda":
                 raise FakeCudaError(f"an NCCL process group with device_id={device!r}: NCCL needs this rank's GPU")
             if torch.device(device).index != runtime.current_device():
-                raise FakeCudaError(f"NCCL device_id={device} but the current device is cuda:{runtime.current_device()}")
+                raise FakeCudaError(
+                    f"NCCL device_id={device} but the current device is cuda:{runtime.current_device()}"
+                )
         kw = {k: v for k, v in kw.items() if k not in ("device_id", "init_method", "rank", "world_size")}
         return real("fake", rank=rank, world_size=world, **kw)
 

@@ -100,8 +100,9 @@ class FakeCudaRuntime:
             # the explicit form takes any id.
             def __new__(cls, device=None, priority=0, **kwargs):
                 runtime.calls["Stream"] += 1
-                return super().__new__(cls, stream_id=next(runtime._stream_ids),
-                                       device_index=runtime.index(device), device_type=1)
+                return super().__new__(
+                    cls, stream_id=next(runtime._stream_ids), device_index=runtime.index(device), device_type=1
+                )
 
             def __init__(self, device=None, priority=0, **kwargs):
                 pass
@@ -111,8 +112,10 @@ class FakeCudaRuntime:
                 if not isinstance(event, runtime.Event):
                     raise FakeCudaError(f"Stream.wait_event needs a torch.cuda.Event, got {type(event).__name__}")
                 if event.stream is not None and event.stream.device_index != self.device_index:
-                    raise FakeCudaError(f"a stream of cuda:{self.device_index} waits on an event "
-                                        f"recorded on cuda:{event.stream.device_index}")
+                    raise FakeCudaError(
+                        f"a stream of cuda:{self.device_index} waits on an event "
+                        f"recorded on cuda:{event.stream.device_index}"
+                    )
 
             def wait_stream(self, stream):
                 runtime.calls["Stream.wait_stream"] += 1

@@ -34,13 +34,26 @@ from .recorder import ATTENTION_OPS, MATMUL_OPS, Recorder, Transfer
 
 _TO = {torch.ops.aten.to.device, torch.ops.aten.to.dtype_layout, torch.ops.aten.to.other, torch.ops.aten.to.dtype}
 _ONE_DTYPE_OPS = MATMUL_OPS | set(ATTENTION_OPS) | {"aten.scaled_dot_product_attention", "aten.linear", "aten.matmul"}
-_VALUE_KEEPING = {"aten._to_copy.default", "aten.detach.default", "aten.clone.default", "aten.alias.default",
-                  "aten.lift_fresh.default"}
+_VALUE_KEEPING = {
+    "aten._to_copy.default",
+    "aten.detach.default",
+    "aten.clone.default",
+    "aten.alias.default",
+    "aten.lift_fresh.default",
+}
 _VALUE_ADDING = {"aten.add.Tensor", "aten.add.Scalar"}
 _VALUE_JOINING = {"aten.cat.default"}
-_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
-          torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8,
-          torch.bool: np.bool_}
+_NUMPY = {
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.float16: np.float16,
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.int16: np.int16,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+}
 
 
 def _check_one_dtype(func, args) -> None:
@@ -80,8 +93,12 @@ def _keep_values(func, args, out, full: str) -> None:
     if isinstance(out, torch.Tensor) and full in _VALUE_JOINING:
         _join_values(args, out)
         return
-    if isinstance(out, torch.Tensor) and full == "aten.zeros_like.default" and out.dtype in _NUMPY \
-            and getattr(args[0], "_fake_values", None) is not None:
+    if (
+        isinstance(out, torch.Tensor)
+        and full == "aten.zeros_like.default"
+        and out.dtype in _NUMPY
+        and getattr(args[0], "_fake_values", None) is not None
+    ):
         out._fake_values = np.zeros(tuple(out.shape), _NUMPY[out.dtype]).tolist()  # zeros of a valued tensor
         return
     if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
@@ -97,8 +114,13 @@ def _keep_values(func, args, out, full: str) -> None:
     values = getattr(src, "_fake_values", None)
     if values is None and getattr(src, "constant", None) is not None:
         src = src.constant
-    if values is None and not isinstance(src, FakeTensor) and src.device.type == "cpu" \
-            and src.numel() <= 16 and not src.is_floating_point():
+    if (
+        values is None
+        and not isinstance(src, FakeTensor)
+        and src.device.type == "cpu"
+        and src.numel() <= 16
+        and not src.is_floating_point()
+    ):
         values = src.tolist()
     if values is not None:
         out._fake_values = values
@@ -107,8 +129,9 @@ def _keep_values(func, args, out, full: str) -> None:
 def _add_values(args, out) -> None:
     """a + b where every tensor operand carries host values: the sum's values, computed in
     the output's dtype (float64 sums of float32 parts add as a device would)."""
-    if out.dtype not in _NUMPY or any(isinstance(a, torch.Tensor) and getattr(a, "_fake_values", None) is None
-                                      for a in args[:2]):
+    if out.dtype not in _NUMPY or any(
+        isinstance(a, torch.Tensor) and getattr(a, "_fake_values", None) is None for a in args[:2]
+    ):
         return
     dtype = _NUMPY[out.dtype]
     terms = [np.asarray(a._fake_values if isinstance(a, torch.Tensor) else a, dtype) for a in args[:2]]
@@ -139,8 +162,16 @@ def _transfer(name, args, kwargs, out, recorder: Recorder) -> None:
     if not isinstance(src, torch.Tensor) or src.device.type == dst.device.type:
         return
     host = src if src.device.type == "cpu" else dst
-    recorder.transfers.append(Transfer(recorder.phase, str(src.device), str(dst.device), tuple(src.shape),
-                                       bool(getattr(host, "_fake_pinned", False)), non_blocking))
+    recorder.transfers.append(
+        Transfer(
+            recorder.phase,
+            str(src.device),
+            str(dst.device),
+            tuple(src.shape),
+            bool(getattr(host, "_fake_pinned", False)),
+            non_blocking,
+        )
+    )
 
 
 @contextlib.contextmanager
@@ -196,8 +227,10 @@ def _host_read_patches(recorder: Recorder) -> dict:
         if not isinstance(self, FakeTensor):
             return real_numpy(self, force=force)
         if self.device.type != "cpu":
-            raise FakeCudaError(f"can't convert {self.device} device type tensor to numpy. "
-                                "Use Tensor.cpu() to copy the tensor to host memory first.")
+            raise FakeCudaError(
+                f"can't convert {self.device} device type tensor to numpy. "
+                "Use Tensor.cpu() to copy the tensor to host memory first."
+            )
         if self.dtype not in _NUMPY:
             raise FakeCudaError(f"Got unsupported ScalarType {str(self.dtype).replace('torch.', '').capitalize()}")
         recorder.host_reads.append((recorder.phase, f"numpy() {tuple(self.shape)}", str(self.device)))
@@ -223,8 +256,12 @@ def _host_read_patches(recorder: Recorder) -> dict:
         return np.zeros(tuple(self.shape), dtype=dtype).tolist()
 
     # FakeTensor defines its own tolist (through item()), so it is replaced as well
-    return {(torch.Tensor, "numpy"): numpy, (torch.Tensor, "item"): item, (torch.Tensor, "tolist"): tolist,
-            (FakeTensor, "tolist"): tolist}
+    return {
+        (torch.Tensor, "numpy"): numpy,
+        (torch.Tensor, "item"): item,
+        (torch.Tensor, "tolist"): tolist,
+        (FakeTensor, "tolist"): tolist,
+    }
 
 
 @contextlib.contextmanager
@@ -278,6 +315,10 @@ def fake_gpus(runtime: FakeCudaRuntime | None = None, recorder: Recorder | None 
     recorder = recorder or Recorder()
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     mode.runtime, mode.recorder = runtime, recorder
-    with _patched_fake_tensor_mode(), patched({**runtime.patches(), **_host_read_patches(recorder)}), \
-            _inline_thread_pools(), mode:
+    with (
+        _patched_fake_tensor_mode(),
+        patched({**runtime.patches(), **_host_read_patches(recorder)}),
+        _inline_thread_pools(),
+        mode,
+    ):
         yield mode

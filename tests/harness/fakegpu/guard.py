@@ -27,7 +27,8 @@ _loaded: str | None = None
 
 def cache_dir() -> str:
     return os.environ.get("PW_FAKEGPU_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "parallel_wan", "fakegpu")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "parallel_wan", "fakegpu"
+    )
 
 
 def library_path() -> str:
@@ -43,8 +44,20 @@ def build(path: str) -> None:
         with open(src, "w") as f:
             f.write(SOURCE)
         out = os.path.join(tmp, "guard.so")
-        cmd = ["g++", "-O1", "-shared", "-fPIC", "-std=c++17", f"-I{torch_dir}/include", src,
-               f"-L{torch_dir}/lib", "-lc10", f"-Wl,-rpath,{torch_dir}/lib", "-o", out]
+        cmd = [
+            "g++",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-std=c++17",
+            f"-I{torch_dir}/include",
+            src,
+            f"-L{torch_dir}/lib",
+            "-lc10",
+            f"-Wl,-rpath,{torch_dir}/lib",
+            "-o",
+            out,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"building the fake CUDA guard failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
@@ -57,8 +70,9 @@ def load() -> str:
     if _loaded:
         return _loaded
     if torch.backends.cuda.is_built():
-        raise RuntimeError("this torch has CUDA: the fake guard would replace the real one; "
-                           "run the fake-GPU tests with the CPU wheel")
+        raise RuntimeError(
+            "this torch has CUDA: the fake guard would replace the real one; run the fake-GPU tests with the CPU wheel"
+        )
     path = library_path()
     if not os.path.exists(path):
         build(path)

@@ -40,8 +40,9 @@ class Ledger:
 
     def valued_gathers(self, rank: int, group: tuple) -> list[Call]:
         """`rank`'s all_gathers on `group` of tensors that carried host values, in order."""
-        return [c for c in self.calls.get(rank, []) if c.op == "all_gather" and c.group == group
-                and c.values is not None]
+        return [
+            c for c in self.calls.get(rank, []) if c.op == "all_gather" and c.group == group and c.values is not None
+        ]
 
     def gathered(self, rank: int, group: tuple, values, foresee=None) -> list:
         """What `rank`'s next valued all_gather on `group` receives from each member, given
@@ -104,8 +105,10 @@ class Ledger:
                 if len({c.signature for c in calls}) > 1:
                     seen = {r: c.signature for r, c in zip(members, calls)}
                     problems.append(f"group {group} call #{k}: ranks disagree {seen}")
-        problems += [f"group {group} valued all_gather #{k}: rank {rank} took {got} from rank {member}, "
-                     f"which sent {sent}" for rank, group, k, member, got, sent in self.stale_gathers()]
+        problems += [
+            f"group {group} valued all_gather #{k}: rank {rank} took {got} from rank {member}, which sent {sent}"
+            for rank, group, k, member, got, sent in self.stale_gathers()
+        ]
         pairs = {(r, c.peer) for r, calls in self.calls.items() for c in calls if c.op == "send"}
         pairs |= {(c.peer, r) for r, calls in self.calls.items() for c in calls if c.op == "recv"}
         for a, b in sorted(pairs):

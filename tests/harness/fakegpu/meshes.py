@@ -18,4 +18,3 @@ def mesh_degrees(mesh: str) -> dict:
 
     with open(os.path.join(CONF, "mesh", f"{mesh}.yaml")) as f:
         return yaml.safe_load(f)
-

@@ -30,26 +30,40 @@ class Bug:
 
 BUGS = {
     "ring receive buffer on the host": Bug(
-        "parallel_wan/backends/torch/ring.py", "incoming = torch.empty_like(kv)",
+        "parallel_wan/backends/torch/ring.py",
+        "incoming = torch.empty_like(kv)",
         "incoming = torch.empty(kv.shape, dtype=kv.dtype)",
         ("tests/parallel/test_sp_attention.py", "-k", "ring or equals_one_device"),
-        "tests/gpu/test_fake_gpu_runs.py::test_every_mesh_preset[ring4-sm_100]"),
+        "tests/gpu/test_fake_gpu_runs.py::test_every_mesh_preset[ring4-sm_100]",
+    ),
     ".numpy() of a device tensor": Bug(
-        "parallel_wan/backends/torch/ops.py", "return x.detach().cpu().numpy()", "return x.detach().numpy()",
-        ("tests/references/test_end_to_end.py", "-k", "same_seed"), ONE_GPU_BF16),
+        "parallel_wan/backends/torch/ops.py",
+        "return x.detach().cpu().numpy()",
+        "return x.detach().numpy()",
+        ("tests/references/test_end_to_end.py", "-k", "same_seed"),
+        ONE_GPU_BF16,
+    ),
     "pinning a device tensor": Bug(
-        "parallel_wan/backends/torch/swap.py", "return t.pin_memory() if pin else t",
+        "parallel_wan/backends/torch/swap.py",
+        "return t.pin_memory() if pin else t",
         "return t.to('cuda').pin_memory() if pin else t",
-        ("tests/parallel/test_memory_modes.py", "-k", "swap"), "tests/gpu/test_fake_gpu_runs.py::test_memory_swap[0]"),
+        ("tests/parallel/test_memory_modes.py", "-k", "swap"),
+        "tests/gpu/test_fake_gpu_runs.py::test_memory_swap[0]",
+    ),
     "rope tables left on the host": Bug(
-        "parallel_wan/backends/torch/predictor.py", "self.rope = (backend.to_device(cos), backend.to_device(sin))",
+        "parallel_wan/backends/torch/predictor.py",
+        "self.rope = (backend.to_device(cos), backend.to_device(sin))",
         'self.rope = (__import__("torch").as_tensor(cos), __import__("torch").as_tensor(sin))',
-        ("tests/references/test_end_to_end.py", "-k", "same_seed"), ONE_GPU_BF16),
+        ("tests/references/test_end_to_end.py", "-k", "same_seed"),
+        ONE_GPU_BF16,
+    ),
     "First-Block Cache decided on each rank's own shard": Bug(
         "parallel_wan/backends/torch/predictor.py",
-        "return backend.exchanges.sum_to_host(local, axis)", "return local.double().cpu().numpy()",
+        "return backend.exchanges.sum_to_host(local, axis)",
+        "return local.double().cpu().numpy()",
         ("tests/unit/test_magcache_schedule.py",),
-        "tests/gpu/test_fake_gpu_cache.py::test_first_block_cache_ranks_decide_together[cp2]"),
+        "tests/gpu/test_fake_gpu_cache.py::test_first_block_cache_ranks_decide_together[cp2]",
+    ),
 }
 
 
@@ -73,10 +87,16 @@ def scratch_copy(bug: Bug) -> str:
 
 
 def pytest(folder: str, *args: str) -> tuple[bool, str]:
-    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider", *args],
-                          cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": folder})
-    lines = [line for line in done.stdout.splitlines() if line.startswith("E ") or " passed" in line
-             or " failed" in line]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": folder},
+    )
+    lines = [
+        line for line in done.stdout.splitlines() if line.startswith("E ") or " passed" in line or " failed" in line
+    ]
     return done.returncode == 0, "\n      ".join(lines[:3] + lines[-1:] if len(lines) > 4 else lines)
 
 

@@ -8,8 +8,19 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-MATMUL_OPS = {"aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.linear", "aten.matmul", "aten.einsum",
-              "aten.convolution", "aten._convolution", "aten.conv3d", "aten.conv2d"}
+MATMUL_OPS = {
+    "aten.mm",
+    "aten.bmm",
+    "aten.addmm",
+    "aten.baddbmm",
+    "aten.linear",
+    "aten.matmul",
+    "aten.einsum",
+    "aten.convolution",
+    "aten._convolution",
+    "aten.conv3d",
+    "aten.conv2d",
+}
 ATTENTION_OPS = {
     "aten._scaled_dot_product_cudnn_attention": "cuda_cudnn",
     "aten._scaled_dot_product_flash_attention": "cuda_flash",

@@ -19,7 +19,6 @@ import tempfile
 import traceback
 from dataclasses import dataclass, field
 
-
 from harness.no_decode import NoDecode
 
 from . import host_side
@@ -36,7 +35,6 @@ HOPPER, BLACKWELL = (9, 0), (10, 0)
 def spec_of(overrides, world: int = 1):
     """The run's settings as `python -m parallel_wan.run` composes and validates them."""
     from parallel_wan.config.compose import compose_spec
-
 
     return compose_spec(list(overrides), world, output_dir=tempfile.gettempdir())
 
@@ -55,9 +53,13 @@ class RankRun:
     def describe_error(self) -> str:
         if self.error is None:
             return ""
-        frames = [f"{os.path.relpath(f.filename)}:{f.lineno}" for f in traceback.extract_tb(self.error.__traceback__)
-                  if "parallel_wan" in f.filename]
-        return f"rank {self.rank}: {type(self.error).__name__}: {str(self.error)[:400]} (at {' < '.join(frames[::-1][:3])})"
+        frames = [
+            f"{os.path.relpath(f.filename)}:{f.lineno}"
+            for f in traceback.extract_tb(self.error.__traceback__)
+            if "parallel_wan" in f.filename
+        ]
+        where = " < ".join(frames[::-1][:3])
+        return f"rank {self.rank}: {type(self.error).__name__}: {str(self.error)[:400]} (at {where})"
 
 
 @dataclass
@@ -102,30 +104,47 @@ class Checkpoints:
 
 def _progress(recorder: Recorder):
     """The denoising loop's progress callback: tags everything that runs with its step."""
+
     def wrap(steps):
         for i, step in enumerate(steps):
             recorder.phase = f"step {i}"
             yield step
         recorder.phase = "after"
+
     return wrap
 
 
-def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPER,
-             compile_backend: str | None = None, first_block_metric=None, decode: bool = True) -> RankRun:
+def run_rank(
+    spec,
+    ckpt,
+    rank: int,
+    world: int,
+    ledger: Ledger,
+    capability=HOPPER,
+    compile_backend: str | None = None,
+    first_block_metric=None,
+    decode: bool = True,
+) -> RankRun:
+    from parallel_wan.backends import make_backend
     from parallel_wan.launch import TORCHRUN, Launch
     from parallel_wan.pipeline import generate
-    from parallel_wan.backends import make_backend
 
     out = RankRun(rank)
     runtime = FakeCudaRuntime(devices=max(world, 8), capability=capability)
     ledger.start_rank(rank)
     launch = Launch(rank, world, rank, "fake torchrun", kind=TORCHRUN)
-    with host_side.fresh_process_state(), fake_gpus(runtime, out.recorder) as mode, \
-            host_side.host_text_encoder(mode), host_side.host_device_mesh(), host_side.fake_file_views(), \
-            host_side.without_vae(not decode and spec.model.task == "t2v"), host_side.dtensor_type_check(), \
-            nccl_as_fake(rank, world, runtime) as requests, \
-            host_side.first_block_values(first_block_metric, rank, out.recorder, spec.mesh.cp) as foresee, \
-            checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu", foresee=foresee):
+    with (
+        host_side.fresh_process_state(),
+        fake_gpus(runtime, out.recorder) as mode,
+        host_side.host_text_encoder(mode),
+        host_side.host_device_mesh(),
+        host_side.fake_file_views(),
+        host_side.without_vae(not decode and spec.model.task == "t2v"),
+        host_side.dtensor_type_check(),
+        nccl_as_fake(rank, world, runtime) as requests,
+        host_side.first_block_values(first_block_metric, rank, out.recorder, spec.mesh.cp) as foresee,
+        checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu", foresee=foresee),
+    ):
         try:
             backend = make_backend(spec, launch)
             out.device = str(backend.device)
@@ -141,9 +160,16 @@ def run_rank(spec, ckpt, rank: int, world: int, ledger: Ledger, capability=HOPPE
     return out
 
 
-def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, capability=HOPPER,
-             compile_backend: str | None = None, device: str = "auto", first_block_metric=None,
-             decode: bool = True) -> Simulation:
+def simulate(
+    overrides,
+    world: int = 1,
+    checkpoints: Checkpoints | None = None,
+    capability=HOPPER,
+    compile_backend: str | None = None,
+    device: str = "auto",
+    first_block_metric=None,
+    decode: bool = True,
+) -> Simulation:
     """`first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
     each rank's shard gives at each step, as host values (host_side.first_block_values);
     `decode=False` leaves the VAE decode out (half a tiny run's fake ops, and the reruns its
@@ -153,8 +179,10 @@ def simulate(overrides, world: int = 1, checkpoints: Checkpoints | None = None, 
     ckpt = checkpoints.for_spec(spec)
     host_side.import_torch_side()
     ledger = Ledger()
-    ranks = [run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
-             for r in range(world)]
+    ranks = [
+        run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
+        for r in range(world)
+    ]
     # A rank runs again when it received from peers that had not run yet (rank 0: the VAE's
     # shape headers) and so does every rank whose gathered host values are not what its peers
     # sent (First-Block Cache's sums, when not foreseen): until they are, at most `world` rounds.

@@ -10,5 +10,15 @@ from .compiled import CompiledRunner, Compiler
 from .exchange import BlockExchange, ExchangeRunner
 from .sharded import ShardedRunner
 
-__all__ = ["BlockExchange", "BlockPass", "BlockRunner", "CachedRunner", "CompiledRunner", "Compiler", "ExchangeRunner",
-           "ResidentRunner", "ShardedRunner", "expert_runner"]
+__all__ = [
+    "BlockExchange",
+    "BlockPass",
+    "BlockRunner",
+    "CachedRunner",
+    "CompiledRunner",
+    "Compiler",
+    "ExchangeRunner",
+    "ResidentRunner",
+    "ShardedRunner",
+    "expert_runner",
+]

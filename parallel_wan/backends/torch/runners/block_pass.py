@@ -18,7 +18,7 @@ never as a side effect of iterating a weights container.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable
+from collections.abc import Callable
 
 
 class BlockPass(ABC):

@@ -7,7 +7,7 @@ whole on the device."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .block_pass import BlockPass, BlockRunner
 

@@ -27,8 +27,10 @@ def expert_runner(name: str, placed, compiler: Compiler | None = None) -> tuple[
         params = placed
         runner = ExchangeRunner() if isinstance(placed["blocks"], BlockExchange) else ResidentRunner()
     else:
-        raise RuntimeError(f"the {name} expert is not on the device at this step (it is {type(placed).__name__}); "
-                           "the step plan's prefetch/release marks are out of order")
+        raise RuntimeError(
+            f"the {name} expert is not on the device at this step (it is {type(placed).__name__}); "
+            "the step plan's prefetch/release marks are out of order"
+        )
     if compiler is not None:
         runner = CompiledRunner(runner, compiler)
     return params, runner

@@ -31,7 +31,7 @@ marked as static addresses so a replay does not copy them in.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -103,4 +103,3 @@ class CompiledRunner(BlockRunner):
         if self.compiler.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()  # one forward = one step of the graph trees
         return CompiledPass(self.inner.open(blocks), self.compiler)
-

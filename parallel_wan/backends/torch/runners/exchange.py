@@ -17,7 +17,7 @@ the first step of the incoming expert waits on. On CPU the copy is a plain clone
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -30,8 +30,7 @@ class BlockExchange(BlockPass):
     `outgoing`: the only list holding the outgoing expert's blocks (this object empties it).
     `incoming`: the incoming expert's tree in host memory."""
 
-    def __init__(self, outgoing: list, incoming: dict, device: torch.device,
-                 finished: Callable[[dict, object], None]):
+    def __init__(self, outgoing: list, incoming: dict, device: torch.device, finished: Callable[[dict, object], None]):
         super().__init__(len(outgoing))
         self.outgoing, self.incoming, self.device, self.finished = outgoing, incoming, device, finished
         self.copied: list = []
