@@ -62,7 +62,7 @@ def render_on_jax(world_size: int, overrides: list[str]):
 
 
 def main(argv: list[str]) -> None:
-    from benchmarks.gloo_ranks import RankPool
+    from processes.gloo_ranks import RankPool
 
     names, overrides = list(MESHES), []
     for arg in argv:

@@ -1,6 +1,6 @@
 """Predicted denoising time per mesh: one rank's measured compute (benchmarks/step.py) plus the
 communication its bytes (benchmarks/comm_volume.py's analytic model) take at a measured or
-given link bandwidth; compared with the published figures in REFERENCE.md.
+given link bandwidth; compared with the published figures (the official Wan 2.2 README's, MaxDiffusion's).
 
     # bandwidth on the real GPUs (2–8; NCCL), then the prediction from it and step.py's JSONs
     torchrun --nproc-per-node 8 -m benchmarks.comm --measure --json comm_bw.json
@@ -50,7 +50,7 @@ MODELS = {
     ),
 }
 PRESETS = ("cp2", "dp2", "cp4", "ulysses4", "ring4", "usp2x2", "dp2_cp2", "cp8", "ulysses8", "ring8", "dp2_cp4")
-# REFERENCE.md, T2V-A14B 720p, 81 frames, 40 steps.
+# As the official Wan 2.2 README and MaxDiffusion publish them: T2V-A14B 720p, 81 frames, 40 steps.
 PUBLISHED = [
     ("official Wan 2.2, Ulysses 8 + FSDP, FA3", 8, "8×H100", "155.1 s end to end (text, denoise, VAE)"),
     ("official Wan 2.2", 4, "4×H100", "288.7 s end to end"),
@@ -123,7 +123,7 @@ def measure_bandwidth(sizes_mb=(16, 64, 256), iters: int = 10, warmup: int = 3) 
 
 
 def measure_on_rank(rank: int, world: int, sizes_mb, iters: int) -> dict | None:
-    """For `gloo_ranks.spawn_ranks` (the CPU test): the group is already initialised."""
+    """For `processes.gloo_ranks.spawn_ranks` (the CPU test): the group is already initialised."""
     return measure_bandwidth(sizes_mb, iters=iters, warmup=1)
 
 
@@ -221,7 +221,7 @@ def report(preds: list[Prediction], link: Link, model: str, tokens: int, shape: 
             f"| {100 * share:.0f} % | {p.step_s:.3f} | {p.denoise_s:.1f} |"
         )
     if model == "a14b":
-        lines += ["", "Published (REFERENCE.md, T2V-A14B 720p):"]
+        lines += ["", "Published (official Wan 2.2, MaxDiffusion; T2V-A14B 720p):"]
         for name, gpus, hw, figure in PUBLISHED:
             ours = [p for p in preds if p.world == gpus]
             best = min(ours, key=lambda p: p.denoise_s) if ours else None

@@ -182,7 +182,7 @@ def measure_on_rank(rank: int, world: int, presets: list[dict], tokens: int, sha
 def measure(specs: list[MeshSpec], tokens: int, shape: ModelShape) -> list[dict]:
     """Measure every spec (one launch per world size). Returns, per spec: the most any rank
     sent ('volume'), and whether every rank sent the same ('uniform')."""
-    from .gloo_ranks import spawn_ranks
+    from processes.gloo_ranks import spawn_ranks
 
     by_world: dict[int, list[int]] = {}
     for i, spec in enumerate(specs):

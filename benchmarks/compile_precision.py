@@ -81,9 +81,7 @@ def render(overrides: list[str], dtype: str, compile_backend: str | None, emulat
 
     compiled = ["compile=true"] if compile_backend else []
     spec = compose_spec([*overrides, f"dtype={dtype}", *compiled], 1)
-    backend = make_backend(spec)
-    if compile_backend:
-        backend.compile_backend = compile_backend
+    backend = make_backend(spec, compile_backend=compile_backend or "inductor")
     torch._dynamo.reset()  # no graph of an earlier variant is reused
     counters.clear()
     with inductor_config.patch(emulate_precision_casts=emulate):

@@ -53,7 +53,7 @@ def step_times_on_rank(rank: int, world: int, overrides: list[str], decode: bool
 
 
 def run_preset(name: str, overrides: list[str], decode: bool, cores: int, threads: int | None = None) -> dict:
-    from .gloo_ranks import spawn_ranks
+    from processes.gloo_ranks import spawn_ranks
 
     spec = load_preset(name)
     threads = threads or max(1, cores // spec.world_size)

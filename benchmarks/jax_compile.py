@@ -110,7 +110,7 @@ def compile_seconds(layers: int, mesh_shape, unrolled: bool, tokens_grid=(3, 8, 
         saved, pred.ops = pred.ops, unrolled_ops()
     try:
         step = jax.jit(
-            pred.make_step(cfg, None, mesh, n, padded, 1, 2, False, "auto"),
+            pred.make_step(cfg, None, mesh, n, 1, 2, False, "auto"),
             out_shardings=NamedSharding(mesh, P(None, CP, None)),
         )
         x = jnp.zeros((1, padded, 64), jnp.float32)

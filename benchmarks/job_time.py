@@ -6,7 +6,7 @@ after another, on one machine:
     OMP_NUM_THREADS=2 python -m benchmarks.job_time
 
 The tiny model is what a CPU can run; on a GPU the same comparison needs a lent device
-(benchmarks/gpu_acceptance.py measures the GEMM peak and the A14B step there).
+(benchmarks/gpu_acceptance/ measures the GEMM peak and the A14B step there).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import subprocess
 import sys
 import tempfile
 
+from parallel_wan.backends.device_facts import measure_device
 from parallel_wan.config import resolve
 from parallel_wan.config.compose import compose_settings
-from parallel_wan.measure.device_speed import measure_device
 from parallel_wan.memory_plan.compute_time import duration, estimate_seconds, job_flops
 from parallel_wan.memory_plan.fits import architecture_of
 

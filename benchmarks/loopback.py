@@ -36,9 +36,10 @@ def loopback_mesh(ulysses: int, ring: int) -> TorchMesh:
     return TorchMesh.build(spec, LOOPBACK)
 
 
-def rank_attention(ulysses: int, ring: int, valid_tokens: int, local_tokens: int):
-    """Our self-attention as rank 0 of the mesh runs it, on loopback collectives."""
-    return make_self_attention(loopback_mesh(ulysses, ring), valid_tokens, local_tokens)
+def rank_attention(ulysses: int, ring: int, valid_tokens: int, local_tokens: int, kernel=None):
+    """Our self-attention as rank 0 of the mesh runs it, on loopback collectives (`kernel`: the
+    `KernelChoice` it runs, which reports and forces kernels; None: a new one, auto's)."""
+    return make_self_attention(loopback_mesh(ulysses, ring), valid_tokens, local_tokens, kernel)
 
 
 def gathered_keys(x: torch.Tensor, ring: int, valid_tokens: int) -> torch.Tensor:

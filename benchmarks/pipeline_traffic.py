@@ -52,7 +52,7 @@ def implemented(spec, shape: ModelShape) -> dict:
 
 
 def main(argv=None) -> None:
-    from .gloo_ranks import spawn_ranks
+    from processes.gloo_ranks import spawn_ranks
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=list(PRESETS))

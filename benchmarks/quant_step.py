@@ -38,7 +38,8 @@ def _params(cfg, generator):
 
 
 def _quantized(flat, kind):
-    from parallel_wan.weights.quantize import quantizable, quantize_rows, scale_name
+    from parallel_wan.weights.quantized.form import quantize_rows
+    from parallel_wan.weights.quantized.names import quantizable, scale_name
 
     out = dict(flat)
     for name, t in flat.items():

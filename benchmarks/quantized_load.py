@@ -36,7 +36,8 @@ from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.weights.expert_file import describe_expert_file
 from parallel_wan.weights.layout import Checkpoint
 from parallel_wan.weights.loader import load_transformer
-from parallel_wan.weights.quantize import quantizable, quantize_rows
+from parallel_wan.weights.quantized.form import quantize_rows
+from parallel_wan.weights.quantized.names import quantizable
 from parallel_wan.weights.transformer_keymap import diffusers_to_official_name
 
 

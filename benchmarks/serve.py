@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from .servers import REPO, ServerProcesses, environment, rss_mb
+from processes.servers import REPO, ServerProcesses, environment, rss_mb
 
 TINY = ["model=tiny", "dtype=float32", "steps=4", "num_frames=9", "height=64", "width=64"]
 

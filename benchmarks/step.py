@@ -33,7 +33,7 @@ import warnings
 
 import torch
 
-from parallel_wan.backends.torch import attention as attention_kernels, ops
+from parallel_wan.backends.torch import attention as attention_kernels, kernels, ops
 from parallel_wan.backends.torch.qkv_fusion import fuse_qkv
 from parallel_wan.backends.torch.runners import CompiledRunner, Compiler, ResidentRunner
 from parallel_wan.backends.torch.ulysses import check_heads
@@ -54,7 +54,7 @@ MODELS = {
         num_attention_heads=4, attention_head_dim=16, ffn_dim=128, num_layers=2, text_dim=32, freq_dim=32
     ),
 }
-# Token grids (latent frames, height/2, width/2) of the published resolutions (REFERENCE.md).
+# Token grids (latent frames, height/2, width/2) of the published resolutions (720p×81, 480p×81, 704×1280×121).
 RESOLUTIONS = {"720p": (21, 45, 80), "480p": (21, 30, 52), "704p": (31, 22, 40)}
 # Its fast ones (the memory-efficient kernel is slower than all of these on Hopper).
 DIFFUSERS_BACKENDS_CUDA = ("_flash_3", "flash", "_native_cudnn", "_native_flash", "native")
@@ -225,7 +225,7 @@ def attention_kernel_table(rows, lc, cfg, ulysses, ring, valid, dtype, device, w
     keys = min(length, valid)
     flops = 4 * rows * length * keys * heads * cfg.attention_head_dim
     out = []
-    for name in attention_kernels._candidates(q):
+    for name in attention_kernels.KernelChoice().candidates(q):
         if name == "math" and device.type == "cuda":
             continue  # materialises the score matrix: tens of GB at these shapes
         try:
@@ -244,19 +244,20 @@ def attention_kernel_table(rows, lc, cfg, ulysses, ring, valid, dtype, device, w
     return out
 
 
-def with_kernel(name: str, fn):
-    """`fn` with the local attention kernel `name` tried first (attention.prefer_kernel), then
-    the default order restored; a kernel that refuses the inputs falls through to the next, so
-    `kernels_used` in the results says what ran."""
+def with_kernel(choice, name: str, fn):
+    """`fn` with the local attention kernel `name` tried first by `choice` (the
+    `KernelChoice` its attention was made with: `KernelChoice.prefer`), then the default order
+    restored; a kernel that refuses the inputs falls through to the next, so `kernels_used` in
+    the results says what ran."""
 
     def call():
-        attention_kernels.prefer_kernel(name)
+        choice.prefer(name)
         try:
             out = fn()
-            call.ran = sorted(set(attention_kernels.chosen_kernels().values()))
+            call.ran = sorted(set(choice.chosen().values()))
             return out
         finally:
-            attention_kernels.prefer_kernel(None)
+            choice.prefer(None)
 
     call.ran = []
     return call
@@ -328,7 +329,8 @@ def run(args) -> dict:
 
     results: dict = {"variants": {}, "errors": {}}
     with torch.inference_mode(), diffusers_loopback(model, spec.ulysses, spec.ring, n) as dl:
-        attention = rank_attention(spec.ulysses, spec.ring, n, lc)
+        choice = attention_kernels.KernelChoice()  # our attention's kernel choice, auto's
+        attention = rank_attention(spec.ulysses, spec.ring, n, lc, choice)
 
         def ours(tree, runner=None, attend=attention):
             return lambda: dit.forward(tree, tokens, timestep, context, rope, cfg, ops, attend, runner)
@@ -340,7 +342,7 @@ def run(args) -> dict:
                 fused, CompiledRunner(ResidentRunner(), compiler), compiler.attention(attention)
             )
         for kernel in args.kernels or ():  # the ring's local kernel forced (Ulysses alone calls SDPA)
-            variants[f"ours eager, fused q/k/v, kernel {kernel}"] = with_kernel(kernel, ours(fused))
+            variants[f"ours eager, fused q/k/v, kernel {kernel}"] = with_kernel(choice, kernel, ours(fused))
         if args.cuda_graphs:
             compiler = Compiler(cuda_graphs=True)
             variants["ours compiled + CUDA graphs"] = ours(
@@ -357,10 +359,7 @@ def run(args) -> dict:
         # --- agreement before timing
         reference = variants["ours eager, q/k/v separate"]()
         # the default choice, before a --kernels variant forces another
-        kernels_used = {
-            f"{k[0]} {str(k[1]).replace('torch.', '')} d={k[2]}": v
-            for k, v in attention_kernels.chosen_kernels().items()
-        }
+        kernels_used = {f"{k[0]} {str(k[1]).replace('torch.', '')} d={k[2]}": v for k, v in choice.chosen().items()}
         if not torch.isfinite(reference).all():
             raise SystemExit("our forward produced non-finite values; the random weights or a kernel are broken")
         tol = args.tolerance or TOLERANCE[args.dtype]
@@ -511,7 +510,7 @@ def parse(argv=None):
     p.add_argument(
         "--kernels",
         nargs="+",
-        choices=tuple(attention_kernels.KERNELS),
+        choices=kernels.names(),
         help="also time our eager forward with each of these ring kernels tried first",
     )
     p.add_argument("--diffusers-backends", nargs="+", help="diffusers attention backends to try (default: all)")

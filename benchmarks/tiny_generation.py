@@ -26,7 +26,9 @@ class _NoDecode:
     def __call__(self, latents):
         import numpy as np
 
-        return [np.zeros((1, 1, 1, 3), np.uint8) for _ in range(latents.shape[0])] if self.backend.is_main else []
+        return (
+            [np.zeros((1, 1, 1, 3), np.uint8) for _ in range(latents.shape[0])] if self.backend.writes_outputs else []
+        )
 
 
 def generate_on_rank(rank: int, world_size: int, overrides: list[str], progress=None, comm=None, decode=True):

@@ -145,8 +145,7 @@ def main(argv=None) -> None:
 
     from parallel_wan.backends.torch.vae_decode import height_bands
     from parallel_wan.models.vae_config import VaeConfig
-
-    from .gloo_ranks import spawn_ranks
+    from processes.gloo_ranks import spawn_ranks
 
     cfg = dataclasses.replace(VaeConfig.wan2_1(), base_dim=args.base_dim)
     torch.manual_seed(0)
@@ -289,8 +288,7 @@ def validate_meta(base_dim: int = 8, latent_frames: int = 3, h: int = 24, w: int
 
     from parallel_wan.models.vae_config import VaeConfig
     from parallel_wan.weights import tree
-
-    from .gloo_ranks import spawn_ranks
+    from processes.gloo_ranks import spawn_ranks
 
     cfg = dataclasses.replace(VaeConfig.wan2_1(), base_dim=base_dim)
     real_params, _ = meta_params(cfg, "cpu")

@@ -219,6 +219,7 @@ def _start_ranks(nproc: int, settings: list[str]) -> None:
     """Start N ranks of parallel_wan.run as torchrun would (launch/nproc.py), and exit as the
     first rank that stopped: its one line, once, and its code (75 after a preemption). A setting
     that cannot mean N processes is refused first, before any starts."""
+    from .backends.capabilities import capabilities
     from .config import ConfigError, backend_name
     from .config.compose import compose_settings
 
@@ -226,9 +227,9 @@ def _start_ranks(nproc: int, settings: list[str]) -> None:
         backend = backend_name(compose_settings(settings))
     except ConfigError as exc:
         _refuse(str(exc))
-    if backend == "jax":
+    if backend != "auto" and capabilities(backend).single_controller:
         _refuse(
-            f"--nproc {nproc} with backend=jax: JAX runs one process per host, which drives all of its devices; "
+            f"--nproc {nproc} with backend={backend}: JAX runs one process per host, which drives all of its devices; "
             "drop --nproc (python -m parallel_wan.run backend=jax mesh=…), or use backend=torch for one process "
             "per device"
         )
@@ -256,5 +257,6 @@ def _print_settings(overrides: list[str]) -> None:
 
 
 def _refuse(message: str) -> None:
-    print(f"parallel_wan: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    from .entry import refuse
+
+    refuse(message)

@@ -24,27 +24,36 @@ import torch
 
 from .config import ConfigError, mesh_spec
 
-# Wan 2.2's transformers (A14B: 40 heads × 128, TI2V-5B: 24 × 128) all have head_dim 128.
+# Wan 2.2's transformers (A14B: 40 heads × 128, TI2V-5B: 24 × 128) all have head_dim 128: the
+# probe's, whatever model= says (the tiny models' 16 would ask other kernels than a real run).
 HEAD_DIM = 128
 PROBE_TOKENS = 256
-SLOW_KERNELS = {"cuda_efficient": "PyTorch's memory-efficient kernel", "math": "the plain fp32 formula"}
 
 
 def kernel_verdict(kernel: str, capability: tuple[int, int] | None, dtype: str) -> tuple[str, bool]:
-    """(what to tell the user, whether it is a slow fallback) for the attention kernel chosen."""
+    """(what to tell the user, whether it is a slow fallback) for the attention kernel chosen,
+    from the registered kernels' records (backends/torch/kernels/): which are slow fallbacks,
+    and which would be faster on this GPU generation when installed."""
+    from .backends.torch import kernels
+
+    known = {k.name: k for k in kernels.kernels()}  # torch_sdpa (PyTorch chose) is none of them
+    slow = known[kernel].slow if kernel in known else None
     if capability is None:
-        return f"{kernel} (CPU)", kernel == "math"
+        return f"{kernel} (CPU)", slow is not None
     sm = f"sm_{capability[0]}{capability[1]}"
     if dtype == "float32":
         return f"{kernel} on {sm}: fp32 has no flash kernel; dtype=bfloat16 is several times faster", False
-    if kernel in SLOW_KERNELS:
+    if slow is not None:
         return (
-            f"{kernel} on {sm}: {SLOW_KERNELS[kernel]}, a slow fallback — the fast kernels refused "
+            f"{kernel} on {sm}: {slow}, a slow fallback — the fast kernels refused "
             "(check the log above, cuDNN ≥ 9, or install flash-attn)"
         ), True
-    note = ""
-    if capability[0] == 9 and kernel != "flash_attn3":
-        note = " (flash-attn 3 is not installed; it may be faster on Hopper)"
+    generation = kernels.generation("cuda", capability)
+    faster = [k for k in known.values() if generation in k.suggested_on and k.name != kernel]
+    note = "".join(
+        f" ({k.package_label} is not installed; it may be faster on {kernels.GENERATIONS[generation]})"
+        for k in faster[:1]
+    )
     return f"{kernel} on {sm}{note}", False
 
 
@@ -102,17 +111,17 @@ class Doctor:
         return device
 
     def attention(self, device: torch.device) -> None:
-        from .backends.torch import attention
+        from .backends.torch.attention import KernelChoice
 
         dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(self.dtype, torch.bfloat16)
-        attention.prefer_kernel(None)  # forget earlier choices: choose for this device now
+        choice = KernelChoice("auto")  # chosen for this device now, as a run's backend chooses
         q = torch.randn(1, PROBE_TOKENS, 2, HEAD_DIM, dtype=dtype, device=device)
         try:
-            attention.attention_with_lse(q, q, q)
+            choice(q, q, q)
         except RuntimeError as exc:
             self.problem(f"no attention kernel runs here: {str(exc).splitlines()[0]}")
             return
-        kernel = attention.chosen_kernels()[(device.type, dtype, HEAD_DIM)]
+        kernel = choice.chosen()[(device.type, dtype, HEAD_DIM)]
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         text, slow = kernel_verdict(kernel, capability, self.dtype)
         self.say(f"attention (sequence parallel, {self.dtype}, head_dim {HEAD_DIM}): {text}")
@@ -123,17 +132,20 @@ class Doctor:
         self.chosen_attention(device, dtype, q)
 
     def chosen_attention(self, device: torch.device, dtype: torch.dtype, q: torch.Tensor) -> None:
-        """attention_impl=sdpa|flash|cudnn|sage as set: can it run here, and which kernel it runs."""
-        from .backends.torch import attention
+        """attention_impl=sdpa|flash|cudnn|sage (a value naming kernels) as set: can it run
+        here, and which kernel it runs."""
+        from .backends.torch import kernels
+        from .backends.torch.attention import KernelChoice
         from .backends.torch.attention_impl import unavailable_reason
 
         impl = str(self.raw.get("attention_impl") or "auto")
-        if impl in ("auto", "ours", "xfuser"):
+        if impl not in kernels.settings():  # auto (or its old name), or xfuser (sequence_parallel's)
             return
+        choice = KernelChoice(impl)
         reason = unavailable_reason(impl, device, HEAD_DIM, dtype)
         if reason is None:
             try:
-                attention.attention_with_lse(q, q, q, impl=impl)
+                choice(q, q, q)
             except Exception as exc:  # noqa: BLE001 — any refusal (torch, Triton compile, package) is the report
                 reason = (
                     f"attention_impl={impl} failed here: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
@@ -141,7 +153,7 @@ class Doctor:
         if reason:
             self.problem(reason)
             return
-        kernel = attention.chosen_kernels(impl)[(device.type, dtype, HEAD_DIM)]
+        kernel = choice.chosen()[(device.type, dtype, HEAD_DIM)]
         self.say(f"attention_impl={impl} → {kernel} ({self.dtype}, head_dim {HEAD_DIM})")
 
     def communication(self, device: torch.device) -> None:
@@ -262,12 +274,12 @@ class Doctor:
 
 def main(argv: list[str], out=sys.stdout) -> int:
     from .cli import front
+    from .entry import refusal
 
     try:
         return Doctor(front("doctor", argv), out).run()
     except ConfigError as exc:
-        print(f"parallel_wan.doctor: error: {exc}", file=sys.stderr)
-        return 2
+        return refusal(exc, "parallel_wan.doctor")
 
 
 if __name__ == "__main__":

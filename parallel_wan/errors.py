@@ -5,7 +5,23 @@ before the run are `ConfigError` (exit 2)."""
 
 class ConfigError(ValueError):
     """A setting or an input file is wrong, found before the run starts; the message is one
-    line a user can act on (setting, value, fix). Exit 2, nothing written."""
+    line a user can act on (setting, value, fix). Exit 2, nothing written.
+
+    `setting`: the setting the message is about (`setting="height"`), or the settings it names
+    in the message's order when it is about several (`("height", "width")`); None when it is
+    about no one setting. The server says which request field a refusal is about from this
+    (serve/words.py), never from the message's text."""
+
+    def __init__(self, message: str = "", setting: str | tuple[str, ...] | None = None):
+        super().__init__(message)
+        self.setting = setting
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        """The settings this error is about, as a tuple (empty: none)."""
+        if self.setting is None:
+            return ()
+        return (self.setting,) if isinstance(self.setting, str) else tuple(self.setting)
 
 
 class RunError(RuntimeError):

@@ -18,17 +18,18 @@ import time
 from pathlib import Path
 
 from .errors import BadWeights, ConfigError
-from .models.experts import HIGH, LOW, SINGLE
+from .models.experts import OFFICIAL_FOLDERS, SINGLE, setting_of
 
 PROGRAM = "python -m parallel_wan.quantize"
+PROGRAM_NAME = "parallel_wan.quantize"  # how its lines start
 SETTINGS = ("checkpoint_dir", "quantize", "output_dir")
 KINDS = ("fp8", "int8")
-FILE_STEM = {HIGH: "high_noise_model", LOW: "low_noise_model", SINGLE: "model"}
-RUN_SETTING = {HIGH: "weights_high", LOW: "weights_low", SINGLE: "weights"}
+FILE_STEM = {**OFFICIAL_FOLDERS, SINGLE: "model"}  # an expert's file: named as its official folder
 
 
 def main(argv: list[str]) -> int:
     from .cli import front
+    from .entry import refusal
 
     try:
         settings = _settings(front("quantize", argv))
@@ -36,13 +37,11 @@ def main(argv: list[str]) -> int:
         plans = _plans(ckpt, kind)
         _check_room(folder, plans, kind)
     except ConfigError as exc:
-        print(f"parallel_wan.quantize: error: {exc}", file=sys.stderr)
-        return 2
+        return refusal(exc, PROGRAM_NAME)
     try:
         paths = _write_all(ckpt, plans, kind, folder)
     except BadWeights as exc:
-        print(f"parallel_wan.quantize: error: {exc}", file=sys.stderr)
-        return 2
+        return refusal(exc, PROGRAM_NAME)
     except OSError as exc:
         print(
             f"parallel_wan.quantize: error: writing to output_dir={folder} failed ({exc.strerror or exc}); nothing "
@@ -55,7 +54,7 @@ def main(argv: list[str]) -> int:
         return 130
     print(
         f"try them: python -m parallel_wan.run model={_preset(ckpt)} checkpoint_dir={ckpt.root} "
-        + " ".join(f"{RUN_SETTING[expert]}={path}" for expert, path in paths.items())
+        + " ".join(f"{setting_of('weights', expert)}={path}" for expert, path in paths.items())
     )
     return 0
 

@@ -75,9 +75,7 @@ def tiny_run(overrides: list[str], device: str, out, compile_backend: str | None
 
     extra = [f"image={first_frame(out)}"] if "model=tiny_i2v" in overrides else []
     spec = compose_spec(list(overrides) + extra + [f"device={device}"], output_dir=str(out / "unused"))
-    backend = make_backend(spec)
-    if compile_backend:
-        backend.compile_backend = compile_backend
+    backend = make_backend(spec, compile_backend=compile_backend or "inductor")
     gen = generate(spec, backend)
     return gen.latents.astype(np.float64), gen.frames.astype(np.int16)
 
@@ -218,10 +216,10 @@ QUANTIZED_OUT_REL = 5e-2
 
 
 def kernels(phase) -> None:
-    """Every kernel of backends/torch/attention.py at A14B head dims (40 heads × 128)."""
+    """Every registered kernel (backends/torch/kernels/) at A14B head dims (40 heads × 128)."""
     import torch
 
-    from parallel_wan.backends.torch import attention
+    from parallel_wan.backends.torch import attention, kernels
 
     device = torch.device("cpu" if phase.dry_run else phase.device)
     dtype = torch.float32 if phase.dry_run else torch.bfloat16
@@ -232,7 +230,7 @@ def kernels(phase) -> None:
     ref_out, ref_lse = attention.attention_with_lse(q.float(), k.float(), v.float(), valid_keys=valid, kernel="math")
     out_bound, lse_bound = KERNEL_BOUNDS[str(dtype).replace("torch.", "")]
     table = {}
-    for name in attention.KERNELS:
+    for name in kernels.names():
         try:
             out, lse = attention.attention_with_lse(q, k, v, valid_keys=valid, kernel=name)
         except Exception as exc:  # not built for this device / dtype / head size: a fact to record

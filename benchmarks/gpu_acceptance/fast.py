@@ -140,9 +140,9 @@ def device_kernels() -> list[str]:
 
 
 def _kernel_names():
-    from parallel_wan.backends.torch.attention import KERNELS
+    from parallel_wan.backends.torch import kernels
 
-    return KERNELS
+    return kernels.names()
 
 
 def mesh_step(mesh: str):

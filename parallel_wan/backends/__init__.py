@@ -10,22 +10,23 @@ holds: jobs/runner.py).
 
 from __future__ import annotations
 
-# One process drives every device and holds global arrays (JAX), or one process per device,
-# each with its own shard (torch).
-SINGLE_CONTROLLER = {"torch": False, "jax": True}
+from .capabilities import capabilities
 
 
 def single_controller(name: str) -> bool:
-    return SINGLE_CONTROLLER[name]
+    """One process drives every device and holds global arrays (JAX), or one process per device,
+    each with its own shard (torch): backends/capabilities.py."""
+    return capabilities(name).single_controller
 
 
-def make_backend(spec, launch=None):
+def make_backend(spec, launch=None, compile_backend: str = "inductor"):
     """The backend `spec.execution.backend` names, on `spec.execution.device` and `spec.mesh` (`launch`: who this
-    process is in the job, parallel_wan/launch; None: one process)."""
+    process is in the job, parallel_wan/launch; None: one process). `compile_backend`: torch.compile's backend
+    for compile=true (tests pass "aot_eager", graph capture only, to stay fast on CPU)."""
     if spec.execution.backend == "jax":
         from .jax.backend import JaxBackend
 
-        return JaxBackend(spec.mesh, spec.execution.device, fsdp=spec.memory.jax_fsdp)
+        return JaxBackend(spec.mesh, spec.execution.device, fsdp=spec.shards_weights_over_mesh)
     from .torch.backend import start_torch_backend
 
     backend = start_torch_backend(
@@ -35,17 +36,12 @@ def make_backend(spec, launch=None):
         spec.execution.dist_timeout_s,
         spec.execution.attention_impl,
         spec.execution.compile,
+        sequence_parallel=spec.execution.sequence_parallel,
+        quant_compute=spec.quantization.compute,
+        compile_backend=compile_backend,
     )
-    use_quant_compute(backend, spec.quantization.compute)
+    if backend.leader:
+        from .torch import fp8_gemm
+
+        fp8_gemm.log_choice(spec.quantization.compute, backend.quant_compute, backend.device)
     return backend
-
-
-def use_quant_compute(backend, setting: str) -> None:
-    """quant_compute=auto|dequant|fp8 decided on the torch backend's device (fp8_gemm.py): the
-    ops namespace the model gets, and the choice the sidecar records; logged on rank 0."""
-    from .torch import fp8_gemm
-
-    choice = fp8_gemm.choose(setting, backend.device, compiled=bool(getattr(backend, "compile", False)))
-    backend.ops, backend.quant_compute = fp8_gemm.ops_for(choice), choice
-    if backend.is_main:
-        fp8_gemm.log_choice(setting, choice, backend.device)

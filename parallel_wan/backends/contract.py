@@ -80,7 +80,17 @@ class Backend(Protocol):
     single_controller: bool = False
     compiles_ahead: bool = False  # a warm-up phase compiles every program before the timed run
     rank: int = 0  # this process in the job (a torch rank; a JAX process index)
-    is_main: bool = True  # encodes the text (a multi-process backend broadcasts it)
+    # The job's one process that speaks for it: binds the server's port, claims the next job
+    # and decides what every process runs next (`same_on_every_rank` sends the leader's value).
+    # Exactly one process of a job is the leader (JAX: process 0 of the hosts; torch: rank 0).
+    leader: bool = True
+    # `place` may run on several threads at once (the loader places the experts and the VAE side
+    # by side); False: one at a time in a fixed order, because placing is a collective every
+    # process must enter in the same order (JAX across hosts).
+    places_concurrently: bool = True
+    # Runs the text encoder (one rank of a torch job, then `broadcast_from_main`; every JAX host
+    # encodes its own copy).
+    encodes_text: bool = True
     writes_outputs: bool = True  # writes the video, sidecar, markers and job records
     text_device: Any = "cpu"  # where the PyTorch text encoder runs
     # how a quantized block linear multiplies (config/quantization.py): "dequant" widens its weight
@@ -123,7 +133,8 @@ class Backend(Protocol):
         return x
 
     def same_on_every_rank(self, value):
-        """Rank 0's small picklable `value` on every process (e.g. the output folder it claimed)."""
+        """The leader's small picklable `value` on every process (e.g. the output folder it
+        claimed, the server's next job); every process calls it."""
         return value
 
     def any_rank(self, flag: bool) -> bool:

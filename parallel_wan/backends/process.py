@@ -73,31 +73,34 @@ def _join_jax(device: str) -> JobProcess:
 
 def check_device(spec, local_rank: int = 0, world_size: int = 1) -> None:
     """The run's device and kernel settings against this machine, before anything loads (torch:
-    no CUDA, cuda:N on many ranks, xfuser's attention without CUDA or the package; JAX checked
-    its platform when it counted the devices). Raises ConfigError."""
+    no CUDA, cuda:N on many ranks, an attention_impl whose kernels cannot run here,
+    sequence_parallel=xfuser without CUDA or the package; JAX checked its platform when it
+    counted the devices). Raises ConfigError."""
     if spec.execution.backend == "torch":
         from ..errors import ConfigError
         from .torch.world import pick_device
 
         device = pick_device(spec.execution.device, local_rank, world_size)
-        if spec.execution.attention_impl not in ("auto", "xfuser"):
+        if spec.execution.attention_impl != "auto":
             _check_attention_kernel(spec, device)
-        if spec.execution.attention_impl == "xfuser":
+        if spec.execution.sequence_parallel == "xfuser":
             from .torch.xfuser_attention import xfuser_unavailable_reason
 
-            if xfuser_unavailable_reason():
-                raise ConfigError(xfuser_unavailable_reason())
+            reason = xfuser_unavailable_reason(spec.execution.sequence_parallel_set_by)
+            if reason:
+                raise ConfigError(reason)
 
 
 def _check_attention_kernel(spec, device) -> None:
-    """attention_impl=sdpa|flash|cudnn|sage against this device, the run's dtype and the model's
-    head_dim (its architecture's: every Wan 2.2 model has 128), before anything loads."""
+    """attention_impl=sdpa|flash|cudnn|sage (its registered kernels: backends/torch/kernels/)
+    against this device, the run's dtype and the model's head_dim (its architecture's: every
+    Wan 2.2 model has 128), before anything loads."""
     from ..errors import ConfigError
-    from ..models.registry import for_task
+    from ..models.registry import architecture
     from .torch import ops
     from .torch.attention_impl import unavailable_reason
 
-    head_dim = for_task(spec.model.task, bool(spec.model.builtin)).transformer.attention_head_dim
+    head_dim = architecture(spec.model.architecture).transformer.attention_head_dim
     reason = unavailable_reason(spec.execution.attention_impl, device, head_dim, ops.dtype(spec.execution.dtype))
     if reason:
         raise ConfigError(reason)

@@ -9,14 +9,19 @@ from parallel_wan.models.transformer_config import TransformerConfig
 
 KINDS = ("t2v", "i2v", "ti2v")
 
-# The tiny architectures live in the model registry beside the real ones; a kind names one.
+# The tiny architectures live in the model registry beside the real ones; a kind names one (the
+# tests' word for them). A run names the architecture itself (its preset's `architecture`).
 ARCHITECTURE_OF_KIND = {"t2v": "tiny", "i2v": "tiny_i2v", "ti2v": "tiny_ti2v"}
 
 
 def architecture(kind: str) -> registry.Architecture:
-    if kind not in ARCHITECTURE_OF_KIND:
-        raise ValueError(f"tiny model kind={kind!r} is not one of {list(KINDS)}")
-    return registry.architecture(ARCHITECTURE_OF_KIND[kind])
+    """The built-in architecture of a kind (t2v, i2v, ti2v) or of that name (tiny, …)."""
+    name = ARCHITECTURE_OF_KIND.get(kind, kind)
+    arch = registry.ARCHITECTURES.get(name)
+    if arch is None or not arch.builtin:
+        builtin = sorted(n for n, a in registry.ARCHITECTURES.items() if a.builtin)
+        raise ValueError(f"tiny model kind={kind!r} is not one of {list(KINDS)} nor a built-in architecture {builtin}")
+    return arch
 
 
 def transformer_config(kind: str) -> TransformerConfig:

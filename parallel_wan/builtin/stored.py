@@ -27,8 +27,6 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from parallel_wan.models import registry
-
 SEED = 0
 _PACKAGE = Path(__file__).resolve().parents[1]
 # The code that decides the written bytes: the builder, the architectures, the configs it
@@ -38,6 +36,8 @@ _SOURCES = [
     "builtin/kinds.py",
     "builtin/scheduler.py",
     "models/registry.py",
+    "models/variants.py",
+    "models/experts.py",
     "models/transformer_config.py",
     "models/vae_config.py",
     "weights/t5_keymap.py",
@@ -55,10 +55,12 @@ def cache_home() -> Path:
 
 
 def digest(kind: str) -> str:
-    from parallel_wan.builtin.kinds import ARCHITECTURE_OF_KIND
+    """`kind`: a tiny kind (t2v, i2v, ti2v) or a built-in architecture's name (builtin/kinds.py)."""
+    from parallel_wan.builtin.kinds import architecture
 
+    arch = architecture(kind)
     h = hashlib.sha256()
-    h.update(f"{kind} seed={SEED} {registry.ARCHITECTURES[ARCHITECTURE_OF_KIND[kind]]!r}".encode())
+    h.update(f"{arch.name} seed={SEED} {arch!r}".encode())
     for name in _SOURCES:
         h.update(name.encode() + (_PACKAGE / name).read_bytes())
     for library in _LIBRARIES:
@@ -70,9 +72,9 @@ def digest(kind: str) -> str:
 
 
 def stored_folder(kind: str) -> Path:
-    from parallel_wan.builtin.kinds import ARCHITECTURE_OF_KIND
+    from parallel_wan.builtin.kinds import architecture
 
-    return cache_home() / "builtin" / f"{ARCHITECTURE_OF_KIND[kind]}-{digest(kind)}"
+    return cache_home() / "builtin" / f"{architecture(kind).name}-{digest(kind)}"
 
 
 def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:

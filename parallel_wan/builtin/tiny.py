@@ -31,7 +31,9 @@ from parallel_wan.builtin.kinds import (  # noqa: F401 (re-exported)
 )
 from parallel_wan.builtin.scheduler import TINY_SCHEDULER_CONFIG
 from parallel_wan.models import registry
+from parallel_wan.models.experts import DIFFUSERS_FOLDERS, HIGH, LOW, OFFICIAL_FOLDERS
 from parallel_wan.models.transformer_config import TransformerConfig
+from parallel_wan.models.variants import IMAGE, JOINED_CHANNELS
 from parallel_wan.weights import t5_keymap, transformer_keymap
 
 TEXT_DIM = registry.TINY_TEXT_DIM  # the tiny UMT5's d_model, which is the transformer's text_dim
@@ -54,7 +56,7 @@ disfigured misshapen limbs fused still picture messy three legs many walking bac
 
 @dataclass
 class TinyModel:
-    kind: str
+    kind: str  # a tiny kind (t2v, i2v, ti2v) or a built-in architecture's name (builtin/kinds.py)
     transformer: object  # diffusers WanTransformer3DModel: the high-noise expert (the only one for ti2v)
     transformer_2: object | None  # the low-noise expert
     vae: object  # diffusers AutoencoderKLWan
@@ -70,7 +72,8 @@ def vae_kind(arch: registry.Architecture) -> str:
 
 
 def build_tiny(kind: str = "t2v", seed: int = 0) -> TinyModel:
-    """All components of a tiny Wan 2.2 model of this kind, deterministic in `seed`."""
+    """All components of a tiny Wan 2.2 model of this kind (or built-in architecture),
+    deterministic in `seed`."""
     architecture(kind)  # refuses an unknown kind before anything is built
     # The libraries' constructors draw their own (discarded) init from the global RNG; fork it
     # so building a tiny model never shifts the caller's random stream.
@@ -83,7 +86,7 @@ def _build(kind: str, seed: int) -> TinyModel:
     from transformers import UMT5Config, UMT5EncoderModel
 
     arch = architecture(kind)
-    experts = [WanTransformer3DModel(**arch.transformer.to_diffusers()) for _ in range(arch.experts)]
+    experts = [WanTransformer3DModel(**arch.transformer.to_diffusers()) for _ in arch.variant.experts]
     vae = AutoencoderKLWan(**arch.vae.to_diffusers())
 
     tokenizer = build_tokenizer()
@@ -196,23 +199,27 @@ def write_checkpoint(model: TinyModel, directory: str | Path, layout: str = "dif
 def _write_diffusers(model: TinyModel, root: Path) -> None:
     import diffusers
 
-    pipeline = "WanImageToVideoPipeline" if model.kind == "i2v" else "WanPipeline"
+    variant = architecture(model.kind).variant
+    image = variant.input(IMAGE)
+    image_channels = image is not None and image.enters == JOINED_CHANNELS  # diffusers' I2V pipeline
+    pipeline = "WanImageToVideoPipeline" if image_channels else "WanPipeline"
     index = {"_class_name": pipeline, "_diffusers_version": diffusers.__version__}
     index["vae"] = ["diffusers", "AutoencoderKLWan"]
     index["text_encoder"] = ["transformers", "UMT5EncoderModel"]
     index["tokenizer"] = ["transformers", type(model.tokenizer).__name__]
-    if model.kind == "i2v":
+    if image_channels:
         # Wan 2.2 I2V has no CLIP image branch; diffusers records the absent components as nulls
         index["image_encoder"] = [None, None]
         index["image_processor"] = [None, None]
     index["transformer"] = ["diffusers", "WanTransformer3DModel"]
     index["scheduler"] = ["diffusers", "UniPCMultistepScheduler"]
-    index["transformer_2"] = ["diffusers", "WanTransformer3DModel"] if model.transformer_2 is not None else [None, None]
+    second = DIFFUSERS_FOLDERS[LOW]
+    index[second] = ["diffusers", "WanTransformer3DModel"] if model.transformer_2 is not None else [None, None]
     index["boundary_ratio"] = model.boundary_ratio
-    index["expand_timesteps"] = model.kind == "ti2v"
+    index["expand_timesteps"] = variant.per_token_timestep
     _write_json(root / "model_index.json", index)
 
-    for folder, expert in (("transformer", model.transformer), ("transformer_2", model.transformer_2)):
+    for folder, expert in ((DIFFUSERS_FOLDERS[HIGH], model.transformer), (second, model.transformer_2)):
         if expert is not None:
             expert.save_config(root / folder)
             _write_shards(expert.state_dict(), root / folder)
@@ -242,10 +249,11 @@ def _write_official(model: TinyModel, root: Path) -> None:
     experts = (
         {"": model.transformer}
         if model.transformer_2 is None
-        else {"high_noise_model": model.transformer, "low_noise_model": model.transformer_2}
+        else {OFFICIAL_FOLDERS[HIGH]: model.transformer, OFFICIAL_FOLDERS[LOW]: model.transformer_2}
     )
+    task = architecture(model.kind).variant.task
     for folder, expert in experts.items():
-        config = TransformerConfig.from_diffusers(dict(expert.config)).to_official()
+        config = TransformerConfig.from_diffusers(dict(expert.config)).to_official(task)
         _write_json(root / folder / "config.json", config)
         _write_shards(transformer_keymap.diffusers_to_official(expert.state_dict()), root / folder)
     vae_file = "Wan2.2_VAE.pth" if model.vae_kind == "wan2.2" else "Wan2.1_VAE.pth"

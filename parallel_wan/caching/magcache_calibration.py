@@ -11,9 +11,10 @@ unguided run measures one branch and writes it for both).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+from ..report.outputs import write_json
 
 
 def branch_ratio_sums(residual, previous, valid, branches: int, ops):
@@ -41,8 +42,6 @@ def official_curve(per_step: list[list[float]]) -> list[float]:
 def write_curve(directory: str | os.PathLike, curve: list[float]) -> Path:
     """mag_ratios.json beside the video (written under a temporary name, then renamed)."""
     path = Path(directory) / "mag_ratios.json"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps(curve) + "\n")
-    os.replace(tmp, path)
+    write_json(path, curve, indent=None)
     return path

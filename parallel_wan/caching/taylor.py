@@ -6,7 +6,7 @@ the divided differences in step units — and a predicted step sums f(k) · off�
 diffusers' TaylorSeerState does. The factors are float32 (the prediction is what the sampler
 consumes; diffusers defaults to bf16 factors, which an fp32 run should not get silently).
 The state is a fixed set of arrays f0 … f(order) so a compiled program carries it as data; the
-host's plan (plan.py) says how many of them hold something (`terms`).
+host's plan (decisions.py) says how many of them hold something (`terms`).
 """
 
 from __future__ import annotations

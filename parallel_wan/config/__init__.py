@@ -7,34 +7,30 @@ ConfigError (errors.py) are re-exported here.
 
 from ..errors import ConfigError
 from ..parallel.mesh import MeshSpec, mesh_spec
+from .attention import attention_impls
 from .resolve import backend_name, resolve
 from .schema import (
-    ATTENTION_IMPLS,
     BACKENDS,
     DTYPES,
     MEMORY_MODES,
     SAMPLERS,
     SCHEDULES,
-    TASK_IN_CHANNELS,
-    TASKS,
     ModelPreset,
     RunSpec,
     model_preset,
 )
 
 __all__ = [
-    "ATTENTION_IMPLS",
     "BACKENDS",
     "DTYPES",
     "MEMORY_MODES",
     "SAMPLERS",
     "SCHEDULES",
-    "TASK_IN_CHANNELS",
-    "TASKS",
     "ConfigError",
     "MeshSpec",
     "ModelPreset",
     "RunSpec",
+    "attention_impls",
     "backend_name",
     "mesh_spec",
     "model_preset",

@@ -73,7 +73,9 @@ def check_seed(seed: int, prompts: int) -> None:
             if prompts == 1
             else f"prompt i of the {prompts} is seeded seed + i, and each must be a 64-bit generator seed"
         )
-        raise ConfigError(f"seed={seed} must be between 0 and {INT_LIMIT - prompts} ({why}); set e.g. seed=42")
+        raise ConfigError(
+            f"seed={seed} must be between 0 and {INT_LIMIT - prompts} ({why}); set e.g. seed=42", setting="seed"
+        )
 
 
 def writable_folder(key: str, value: str, instead: str) -> str:
@@ -85,11 +87,14 @@ def writable_folder(key: str, value: str, instead: str) -> str:
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise ConfigError(f"{key}={path}: {existing} is a file, not a folder; pick a folder path, {instead}")
+        raise ConfigError(
+            f"{key}={path}: {existing} is a file, not a folder; pick a folder path, {instead}", setting=key
+        )
     try:  # a real write, not os.access: that says yes to root on a read-only mount or in /sys
         tempfile.TemporaryFile(dir=existing).close()  # unnamed (O_TMPFILE) where the kernel can
     except OSError as exc:
         raise ConfigError(
-            f"{key}={path}: {existing} is not writable ({exc.strerror}); pick a writable folder, {instead}"
+            f"{key}={path}: {existing} is not writable ({exc.strerror}); pick a writable folder, {instead}",
+            setting=key,
         ) from None
     return path

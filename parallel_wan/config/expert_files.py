@@ -17,9 +17,10 @@ import struct
 from collections.abc import Mapping
 
 from ..errors import ConfigError
+from ..models.experts import setting_roles
 
-# setting → the expert's role (lora/settings.py's names: high, low, all = a one-expert model's)
-ROLES = {"weights": "all", "weights_high": "high", "weights_low": "low"}
+# setting → the expert's role (high, low, all = a one-expert model's: models/experts.py)
+ROLES = setting_roles("weights")
 
 
 def expert_file_settings(cfg: Mapping, experts: int, model_name: str) -> dict[str, str | None]:

@@ -60,16 +60,20 @@ def schedule_values(key: str, value) -> tuple[float, ...] | None:
         or not len(value)
         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
     ):
-        raise ConfigError(f"{key}={value!r} must be a non-empty list of numbers, one per step, e.g. {example}")
+        raise ConfigError(
+            f"{key}={value!r} must be a non-empty list of numbers, one per step, e.g. {example}", setting=key
+        )
     values = tuple(float(v) for v in value)
     if any(not 0 < v <= top for v in values):
         raise ConfigError(
             f"{key}={list(values)} must lie in (0, {top:g}] ({'σ' if is_sigmas else 't'} = 0 "
-            f"is where sampling ends, appended after the last step); e.g. {example}"
+            f"is where sampling ends, appended after the last step); e.g. {example}",
+            setting=key,
         )
     if any(b >= a for a, b in zip(values, values[1:])):
         raise ConfigError(
-            f"{key}={list(values)} must decrease strictly (one step each, from most to least noise); e.g. {example}"
+            f"{key}={list(values)} must decrease strictly (one step each, from most to least noise); e.g. {example}",
+            setting=key,
         )
     return values
 
@@ -81,7 +85,8 @@ def explicit_schedule_settings(cfg: Mapping, preset_sigmas, preset_timesteps, pr
     sigmas, timesteps = schedule_values("sigmas", cfg.get("sigmas")), schedule_values("timesteps", cfg.get("timesteps"))
     if sigmas is not None and timesteps is not None:
         raise ConfigError(
-            "sigmas=[…] and timesteps=[…] were both given; give one of them (a timestep t is the sigma t/1000)"
+            "sigmas=[…] and timesteps=[…] were both given; give one of them (a timestep t is the sigma t/1000)",
+            setting=("sigmas", "timesteps"),
         )
     source = "given"
     if sigmas is None and timesteps is None:
@@ -94,6 +99,7 @@ def explicit_schedule_settings(cfg: Mapping, preset_sigmas, preset_timesteps, pr
         key = "sigmas" if sigmas is not None else "timesteps"
         raise ConfigError(
             f"steps={steps} conflicts with the {len(given)} {key} {source} (one step each); drop steps= "
-            f"or give {key}=[…] with {steps} values"
+            f"or give {key}=[…] with {steps} values",
+            setting=("steps", key),
         )
     return sigmas, timesteps, len(given)

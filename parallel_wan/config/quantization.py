@@ -2,7 +2,7 @@
 anything loads (no torch import):
 
     quantize=none|fp8|int8          quantize a bf16/fp32 checkpoint's block linears at load, one
-                                    float32 scale per output channel (weights/quantize.py);
+                                    float32 scale per output channel (weights/quantized/);
                                     LoRAs are merged first, into the wide weight
     quant_compute=auto|dequant|fp8  how a quantized layer multiplies: dequant widens its weight to
                                     the run's dtype as it runs (every device, both backends); fp8
@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..backends.capabilities import capabilities
 from ..errors import ConfigError
 
 QUANTIZE = ("none", "fp8", "int8")
@@ -53,7 +54,7 @@ def quant_settings(cfg: Mapping, backend: str, expert_files: bool = False) -> Qu
             "quant_compute=fp8 multiplies float8 weights but quantize=int8 stores int8; set quantize=fp8, "
             "or quant_compute=dequant (or auto) to widen the int8 weights as each layer runs"
         )
-    if compute == "fp8" and backend == "jax":
+    if compute == "fp8" and not capabilities(backend).fp8_compute:
         raise ConfigError(
             "quant_compute=fp8 is the PyTorch FP8 GEMM (torch._scaled_mm) but backend=jax widens quantized "
             "weights inside the layer scan; set quant_compute=dequant (or auto), or backend=torch"

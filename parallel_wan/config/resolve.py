@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import NamedTuple
 
+from ..backends.capabilities import capabilities
 from ..caching.settings import cache_settings
 from ..errors import ConfigError
 from ..lora.settings import lora_settings
+from ..models import latent
+from ..models.registry import architecture
+from ..models.variants import IMAGE
 from ..parallel.mesh import mesh_spec
+from .attention import attention_settings
 from .checks import check_known_keys, check_seed, writable_folder
 from .expert_files import expert_file_settings
 from .few_step import explicit_schedule_settings
 from .quantization import quant_settings
 from .schema import (
-    ATTENTION_IMPLS,
     BACKENDS,
     DTYPES,
     MEMORY_MODES,
@@ -52,20 +57,79 @@ def backend_name(cfg: Mapping) -> str:
 def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> RunSpec:
     """Validate the composed config and fill model defaults. Raises ConfigError.
     `world_size`: processes started (torch), or JAX devices visible (backend=jax); `node_size`:
-    processes per node (mesh=auto keeps Ulysses inside one)."""
+    processes per node (mesh=auto keeps Ulysses inside one).
+
+    The steps run in the order the checks have always fired, so that with several settings wrong
+    the first refusal a user sees stays the same (tests/unit/test_refusal_order.py holds it):
+    that is why a few parts of a section (the numbers, the image, the prompts) are read before
+    the function that assembles it."""
     check_known_keys(cfg)
+    model = _model(cfg)
+    backend = _backend(cfg)
+    mesh_cfg = dict(cfg.get("mesh") or {})
+    named_mesh = _named_mesh(mesh_cfg, world_size, backend)
+    numbers = _numbers(cfg, model)
+    image = _image(cfg, model)
+    checkpoint_dir, files = _weight_sources(cfg, model)
+    dtype, attention = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES), attention_settings(cfg, backend)
+    prompts = _prompts(cfg.get("prompt"))
+    check_seed(numbers.seed, len(prompts))
+    memory = _memory(cfg, backend, model)
+    quantization = quant_settings(cfg, backend, expert_files=any(files.values()))
+    mesh = named_mesh or _auto_mesh(mesh_cfg, model, world_size, numbers, len(prompts), node_size, backend)
+    _check_dp(mesh, model, numbers, len(prompts))
+    return RunSpec(
+        model=model,
+        mesh=mesh,
+        video=_video(cfg, numbers, image, prompts),
+        sampling=_sampling(cfg, model, numbers),
+        cache=_cache(cfg, model, image, backend, numbers.guidance_high, numbers.guidance_low),
+        weights=_weights(cfg, model, checkpoint_dir, files),
+        memory=memory,
+        execution=_execution(cfg, backend, dtype, attention),
+        output=_output(cfg),
+        quantization=quantization,
+    )
+
+
+class _Numbers(NamedTuple):
+    """The video's size and seed and the sampling's numbers, as given or the preset's."""
+
+    num_frames: int
+    height: int
+    width: int
+    steps: int
+    sigmas: tuple | None
+    timesteps: tuple | None
+    guidance_high: float
+    guidance_low: float
+    shift: float
+    seed: int
+
+
+def _model(cfg: Mapping) -> ModelPreset:
     # recipe= lays a few-step recipe over the preset (config/few_step.py); the keys below override both
     recipe = cfg.get("recipe")
-    model = model_preset(cfg["model"] if recipe is None else {**cfg["model"], "recipe": _as(str, "recipe", recipe)})
-    backend = backend_name(cfg)
-    if backend == "auto":
-        # run.py decides backend=auto from the launcher and the host's devices before it gets
-        # here (launch/backend_choice.py); other callers (the planner, tests) plan for torch.
-        backend = "torch"
-    mesh_cfg = dict(cfg.get("mesh") or {})
-    mesh = None if mesh_cfg.get("name") == "auto" else mesh_spec(mesh_cfg, world_size, backend=backend)
+    return model_preset(cfg["model"] if recipe is None else {**cfg["model"], "recipe": _as(str, "recipe", recipe)})
 
-    # conf/config.yaml holds every default; a null there means "the model preset's".
+
+def _backend(cfg: Mapping) -> str:
+    backend = backend_name(cfg)
+    # run.py decides backend=auto from the launcher and the host's devices before it gets
+    # here (launch/backend_choice.py); other callers (the planner, tests) plan for torch.
+    return "torch" if backend == "auto" else backend
+
+
+def _named_mesh(mesh_cfg: Mapping, world_size: int, backend: str):
+    """The mesh as named and sized; None for mesh=auto (picked once the prompts are known)."""
+    if mesh_cfg.get("name") == "auto":
+        return None
+    return mesh_spec(mesh_cfg, world_size, single_controller=capabilities(backend).single_controller)
+
+
+def _numbers(cfg: Mapping, model: ModelPreset) -> _Numbers:
+    """Every number read (a value of the wrong type is refused first), then checked against the
+    model. conf/config.yaml holds every default; a null there means "the model preset's"."""
     num_frames = _as(int, "num_frames", _pick(cfg, "num_frames", model.num_frames))
     height = _as(int, "height", _pick(cfg, "height", model.height))
     width = _as(int, "width", _pick(cfg, "width", model.width))
@@ -75,153 +139,186 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         model.timesteps,
         model.steps,
     )
-    guidance_high = _as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high))
-    guidance_low = _as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low))
-    shift = _as(float, "shift", _pick(cfg, "shift", model.shift))
-    seed = _as(int, "seed", _setting(cfg, "seed"))
+    numbers = _Numbers(
+        num_frames=num_frames,
+        height=height,
+        width=width,
+        steps=steps,
+        sigmas=sigmas,
+        timesteps=timesteps,
+        guidance_high=_as(float, "guidance_high", _pick(cfg, "guidance_high", model.guidance_high)),
+        guidance_low=_as(float, "guidance_low", _pick(cfg, "guidance_low", model.guidance_low)),
+        shift=_as(float, "shift", _pick(cfg, "shift", model.shift)),
+        seed=_as(int, "seed", _setting(cfg, "seed")),
+    )
+    _check_size(numbers, model)
+    _check_sampling(numbers)
+    return numbers
 
-    if num_frames < 1 or num_frames % 4 != 1:
-        near = max(1, 4 * round((num_frames - 1) / 4) + 1)
+
+def _check_size(numbers: _Numbers, model: ModelPreset) -> None:
+    vae = architecture(model.architecture).vae
+    if not latent.frames_fit(numbers.num_frames, vae):
+        stride = vae.scale_factor_temporal
         raise ConfigError(
-            f"num_frames={num_frames} must be 4k+1 (the VAE's temporal stride is 4); try num_frames={near}"
+            f"num_frames={numbers.num_frames} must be {stride}k+1 (the VAE's temporal stride is {stride}); "
+            f"try num_frames={latent.nearest_frames(numbers.num_frames, vae)}",
+            setting="num_frames",
         )
     m = model.size_multiple
-    for key, value in (("height", height), ("width", width)):
+    for key, value in (("height", numbers.height), ("width", numbers.width)):
         if value < m or value % m:
             near = max(m, m * round(value / m))
-            raise ConfigError(f"{key}={value} must be a positive multiple of {m} for {model.name}; try {key}={near}")
-    if steps < 1:
-        raise ConfigError(f"steps={steps} must be at least 1")
-    for key, value in (("guidance_high", guidance_high), ("guidance_low", guidance_low)):
-        if value < 0:
-            raise ConfigError(f"{key}={value} is negative; guidance scales are ≥ 0 (1.0 turns guidance off)")
-    if shift <= 0:
-        raise ConfigError(f"shift={shift} must be positive (official: 12.0 for T2V-A14B, 5.0 otherwise)")
-
-    image = cfg.get("image")
-    if model.task == "i2v" and not image:
-        raise ConfigError(f"model={model.name} generates from an image; set image=PATH (a PNG/JPEG)")
-    if image:
-        image = _as(str, "image", image)
-        if model.task == "t2v":
             raise ConfigError(
-                f"image={image} was given but model={model.name} is text-to-video; drop image= or use an i2v/ti2v model"
+                f"{key}={value} must be a positive multiple of {m} for {model.name}; try {key}={near}", setting=key
             )
-        _check_image_readable(image)
 
+
+def _check_sampling(numbers: _Numbers) -> None:
+    if numbers.steps < 1:
+        raise ConfigError(f"steps={numbers.steps} must be at least 1", setting="steps")
+    for key, value in (("guidance_high", numbers.guidance_high), ("guidance_low", numbers.guidance_low)):
+        if value < 0:
+            raise ConfigError(
+                f"{key}={value} is negative; guidance scales are ≥ 0 (1.0 turns guidance off)", setting=key
+            )
+    if numbers.shift <= 0:
+        raise ConfigError(
+            f"shift={numbers.shift} must be positive (official: 12.0 for T2V-A14B, 5.0 otherwise)", setting="shift"
+        )
+
+
+def _image(cfg: Mapping, model: ModelPreset) -> str | None:
+    """image=: required by a variant that needs one, refused by one that takes none, readable."""
+    image = cfg.get("image")
+    takes_image = architecture(model.architecture).variant.input(IMAGE)
+    if takes_image is not None and takes_image.required and not image:
+        raise ConfigError(
+            f"model={model.name} generates from an image; set image=PATH (a PNG/JPEG)", setting=("model", "image")
+        )
+    if not image:
+        return None
+    image = _as(str, "image", image)
+    if takes_image is None:
+        raise ConfigError(
+            f"image={image} was given but model={model.name} is text-to-video; drop image= or use an i2v/ti2v model",
+            setting=("image", "model"),
+        )
+    _check_image_readable(image)
+    return image
+
+
+def _weight_sources(cfg: Mapping, model: ModelPreset) -> tuple[str | None, dict]:
+    """(checkpoint_dir, expert files): where the weights come from."""
     checkpoint_dir = cfg.get("checkpoint_dir")
     if checkpoint_dir:
         checkpoint_dir = os.path.abspath(os.path.expanduser(_as(str, "checkpoint_dir", checkpoint_dir)))
         if not os.path.isdir(checkpoint_dir):
             raise ConfigError(
                 f"checkpoint_dir={checkpoint_dir} is not a folder; point it at a Wan 2.2 checkpoint (diffusers or "
-                "official layout)"
+                "official layout)",
+                setting="checkpoint_dir",
             )
     elif not model.builtin:
         raise ConfigError(
             f"model={model.name} needs its weights: set checkpoint_dir=DIR (diffusers or official layout), "
-            "or run the built-in tiny model with model=tiny"
+            "or run the built-in tiny model with model=tiny",
+            setting=("model", "checkpoint_dir"),
         )
-
     files = expert_file_settings(cfg, model.experts, model.name)
     if any(files.values()) and not checkpoint_dir:
         key = next(k for k, v in files.items() if v)
         raise ConfigError(
             f"{key}={files[key]} replaces an expert of a checkpoint, but no checkpoint_dir is set; "
-            "set checkpoint_dir=DIR (it still gives the VAE, text encoder, tokenizer and configs)"
+            "set checkpoint_dir=DIR (it still gives the VAE, text encoder, tokenizer and configs)",
+            setting=(key, "checkpoint_dir"),
+        )
+    return checkpoint_dir or None, files
+
+
+def _check_dp(mesh, model: ModelPreset, numbers: _Numbers, prompts: int) -> None:
+    """dp > 1 splits the prompts, or with one prompt carries the two CFG halves."""
+    if mesh.dp <= 1:
+        return
+    guided = uses_guidance(numbers.guidance_high, numbers.guidance_low, model.experts)
+    if prompts == 1 and not (mesh.dp == 2 and guided):
+        raise ConfigError(
+            f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
+            f'dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=["…","…"]) or use a mesh with dp=1',
+            setting=("mesh", "prompt"),
+        )
+    if prompts == 1:
+        _check_cfg_parallel(mesh, model, numbers.guidance_high, numbers.guidance_low)
+    if prompts > 1 and prompts % mesh.dp:
+        raise ConfigError(
+            f"mesh={mesh.name} splits prompts over dp={mesh.dp} but {prompts} prompts were given; "
+            f"give a multiple of {mesh.dp} prompts",
+            setting=("mesh", "prompt"),
         )
 
-    dtype = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES)
-    attention_impl = _choice("attention_impl", str(_setting(cfg, "attention_impl")), ATTENTION_IMPLS)
-    attention_impl = "auto" if attention_impl == "ours" else attention_impl  # ours: auto's old name
-    if attention_impl != "auto" and backend != "torch":
-        raise ConfigError(
-            f"attention_impl={attention_impl} is a PyTorch (CUDA) kernel but backend={backend}; "
-            "use attention_impl=auto (JAX picks its own attention)"
-        )
-    guided = uses_guidance(guidance_high, guidance_low, model.experts)
-    prompts = _prompts(cfg.get("prompt"))
-    check_seed(seed, len(prompts))
-    memory, jax_fsdp, swap_prefetch_steps = _memory(cfg, backend, model)
-    quantization = quant_settings(cfg, backend, expert_files=any(files.values()))
-    if mesh is None:  # mesh=auto: from the world, the model's heads and the guidance
-        mesh = _auto_mesh(
-            mesh_cfg,
-            model,
-            world_size,
-            guides_every_step(guidance_high, guidance_low, model.experts),
-            len(prompts),
-            node_size,
-            backend,
-        )
-    if mesh.dp > 1:
-        if len(prompts) == 1 and not (mesh.dp == 2 and guided):
-            raise ConfigError(
-                f"mesh={mesh.name} has dp={mesh.dp} but one prompt: dp then carries the two CFG halves, which needs "
-                f'dp=2 and guidance on; give {mesh.dp}·k prompts (prompt=["…","…"]) or use a mesh with dp=1'
-            )
-        if len(prompts) == 1:
-            _check_cfg_parallel(mesh, model, guidance_high, guidance_low)
-        if len(prompts) > 1 and len(prompts) % mesh.dp:
-            raise ConfigError(
-                f"mesh={mesh.name} splits prompts over dp={mesh.dp} but {len(prompts)} prompts were given; "
-                f"give a multiple of {mesh.dp} prompts"
-            )
-    return RunSpec(
-        model=model,
-        mesh=mesh,
-        video=VideoSettings(
-            prompts=prompts,
-            negative_prompt=None
-            if cfg.get("negative_prompt") is None
-            else _as(str, "negative_prompt", cfg["negative_prompt"]),
-            image=image or None,
-            seed=seed,
-            num_frames=num_frames,
-            height=height,
-            width=width,
+
+def _video(cfg: Mapping, numbers: _Numbers, image: str | None, prompts: tuple[str, ...]) -> VideoSettings:
+    negative = cfg.get("negative_prompt")
+    return VideoSettings(
+        prompts=prompts,
+        negative_prompt=None if negative is None else _as(str, "negative_prompt", negative),
+        image=image,
+        seed=numbers.seed,
+        num_frames=numbers.num_frames,
+        height=numbers.height,
+        width=numbers.width,
+    )
+
+
+def _sampling(cfg: Mapping, model: ModelPreset, numbers: _Numbers) -> SamplingSettings:
+    return SamplingSettings(
+        steps=numbers.steps,
+        guidance_high=numbers.guidance_high,
+        guidance_low=numbers.guidance_low,
+        shift=numbers.shift,
+        sampler=_choice("sampler", str(_pick(cfg, "sampler", model.sampler)), SAMPLERS),
+        schedule=_choice("schedule", str(_setting(cfg, "schedule")), SCHEDULES),
+        sigmas=numbers.sigmas,
+        timesteps=numbers.timesteps,
+        recipe=model.recipe,
+    )
+
+
+def _weights(cfg: Mapping, model: ModelPreset, checkpoint_dir: str | None, files: dict) -> WeightSettings:
+    return WeightSettings(
+        checkpoint_dir=checkpoint_dir,
+        loras=lora_settings(cfg, model.experts, model.name),
+        cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
+        file=files["weights"],
+        file_high=files["weights_high"],
+        file_low=files["weights_low"],
+    )
+
+
+def _execution(cfg: Mapping, backend: str, dtype: str, attention) -> ExecutionSettings:
+    return ExecutionSettings(
+        backend=backend,
+        device=_as(str, "device", _setting(cfg, "device")),
+        dtype=dtype,
+        attention_impl=attention.attention_impl,
+        sequence_parallel=attention.sequence_parallel,
+        sequence_parallel_set_by=attention.sequence_parallel_set_by,
+        compile=_torch_compile(cfg, backend),
+        scan_loop=_jax_only(cfg, backend, "scan_loop"),
+        dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _setting(cfg, "dist_timeout_s"))),
+    )
+
+
+def _output(cfg: Mapping) -> OutputSettings:
+    return OutputSettings(
+        # null (the default) → this run's own outputs/<date_time> (jobs/output_folder.py claims it)
+        dir=writable_folder(
+            "output_dir",
+            _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
+            "e.g. output_dir=outputs/run1",
         ),
-        sampling=SamplingSettings(
-            steps=steps,
-            guidance_high=guidance_high,
-            guidance_low=guidance_low,
-            shift=shift,
-            sampler=_choice("sampler", str(_pick(cfg, "sampler", model.sampler)), SAMPLERS),
-            schedule=_choice("schedule", str(_setting(cfg, "schedule")), SCHEDULES),
-            sigmas=sigmas,
-            timesteps=timesteps,
-            recipe=model.recipe,
-        ),
-        cache=_cache(cfg, model, image, backend, guidance_high, guidance_low),
-        weights=WeightSettings(
-            checkpoint_dir=checkpoint_dir or None,
-            loras=lora_settings(cfg, model.experts, model.name),
-            cache_dir=_cache_dir(cfg.get("weights_cache_dir")),
-            file=files["weights"],
-            file_high=files["weights_high"],
-            file_low=files["weights_low"],
-        ),
-        memory=MemorySettings(mode=memory, swap_prefetch_steps=swap_prefetch_steps, jax_fsdp=jax_fsdp),
-        execution=ExecutionSettings(
-            backend=backend,
-            device=_as(str, "device", _setting(cfg, "device")),
-            dtype=dtype,
-            attention_impl=attention_impl,
-            compile=_torch_compile(cfg, backend),
-            scan_loop=_jax_only(cfg, backend, "scan_loop"),
-            dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _setting(cfg, "dist_timeout_s"))),
-        ),
-        output=OutputSettings(
-            # null (the default) → this run's own outputs/<date_time> (jobs/output_folder.py claims it)
-            dir=writable_folder(
-                "output_dir",
-                _as(str, "output_dir", _pick(cfg, "output_dir", _timestamped())),
-                "e.g. output_dir=outputs/run1",
-            ),
-            save_frames=_as(bool, "save_frames", _setting(cfg, "save_frames")),
-            log_all_ranks=_as(bool, "log_all_ranks", _setting(cfg, "log_all_ranks")),
-        ),
-        quantization=quantization,
+        save_frames=_as(bool, "save_frames", _setting(cfg, "save_frames")),
+        log_all_ranks=_as(bool, "log_all_ranks", _setting(cfg, "log_all_ranks")),
     )
 
 
@@ -237,7 +334,8 @@ def _check_cfg_parallel(mesh, model: ModelPreset, guidance_high: float, guidance
             raise ConfigError(
                 f"mesh={mesh.name} runs the two CFG halves on dp={mesh.dp} groups, but {key}=1.0 turns CFG off for "
                 f"the {name} (one row per step); use a sequence-parallel mesh of the same size "
-                f"(mesh=cp{mesh.world_size} or mesh.dp=1 with ulysses × ring = {mesh.world_size})"
+                f"(mesh=cp{mesh.world_size} or mesh.dp=1 with ulysses × ring = {mesh.world_size})",
+                setting=("mesh", key),
             )
 
 
@@ -245,11 +343,17 @@ def _cache(cfg: Mapping, model: ModelPreset, image, backend: str, guidance_high:
     """The step-cache settings. On JAX one set of cache arrays serves both experts' programs, so
     their forwards must have the same rows: guidance 1.0 on one expert only is refused there."""
     cache = cache_settings(cfg.get("cache"), model.magcache, with_image=bool(image))
-    if cache.on and backend == "jax" and model.experts == 2 and (guidance_high == 1.0) != (guidance_low == 1.0):
+    if (
+        cache.on
+        and not capabilities(backend).cache_rows_per_expert
+        and model.experts == 2
+        and (guidance_high == 1.0) != (guidance_low == 1.0)
+    ):
         raise ConfigError(
             f"cache={cache.kind} on backend=jax keeps one set of arrays for both experts, but guidance "
             f"{guidance_high:g} (high) / {guidance_low:g} (low) runs CFG on one of them only; use "
-            "backend=torch, or guidance 1.0 on both experts or on neither"
+            "backend=torch, or guidance 1.0 on both experts or on neither",
+            setting=("cache", "backend"),
         )
     return cache
 
@@ -258,75 +362,82 @@ def _auto_mesh(
     mesh_cfg: Mapping,
     model: ModelPreset,
     world_size: int,
-    cfg_everywhere: bool,
+    numbers: _Numbers,
     prompts: int,
     node_size: int | None,
     backend: str,
 ):
-    from ..models.registry import ARCHITECTURES, for_task
+    """mesh=auto: from the world, the model's heads and the guidance."""
     from ..parallel.auto_mesh import auto_mesh
 
     unknown = set(mesh_cfg) - {"name"}
     if unknown:
         raise ConfigError(
             f"mesh=auto picks every degree itself but {sorted(unknown)} were set; name a mesh "
-            "(e.g. mesh=usp2x2) or drop those keys"
+            "(e.g. mesh=usp2x2) or drop those keys",
+            setting="mesh",
         )
-    arch = ARCHITECTURES.get(model.name) or for_task(model.task, model.builtin)
-    mesh = auto_mesh(world_size, arch.transformer.num_attention_heads, cfg_everywhere, prompts, node_size)
-    return mesh_spec(mesh.to_dict(), world_size, backend=backend)
+    heads = architecture(model.architecture).transformer.num_attention_heads
+    cfg_everywhere = guides_every_step(numbers.guidance_high, numbers.guidance_low, model.experts)
+    mesh = auto_mesh(world_size, heads, cfg_everywhere, prompts, node_size)
+    return mesh_spec(mesh.to_dict(), world_size, single_controller=capabilities(backend).single_controller)
 
 
 def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
     value = _as(bool, key, _setting(cfg, key))
-    if value and backend != "jax":
-        raise ConfigError(f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}")
+    if value and key not in capabilities(backend).own_settings:
+        raise ConfigError(
+            f"{key}=true is a JAX backend setting but backend={backend}; add backend=jax or drop {key}", setting=key
+        )
     return value
 
 
 def _torch_compile(cfg: Mapping, backend: str) -> bool:
     value = _as(bool, "compile", _setting(cfg, "compile"))
-    if value and backend != "torch":
+    if value and not capabilities(backend).torch_compile:
         raise ConfigError(
             f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
-            "every step already (XLA); drop compile=true"
+            "every step already (XLA); drop compile=true",
+            setting="compile",
         )
     return value
 
 
-def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> tuple[str, bool, int]:
-    """(memory, jax_fsdp, swap_prefetch_steps). On JAX, memory=sharded IS jax_fsdp (weights
-    sharded by NamedSharding, gathered one layer at a time inside the scan); the older
-    jax_fsdp=true still works and means memory=sharded."""
+def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> MemorySettings:
+    """memory= and swap_prefetch_steps=. jax_fsdp=true is the older spelling of memory=sharded
+    on JAX (weights sharded by NamedSharding, gathered one layer at a time inside the scan): it
+    is read and refused here, and the spec holds memory=sharded only (`RunSpec.shards_weights_over_mesh`)."""
     memory = _choice("memory", str(_setting(cfg, "memory")), MEMORY_MODES)
     jax_fsdp = _jax_only(cfg, backend, "jax_fsdp")
     prefetch = _as(int, "swap_prefetch_steps", _setting(cfg, "swap_prefetch_steps"))
     if prefetch < 0:
         raise ConfigError(
             f"swap_prefetch_steps={prefetch} must be ≥ 0: 0 exchanges the experts block by block during "
-            "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch"
+            "the last high-noise step, n ≥ 1 copies the low-noise expert whole from n steps before the switch",
+            setting="swap_prefetch_steps",
         )
     if jax_fsdp:
         if memory == "swap":
             raise ConfigError(
                 "jax_fsdp=true shards the weights but memory=swap was asked; pick one: "
-                "memory=sharded (same as jax_fsdp=true) or memory=swap without jax_fsdp"
+                "memory=sharded (same as jax_fsdp=true) or memory=swap without jax_fsdp",
+                setting=("jax_fsdp", "memory"),
             )
         memory = "sharded"
-    if memory == "sharded" and backend == "jax":
-        jax_fsdp = True
     if memory == "swap":
         if model.experts != 2:
             raise ConfigError(
                 f"memory=swap swaps the high-noise expert for the low-noise one, but model={model.name} "
-                "has one expert; use memory=resident or memory=sharded"
+                "has one expert; use memory=resident or memory=sharded",
+                setting="memory",
             )
-        if backend == "jax":
+        if not capabilities(backend).swap:
             raise ConfigError(
                 "memory=swap is implemented for backend=torch only; on JAX use memory=sharded "
-                "(weights sharded over the mesh) or memory=resident"
+                "(weights sharded over the mesh) or memory=resident",
+                setting="memory",
             )
-    return memory, jax_fsdp, prefetch
+    return MemorySettings(mode=memory, swap_prefetch_steps=prefetch)
 
 
 def _timestamped() -> str:
@@ -352,19 +463,20 @@ def _prompts(value) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and value and all(isinstance(p, str) for p in value):
         return tuple(value)
     raise ConfigError(
-        f'prompt={value!r} must be a string or a non-empty list of strings, e.g. prompt=\'["a cat","a dog"]\''
+        f'prompt={value!r} must be a string or a non-empty list of strings, e.g. prompt=\'["a cat","a dog"]\'',
+        setting="prompt",
     )
 
 
 def _positive(key: str, value: float) -> float:
     if value <= 0:
-        raise ConfigError(f"{key}={value} must be positive")
+        raise ConfigError(f"{key}={value} must be positive", setting=key)
     return value
 
 
 def _check_image_readable(path: str) -> None:
     if not os.path.isfile(path):
-        raise ConfigError(f"image={path} does not exist; give the path of a PNG or JPEG file")
+        raise ConfigError(f"image={path} does not exist; give the path of a PNG or JPEG file", setting="image")
     try:
         from PIL import Image
 
@@ -372,5 +484,6 @@ def _check_image_readable(path: str) -> None:
             im.verify()
     except Exception as exc:  # PIL raises many types for bad files
         raise ConfigError(
-            f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG"
+            f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG",
+            setting="image",
         ) from None

@@ -9,35 +9,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.capabilities import BACKENDS as _BACKEND_CAPABILITIES
 from ..caching.settings import CacheSettings
 from ..errors import ConfigError
+from ..models.variants import IMAGE
 from ..parallel.mesh import MeshSpec
 from .few_step import apply_recipe, schedule_values
 from .quantization import NO_QUANTIZATION, QuantSettings
 
 INT_LIMIT = 2**63
-TASKS = ("t2v", "i2v", "ti2v")
 SAMPLERS = ("unipc", "euler")
 SCHEDULES = ("auto", "official", "diffusers")
 DTYPES = ("bfloat16", "float32")
-BACKENDS = ("torch", "jax")
-# The torch backend's local attention kernel (README "Attention kernels"): auto = the fastest
-# exact kernel for the device; ours = auto's old name, still accepted (resolve.py maps it).
-ATTENTION_IMPLS = ("auto", "sdpa", "flash", "cudnn", "sage", "xfuser", "ours")
+BACKENDS = tuple(_BACKEND_CAPABILITIES)  # backends/capabilities.py registers them
 # Where the transformer weights live during denoising (README "Memory"): resident = both experts
 # whole on every device; sharded = each device keeps 1/world of every block and gathers one block
 # at a time (FSDP); swap = the low-noise expert waits in host memory, is copied in during the
 # last high-noise steps, and the high-noise expert is freed after its last step.
 MEMORY_MODES = ("resident", "sharded", "swap")
-# Latent channels the transformer sees per task: noise, plus mask + image latent for I2V.
-TASK_IN_CHANNELS = {"t2v": 16, "i2v": 36, "ti2v": 48}
 
 
 @dataclass(frozen=True)
 class ModelPreset:
+    """A model preset (`conf/model/<name>.yaml`): how to run the architecture it names. `task`,
+    `experts` and `size_multiple` are facts of that architecture (models/registry.py), filled in
+    by `model_preset` and kept here as the preset's record (result keys hash it)."""
+
     name: str
-    task: str
-    experts: int  # 2 = high-noise + low-noise (A14B), 1 = TI2V-5B
+    task: str  # the architecture's variant's (models/variants.py)
+    experts: int  # 2 = high-noise + low-noise (A14B), 1 = TI2V-5B: len(the variant's experts)
     boundary: float | None  # switch to the low-noise expert when t < boundary·1000
     shift: float
     steps: int
@@ -47,7 +47,8 @@ class ModelPreset:
     fps: int
     height: int
     width: int
-    size_multiple: int  # VAE spatial stride × patch: 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE)
+    size_multiple: int  # VAE spatial stride × patch: 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE) (models/latent.py)
+    architecture: str = ""  # the registered architecture it runs (models/registry.py); unset: its name
     builtin: bool = False  # a tiny random model built in memory, no checkpoint needed
     # cache=magcache's defaults for this model: {curve: a caching/magcache_curves name (TI2V_5B:
     # the text-only or the image curve, picked by whether an image is given), threshold,
@@ -58,6 +59,14 @@ class ModelPreset:
     sigmas: tuple[float, ...] | None = None
     timesteps: tuple[float, ...] | None = None
     recipe: str | None = None  # a few_step.RECIPES name whose values this preset carries
+
+    @property
+    def variant(self):
+        """Its architecture's variant (models/variants.py): the inputs it takes, per-token
+        timesteps, its experts' names."""
+        from ..models.registry import architecture
+
+        return architecture(self.architecture).variant
 
 
 def uses_guidance(guidance_high: float, guidance_low: float, experts: int) -> bool:
@@ -81,6 +90,11 @@ class VideoSettings:
     num_frames: int
     height: int
     width: int
+
+    @property
+    def inputs(self) -> frozenset[str]:
+        """The inputs besides the prompt that are given (models/variants.py's names)."""
+        return frozenset([IMAGE] if self.image is not None else [])
 
     @property
     def prompt(self) -> str:
@@ -133,7 +147,6 @@ class MemorySettings:
     swap_prefetch_steps: (
         int  # swap: 0 = exchange block by block in the last high-noise step; n = copy from n steps before
     )
-    jax_fsdp: bool  # JAX: weights sharded over every mesh axis, gathered one layer at a time (= sharded)
 
 
 @dataclass(frozen=True)
@@ -143,10 +156,14 @@ class ExecutionSettings:
     backend: str  # torch | jax
     device: str
     dtype: str  # the transformer's and the loop's dtype (norms, modulation, embeddings stay float32)
-    attention_impl: str  # auto | sdpa | flash | cudnn | sage | xfuser (ours → auto)
+    attention_impl: str  # auto | a registered kernel setting: sdpa | flash | cudnn | sage (config/attention.py)
     compile: bool  # torch: torch.compile each transformer block, q/k/v fused
     scan_loop: bool  # JAX: every step in one lax.scan (lax.cond picks the expert)
     dist_timeout_s: float
+    sequence_parallel: str = "ours"  # ours | xfuser (xDiT's attention, its own kernels)
+    # the setting that chose sequence_parallel, as its refusals name it: attention_impl for the
+    # old attention_impl=xfuser
+    sequence_parallel_set_by: str = "sequence_parallel"
 
 
 @dataclass(frozen=True)
@@ -181,6 +198,12 @@ class RunSpec:
     def guides_every_step(self) -> bool:
         return guides_every_step(self.sampling.guidance_high, self.sampling.guidance_low, self.model.experts)
 
+    @property
+    def shards_weights_over_mesh(self) -> bool:
+        """memory=sharded on a backend whose arrays shard over its device mesh (JAX: NamedSharding
+        over every mesh axis, gathered one layer at a time in the scan) — what jax_fsdp=true names."""
+        return self.memory.mode == "sharded" and _BACKEND_CAPABILITIES[self.execution.backend].sharded_memory == "mesh"
+
     def replace(self, **settings) -> RunSpec:
         """A copy with settings changed, named as on the command line (`steps=`, `output_dir=`,
         `memory=`, …) or by section (`model=`, `mesh=`, `cache=`)."""
@@ -202,15 +225,20 @@ class RunSpec:
         """The settings under their command-line names (flat), with the model, mesh and cache as
         records."""
         flat = {
-            "model": dataclasses.asdict(self.model),
+            # the architecture is the preset's (its name decides it): left out, so keys stay as they were
+            "model": {k: v for k, v in dataclasses.asdict(self.model).items() if k != "architecture"},
             "mesh": dataclasses.asdict(self.mesh),
             "cache": dataclasses.asdict(self.cache),
         }
         for name, (section, field) in SECTION_OF.items():
             flat[name] = getattr(getattr(self, section), field)
+        flat["jax_fsdp"] = self.shards_weights_over_mesh  # the older spelling, kept in sidecars and keys
         out = {k: flat[k] for k in FLAT_ORDER}
         # Expert files only when given, so the result keys of runs without them stay as they were.
         out.update(self.weights.expert_files())
+        # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
+        if self.execution.sequence_parallel != "ours":
+            out["sequence_parallel"] = self.execution.sequence_parallel
         return out
 
 
@@ -240,10 +268,18 @@ SECTION_OF = {
     "weights_low": ("weights", "file_low"),
     "memory": ("memory", "mode"),
     "swap_prefetch_steps": ("memory", "swap_prefetch_steps"),
-    "jax_fsdp": ("memory", "jax_fsdp"),
     **{
         f: ("execution", f)
-        for f in ("backend", "device", "dtype", "attention_impl", "compile", "scan_loop", "dist_timeout_s")
+        for f in (
+            "backend",
+            "device",
+            "dtype",
+            "attention_impl",
+            "sequence_parallel",
+            "compile",
+            "scan_loop",
+            "dist_timeout_s",
+        )
     },
     "output_dir": ("output", "dir"),
     "save_frames": ("output", "save_frames"),
@@ -318,29 +354,29 @@ def _as(kind, key: str, value):
     if kind is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}={value!r} is not a boolean; set {key}=true or {key}=false")
+        raise ConfigError(f"{key}={value!r} is not a boolean; set {key}=true or {key}=false", setting=key)
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(f"{key}={value!r} is not a whole number; set e.g. {key}=42")
+            raise ConfigError(f"{key}={value!r} is not a whole number; set e.g. {key}=42", setting=key)
         if not -INT_LIMIT <= value < INT_LIMIT:  # torch, numpy and the JSON sidecar hold 64-bit integers
-            raise ConfigError(f"{key}={value} does not fit in a 64-bit integer; set a smaller {key}")
+            raise ConfigError(f"{key}={value} does not fit in a 64-bit integer; set a smaller {key}", setting=key)
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}={value!r} is not a number; set e.g. {key}=5.0")
+            raise ConfigError(f"{key}={value!r} is not a number; set e.g. {key}=5.0", setting=key)
         if not math.isfinite(value):  # nan/inf would run and render noise (or hang a schedule)
-            raise ConfigError(f"{key}={value} is not a finite number; set e.g. {key}=5.0")
+            raise ConfigError(f"{key}={value} is not a finite number; set e.g. {key}=5.0", setting=key)
         return float(value)
     if not isinstance(value, str):
-        raise ConfigError(f"{key}={value!r} must be a string")
+        raise ConfigError(f"{key}={value!r} must be a string", setting=key)
     return value
 
 
 def _choice(key: str, value: str, options) -> str:
     if value not in options:
-        raise ConfigError(f"{key}={value!r} is not known; choose one of: {', '.join(options)}")
+        raise ConfigError(f"{key}={value!r} is not known; choose one of: {', '.join(options)}", setting=key)
     return value
 
 
@@ -349,6 +385,7 @@ def model_preset(cfg: Mapping) -> ModelPreset:
     unknown = set(cfg) - set(fields)
     if unknown:
         raise ConfigError(f"model preset has unknown keys {sorted(unknown)}; known: {sorted(fields)}")
+    cfg = {**cfg, **architecture_facts(cfg)}
     missing = [n for n, f in fields.items() if n not in cfg and f.default is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"model preset {cfg.get('name')!r} lacks {missing}")
@@ -364,7 +401,6 @@ def model_preset(cfg: Mapping) -> ModelPreset:
             raise ConfigError(f"model preset {cfg.get('name')!r}: magcache has unknown keys {sorted(unknown)}")
         cfg["magcache"] = magcache
     preset = ModelPreset(**cfg)
-    _choice("model.task", preset.task, TASKS)
     _choice("model.sampler", preset.sampler, SAMPLERS)
     explicit = preset.sigmas if preset.sigmas is not None else preset.timesteps
     if explicit is not None and len(explicit) != preset.steps:
@@ -372,8 +408,41 @@ def model_preset(cfg: Mapping) -> ModelPreset:
             f"model preset {preset.name}: steps={preset.steps} but {len(explicit)} explicit "
             "sigmas/timesteps; make them agree"
         )
-    if preset.experts not in (1, 2):
-        raise ConfigError(f"model.experts={preset.experts} must be 1 or 2")
     if preset.experts == 2 and preset.boundary is None:
         raise ConfigError(f"model {preset.name}: two experts need model.boundary (e.g. 0.875)")
     return preset
+
+
+def preset_architecture(cfg: Mapping):
+    """The registered architecture (models/registry.py) a preset's settings name: its
+    `architecture`, else the one of its own name."""
+    from ..models.registry import ARCHITECTURES
+
+    name = cfg.get("architecture") or cfg.get("name")
+    if name not in ARCHITECTURES:
+        raise ConfigError(
+            f"model.architecture={name!r} is not a registered architecture (models/registry.py); "
+            f"set it to one of: {', '.join(sorted(ARCHITECTURES))}"
+        )
+    return ARCHITECTURES[name]
+
+
+def architecture_facts(cfg: Mapping) -> dict:
+    """What a preset's architecture decides ({architecture, task, experts, size_multiple}). A
+    preset that states one of them anyway must agree."""
+    from ..models.latent import size_multiple
+
+    arch = preset_architecture(cfg)
+    facts = {
+        "architecture": arch.name,
+        "task": arch.variant.task,
+        "experts": len(arch.variant.experts),
+        "size_multiple": size_multiple(arch.transformer, arch.vae),
+    }
+    for key, value in facts.items():
+        if cfg.get(key) not in (None, "", value):
+            raise ConfigError(
+                f"model.{key}={cfg[key]!r} but architecture {arch.name} has {value!r}; "
+                f"drop model.{key} (the architecture decides it)"
+            )
+    return facts

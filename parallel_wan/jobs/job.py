@@ -107,7 +107,7 @@ def build_job(raw: dict, world_size: int, node_size: int | None = None, env=os.e
             spec = resolve(entry_raw, world_size, node_size)
             check(spec)
         except ConfigError as exc:
-            raise ConfigError(f"prompts={path} line {item.line}: {exc}") from None
+            raise ConfigError(f"prompts={path} line {item.line}: {exc}", setting=exc.setting) from None
         if mesh is None:
             m = spec.mesh
             mesh = m.to_dict()

@@ -44,6 +44,9 @@ def deciding_settings(spec: RunSpec) -> dict:
     # attention_impl=auto was named "ours" before issue 27: loop states saved then still resume.
     if settings.get("attention_impl") == "auto":
         settings["attention_impl"] = "ours"
+    # sequence_parallel=xfuser was attention_impl=xfuser before issue 39: hashed as it was then.
+    if settings.pop("sequence_parallel", "ours") == "xfuser":
+        settings["attention_impl"] = "xfuser"
     # The image's content decides the video, not where it lies: a moved folder keeps its names.
     settings["image"] = {"sha256": file_sha256(spec.video.image)} if spec.video.image else None
     return settings

@@ -11,11 +11,12 @@ exits 1 after forwarding a SIGTERM) finds the file named by $PARALLEL_WAN_PREEMP
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
+
+from ..report.outputs import write_json
 
 PREEMPTED_EXIT = 75
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -64,8 +65,5 @@ def write_marker(record: dict, env=os.environ) -> str | None:
     if not path:
         return None
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f)
-    os.replace(tmp, path)
+    write_json(path, record, indent=None)
     return path

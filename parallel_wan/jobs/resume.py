@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..pipeline.loop_state import rank_stem
+from ..report.output_names import sidecar_name, video_name
 from ..report.outputs import file_sha256
 from .keys import differences
 
@@ -26,11 +27,11 @@ RESUME_DIR = os.path.join(".parallel_wan", "resume")
 
 
 def video_path(output_dir: str, name: str) -> str:
-    return os.path.join(output_dir, f"{name}.mp4")
+    return os.path.join(output_dir, video_name(name))
 
 
 def sidecar_path(output_dir: str, name: str) -> str:
-    return os.path.join(output_dir, f"{name}.json")
+    return os.path.join(output_dir, sidecar_name(name))
 
 
 def state_dir(output_dir: str, name: str) -> Path:

@@ -3,7 +3,8 @@ is done; a re-run skips what is finished and resumes what was interrupted; SIGTE
 stops every rank after the same step, saves the loop state and exits 75 (preemption.py).
 
 Every rank walks the same list (the decisions read files on the shared output folder and
-votes taken over the ranks), so no rank waits in a collective another rank skipped.
+votes taken over the ranks), so no rank waits in a collective another rank skipped. One entry's
+run — resume, generate, save on a signal — is one_entry.py's, which the server runs too.
 """
 
 from __future__ import annotations
@@ -15,51 +16,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..backends import single_controller
 from ..pipeline.checkpoint import load
-from ..pipeline.loop_state import load_loop_state, rank_stem, save_loop_state
 from .job import Entry, Job, with_output_dir
-from .keys import digest, result_settings, state_settings
+from .keys import result_settings
+from .one_entry import generate_entry, reload_experts, stopped_message
 from .output_folder import claim_folder, release_if_empty
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, write_marker
-from .resume import drop_state, finished, saved_state, state_dir
+from .resume import drop_state, finished, state_dir
 from .single_outputs import check_single_outputs, earlier_files, remove_earlier
 from .texts import encode_job_texts
 
 log = logging.getLogger("parallel_wan")
-
-
-def state_files(job: Job) -> int:
-    """Loop-state files per entry: one per rank of a one-process-per-device backend (torch); one
-    for a single controller's global arrays (JAX). Asked before the backend exists."""
-    return 1 if single_controller(job.base.execution.backend) else job.base.mesh.world_size
-
-
-def state_key(spec, world: int) -> tuple[str, dict]:
-    settings = state_settings(spec, world)
-    return digest(settings), settings
-
-
-def check_saved_states(job: Job) -> dict:
-    """Entry name → (step the saved state is at) for entries with a usable saved state; raises
-    ConfigError (before anything loads) for a state that must not be used. Every rank checks
-    every rank's files, so all ranks agree."""
-    from .resume import check_named_outputs
-
-    found = {}
-    if job.fresh_output:  # a folder of its own, made when the run starts: nothing in it to resume
-        return found
-    for entry in job.entries:
-        if not job.single and entry.line is not None:
-            check_named_outputs(job.output_dir, entry, job.prompts_file)
-        key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
-        for rank in range(state_files(job)):
-            saved = saved_state(job.output_dir, entry, rank, key, settings)
-            if saved is not None:
-                found[entry.name] = saved[1]
-    return found
 
 
 @dataclass
@@ -73,7 +40,7 @@ class JobReport:
 
 def run_job(job: Job, ckpt=None, launch=None, backend=None) -> JobReport:
     from ..backends import make_backend
-    from .generation import log_run
+    from .entry_outputs import log_run
 
     backend = backend or make_backend(job.base, launch)
     output_dir = job.output_dir
@@ -121,7 +88,7 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
         if not job.single:  # every entry's texts encoded once up front; the encoder is freed
             log.info("one load for %d %s", len(todo), _entries_word(job))
             t0 = time.perf_counter()
-            loaded.texts = encode_job_texts([e.spec for e in todo], loaded, backend) or {}
+            loaded.texts = encode_job_texts([e.spec for e in todo], loaded, backend)
             report.timings["text"] = time.perf_counter() - t0
         for number, entry in enumerate(todo, start=1):
             if should_stop():  # a signal while loading or writing: stop before the next entry
@@ -136,13 +103,10 @@ def _run(job: Job, ckpt, backend, flag: PreemptionFlag) -> JobReport:
                             "exit_code": PREEMPTED_EXIT,
                         }
                     )
-                raise Preempted(_stopped_message(flag, f"before {entry.name} (nothing to save)", job, saved=False))
+                raise Preempted(stopped_message(flag, f"before {entry.name} (nothing to save)", job, saved=False))
             if number > 1 and job.base.memory.mode == "swap":
-                # memory=swap frees the high-noise expert during each video: load again
-                # (from the page cache), keeping the encoded texts.
-                texts, t0 = loaded.texts, time.perf_counter()
-                loaded, _ = load(job.base, backend, ckpt)
-                loaded.text_encoder, loaded.texts = None, texts
+                t0 = time.perf_counter()
+                loaded = reload_experts(job.base, backend, ckpt, loaded)
                 report.timings["load"] = report.timings.get("load", 0.0) + time.perf_counter() - t0
             _one(job, entry, number, len(todo), ckpt, loaded, backend, flag, should_stop, report)
     _summary(job, report, time.perf_counter() - started, backend)
@@ -196,7 +160,7 @@ def _todo(job: Job, report: JobReport) -> list:
 def _one(
     job: Job, entry: Entry, number: int, count: int, ckpt, loaded, backend, flag, should_stop, report: JobReport
 ) -> None:
-    from .generation import progress_bar
+    from .entry_outputs import progress_bar
 
     t0 = time.perf_counter()
     show = backend.writes_outputs and not entry.spec.execution.scan_loop
@@ -228,91 +192,8 @@ def _one(
         )
 
 
-def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_stop, progress=None):
-    """One entry through `generate` with the loaded components: from its saved loop state when
-    it has one (resume), stopping when `should_stop()` says so. Returns (the generation, the
-    step it resumed from or None). Stopped with a signal on any rank (`flag`): the state is
-    saved and Preempted raised; stopped for another reason (a server's cancel): the generation
-    comes back with its `state` set, nothing saved. Every job's entries and every server
-    request run through here."""
-    from ..pipeline import generate
-
-    spec = entry.spec
-    start, resumed = None, None
-    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend))
-    if state_dir(job.output_dir, entry.name).is_dir():
-        start, meta = load_loop_state(stem)
-        resumed = start.step
-        log.info(
-            "%s: resuming from step %d of %d (saved after %s)",
-            entry.name,
-            resumed,
-            spec.sampling.steps,
-            meta.get("signal", "a stop"),
-        )
-    gen = generate(spec, backend, ckpt, progress=progress, start=start, components=loaded, should_stop=should_stop)
-    if gen.state is not None and backend.any_rank(flag.raised):  # stopped for a signal: save and go
-        _save_state(job, entry, gen.state, backend, flag)
-        raise Preempted(
-            _stopped_message(
-                flag,
-                f"after step {gen.state.step} of {spec.sampling.steps} of {entry.name}; the loop "
-                f"state is saved in {state_dir(job.output_dir, entry.name)}",
-                job,
-            )
-        )
-    return gen, resumed
-
-
-def _state_rank(backend) -> int:
-    return 0 if backend.single_controller else backend.rank
-
-
-def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
-    """Every torch rank saves its shard; JAX gathers the global arrays (a collective on several
-    hosts, so every controller takes part) and process 0 writes them. Then the ranks meet, so
-    no rank exits (and no launcher requeues) before every file is on disk."""
-    key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
-    meta = {
-        "entry": entry.name,
-        "line": entry.line,
-        "state_key": key,
-        "settings": settings,
-        "steps": entry.spec.sampling.steps,
-        "signal": flag.name,
-        "saved_at": time.time(),
-    }
-    host = state.map(lambda a: a if isinstance(a, np.ndarray) else backend.to_host(a))
-    if not backend.single_controller or backend.writes_outputs:
-        save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend)), host, meta)
-    backend.any_rank(False)  # a barrier
-    if backend.writes_outputs:
-        write_marker(
-            {
-                "entry": entry.name,
-                "step": state.step,
-                "steps": entry.spec.sampling.steps,
-                "signal": flag.name,
-                "output_dir": job.output_dir,
-                "exit_code": PREEMPTED_EXIT,
-            }
-        )
-
-
-def _stopped_message(flag, where: str, job: Job, saved: bool = True) -> str:
-    """Where to resume from. A run without output_dir= made a folder of its own, and the same
-    command would make another and start over: name the folder to pass back."""
-    if job.fresh_output and saved:
-        how = f"run it again with output_dir={job.output_dir} to resume"
-    elif job.fresh_output:
-        how = "run the same command again to start it"
-    else:
-        how = "run the same command again to resume"
-    return f"preempted ({flag.name}): stopped {where}; {how} (exit code {PREEMPTED_EXIT})"
-
-
 def _write(job: Job, entry: Entry, gen, resumed: int | None) -> dict:
-    from .generation import gen_summary, write_generation
+    from .entry_outputs import gen_summary, write_generation
 
     extra = {}
     if resumed is not None:
@@ -401,4 +282,4 @@ def _names(names: list, limit: int = 8) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-__all__ = ["JobReport", "PREEMPTED_EXIT", "Preempted", "check_saved_states", "generate_entry", "run_job"]
+__all__ = ["JobReport", "run_job"]

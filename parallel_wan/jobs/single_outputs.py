@@ -22,6 +22,7 @@ import json
 import os
 
 from ..config import ConfigError
+from ..report.output_names import video_patterns
 from .keys import differences, result_settings
 from .resume import finished, sidecar_path
 
@@ -81,8 +82,7 @@ def earlier_files(output_dir: str, name: str) -> set[str]:
     """Files in `output_dir` an earlier run of entry `name` may have left: what its sidecar lists
     and every file of that entry's naming (NAME.mp4, NAME_000.mp4, frames.npy …)."""
     found = _listed(output_dir, _sidecar(output_dir, name) or {})
-    frames = "frames" if name == "video" else f"{name}.frames"
-    for pattern in (f"{name}.mp4", f"{name}_[0-9][0-9][0-9].mp4", f"{frames}.npy", f"{frames}_[0-9][0-9][0-9].npy"):
+    for pattern in video_patterns(name):
         found.update(glob.glob(os.path.join(glob.escape(output_dir), pattern)))
     return {p for p in found if os.path.isfile(p)}
 

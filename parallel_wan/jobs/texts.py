@@ -7,12 +7,13 @@ Entries with the same texts share one encoding."""
 from __future__ import annotations
 
 
-def encode_job_texts(specs, loaded, backend) -> dict | None:
-    """{(texts…): (n, text_len, dim) CPU tensor} on the rank that encodes (backend.is_main);
-    None elsewhere."""
-    if not backend.is_main:
+def encode_job_texts(specs, loaded, backend):
+    """The texts source of the job (pipeline/text_sources.py EncodedUpFront: (texts…) → (n,
+    text_len, dim) CPU tensor) on the rank that encodes (backend.encodes_text); None elsewhere."""
+    if not backend.encodes_text:
         return None
     from ..pipeline.generate import texts_of
+    from ..pipeline.text_sources import EncodedUpFront
 
     rows = {}
     for spec in specs:
@@ -20,4 +21,4 @@ def encode_job_texts(specs, loaded, backend) -> dict | None:
         if key not in rows:
             rows[key] = loaded.text_encoder.encode(list(key)).cpu()
     loaded.text_encoder.release()
-    return rows
+    return EncodedUpFront(rows)

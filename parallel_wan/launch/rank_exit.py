@@ -14,6 +14,8 @@ import json
 import os
 import time
 
+from ..report.outputs import write_json
+
 ENV = "PARALLEL_WAN_RANK_EXITS"
 
 
@@ -24,10 +26,8 @@ def leave(code: int, line: str, env=os.environ) -> bool:
     if not folder:
         return False
     path = os.path.join(folder, f"{os.getpid()}.json")
-    try:
-        with open(f"{path}.tmp", "w") as f:
-            json.dump({"code": code, "line": line, "time": time.time()}, f)
-        os.replace(f"{path}.tmp", path)  # the script never reads half a record
+    try:  # atomically: the script never reads half a record
+        write_json(path, {"code": code, "line": line, "time": time.time()}, indent=None)
     except OSError:
         return False  # the folder is gone: say it here rather than not at all
     return True
@@ -37,7 +37,7 @@ def read(folder: str) -> list[dict]:
     """Every record in `folder`, the earliest first."""
     records = []
     for name in os.listdir(folder):
-        if name.endswith(".json"):
+        if name.endswith(".json") and not name.startswith("."):  # not a record being written
             with open(os.path.join(folder, name)) as f:
                 records.append(json.load(f))
     return sorted(records, key=lambda r: r["time"])

@@ -15,8 +15,9 @@ import os
 from collections.abc import Mapping
 
 from ..errors import ConfigError
+from ..models.experts import setting_roles
 
-ROLES = {"lora": "all", "lora_high": "high", "lora_low": "low"}
+ROLES = setting_roles("lora")  # setting → the role of the expert it applies to (models/experts.py)
 SAFETENSORS, PICKLED = (".safetensors",), (".pth", ".pt")
 
 

@@ -47,7 +47,7 @@ class ForwardFlops:
 
     @property
     def layer_self_attention(self) -> int:
-        """Self-attention's QKᵀ and PV products: the ≈72 % of a 720p layer REFERENCE.md cites."""
+        """Self-attention's QKᵀ and PV products: ≈72 % of a 720p A14B layer (4.68 of 6.52 PFLOP a forward)."""
         return self.per_layer["self_scores"] + self.per_layer["self_values"]
 
     @property

@@ -6,12 +6,16 @@ from __future__ import annotations
 import math
 
 from ..config import RunSpec
-from ..models.registry import TEXT_LEN, UMT5_XXL, for_task  # noqa: F401  (TEXT_LEN, UMT5_XXL: re-exported to the planner)
+from ..models.registry import (  # noqa: F401  (TEXT_LEN, UMT5_XXL: re-exported to the planner)
+    TEXT_LEN,
+    UMT5_XXL,
+    architecture as registered,
+)
 
 
 def architecture(spec: RunSpec):
     """(TransformerConfig, VaeConfig, text encoder EncoderShape) of the run's model: from
-    checkpoint_dir's configs when given, else the model registry's architecture for the preset's task."""
+    checkpoint_dir's configs when given, else the model registry's architecture the preset names."""
     from ..text.encoder_shape import EncoderShape
 
     if spec.weights.checkpoint_dir is not None:
@@ -22,7 +26,7 @@ def architecture(spec: RunSpec):
         if ckpt.text_encoder_format == "diffusers":
             text = EncoderShape.from_config_file(ckpt.text_encoder_path / "config.json")
         return next(iter(ckpt.transformers.values())), ckpt.vae_config, text
-    arch = for_task(spec.model.task, bool(spec.model.builtin))
+    arch = registered(spec.model.architecture)
     text = dict(arch.text_encoder)
     if arch.builtin:  # the tiny text encoder's vocabulary follows the built-in tokenizer
         from ..builtin import tiny

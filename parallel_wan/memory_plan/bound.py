@@ -62,7 +62,7 @@ def phase_bounds(spec: RunSpec, tcfg, vcfg, text_shape) -> dict:
 
     width = 4 if spec.execution.dtype == "float32" else 2
     dim, units = tcfg.dim, shapes.rows * shapes.local
-    per_token = spec.model.task == "ti2v"
+    per_token = spec.model.variant.per_token_timestep
     token_features = math.prod(tcfg.patch_size) * tcfg.out_channels
     tokens = shapes.batch * shapes.local * token_features * 4  # the sample, fp32
     loop = (

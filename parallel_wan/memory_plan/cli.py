@@ -4,7 +4,6 @@ validate it as the run does, print the plan; exit 0 fits, 1 does not fit, 2 a ba
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from ..config import ConfigError, RunSpec, resolve
 from .report import plan, report
@@ -13,6 +12,7 @@ from .report import plan, report
 def main(argv: list[str]) -> int:
     from ..cli import front
     from ..config.compose import compose_settings
+    from ..entry.endings import refusal
 
     overrides, budget, tflops = [], None, None
     for arg in front("plan", argv):
@@ -46,8 +46,7 @@ def main(argv: list[str]) -> int:
                 raise ConfigError(f"device_tflops={tflops:g} must be a positive number, e.g. device_tflops=989")
         text, fits = plan_report(compose_settings(overrides), budget, tflops)
     except ConfigError as exc:
-        print(f"parallel_wan.plan: error: {exc}", file=sys.stderr)
-        return 2
+        return refusal(exc, "parallel_wan.plan")
     print(text)
     return 0 if fits else 1  # scripts can branch on it; a bad setting is 2
 
@@ -55,7 +54,7 @@ def main(argv: list[str]) -> int:
 def plan_report(raw: dict, budget_gb: float, device_tflops: float | None = None, measure=None) -> tuple[str, bool]:
     """(the plan as printed, whether it fits in `budget_gb`) for composed settings `raw`, on the
     world its mesh names, with the job's compute and how long it takes on this machine's device
-    (measured: `measure` () → DeviceSpeed, default measure/device_speed.py) and, given
+    (measured: `measure` () → DeviceSpeed, default backends/device_facts.py) and, given
     `device_tflops` (a device's dense TFLOP/s), on that device. Raises ConfigError for a bad setting."""
     raw = {**raw, "output_dir": "unused"}
     mesh = raw.get("mesh") or {}
@@ -73,12 +72,10 @@ def time_lines(spec: RunSpec, device_tflops: float | None = None, measure=None) 
     tcfg, vcfg, _ = architecture(spec)
     flops = job_flops(spec, tcfg, vcfg)
     if measure is None:
-        from ..measure.device_speed import measure_device
+        from ..backends.device_facts import measure_device
 
         def measure():
-            return measure_device(
-                "jax" if spec.execution.backend == "jax" else "torch", spec.execution.device, spec.execution.dtype
-            )
+            return measure_device(spec.execution.backend, spec.execution.device, spec.execution.dtype)
 
     lines = ["time (dense, no step cache): " + describe(flops, measure())]
     if device_tflops is not None:

@@ -1,6 +1,6 @@
 """How long a job will take on a device, roughly, before it starts: its FLOPs (counted, not
 guessed: measure/flops.py for every transformer forward, measure/vae_flops.py for the decode)
-over the device's measured matrix-multiply speed (measure/device_speed.py) at the share of it a
+over the device's measured matrix-multiply speed (backends/device_facts.py) at the share of it a
 video model reaches (EFFICIENCY).
 
 Why: a video far beyond what the device can do in reasonable time (a 401-frame 512² video on a
@@ -17,13 +17,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..backends.capabilities import capabilities
+from ..backends.device_facts import DeviceSpeed
 from ..config import RunSpec
-from ..measure.device_speed import DeviceSpeed
 from ..measure.flops import forward_flops
 from ..measure.vae_flops import decode_flops
 from .denoise_bytes import rank_shapes
 
-# The share of the measured dense-GEMM speed (measure/device_speed.py) a whole job reaches, per
+# The share of the measured dense-GEMM speed (backends/device_facts.py) a whole job reaches, per
 # kind of device. A GPU/TPU: one H200's compiled A14B forward ran at 66–68 % of its GEMM peak, eager
 # lower (BENCHMARKS.md "GPU acceptance"). A CPU: the tiny model's runs on this project's 2-core
 # machine took 0.5–1.5× the time their FLOPs need at the bf16 GEMM probe's rate (its attention and
@@ -65,7 +66,7 @@ def job_flops(spec: RunSpec, tcfg, vcfg) -> JobFlops:
         timesteps = explicit_schedule(s.sampler, s.sigmas, s.timesteps).timesteps
     else:
         timesteps = make_schedule("official", s.steps, s.shift).timesteps
-    per_token = spec.model.task == "ti2v"
+    per_token = spec.model.variant.per_token_timestep
     denoise = 0
     for t in timesteps:
         guidance = s.guidance_low if expert_for(float(t), spec) == LOW else s.guidance_high
@@ -133,13 +134,13 @@ def _on_cpu(spec: RunSpec) -> bool:
         return True
     if device.startswith(("cuda", "tpu", "gpu")):
         return False
-    from ..measure.device_speed import accelerator_present
+    from ..backends.device_facts import accelerator_present
 
     return not accelerator_present(spec.execution.backend)
 
 
 def _processes_per_host(spec: RunSpec) -> int:
-    if spec.execution.backend != "torch":
+    if not capabilities(spec.execution.backend).processes_share_host:
         return 1
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
 
@@ -148,7 +149,7 @@ def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:
     """(the line to log, whether it is a warning) for the generations `specs` of one job, or
     None when it is estimated within LOG_AFTER_S. The device is measured only when even its
     kind's fastest would need over PROBE_AFTER_S. `measure`: () → DeviceSpeed (default:
-    measure/device_speed.py's probe)."""
+    backends/device_facts.py's probe)."""
     specs = list(specs)
     parts = [job_flops(s, tcfg, vcfg) for s in specs]
     total = JobFlops(
@@ -160,7 +161,7 @@ def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:
     if sum(optimistic_seconds(p, s) for p, s in zip(parts, specs)) <= PROBE_AFTER_S:
         return None
     if measure is None:
-        from ..measure.device_speed import measure_device
+        from ..backends.device_facts import measure_device
 
         def measure():
             return measure_device(specs[0].execution.backend, specs[0].execution.device, specs[0].execution.dtype)

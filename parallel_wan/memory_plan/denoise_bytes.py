@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 
 from ..config import RunSpec
+from ..models import latent
+from ..models.transformer import patch_grid
 from ..parallel.cfg_rows import halves_in_forward
 from ..parallel.shards import SequenceShards
 from ..parallel.work import RankWork, rank_work
@@ -32,16 +34,9 @@ class RankShapes:
 
 def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     """The shapes `pipeline.generate` gives rank 0 (its work: `parallel.work.rank_work`)."""
-    latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (
-        1,
-        tcfg.out_channels,
-        latent_frames,
-        spec.video.height // vcfg.scale_factor_spatial,
-        spec.video.width // vcfg.scale_factor_spatial,
-    )
-    pt, ph, pw = tcfg.patch_size
-    tokens = (latent_frames // pt) * (latent_shape[3] // ph) * (latent_shape[4] // pw)
+    video = spec.video
+    latent_shape = latent.latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)
+    tokens = math.prod(patch_grid(tcfg, latent_shape))
     work = rank_work(spec.mesh, len(spec.video.prompts), tokens, rank=0)
     # the widest forward: both CFG halves when any expert guides (an unguided expert runs one)
     halves = halves_in_forward(spec.uses_guidance, work.cfg_branch)
@@ -119,12 +114,12 @@ def denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes, vcfg=None) -> Denoise
 def _smaller(spec: RunSpec, tcfg, vcfg, target: int) -> tuple[int, int, RankShapes]:
     """(num_frames, height, rank shapes) of this video cut short in time — and, when one latent
     frame alone is over `target` tokens per rank, in height — to about `target` tokens per rank."""
-    st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
+    ss = vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
     frames, height = spec.video.num_frames, spec.video.height
     per_frame = (height // ss // ph) * (spec.video.width // ss // pw) / spec.mesh.cp
-    latent_frames = max(1, min((frames - 1) // st + 1, round(target / per_frame) * pt))
-    frames = (latent_frames - 1) * st + 1
+    latent_frames = max(1, min(latent.latent_frames(frames, vcfg), round(target / per_frame) * pt))
+    frames = latent.video_frames(latent_frames, vcfg)
     if per_frame > target:  # a frame is too many tokens already: fewer rows of patches too
         height = max(1, round(target / (spec.video.width // ss // pw) * spec.mesh.cp)) * ss * ph
     small = spec.replace(num_frames=frames, height=height)
@@ -137,7 +132,6 @@ def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
 
     from ..measure.live_bytes import LiveBytes, held_bytes
     from ..models import transformer as dit
-    from ..models.experts import HIGH, LOW, SINGLE
     from ..pipeline.denoise import DenoiseTask, denoise
     from ..sampling import make_schedule
     from .meta_backend import META, MetaBackend
@@ -155,16 +149,16 @@ def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
     task_cond = None
     if extra_channels:  # I2V: the condition's channels, joined to the noise tokens
         task_cond = torch.empty((1, shapes.local, patch * extra_channels), device=META)
-    per_token = spec.model.task == "ti2v"
-    fixed_mask = np.ones((shapes.local, 1), np.float32) if per_token and spec.video.image is not None else None
+    variant = spec.model.variant
+    fixed_mask = np.ones((shapes.local, 1), np.float32) if variant.holds_frames(spec.video.inputs) else None
     task = DenoiseTask(
-        {name: (tcfg, params) for name in (HIGH, LOW, SINGLE)},
+        {name: (tcfg, params) for name in variant.experts},
         context,
         n,
         _work(spec, shapes),
         dit.patch_grid(tcfg, shapes.latent_shape),
         spec.uses_guidance,
-        per_token_timestep=per_token,
+        per_token_timestep=variant.per_token_timestep,
         cond_tokens=task_cond,
         fixed_mask=fixed_mask,
     )
@@ -187,7 +181,7 @@ def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
 
 
 def cache_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> int:
-    """What a step cache keeps between steps on a rank (caching/step_cache.py), counted from
+    """What a step cache keeps between steps on a rank (caching/host_cache.py), counted from
     the shapes (the first-block decision reads values, which meta tensors have none of):
     MagCache one block-stack residual (rows × Lc × dim, the run's dtype), First-Block Cache two
     (block 0's residual and the tail's), TaylorSeer order + 1 float32 copies of the output."""

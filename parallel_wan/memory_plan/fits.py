@@ -15,9 +15,9 @@ Every size is checked against the planner's numbers, in up to three stages, chea
 from __future__ import annotations
 
 import math
-import os
 
 from ..config import ConfigError, RunSpec
+from ..models.latent import latent_shape, video_frames
 from ..models.rope import MAX_POSITIONS
 from .host_memory import host_memory
 
@@ -30,11 +30,12 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
     `device`: what `device_memory` said, asked once before (a server's HTTP process checks every
     request against it and never touches a device)."""
     tcfg, vcfg = architecture_of(spec, ckpt)
-    st, ss = vcfg.scale_factor_temporal, vcfg.scale_factor_spatial
+    ss = vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
-    latent = ((spec.video.num_frames - 1) // st + 1, spec.video.height // ss, spec.video.width // ss)
+    video = spec.video
+    latent = latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)[2:]
     most = {
-        "num_frames": (MAX_POSITIONS * pt - 1) * st + 1,
+        "num_frames": video_frames(MAX_POSITIONS * pt, vcfg),
         "height": MAX_POSITIONS * ph * ss,
         "width": MAX_POSITIONS * pw * ss,
     }
@@ -45,7 +46,8 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
         if size > MAX_POSITIONS:
             raise ConfigError(
                 f"{key}={value} gives {size} token positions along that axis but the model has "
-                f"{MAX_POSITIONS} (RoPE); set {key} ≤ {most[key]}"
+                f"{MAX_POSITIONS} (RoPE); set {key} ≤ {most[key]}",
+                setting=key,
             )
     if device is not None:
         budget, where = device
@@ -73,7 +75,8 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
     raise ConfigError(
         f"{size} does not fit: the planner puts its peak at {p.peak / GB:.2f} GB per device but {where} "
         f"has {budget / GB:.2f} GB; try: {'; '.join(suggestions(p, budget))} "
-        "(python -m parallel_wan.plan prints the whole plan)"
+        "(python -m parallel_wan.plan prints the whole plan)",
+        setting=("num_frames", "height", "width"),
     )
 
 
@@ -81,23 +84,23 @@ def architecture_of(spec: RunSpec, ckpt):
     """(TransformerConfig, VaeConfig) of the run: the checkpoint's when described, else the registry's."""
     if ckpt is not None:
         return next(iter(ckpt.transformers.values())), ckpt.vae_config
-    from ..models.registry import for_task
+    from ..models.registry import architecture
 
-    arch = for_task(spec.model.task, bool(spec.model.builtin))
+    arch = architecture(spec.model.architecture)
     return arch.transformer, arch.vae
 
 
 def _text_shape(spec: RunSpec, ckpt):
     """The text encoder's shape without torch or a tokenizer: the checkpoint's config, else the
     registry's (the built-in model's vocabulary follows its tokenizer: a bound stands in)."""
-    from ..models.registry import UMT5_XXL, for_task
+    from ..models.registry import UMT5_XXL, architecture
     from ..text.encoder_shape import EncoderShape
 
     if ckpt is not None and ckpt.text_encoder_format == "diffusers":
         return EncoderShape.from_config_file(ckpt.text_encoder_path / "config.json")
     if ckpt is not None:
         return EncoderShape.from_config(UMT5_XXL)
-    fields = dict(for_task(spec.model.task, bool(spec.model.builtin)).text_encoder)
+    fields = dict(architecture(spec.model.architecture).text_encoder)
     fields.setdefault("vocab_size", 1 << 17)  # the tiny tokenizer's is far smaller
     return EncoderShape.from_config(fields)
 
@@ -110,23 +113,12 @@ def device_memory(spec: RunSpec) -> tuple[float | None, str]:
     still allows when that is less (host_memory.py) — shared by the processes of this node
     (torchrun's LOCAL_WORLD_SIZE) or by JAX's virtual CPU devices, which all live in this one
     process's memory."""
-    if spec.execution.backend == "torch":
-        import torch
+    from ..backends.device_facts import accelerator_memory, cpu_sharers
 
-        if spec.execution.device != "cpu" and torch.cuda.is_available():
-            index = torch.device(spec.execution.device).index if spec.execution.device.startswith("cuda:") else 0
-            return float(torch.cuda.get_device_properties(index).total_memory), f"cuda:{index}"
-        sharers = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    else:
-        import jax
-
-        from ..backends.jax.backend import visible_devices
-
-        device = visible_devices(spec.execution.device)[0]
-        if device.platform != "cpu":
-            limit = (device.memory_stats() or {}).get("bytes_limit")
-            return (float(limit) if limit else None), f"{device.platform}:{device.id}"
-        sharers = len(jax.local_devices(backend="cpu"))
+    accelerator = accelerator_memory(spec.execution.backend, spec.execution.device)
+    if accelerator is not None:
+        return accelerator
+    sharers = cpu_sharers(spec.execution.backend)
     host = host_memory()
     if host is None:
         return None, "host memory"

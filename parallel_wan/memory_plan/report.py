@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..backends.capabilities import capabilities
 from ..config import RunSpec
 from ..report.words import counted
 from .architecture import architecture, transformer_shapes
@@ -118,7 +119,8 @@ def suggestions(p: MemoryPlan, budget: float) -> list[str]:
     weighty = p.weights["denoise"] > 0.25 * budget
     if weighty and spec.memory.mode != "sharded" and spec.mesh.world_size > 1:
         out.append("memory=sharded (weights 1/world per device)")
-    if weighty and spec.memory.mode == "resident" and spec.model.experts == 2 and spec.execution.backend == "torch":
+    swappable = spec.model.experts == 2 and capabilities(spec.execution.backend).swap
+    if weighty and spec.memory.mode == "resident" and swappable:
         out.append("memory=swap (one expert on the device; exchanged block by block at the switch)")
     if weighty and spec.quantization.quantize == "none":
         # block linears at one byte per weight (+ a float32 scale per row) instead of bf16's two

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..backends.capabilities import capabilities
 from ..config import RunSpec
 
 
@@ -15,9 +16,9 @@ def _element(dtype: str) -> int:
 def tensor_bytes(name: str, shape, dtype: str, quantize: str = "none") -> int:
     """Bytes the loader gives `name` (models.transformer.keeps_fp32's float32 exceptions; under
     quantize=fp8|int8 a block linear's weight is one byte per value plus its float32 scale per
-    output row: weights/quantize.py)."""
+    output row: weights/quantized/)."""
     from ..models.transformer import keeps_fp32
-    from ..weights.quantizable import quantizable
+    from ..weights.quantized.names import quantizable
 
     if quantize != "none" and quantizable(name) and len(shape) == 2:
         return math.prod(shape) + shape[0] * 4
@@ -38,7 +39,7 @@ def expert_bytes(shapes: dict, dtype: str, world: int, quantize: str = "none") -
     """Byte counts of one expert on a rank of `world`. Chunks follow FSDP2: dim 0 padded to a
     multiple of the world, ceil(rows / world) rows per rank (a quantized weight's rows carry
     their scale, so its chunk is rows × (in + 4) bytes as well)."""
-    from ..weights.quantizable import quantizable
+    from ..weights.quantized.names import quantizable
 
     whole = block0 = sharded = rest = rest_chunk = widened = 0
     blocks: dict[str, int] = {}
@@ -75,7 +76,8 @@ def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
 
 def _weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
     experts, world = spec.model.experts, spec.mesh.world_size
-    if spec.memory.mode == "sharded" and world > 1 and spec.execution.backend == "torch":
+    rank_rows = capabilities(spec.execution.backend).sharded_memory == "rank_rows"
+    if spec.memory.mode == "sharded" and world > 1 and rank_rows:
         kept = experts * (eb.sharded_blocks + eb.rest_chunk)
         denoise = kept + experts * eb.rest + 2 * eb.block  # block i whole + block i+1 gathering
         return {

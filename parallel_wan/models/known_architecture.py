@@ -1,7 +1,7 @@
-"""Which architecture of the registry a checkpoint's configs describe, and which one a preset
-names. With weights the checkpoint's configs win (weights/layout.py reads them) and the preset
-gives only the run's defaults (steps, size, frames, guidance, shift, boundary), so a preset of
-another model runs whatever the checkpoint holds; these name both, for the log and the sidecar.
+"""Which architecture of the registry a checkpoint's configs describe. A preset names its own
+(`architecture`); with weights the checkpoint's configs win (weights/layout.py reads them) and the
+preset gives only the run's defaults (steps, size, frames, guidance, shift, boundary), so a preset
+of another model runs whatever the checkpoint holds; the log and the sidecar name both.
 
 Plain data (no torch, no jax), like the registry. Kept out of registry.py: that file's bytes are
 part of the built-in model's store key (builtin/stored.py), which this must not change.
@@ -9,7 +9,7 @@ part of the built-in model's store key (builtin/stored.py), which this must not 
 
 from __future__ import annotations
 
-from .registry import ARCHITECTURES, Architecture, for_task
+from .registry import ARCHITECTURES
 from .transformer_config import TransformerConfig
 from .vae_config import VaeConfig
 
@@ -40,12 +40,6 @@ def identify(transformer: TransformerConfig, vae: VaeConfig) -> str | None:
         if dimensions(arch.transformer, arch.vae) == mine:
             return arch.name
     return None
-
-
-def of_preset(name: str, task: str, builtin: bool) -> Architecture:
-    """The architecture a preset is for: the one of its name, else its task's (a Lightning
-    preset, a user's copy of a real preset)."""
-    return ARCHITECTURES.get(name) or for_task(task, builtin)
 
 
 def described(transformer: TransformerConfig, vae: VaeConfig) -> str:

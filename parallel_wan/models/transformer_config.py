@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from .variants import TASKS
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -49,7 +51,7 @@ class TransformerConfig:
     def from_official(cls, cfg: dict) -> TransformerConfig:
         """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
         model_type = cfg.get("model_type", "t2v")
-        if model_type not in ("t2v", "i2v", "ti2v"):
+        if model_type not in TASKS:
             raise ValueError(
                 f"official config model_type {model_type!r} is not a Wan 2.2 T2V/I2V/TI2V model; "
                 "parallel_wan runs t2v, i2v and ti2v checkpoints"
@@ -78,10 +80,11 @@ class TransformerConfig:
         d["patch_size"] = list(self.patch_size)
         return d
 
-    def to_official(self) -> dict:
+    def to_official(self, model_type: str) -> dict:
+        """The official `config.json` of a model of this variant's task (`model_type`: t2v, i2v, ti2v)."""
         return {
             "_class_name": "WanModel",
-            "model_type": "i2v" if self.in_channels == 36 else ("ti2v" if self.in_channels == 48 else "t2v"),
+            "model_type": model_type,
             "patch_size": list(self.patch_size),
             "text_len": self.text_len,
             "in_dim": self.in_channels,

@@ -60,11 +60,11 @@ class MeshSpec:
         return {"dp": self.dp, "cp": self.cp, "ring": self.ring, "ulysses": self.ulysses}[axis]
 
 
-def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None, backend: str = "torch") -> MeshSpec:
+def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None, single_controller: bool = False) -> MeshSpec:
     """Validate the mesh degrees against each other, the world size and (when known) the
-    attention head count. For torch the world size is the number of processes and must equal
-    dp×cp; for JAX (one process drives every local device) it is the number of devices, and a
-    mesh may use the first dp×cp of them."""
+    attention head count. One process per device (torch): the world size is the number of
+    processes and must equal dp×cp; a single controller (JAX: one process drives every local
+    device): it is the number of devices, and a mesh may use the first dp×cp of them."""
     known = ("name", "dp", "cp", "ulysses", "ring")
     unknown = set(cfg) - set(known)
     if unknown:
@@ -80,7 +80,7 @@ def mesh_spec(cfg: Mapping, world_size: int = 1, heads: int | None = None, backe
             f"{name}: cp={mesh.cp} must equal ulysses×ring={mesh.ulysses}×{mesh.ring}={mesh.ulysses * mesh.ring}; "
             f"set mesh.ulysses and mesh.ring so their product is {mesh.cp}"
         )
-    if backend == "jax":
+    if single_controller:
         check_jax_devices(mesh, world_size)
     elif mesh.world_size != world_size:
         launch = f"torchrun --nproc-per-node {mesh.world_size} -m parallel_wan.run mesh={mesh.name}"

@@ -1,4 +1,4 @@
-"""The orchestrator: one generation end to end, backend-agnostic (DESIGN.md steps 2–7).
+"""The orchestrator: one generation end to end, backend-agnostic (the data flow in docs/architecture.md).
 
 Load → encode text once → draw noise on the host from the seed → denoise patch tokens with
 the dual-expert loop (the host decides the expert and guidance per step; the backend's noise

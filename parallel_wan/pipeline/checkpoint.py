@@ -7,10 +7,13 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..config import TASK_IN_CHANNELS, ConfigError, RunSpec, mesh_spec
+from ..config import ConfigError, RunSpec, mesh_spec
 from ..models import transformer as dit
-from ..models.experts import HIGH, LOW, SINGLE
+from ..models.experts import EXPERT_OF_ROLE, LOW, ROLE
+from ..models.latent import size_multiple
+from ..models.registry import architecture
 from .steps import check_step_plan
+from .text_sources import TextSource
 
 log = logging.getLogger("parallel_wan")
 
@@ -19,11 +22,9 @@ def preflight(spec: RunSpec):
     """Cheap checks of the checkpoint against the run (json and safetensors headers only).
     Returns the checkpoint description, or None for the built-in tiny model."""
     if spec.weights.checkpoint_dir is None:
-        from ..builtin.kinds import transformer_config  # no torch: the HTTP process runs this
-
-        check_heads(spec, transformer_config(spec.model.task))
-        experts = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]
-        expert_loras(spec, {name: transformer_config(spec.model.task) for name in experts})  # checked now
+        tcfg = architecture(spec.model.architecture).transformer  # plain data: the HTTP process runs this
+        check_heads(spec, tcfg)
+        expert_loras(spec, {name: tcfg for name in spec.model.variant.experts})  # checked now
         check_step_plan(spec, None)
         return None
     from ..weights.layout import CheckpointError, describe_checkpoint
@@ -51,10 +52,9 @@ def with_expert_files(spec: RunSpec, ckpt):
     from ..config.expert_files import ROLES
     from ..weights.expert_file import describe_expert_file
 
-    expert_of = {"all": SINGLE, "high": HIGH, "low": LOW}
     described = {}
     for setting, path in files.items():
-        expert = expert_of[ROLES[setting]]
+        expert = EXPERT_OF_ROLE[ROLES[setting]]
         if expert not in ckpt.transformers:
             raise ConfigError(
                 f"{setting}={path}: checkpoint_dir={ckpt.root} has no {expert} expert "
@@ -104,11 +104,11 @@ def architecture_record(spec: RunSpec, ckpt) -> dict:
     """The sidecar's record of the architecture that ran: the registry's name for the
     checkpoint's configs (None: one it does not list), the preset's, whether they agree, and the
     dimensions read from the checkpoint — which win over the preset's (docs/architecture.md)."""
-    from ..models.known_architecture import dimensions, identify, of_preset
+    from ..models.known_architecture import dimensions, identify
 
     tcfg = next(iter(ckpt.transformers.values()))  # the experts of a pair share every dimension
     name = identify(tcfg, ckpt.vae_config)
-    preset = of_preset(spec.model.name, spec.model.task, spec.model.builtin).name
+    preset = spec.model.architecture
     dims = dimensions(tcfg, ckpt.vae_config)
     return {
         "name": name,
@@ -121,12 +121,12 @@ def architecture_record(spec: RunSpec, ckpt) -> dict:
 def log_architecture(spec: RunSpec, ckpt) -> None:
     """One line on the main rank: the architecture used, and a WARNING when the preset names
     another (the checkpoint's configs are used; the preset gives only the run's defaults)."""
-    from ..models.known_architecture import described, identify, of_preset
+    from ..models.known_architecture import described, identify
 
     tcfg = next(iter(ckpt.transformers.values()))
     name = identify(tcfg, ckpt.vae_config)
     what = f"{'the ' + name if name else 'an unlisted'} architecture ({described(tcfg, ckpt.vae_config)})"
-    preset = of_preset(spec.model.name, spec.model.task, spec.model.builtin)
+    preset = architecture(spec.model.architecture)
     if name == preset.name:
         log.info("architecture: %s, from %s", what, ckpt.root)
         return
@@ -163,34 +163,34 @@ def expert_loras(spec: RunSpec, transformers: dict) -> dict:
     from ..lora.settings import expert_sources
     from ..models.transformer_shapes import param_shapes
 
-    role = {HIGH: "high", LOW: "low", SINGLE: "all"}
     return {
-        name: expert_lora(name, expert_sources(spec.weights.loras, role[name]), param_shapes(tcfg))
+        name: expert_lora(name, expert_sources(spec.weights.loras, ROLE[name]), param_shapes(tcfg))
         for name, tcfg in transformers.items()
     }
 
 
 def check_compatible(spec: RunSpec, ckpt) -> None:
     experts = sorted(ckpt.experts)
-    want = [HIGH, LOW] if spec.model.experts == 2 else [SINGLE]
+    want = list(spec.model.variant.experts)
     if experts != sorted(want):
         raise ConfigError(
             f"checkpoint_dir={ckpt.root} holds experts {experts} but model={spec.model.name} needs {want}; "
             "pick the model preset that matches the checkpoint"
         )
     for name, tcfg in ckpt.transformers.items():
-        need = TASK_IN_CHANNELS[spec.model.task]
+        need = architecture(spec.model.architecture).transformer.in_channels
         if tcfg.in_channels != need:
             raise ConfigError(
                 f"checkpoint_dir={ckpt.root}: the {name} transformer takes {tcfg.in_channels} input channels but "
                 f"model={spec.model.name} ({spec.model.task}) needs {need}; pick the matching model preset"
             )
     check_heads(spec, ckpt.transformers[experts[0]])
-    stride = ckpt.vae_config.scale_factor_spatial * ckpt.transformers[experts[0]].patch_size[1]
+    stride = size_multiple(ckpt.transformers[experts[0]], ckpt.vae_config)
     if spec.video.height % stride or spec.video.width % stride:
         raise ConfigError(
             f"height={spec.video.height} width={spec.video.width} must be multiples of {stride} for this checkpoint's "
-            "VAE and patch size"
+            "VAE and patch size",
+            setting=("height", "width"),
         )
     check_step_plan(spec, ckpt)  # every entry of a job: its steps decide whether a cache curve fits
 
@@ -230,15 +230,7 @@ def builtin_checkpoint(spec: RunSpec, fallback: str):
     from ..builtin.stored import tiny_checkpoint_folder
     from ..weights.layout import describe_checkpoint
 
-    return describe_checkpoint(tiny_checkpoint_folder(spec.model.task, fallback))
-
-
-def materialize_tiny(spec: RunSpec, folder: str):
-    from ..builtin.tiny import build_tiny, write_checkpoint
-    from ..weights.layout import describe_checkpoint
-
-    write_checkpoint(build_tiny(kind=spec.model.task, seed=0), folder, layout="diffusers")
-    return describe_checkpoint(folder)
+    return describe_checkpoint(tiny_checkpoint_folder(spec.model.architecture, fallback))
 
 
 def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
@@ -252,7 +244,7 @@ def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
 
         rows = {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}
         if spec.quantization.quantize != "none":  # each quantized weight's scale has its rows
-            from ..weights.quantize import quantizable, scale_name
+            from ..weights.quantized.names import quantizable, scale_name
 
             rows.update({scale_name(n): r for n, r in rows.items() if quantizable(n)})
         return {"where": "sharded", "full_rows": rows}
@@ -268,7 +260,7 @@ class Loaded:
     vae_params: object
     text_encoder: object
     loras: dict | None = None  # expert → lora.merge.ExpertLora merged into it (None: none)
-    texts: dict | None = None  # a job's texts encoded up front: text → (text_len, dim) rows (jobs/texts.py)
+    texts: TextSource | None = None  # where generate takes the texts' rows (text_sources.py); None: encode them
 
 
 def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
@@ -291,7 +283,7 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         cache_dir = None
 
     loras = expert_loras(spec, ckpt.transformers)
-    if backend.is_main:
+    if backend.leader:
         log_architecture(spec, ckpt)
         log_expert_files(ckpt)
 
@@ -321,11 +313,15 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         )
 
     def text_and_vae():
-        text_encoder = TextEncoder.load(ckpt, spec.execution.dtype, backend.text_device) if backend.is_main else None
+        text_encoder = (
+            TextEncoder.load(ckpt, spec.execution.dtype, backend.text_device) if backend.encodes_text else None
+        )
         vae_cfg, vae_params = load_vae(ckpt, "float32")
         return text_encoder, vae_cfg, backend.place(vae_params, "float32")
 
-    with ThreadPoolExecutor(max_workers=1 + len(ckpt.experts), thread_name_prefix="load") as pool:
+    # the experts and the VAE load side by side, unless placing is a collective (JAX across hosts)
+    workers = 1 + len(ckpt.experts) if backend.places_concurrently else 1
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="load") as pool:
         background = pool.submit(text_and_vae)
         experts = dict(pool.map(expert, ckpt.experts))
         text_encoder, vae_cfg, vae_params = background.result()

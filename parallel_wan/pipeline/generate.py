@@ -1,4 +1,4 @@
-"""One generation end to end (DESIGN.md steps 2–7), on any backend."""
+"""One generation end to end (the data flow in docs/architecture.md), on any backend."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import RunSpec
-from ..models import transformer as dit
+from ..models import latent, transformer as dit
+from ..models.variants import IMAGE, JOINED_CHANNELS
 from ..report.timing import PhaseTimer
-from .checkpoint import architecture_record, load
+from .checkpoint import load
 from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise
 from .local_work import gather_latent_tokens, local_work
 from .loop_state import LoopState
-from .steps import pick_schedule, plan_record, step_cache_plan, step_plan, unguided_experts
+from .sidecar import Ran, sidecar_info
+from .steps import pick_schedule, step_cache_plan, step_plan, unguided_experts
 
 log = logging.getLogger("parallel_wan")
 
@@ -48,13 +50,13 @@ def texts_of(spec: RunSpec) -> list[str]:
 
 def encode_text(spec: RunSpec, loaded, backend):
     """Prompts and the negative prompt through UMT5 in one batched call on the main rank,
-    then broadcast; the encoder is released. A job of many entries encodes every text once
-    up front (jobs/texts.py) and hands the rows over in `loaded.texts`."""
+    then broadcast; the encoder is released. A caller with a texts source in `loaded.texts`
+    (text_sources.py: a job's texts encoded up front, a server's encoded on demand) gives the
+    rows instead."""
     context = None
-    if backend.is_main:
-        texts = getattr(loaded, "texts", None)  # a caller's own components may not have the field
-        if texts is not None:
-            context = texts[tuple(texts_of(spec))].to(backend.text_device)
+    if backend.encodes_text:
+        if loaded.texts is not None:
+            context = loaded.texts.rows(tuple(texts_of(spec))).to(backend.text_device)
         else:
             context = loaded.text_encoder.encode(texts_of(spec))
             loaded.text_encoder.release()
@@ -78,146 +80,195 @@ def generate(
 
     `components`: what `load_components` loaded, for a job that loads once and generates many
     times (jobs/runner.py); the load phase is then skipped."""
-    ops = backend.ops
     timer = PhaseTimer(backend.synchronize)
-    progress = progress or (lambda it: it)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
-        if components is None:  # a caller that did not load (tests, benchmarks): the run's one load
-            with timer.phase("load"):
-                loaded, ckpt = load(spec, backend, ckpt, tiny_dir)
-        else:
-            loaded = components
-            ckpt = loaded.ckpt
-
-        with timer.phase("text"):
-            context = encode_text(spec, loaded, backend)
-
-        vcfg = loaded.vae_config
-        latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
-        lh, lw = spec.video.height // vcfg.scale_factor_spatial, spec.video.width // vcfg.scale_factor_spatial
-        tcfg = next(iter(loaded.experts.values()))[0]
-        latent_shape = (1, tcfg.out_channels, latent_frames, lh, lw)
-        grid = dit.patch_grid(tcfg, latent_shape)
-        work = local_work(spec, math.prod(grid), backend)
-
-        cond_tokens = fixed_tokens = fixed_mask = image_record = None
-        if spec.video.image is not None:
-            with timer.phase("vae_encode"):
-                image, image_record = load_image(spec.video.image, spec.video.height, spec.video.width)
-                if spec.model.task == "i2v":
-                    cond = i2v_condition(
-                        image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend
-                    )
-                    cond_tokens = work.local(dit.patchify(cond, tcfg.patch_size, ops), backend)
-                else:
-                    fixed_tokens, fixed_mask = ti2v_first_frame(
-                        image, latent_frames, grid, vcfg, tcfg, loaded.vae_params, ops, backend
-                    )
-                    fixed_tokens, fixed_mask = work.local(fixed_tokens, backend), work.local_host(fixed_mask)
-
-        schedule_kind, schedule = pick_schedule(spec, ckpt)
-        task = DenoiseTask(
-            loaded.experts,
-            context,
-            len(spec.video.prompts),
-            work,
-            grid,
-            spec.uses_guidance,
-            per_token_timestep=spec.model.task == "ti2v",
-            cond_tokens=cond_tokens,
-            fixed_mask=fixed_mask,
-            cache=spec.cache if spec.cache.on else None,
-            cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
-            unguided=unguided_experts(spec),
-        )
-        predict = backend.noise_predictor(task)
-        decoder = backend.video_decoder(loaded.vae_params, vcfg)
-        x = predict.shard(work.local(draw_noise(spec, work.rows, latent_shape, backend, tcfg.patch_size), backend))
-        held = None
-        if fixed_mask is not None:
-            held = (predict.shard(fixed_tokens), backend.to_device(fixed_mask.astype(np.float32)))
-        if start is not None:
-            start = _place_state(start, predict, backend)
-
-        compiled = {}
-        if backend.compiles_ahead:
-            # Both experts' steps (or the whole scanned loop) and the VAE decode, with the real
-            # shapes, before the timed phases: compile time is reported apart from run time.
-            with timer.phase("compile"):
-                compiled.update(compile_loop(spec, schedule, x, predict, ops, held))
-                compiled.update(decoder.compile(latent_shape))
-
+        run = _prepare(spec, backend, ckpt, components, start, timer, tiny_dir)
         with timer.phase("denoise"):
-            state = denoise(
-                spec,
-                schedule,
-                x,
-                predict,
-                progress,
-                ops,
-                held,
-                start=start,
-                stop_after=stop_after,
-                should_stop=should_stop,
-            )
-            if state.step < schedule.steps:  # stopped early: the caller keeps the state
+            state = _denoise(spec, run, progress or (lambda it: it), backend.ops, stop_after, should_stop)
+            if state.step < run.schedule.steps:  # stopped early: the caller keeps the state
                 return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
-            tokens = gather_latent_tokens(state.latents, work, spec, backend)
-            cache_record = predict.cache_report() if spec.cache.on else None
-        latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
+            tokens = gather_latent_tokens(state.latents, run.shapes.work, spec, backend)
+            cache_record = run.predict.cache_report() if spec.cache.on else None
+        latents = dit.unpatchify(tokens, run.shapes.grid, run.shapes.transformer.patch_size, backend.ops)
 
         # Every rank decodes a band of rows (the torch decoder) or its devices' share (JAX);
         # the videos come back on the main rank.
         with timer.phase("vae_decode"):
-            videos = decoder(latents)
+            videos = run.decoder(latents)
 
-    steps_per_expert = {}
-    plan = step_plan(spec, schedule)
-    for step in plan:
-        steps_per_expert[step.expert] = steps_per_expert.get(step.expert, 0) + 1
-    info = {
-        "checkpoint": {
-            "layout": ckpt.layout,
-            "path": spec.weights.checkpoint_dir or "built-in tiny model",
-            "architecture": architecture_record(spec, ckpt),
-        },  # the checkpoint's configs, which won
-        "schedule": schedule_kind,
-        "timesteps": [float(t) for t in schedule.timesteps],
-        "sigmas": [float(s) for s in schedule.sigmas],  # steps + 1: the last is 0
-        "steps_per_expert": steps_per_expert,
-        "steps_plan": plan_record(plan, schedule),
-        "latent_shape": list(latent_shape),
-        "device": str(backend.device),
-        "mesh": {
-            **spec.mesh.to_dict(),
-            "tokens": work.shards.tokens,
-            "tokens_per_rank": work.shards.local,
-            "padding": work.shards.padding,
-        },
-    }
-    info["quantization"] = {
-        "quantize": spec.quantization.quantize,
-        "quant_compute": spec.quantization.compute,
-        "chosen": backend.quant_compute,
-    }  # the path quantized layers take on this device
-    # attention_impl as set (auto …) and the kernel it resolved to on this device
-    info["attention"] = {
-        "attention_impl": spec.execution.attention_impl,
-        "kernel": backend.attention_kernel(spec.execution.dtype, tcfg.attention_head_dim),
-    }
-    if compiled:
-        info["compile"] = compiled
-    if ckpt.expert_files:  # experts from one file each (weights_high= …): where, format, stored dtype
-        info["expert_files"] = {name: file.record() for name, file in ckpt.expert_files.items()}
-    if loaded.loras and any(loaded.loras.values()):
-        info["lora"] = {name: lora.record() for name, lora in loaded.loras.items() if lora is not None}
+    info = sidecar_info(spec, backend, run.ran(cache_record))
     if cache_record is not None:
-        info["cache"] = cache_record
         _log_cache(cache_record, spec.sampling.steps)
-    if image_record is not None:
-        info["image"] = image_record
-    info["videos"] = [{"prompt": p, "seed": spec.video.seed_of(i)} for i, p in enumerate(spec.video.prompts)]
     return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Everything the loop starts from: what was loaded, the shapes, the first frame's inputs, the
+    schedule, the predictor and decoder, the first latents (or the resumed state) and what was
+    compiled ahead."""
+
+    loaded: object
+    ckpt: object
+    shapes: _Shapes
+    image: _ImageInputs
+    schedule_kind: str
+    schedule: object
+    predict: object
+    decoder: object
+    x: object
+    held: tuple | None
+    start: LoopState | None
+    compiled: dict
+
+    def ran(self, cache_record: dict | None) -> Ran:
+        """What ran, for the sidecar (sidecar.py)."""
+        return Ran(
+            ckpt=self.ckpt,
+            schedule_kind=self.schedule_kind,
+            schedule=self.schedule,
+            latent_shape=self.shapes.latent_shape,
+            shards=self.shapes.work.shards,
+            head_dim=self.shapes.transformer.attention_head_dim,
+            compiled=self.compiled,
+            loras=self.loaded.loras,
+            cache=cache_record,
+            image=self.image.record,
+        )
+
+
+def _prepare(spec: RunSpec, backend, ckpt, components, start, timer: PhaseTimer, tiny_dir: str) -> _Prepared:
+    """Load (unless loaded), encode the texts and the first frame, build the predictor and the
+    decoder, draw the noise or place the resumed state, and compile ahead — each phase timed."""
+    loaded, ckpt = _loaded(spec, backend, ckpt, components, timer, tiny_dir)
+    with timer.phase("text"):
+        context = encode_text(spec, loaded, backend)
+    shapes = _shapes(spec, loaded, backend)
+    image = _image_inputs(spec, loaded, shapes, backend, timer)
+    schedule_kind, schedule = pick_schedule(spec, ckpt)
+    predict = backend.noise_predictor(_denoise_task(spec, loaded, context, shapes, image, ckpt, schedule))
+    decoder = backend.video_decoder(loaded.vae_params, shapes.vae)
+    x, held = _first_latents(spec, shapes, image, predict, backend)
+    if start is not None:
+        start = _place_state(start, predict, backend)
+    compiled = _compile_ahead(spec, schedule, x, predict, held, decoder, shapes, backend, timer)
+    return _Prepared(loaded, ckpt, shapes, image, schedule_kind, schedule, predict, decoder, x, held, start, compiled)
+
+
+def _denoise(spec: RunSpec, run: _Prepared, progress, ops, stop_after: int | None, should_stop) -> LoopState:
+    return denoise(
+        spec,
+        run.schedule,
+        run.x,
+        run.predict,
+        progress,
+        ops,
+        run.held,
+        start=run.start,
+        stop_after=stop_after,
+        should_stop=should_stop,
+    )
+
+
+@dataclass(frozen=True)
+class _Shapes:
+    """The run's shapes: the configs that ran, the latent, its patch grid and this rank's work."""
+
+    transformer: object  # the first expert's transformer config (the experts' shapes agree)
+    vae: object
+    latent_shape: tuple
+    grid: tuple
+    work: object  # RankWork (parallel/work.py): this rank's rows and token shard
+
+
+@dataclass(frozen=True)
+class _ImageInputs:
+    """What the first frame gives the loop: the I2V condition's tokens (joined channels), or the
+    TI2V held first frame's tokens and mask; `record` for the sidecar. All None without an image."""
+
+    cond_tokens: object = None
+    fixed_tokens: object = None
+    fixed_mask: np.ndarray | None = None
+    record: dict | None = None
+
+
+def _loaded(spec: RunSpec, backend, ckpt, components, timer: PhaseTimer, tiny_dir: str):
+    """(loaded components, checkpoint): a caller that did not load (tests, benchmarks) gets the
+    run's one load, timed as "load"."""
+    if components is not None:
+        return components, components.ckpt
+    with timer.phase("load"):
+        return load(spec, backend, ckpt, tiny_dir)
+
+
+def _shapes(spec: RunSpec, loaded, backend) -> _Shapes:
+    vcfg, video = loaded.vae_config, spec.video
+    tcfg = next(iter(loaded.experts.values()))[0]
+    latent_shape = latent.latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)
+    grid = dit.patch_grid(tcfg, latent_shape)
+    return _Shapes(tcfg, vcfg, latent_shape, grid, local_work(spec, math.prod(grid), backend))
+
+
+def _image_inputs(spec: RunSpec, loaded, shapes: _Shapes, backend, timer: PhaseTimer) -> _ImageInputs:
+    """The first frame through the VAE encoder (timed as "vae_encode"), entering as the variant
+    says: joined to the noise's channels (I2V) or held as the first latent frame (TI2V)."""
+    if spec.video.image is None:
+        return _ImageInputs()
+    ops, tcfg, vcfg, work = backend.ops, shapes.transformer, shapes.vae, shapes.work
+    latent_frames = shapes.latent_shape[2]
+    with timer.phase("vae_encode"):
+        image, record = load_image(spec.video.image, spec.video.height, spec.video.width)
+        if spec.model.variant.input(IMAGE).enters == JOINED_CHANNELS:
+            cond = i2v_condition(image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
+            return _ImageInputs(
+                cond_tokens=work.local(dit.patchify(cond, tcfg.patch_size, ops), backend), record=record
+            )
+        # HELD_FRAMES
+        fixed_tokens, fixed_mask = ti2v_first_frame(
+            image, latent_frames, shapes.grid, vcfg, tcfg, loaded.vae_params, ops, backend
+        )
+        return _ImageInputs(
+            fixed_tokens=work.local(fixed_tokens, backend), fixed_mask=work.local_host(fixed_mask), record=record
+        )
+
+
+def _denoise_task(spec: RunSpec, loaded, context, shapes: _Shapes, image: _ImageInputs, ckpt, schedule):
+    return DenoiseTask(
+        loaded.experts,
+        context,
+        len(spec.video.prompts),
+        shapes.work,
+        shapes.grid,
+        spec.uses_guidance,
+        per_token_timestep=spec.model.variant.per_token_timestep,
+        cond_tokens=image.cond_tokens,
+        fixed_mask=image.fixed_mask,
+        cache=spec.cache if spec.cache.on else None,
+        cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
+        unguided=unguided_experts(spec),
+    )
+
+
+def _first_latents(spec: RunSpec, shapes: _Shapes, image: _ImageInputs, predict, backend):
+    """(the seeded noise as the predictor keeps tokens, the held first frame or None)."""
+    work, tcfg = shapes.work, shapes.transformer
+    x = predict.shard(work.local(draw_noise(spec, work.rows, shapes.latent_shape, backend, tcfg.patch_size), backend))
+    held = None
+    if image.fixed_mask is not None:
+        held = (predict.shard(image.fixed_tokens), backend.to_device(image.fixed_mask.astype(np.float32)))
+    return x, held
+
+
+def _compile_ahead(spec: RunSpec, schedule, x, predict, held, decoder, shapes: _Shapes, backend, timer) -> dict:
+    """Both experts' steps (or the whole scanned loop) and the VAE decode, with the real shapes,
+    before the timed phases: compile time is reported apart from run time. {} on a backend that
+    compiles on first use."""
+    compiled = {}
+    if backend.compiles_ahead:
+        with timer.phase("compile"):
+            compiled.update(compile_loop(spec, schedule, x, predict, backend.ops, held))
+            compiled.update(decoder.compile(shapes.latent_shape))
+    return compiled
 
 
 def _place_state(state: LoopState, predict, backend) -> LoopState:

@@ -17,7 +17,6 @@ different saves. Under torchrun every rank holds its own shard and saves its own
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,8 @@ from typing import Any
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
+
+from ..report.outputs import write_atomic, write_json
 
 FORMAT = 1
 
@@ -83,8 +84,9 @@ def save_loop_state(
         "meta": meta or {},
     }
     stem.parent.mkdir(parents=True, exist_ok=True)
-    _atomic(_file(stem, ".safetensors"), lambda tmp: save_file(arrays, tmp, metadata={"token": token}))
-    _atomic(_file(stem, ".json"), lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1)))
+    # each file written under a temporary name and renamed: a reader sees the old file or the new one
+    write_atomic(str(_file(stem, ".safetensors")), lambda tmp: save_file(arrays, tmp, metadata={"token": token}))
+    write_json(_file(stem, ".json"), record, indent=1)
 
 
 def load_loop_state(stem: str | Path) -> tuple[LoopState, dict]:
@@ -117,15 +119,3 @@ def _file(stem: Path, suffix: str) -> Path:
 def _stored_token(path: Path) -> str | None:
     with safe_open(str(path), "np") as f:
         return (f.metadata() or {}).get("token")
-
-
-def _atomic(path: Path, write: Callable[[str], None]) -> None:
-    """`write` to a temporary name in the same directory, then rename: a reader sees the old
-    file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..caching.decisions import cache_plan
 from ..config import ConfigError, RunSpec
-from ..models.experts import HIGH, LOW, SINGLE
+from ..models.experts import HIGH, LOW
 from ..parallel.cfg_rows import guides
 from ..sampling import explicit_schedule, make_schedule, schedule_from_scheduler_config
 
@@ -40,16 +40,20 @@ def pick_schedule(spec: RunSpec, ckpt):
 
 
 def expert_for(t: float, spec: RunSpec) -> str:
-    if spec.model.experts == 1:
-        return SINGLE
-    return HIGH if t >= spec.model.boundary * 1000 else LOW
+    """The expert of the step at timestep t: a pair's high-noise one from the boundary up."""
+    experts = spec.model.variant.experts
+    if len(experts) == 1:
+        return experts[0]
+    high, low = experts
+    return high if t >= spec.model.boundary * 1000 else low
 
 
 def unguided_experts(spec: RunSpec) -> frozenset[str]:
     """The experts whose guidance is 1.0: no CFG in their steps, one forward row per prompt."""
-    names = (HIGH, LOW) if spec.model.experts == 2 else (SINGLE,)
     return frozenset(
-        n for n in names if not guides(spec.sampling.guidance_low if n == LOW else spec.sampling.guidance_high)
+        n
+        for n in spec.model.variant.experts
+        if not guides(spec.sampling.guidance_low if n == LOW else spec.sampling.guidance_high)
     )
 
 
@@ -125,12 +129,12 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
                 f"{_curve_setting(settings)} holds a curve of {len(settings.curve)} ratios, i.e. for a {steps}-step "
                 f"run, and model={spec.model.name} runs all {steps} of those steps on its {which} expert, so the "
                 "curve has no part for the other expert; calibrate a curve with as many steps as you run "
-                f'(cache.calibrate=true steps={spec.sampling.steps}), or give the file a "split"'
+                f'(cache.calibrate=true steps={spec.sampling.steps}), or give the file a "split"',
+                setting=("cache", "steps"),
             )
+    experts = spec.model.variant.experts
     try:
-        return cache_plan(
-            settings, [step.expert for step in plan], split, (HIGH, LOW) if spec.model.experts == 2 else None
-        )
+        return cache_plan(settings, [step.expert for step in plan], split, experts if len(experts) == 2 else None)
     except ValueError as exc:
         raise ConfigError(
             f"{_curve_setting(settings)} cannot serve this run of {spec.sampling.steps} steps: {exc}"

@@ -11,6 +11,8 @@ import tempfile
 
 import numpy as np
 
+from .output_names import frames_name, sidecar_name, video_name
+
 
 def frames_sha256(frames: np.ndarray) -> str:
     """sha256 of the uint8 frames (T, H, W, 3), C order: identical videos ⇔ identical hashes."""
@@ -104,10 +106,10 @@ def _mp4_writer(frames: np.ndarray, fps: int):
     return write
 
 
-def _json_writer(payload: dict):
+def _json_writer(payload, indent: int | None = 2):
     def write(tmp):
         with open(tmp, "w") as f:
-            json.dump(payload, f, indent=2, default=str)
+            json.dump(payload, f, indent=indent, default=str)
             f.write("\n")
 
     return write
@@ -121,23 +123,17 @@ def _npy_writer(array: np.ndarray):
     return write
 
 
-def write_mp4(path: str, frames: np.ndarray, fps: int) -> None:
-    write_atomic(path, _mp4_writer(frames, fps))
-
-
-def write_json(path: str, payload: dict) -> None:
-    write_atomic(path, _json_writer(payload))
-
-
-def write_npy(path: str, array: np.ndarray) -> None:
-    write_atomic(path, _npy_writer(array))
+def write_json(path: str | os.PathLike, payload, indent: int | None = 2) -> None:
+    """`payload` as JSON and a newline at `path`, atomically: the one JSON writer (a job's
+    record, the sidecar's format; the preemption marker; a calibrated MagCache curve, compact)."""
+    write_atomic(str(path), _json_writer(payload, indent))
 
 
 def save_generation(
     output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool, stem: str = "video"
 ) -> dict:
     """Write the videos (STEM.mp4, or STEM_000.mp4 … for a prompt batch), optional raw frames
-    and, last, the JSON sidecar STEM.json — so a sidecar on disk means the job finished. Each
+    and, last, the JSON sidecar STEM.json (output_names.py) — so a sidecar on disk means the job finished. Each
     video's record holds the sha256 of its uint8 frames and of the mp4 file's bytes (a re-run
     checks the latter: jobs/resume.py). Returns the paths written.
 
@@ -150,11 +146,10 @@ def save_generation(
     entries, staged = [], []
     try:
         for i, frames in enumerate(videos):
-            suffix = f"_{i:03d}" if many else ""
-            entry = {"video": os.path.join(output_dir, f"{stem}{suffix}.mp4"), "frames_sha256": frames_sha256(frames)}
+            index = i if many else None
+            entry = {"video": os.path.join(output_dir, video_name(stem, index)), "frames_sha256": frames_sha256(frames)}
             if save_frames:
-                frames_stem = "frames" if stem == "video" else f"{stem}.frames"
-                entry["frames"] = os.path.join(output_dir, f"{frames_stem}{suffix}.npy")
+                entry["frames"] = os.path.join(output_dir, frames_name(stem, index))
                 staged.append((stage(entry["frames"], _npy_writer(frames)), entry["frames"]))
             staged.append((stage(entry["video"], _mp4_writer(frames, fps)), entry["video"]))
             entry["mp4_sha256"] = file_sha256(staged[-1][0])
@@ -172,7 +167,7 @@ def save_generation(
                 "files": entries[0],
             }
         paths = {
-            "sidecar": os.path.join(output_dir, f"{stem}.json"),
+            "sidecar": os.path.join(output_dir, sidecar_name(stem)),
             "video": entries[0]["video"],
             "videos": [e["video"] for e in entries],
         }

@@ -7,9 +7,10 @@ served.py     the start settings checked once; each request resolved on top of t
 fields.py     a request's fields → run settings (size, seconds, guidance mapping), and back (FIELD_OF)
 words.py      every answer in the request's words: the CLI's settings named by their fields, no server path
 store.py      the queue and job records in SQLite (WAL), claims, leases
-server.py     start-up in run.py's order, rank 0's HTTP process, how a server ends (exit 75 / 1)
+server.py     start-up as every entry point's (entry/started.py), rank 0's HTTP process, how it ends
 worker.py     the loop every rank runs: claim, hand over, generate through jobs/, vote, write
 http_process.py  the HTTP process (rank 0's child): app.py's routes (FastAPI) on the bound socket
+app.py        the FastAPI app: the routers of routes/ (one per resource) behind the key check and body limit
 auth.py, limits.py, uploads.py, files.py, metrics.py, page.py: the key, the body limit, images,
               the files of a job, Prometheus, the page
 

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..cli import front
     from ..config import ConfigError
     from ..config.compose import compose_settings
-    from ..run import _refuse, choose_backend
+    from ..entry import choose_backend, refuse
     from .settings import split_settings
 
     words = front("serve", sys.argv[1:] if argv is None else list(argv))
@@ -21,19 +21,18 @@ def main(argv: list[str] | None = None) -> None:
     # metrics.py has chosen its mode) before anything starts.
     missing = [name for name in EXTRA if importlib.util.find_spec(name) is None]
     if missing:
-        _refuse(
+        refuse(
             ConfigError(
                 f"the server needs the serve extra ({', '.join(missing)} missing): pip install -e "
                 '".[serve]" in the parallel_wan checkout (README "Serving")'
-            ),
-            True,
+            )
         )
     try:
         settings, rest = split_settings(words)
         raw = compose_settings(rest)
         why = choose_backend(raw)
     except ConfigError as exc:
-        _refuse(exc, True)
+        refuse(exc)
     from .server import serve
 
     serve(settings, raw, why)

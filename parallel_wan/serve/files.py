@@ -1,5 +1,6 @@
 """Where a job's files live under storage_dir — every name made from the job's id, never from
-anything a client sent — and removing them (DELETE, a cancelled job)."""
+anything a client sent (the video's names: report/output_names.py) — and removing them (DELETE,
+a cancelled job)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import os
 import shutil
 
 from ..jobs.resume import state_dir
+from ..report.output_names import one_video_names, video_name
 
-VIDEO_SUFFIXES = (".mp4", ".json", ".frames.npy")  # the mp4, its sidecar, save_frames=true's frames
 IMAGE_SUFFIXES = ("png", "jpg", "webp", "bmp")  # an uploaded input_reference, by its decoded format
 
 
 def video_path(settings, video_id: str) -> str:
-    return os.path.join(settings.videos_dir, f"{video_id}.mp4")
+    return os.path.join(settings.videos_dir, video_name(video_id))
 
 
 def image_path(settings, video_id: str, suffix: str) -> str:
@@ -23,7 +24,7 @@ def image_path(settings, video_id: str, suffix: str) -> str:
 
 def delete_files(settings, video_id: str) -> None:
     """A job's video, sidecar and frames, its uploaded image and any saved loop state."""
-    paths = [os.path.join(settings.videos_dir, f"{video_id}{suffix}") for suffix in VIDEO_SUFFIXES]
+    paths = [os.path.join(settings.videos_dir, name) for name in one_video_names(video_id)]
     paths += [image_path(settings, video_id, suffix) for suffix in IMAGE_SUFFIXES]
     for path in paths:
         try:

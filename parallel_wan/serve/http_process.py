@@ -22,7 +22,7 @@ import threading
 def main() -> None:
     import uvicorn
 
-    from ..run import setup_logging
+    from ..entry import setup_logging
     from .app import make_app
     from .auth import api_key
     from .metrics import ServerMetrics

@@ -1,7 +1,7 @@
-"""What a server serves: the start settings, checked once, and every request's settings resolved
-on top of them by the same `resolve()` and checks the command line runs (so a bad request gets
-the CLI's one line, and a good one the CLI's video). Every rank resolves a job's settings
-itself from the same words. Cheap: no torch."""
+"""What a server serves: the start settings, checked once, and the `RequestResolver` that resolves
+every request's settings on top of them by the same `resolve()` and checks the command line runs
+(so a bad request gets the CLI's one line, and a good one the CLI's video). Every rank resolves a
+job's settings itself from the same words. Cheap: no torch."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ from dataclasses import dataclass
 
 from ..config import ConfigError, RunSpec, resolve
 from ..config.placeholder_image import placeholder_image
+from ..entry.entry_check import check_entry
 from ..memory_plan.fits import check_fits
-from ..pipeline.checkpoint import check_compatible, preflight
+from ..pipeline.checkpoint import preflight
 from .fields import RequestError, request_settings
 from .words import Words, server_paths
 
 
 @dataclass(frozen=True)
-class Served:
+class RequestResolver:
+    """The checked start settings, and each request or job resolved into its run settings on top of them."""
+
     raw: dict  # the composed start settings, the mesh fixed to the first one's
     base: RunSpec  # the start settings resolved: model, mesh, backend … of every job
     ckpt: object  # the checkpoint's description (None: the built-in tiny model)
@@ -37,15 +40,11 @@ class Served:
         return Words(server_paths(self.raw, self.videos_dir, getattr(self.ckpt, "root", None)))
 
     def spec(self, settings: dict) -> RunSpec:
-        """A job's settings (a request's, as run settings) → its RunSpec, checked as run.py
-        checks a job's entries. Raises ConfigError."""
+        """A job's settings (a request's, as run settings) → its RunSpec, checked as a job's
+        entries are (entry/entry_check.py). Raises ConfigError."""
         raw = {**self.raw, **settings, "output_dir": self.videos_dir, "mesh": self.base.mesh.to_dict()}
         spec = resolve(raw, self.world, self.node_size)
-        if self.ckpt is None:
-            preflight(spec)  # the built-in tiny model: nothing read
-        else:
-            check_compatible(spec, self.ckpt)
-        check_fits(spec, self.ckpt, device=self.device)
+        check_entry(spec, self.ckpt, self.device)
         return spec
 
     def request(self, fields: dict, image: str | None = None) -> tuple[RunSpec, dict]:
@@ -63,10 +62,12 @@ class Served:
         try:
             return self.spec(settings), settings
         except ConfigError as exc:  # the CLI's line, said of the request's fields (words.py)
-            raise RequestError(*self.words.refusal(str(exc), source, image)) from None
+            raise RequestError(*self.words.refusal(exc, source, image)) from None
 
 
-def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str, device: tuple | None = None) -> Served:
+def serve_start(
+    raw: dict, world: int, node_size: int | None, videos_dir: str, device: tuple | None = None
+) -> RequestResolver:
     """The start settings checked as run.py checks a run (the checkpoint's headers, the fit);
     the mesh (mesh=auto decides it here) then holds for every job. `device`: the device's memory
     as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
@@ -77,4 +78,4 @@ def serve_start(raw: dict, world: int, node_size: int | None, videos_dir: str, d
     ckpt = preflight(base)
     device = tuple(device) if device is not None else device_memory(base)
     check_fits(base, ckpt, device=device)
-    return Served({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)
+    return RequestResolver({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)

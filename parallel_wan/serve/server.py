@@ -1,9 +1,10 @@
 """Starting a server and how it ends, on every rank.
 
-Order (run.py's, with the HTTP side added): join the job → check the start settings (one line,
-exit 2) → start the world and the backend → rank 0 binds the port, opens the store and starts
-the HTTP process (http_process.py; GET /health answers 503 until the model is loaded) — and
-every rank learns whether that worked → load once → the worker's loop (worker.py).
+Order (every entry point's: entry/started.py, with the HTTP side added): join the job → check
+the start settings (one line, exit 2) → start the world and the backend → rank 0 binds the
+port, opens the store and starts the HTTP process (http_process.py; GET /health answers 503
+until the model is loaded) — and every rank learns whether that worked → load once → the
+worker's loop (worker.py).
 
 Endings: SIGTERM/SIGUSR1 on any rank — the running job stops after its step on every rank, its
 loop state is saved and it goes back to the queue; exit 75 (a signal between jobs: exit 75 too,
@@ -22,43 +23,35 @@ import tempfile
 import threading
 import uuid
 
-from ..config import ConfigError, backend_name
 from ..errors import RunError
-from ..jobs import PREEMPTED_EXIT, Preempted
+from ..jobs.preemption import PREEMPTED_EXIT, Preempted
 from .settings import ServerSettings
 
 log = logging.getLogger("parallel_wan")
 
 
 def serve(settings: ServerSettings, raw: dict, why: str | None = None) -> None:
-    from ..backends import make_backend
-    from ..backends.process import check_device, join_job
-    from ..run import _log_choices, _refuse, setup_logging
+    from ..backends.process import check_device
+    from ..entry import refusal, started_process
     from .served import serve_start
 
-    try:
-        process = join_job(backend_name(raw), str(raw.get("device") or "auto"))
-    except ConfigError as exc:
-        _refuse(exc, True)
-    setup_logging(process.rank, bool(raw.get("log_all_ranks")))
-    try:
+    def checks(process):
         served = serve_start(raw, process.world, process.node_size, settings.videos_dir)
         check_device(served.base, process.local_rank, process.world)
-    except ConfigError as exc:
-        _refuse(exc, process.rank == 0)
-    _log_choices(why, served.base)
-    backend = make_backend(served.base, process.launch)
-    http = Http(settings, served) if backend.is_main else None
-    problem = backend.same_on_every_rank(http.start() if http else None)
-    if problem is not None:
-        if backend.is_main:
-            print(f"parallel_wan: error: {problem}", file=sys.stderr, flush=True)
-        _exit(2, process.count)
-    try:
-        _serve(settings, served, backend, http)
-    except BaseException as exc:
-        _end(exc, http, process)
-    process.shutdown()
+        return served
+
+    with started_process(raw, why) as started:
+        served = started.check(checks)
+        started.say_choices(served.base)
+        backend = started.backend(served.base)
+        http = Http(settings, served) if backend.leader else None
+        problem = backend.same_on_every_rank(http.start() if http else None)
+        if problem is not None:  # the port is taken, the store cannot open: one line, exit 2
+            _exit(refusal(problem, speaks=backend.leader), started.process.count)
+        try:
+            _serve(settings, served, backend, http)
+        except BaseException as exc:
+            _end(exc, http, started.process)
 
 
 def _serve(settings, served, backend, http) -> None:
@@ -217,7 +210,7 @@ class Http:
 
 
 def _end(exc: BaseException, http: Http | None, process) -> None:
-    from ..run import _fail
+    from ..entry import fail
     from .worker import StopServing
 
     preempted = isinstance(exc, (Preempted, StopServing))
@@ -242,7 +235,7 @@ def _end(exc: BaseException, http: Http | None, process) -> None:
             file=sys.stderr,
             flush=True,
         )
-    _fail(exc, process.rank, process.count)
+    fail(exc, process.rank, process.count)
 
 
 def _exit(code: int, count: int) -> None:

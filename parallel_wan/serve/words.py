@@ -44,11 +44,13 @@ class Words:
     def including(self, *paths) -> Words:
         return Words((*self.paths, *paths))
 
-    def refusal(self, message: str, source: dict | None = None, upload: str | None = None) -> tuple[str, str | None]:
+    def refusal(self, exc, source: dict | None = None, upload: str | None = None) -> tuple[str, str | None]:
         """(the message in the request's words, the field it is about) of a ConfigError of the
-        run's checks. `source`: setting → the field that set it (fields.request_settings);
-        `upload`: where the request's image was stored."""
-        source = source or {}
+        run's checks: the field that set the first of the settings the error is about
+        (`ConfigError.setting`), else the field of the first such setting. `source`: setting →
+        the field that set it (fields.request_settings); `upload`: where the request's image was
+        stored."""
+        source, message = source or {}, str(exc)
         named = [(m.group(1), m.group(1) + m.group(2)) for m in _SETTING.finditer(message)]
         fixed = list(
             dict.fromkeys(
@@ -61,8 +63,8 @@ class Words:
         if fixed:
             them = "it" if len(fixed) == 1 else "them"
             text += f" ({', '.join(fixed)}: set when this server started; a request cannot change {them})"
-        ours = [top for top, name in named if top == name and top in FIELD_OF]
-        param = next((source[s] for s in ours if s in source), None) or (FIELD_OF[ours[0]] if ours else None)
+        about = [setting for setting in exc.settings if setting in FIELD_OF]
+        param = next((source[s] for s in about if s in source), None) or (FIELD_OF[about[0]] if about else None)
         return text, param
 
     def public(self, text: str, source: dict | None = None, upload: str | None = None) -> str:

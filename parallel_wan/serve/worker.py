@@ -6,7 +6,7 @@ sends "nothing" every IDLE_S, which keeps the other ranks' wait short of any col
 and finds a dead rank. Before every hand-over the ranks vote on a signal (`any_rank`), so a
 SIGTERM to an idle server stops every rank too.
 
-A job runs through the jobs' one run path (jobs/runner.generate_entry → pipeline.generate): it
+A job runs through the jobs' one run path (jobs/one_entry.generate_entry → pipeline.generate): it
 resumes from a saved loop state, and after every step all ranks vote whether to stop — a signal
 on any rank (the state is saved, Preempted: exit 75) or a DELETE of the job, which rank 0 reads
 from the store at that vote and nowhere else, so HTTP traffic never reaches into the loop.
@@ -20,8 +20,11 @@ import time
 
 from ..config import ConfigError
 from ..errors import RunError
-from ..jobs import Entry, Job, check_saved_states, generate_entry, result_key
+from ..jobs.job import Entry, Job
+from ..jobs.keys import result_key
+from ..jobs.one_entry import check_saved_states, generate_entry, reload_experts
 from ..jobs.resume import drop_state
+from ..pipeline.text_sources import EncodedOnDemand
 from .files import delete_files
 from .store import Store
 
@@ -29,17 +32,6 @@ log = logging.getLogger("parallel_wan")
 
 IDLE_S = 0.5
 POLL_S = 0.05
-
-
-class TextsOnDemand:
-    """`loaded.texts` for a server: each request's texts (prompt, negative prompt) encoded when its
-    job asks, in the one batched call a single run makes; the encoder stays loaded for the next."""
-
-    def __init__(self, encoder):
-        self.encoder = encoder
-
-    def __getitem__(self, texts: tuple):
-        return self.encoder.encode(list(texts))
 
 
 class Worker:
@@ -54,8 +46,8 @@ class Worker:
         self.progress_store = None if store is None else Store(store.path, durable=False)
         self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
         self.done = 0
-        if backend.is_main:
-            loaded.texts = TextsOnDemand(loaded.text_encoder)
+        if backend.encodes_text:  # each request's texts encoded when its job runs; the encoder stays loaded
+            loaded.texts = EncodedOnDemand(loaded.text_encoder)
 
     def run(self) -> None:
         """Jobs until a signal: then Preempted (from the running job, its state saved) or
@@ -63,7 +55,7 @@ class Worker:
         while True:
             if self.backend.any_rank(self.flag.raised):
                 raise StopServing(f"stopped ({self.flag.name}) between jobs")
-            job = self.backend.same_on_every_rank(self._next() if self.backend.is_main else None)
+            job = self.backend.same_on_every_rank(self._next() if self.backend.leader else None)
             if job is not None:
                 self.current = job["id"]
                 self._run(job)
@@ -95,7 +87,7 @@ class Worker:
         return {"id": row["id"], "settings": settings}
 
     def _run(self, job: dict) -> None:
-        video_id, main = job["id"], self.backend.is_main
+        video_id, main = job["id"], self.backend.leader
         try:
             spec = self.served.spec(job["settings"])  # every rank: the same words, the same checks
         except ConfigError as exc:  # settings the server started with since changed under it
@@ -104,7 +96,7 @@ class Worker:
             return
         entry = Entry(video_id, spec, result_key(spec))
         if self.done and spec.memory.mode == "swap":
-            self._reload()
+            self.loaded = reload_experts(self.served.base, self.backend, self.ckpt, self.loaded)
         try:
             gen, resumed = generate_entry(
                 Job((entry,), self.served.videos_dir),
@@ -132,7 +124,7 @@ class Worker:
         self._write(spec, gen, video_id, resumed)
 
     def _write(self, spec, gen, video_id: str, resumed: int | None) -> None:
-        from ..jobs.generation import write_generation
+        from ..jobs.entry_outputs import write_generation
 
         extra = {"id": video_id}
         if resumed is not None:
@@ -192,17 +184,6 @@ class Worker:
                 t0, i = now, next(steps, None)
 
         return watch
-
-    def _reload(self) -> None:
-        """memory=swap frees the high-noise expert during a video: load the experts again (from
-        the page cache) before the next, keeping the text encoder (jobs/runner.py does the same)."""
-        from ..pipeline.checkpoint import load
-
-        texts, encoder = self.loaded.texts, self.loaded.text_encoder
-        self.loaded, _ = load(self.served.base, self.backend, self.ckpt)
-        if self.loaded.text_encoder is not None:
-            self.loaded.text_encoder.release()
-        self.loaded.text_encoder, self.loaded.texts = encoder, texts
 
 
 class StopServing(Exception):

@@ -93,7 +93,7 @@ def copy_task(destination: torch.Tensor, source: Callable[[], torch.Tensor], ori
 
 
 def run_all(tasks: Iterable[Callable[[], None]]) -> None:
-    """Run every task (a copy, or a copy that quantizes: weights/quantize_load.py) on the shared
+    """Run every task (a copy, or a copy that quantizes: weights/quantized/at_load.py) on the shared
     pool and wait; the first failure is raised after the rest have stopped, so no worker still
     writes into buffers the caller is dropping."""
     futures: list[Future] = [copy_pool().submit(task) for task in tasks]

@@ -30,7 +30,8 @@ import torch
 
 from .finite import non_finite, refuse
 from .loader import expert_sources
-from .quantize import KINDS, LIMIT, quantizable, quantize_rows
+from .quantized.form import KINDS, LIMIT, quantize_rows
+from .quantized.names import quantizable
 from .safetensors_header import STORED_ITEMSIZE, TensorInfo
 from .safetensors_io import STORED_CODES
 from .transformer_keymap import diffusers_to_official_name
@@ -170,5 +171,5 @@ def scale_rule(kind: str) -> str:
     """The metadata's words for the scales."""
     return (
         f"float32 [out, 1], one per output channel: absmax / {LIMIT[KINDS[kind]]:g}; "
-        f"W = q · scale (parallel_wan.weights.quantize.quantize_rows, as quantize={kind} at load)"
+        f"W = q · scale (parallel_wan.weights.quantized.form.quantize_rows, as quantize={kind} at load)"
     )

@@ -14,8 +14,8 @@ without ComfyUI's `model.diffusion_model.` prefix:
 - `plain`: bf16/fp16/fp32 (ComfyUI's repackaged experts); float8 weights without any scale
   load as scale 1 (`fp8_unscaled`, what ComfyUI does with them).
 
-Every quantized block linear (`quantize.quantizable`) ends in the one in-memory form of
-weights/quantize.py: the weight as stored (int8 / float8_e4m3fn) and a float32 `weight_scale`
+Every quantized block linear (`quantized.names.quantizable`) ends in the one in-memory form of
+weights/quantized/: the weight as stored (int8 / float8_e4m3fn) and a float32 `weight_scale`
 (out, G) — a scalar expanded to its rows (G = 1), per-row as is, a block table repeated over
 each block's rows (G = in/b). Any other tensor stored quantized (a head linear some converters
 quantize) is widened (W = q · s) and cast to the run's dtype as it loads, like a plain tensor.
@@ -41,7 +41,8 @@ from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.weights import transformer_keymap
 from parallel_wan.weights.derived_sources import Derived, scale_rows, stored, widened
-from parallel_wan.weights.quantize import LIMIT, quantizable, scale_name
+from parallel_wan.weights.quantized.form import LIMIT
+from parallel_wan.weights.quantized.names import quantizable, scale_name
 from parallel_wan.weights.safetensors_io import (
     MappedFile,
     TensorInfo,
@@ -61,7 +62,7 @@ LEGACY_SCALE, SCALE, INPUT_SCALES, COMFY_QUANT = (
 )
 NVFP4_KEYS = (".weight_scale_2", ".input_global_scale", ".alpha")
 COMFY_FORMATS = {"float8_e4m3fn": torch.float8_e4m3fn, "int8_blockwise": torch.int8}
-QUANTIZED = tuple(LIMIT)  # the stored dtypes of weights/quantize.py's one form: float8_e4m3fn, int8
+QUANTIZED = tuple(LIMIT)  # the stored dtypes of weights/quantized/'s one form: float8_e4m3fn, int8
 
 
 @dataclass(frozen=True)

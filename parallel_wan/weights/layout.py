@@ -19,16 +19,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallel_wan.models.experts import HIGH, LOW, SINGLE
+from parallel_wan.models.experts import DIFFUSERS_FOLDERS, HIGH, LOW, OFFICIAL_FOLDERS as OFFICIAL_EXPERTS, SINGLE
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.models.vae_config import VaeConfig
+from parallel_wan.models.variants import VARIANTS
 from parallel_wan.weights import transformer_keymap
 from parallel_wan.weights.safetensors_header import tensor_index
 from parallel_wan.weights.trust import check_links
 
-OFFICIAL_EXPERTS = {HIGH: "high_noise_model", LOW: "low_noise_model"}
-DIFFUSERS_EXPERTS = {HIGH: "transformer", LOW: "transformer_2"}
 OFFICIAL_VAES = {"wan2.1": "Wan2.1_VAE.pth", "wan2.2": "Wan2.2_VAE.pth"}
 OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
 OFFICIAL_TOKENIZER = "google/umt5-xxl"
@@ -58,11 +57,6 @@ class Checkpoint:
     @property
     def boundary_ratio(self) -> float | None:
         return (self.pipeline or {}).get("boundary_ratio")
-
-
-def validate_checkpoint(checkpoint_dir: str | Path) -> Checkpoint:
-    """The cheap check for run.py: every part present, configs and tensor shapes consistent."""
-    return describe_checkpoint(checkpoint_dir)
 
 
 def describe_checkpoint(checkpoint_dir: str | Path) -> Checkpoint:
@@ -110,10 +104,10 @@ def _describe_diffusers(root: Path, where: str) -> Checkpoint:
             )
         return path
 
-    high = folder("transformer", "the (high-noise) transformer expert")
+    high = folder(DIFFUSERS_FOLDERS[HIGH], "the (high-noise) transformer expert")
     experts = {SINGLE: high}
-    if listed("transformer_2"):
-        experts = {HIGH: high, LOW: folder("transformer_2", "the low-noise transformer expert")}
+    if listed(DIFFUSERS_FOLDERS[LOW]):
+        experts = {HIGH: high, LOW: folder(DIFFUSERS_FOLDERS[LOW], "the low-noise transformer expert")}
     configs = {}
     for name, path in experts.items():
         cfg = _read_json(path / "config.json", where)
@@ -326,7 +320,7 @@ def _check_consistency(ckpt: Checkpoint, where: str) -> None:
             f"{where}: the transformer predicts {first.out_channels} latent channels but the {ckpt.vae_kind} VAE "
             f"has z_dim {z}; T2V/I2V-A14B use Wan2.1's VAE (16), TI2V-5B Wan2.2's (48)"
         )
-    if first.in_channels not in (z, 2 * z + 4):
+    if first.in_channels not in {v.in_channels(ckpt.vae_config) for v in VARIANTS}:
         raise CheckpointError(
             f"{where}: transformer in_channels {first.in_channels} fits neither text-to-video ({z}) nor "
             f"image-to-video ({2 * z + 4} = noise + mask + image latent) with a z_dim {z} VAE"

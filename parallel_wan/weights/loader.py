@@ -28,9 +28,10 @@ from parallel_wan.weights.copy_pool import copy_task, run_all
 from parallel_wan.weights.derived_sources import Derived
 from parallel_wan.weights.expert_file import QUANTIZED
 from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
-from parallel_wan.weights.quantize import quantized_targets, scale_name
-from parallel_wan.weights.quantize_load import quantizing_copy
-from parallel_wan.weights.quantized_lora import merge_requantized
+from parallel_wan.weights.quantized.at_load import quantizing_copy
+from parallel_wan.weights.quantized.form import quantized_targets
+from parallel_wan.weights.quantized.lora_merge import merge_requantized
+from parallel_wan.weights.quantized.names import scale_name
 from parallel_wan.weights.safetensors_io import (
     KeepFp32,
     TensorInfo,
@@ -72,7 +73,7 @@ def load_transformer(
     lora: the expert's `lora.merge.ExpertLora`, merged into the tensors it changes in their one
     copy (a sharded load merges only its rows).
     quantize: "fp8" | "int8" stores each block linear's weight in one byte with a float32 scale
-    per output channel (weights/quantize_load.py), quantized after its LoRA is merged; "none": as is.
+    per output channel (weights/quantized/at_load.py), quantized after its LoRA is merged; "none": as is.
 
     cache_dir: the converted-weights cache (`converted_weights.py`). A hit maps the cached file and returns
     views of it (no rename, no cast, no copy; sharded: a copy of this rank's rows only). A miss
@@ -191,7 +192,7 @@ def _read(
             source = copy_from(mapped[info.file], info, rows)
         where = str(info.file)
         if lora is not None and name in lora and scale_name(name) in sources and targets[name][1] in QUANTIZED:
-            requantize.append((name, rows))  # merged after the copy: dequantize, add, requantize (quantized_lora.py)
+            requantize.append((name, rows))  # after the copy: dequantize, add, requantize (quantized/lora_merge.py)
         elif lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
             source, where = lora.merged_source(name, source, rows), f"{info.file} (with its LoRA merged)"
         origin = (where, info.name or name)

@@ -189,21 +189,6 @@ def read_safetensors(
     return out
 
 
-def read_pth(
-    path: str | Path,
-    dtype: str | torch.dtype | None = None,
-    keep_fp32: KeepFp32 | None = None,
-    rename: Rename | None = None,
-) -> dict[str, torch.Tensor]:
-    """A `.pth` state dict: unpickled without code execution, tensors memory-mapped, one cast copy."""
-    target = torch_dtype(dtype)
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in load_pth_mapped(path).items():
-        new_name = rename(name) if rename else name
-        out[new_name] = cast(tensor, new_name, target, keep_fp32)
-    return out
-
-
 def load_pth_mapped(path: str | Path) -> Mapping[str, torch.Tensor]:
     """The state dict of a `.pth` as memory-mapped tensors (no data read; shapes are free)."""
     path = Path(path)

@@ -22,7 +22,7 @@ The flat Wan 2.1 decoder list is regrouped from the names themselves: a resample
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 VARIANTS = ("wan2.1", "wan2.2")
 
@@ -56,18 +56,6 @@ def diffusers_to_official(state_dict_or_names, variant: str | None = None):
     variant = _resolve_variant(variant, _detect_diffusers(names), "diffusers")
     table = _diffusers_to_official_table(names, variant)
     return _apply(state_dict_or_names, names, table)
-
-
-def detect_variant(names: Iterable[str]) -> str:
-    """ "wan2.1" or "wan2.2" from the parameter names of either layout."""
-    names = list(names)
-    found = _detect_official(names) or _detect_diffusers(names)
-    if found is None:
-        raise ValueError(
-            "cannot tell the Wan VAE variant from these parameter names (no down/up block "
-            "names); pass variant='wan2.1' or 'wan2.2'"
-        )
-    return found
 
 
 # ---------------------------------------------------------------------------- plumbing

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from harness.launchers import wait_for_log
+from harness.hold import Hold
 
 from parallel_wan import cli, doctor
 from parallel_wan.config.compose import CONF_DIR, compose_settings
@@ -285,19 +285,20 @@ def test_nproc_a_bad_setting_exits_2_with_one_line(tmp_path):
         (
             signal.SIGTERM,
             75,
-            r"parallel_wan: preempted \(SIGTERM\): stopped after step \d+ of 400 of video; the loop state "
+            r"parallel_wan: preempted \(SIGTERM\): stopped after step \d+ of 12 of video; the loop state "
             r"is saved in .*; run the same command again to resume \(exit code 75\)",
         ),
-        (signal.SIGUSR1, 75, r"parallel_wan: preempted \(SIGUSR1\): stopped after step \d+ of 400 of video"),
+        (signal.SIGUSR1, 75, r"parallel_wan: preempted \(SIGUSR1\): stopped after step \d+ of 12 of video"),
         (signal.SIGINT, 130, r"parallel_wan: interrupted \(rank \d/2\); nothing was written"),
     ],
     ids=["SIGTERM", "SIGUSR1", "SIGINT"],
 )
 def test_a_signal_to_nproc_reaches_the_ranks_and_their_exit_code_comes_back(tmp_path, signum, code, line):
     # As a scheduler (SIGTERM, or SLURM's --signal=USR1: preemption, requeued on 75) or a terminal
-    # (Ctrl-C) stops the `parallel-wan --nproc` process itself, mid-denoise (400 steps: it is
-    # stopped after a few, long before it could finish).
-    log = tmp_path / "log"
+    # (Ctrl-C) stops the `parallel-wan --nproc` process itself, mid-denoise: both ranks hold before
+    # step 2 of 12 (harness/hold.py), the signal goes to the `--nproc` process, and a preemption
+    # is let go on once both ranks' handlers have run (Ctrl-C raises out of the hold itself).
+    log, hold = tmp_path / "log", Hold(tmp_path, step=2)
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
             [
@@ -311,17 +312,24 @@ def test_a_signal_to_nproc_reaches_the_ranks_and_their_exit_code_comes_back(tmp_
                 "num_frames=9",
                 "height=48",
                 "width=80",
-                "steps=400",
+                "steps=12",
                 f"output_dir={tmp_path / 'out'}",
             ],
             cwd=tmp_path,
-            env=ENV,
+            env={**ENV, **hold.env()},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
         try:
-            wait_for_log(log, r"denoise: +\d+%.*\| ([2-9]|[1-9]\d)/400", proc)
+
+            def running():
+                return proc.poll() is None
+
+            hold.wait_held(processes=2, alive=running, context=log.read_text)
             proc.send_signal(signum)
+            if signum != signal.SIGINT:
+                hold.wait_signal(signal.Signals(signum).name, processes=2, alive=running, context=log.read_text)
+                hold.release()
             proc.wait(timeout=120)
         finally:
             if proc.poll() is None:
@@ -357,12 +365,23 @@ def torchrun_doctor(*settings, script=None):
     )
 
 
-# The doctor with rank 0 late to its plan (3 s): rank 1, done first with a problem, must not exit
-# before rank 0 has printed its report (torchrun's agent stops every worker once one fails).
-RANK_0_LATE = """import sys, time
+# The doctor with rank 0 late to its plan: it starts it only once rank 1, done first with a
+# problem, is finishing (a file beside this script says so); rank 1 must not exit before rank 0
+# has printed its report (torchrun's agent stops every worker once one fails).
+RANK_0_LATE = """import os, sys, time
 from parallel_wan import doctor
-plan = doctor.Doctor.mesh_and_plan
-doctor.Doctor.mesh_and_plan = lambda self, device: (self.launch.rank == 0 and time.sleep(3), plan(self, device))
+done = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_1_finishing")
+plan, finished = doctor.Doctor.mesh_and_plan, doctor.Doctor.report_finished
+def late_plan(self, device):
+    deadline = time.monotonic() + 300
+    while self.launch.rank == 0 and not os.path.exists(done) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return plan(self, device)
+def report_finished(self):
+    if self.launch.rank == 1:
+        open(done, "w").close()
+    return finished(self)
+doctor.Doctor.mesh_and_plan, doctor.Doctor.report_finished = late_plan, report_finished
 sys.exit(doctor.main(sys.argv[1:]))
 """
 

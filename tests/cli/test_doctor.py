@@ -10,10 +10,10 @@ import pytest
 from harness.fakegpu.collectives import nccl_as_fake
 from harness.fakegpu.cuda_runtime import FakeCudaRuntime
 from harness.fakegpu.fake_mode import fake_gpus
-from harness.launchers import LAUNCH_VARS
 from harness.paths import REPO
 
 from parallel_wan import doctor
+from processes.servers import LAUNCH_VARS
 
 ROOT = REPO
 

@@ -9,13 +9,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from harness.ranks import free_port, kill_rank_one_when, launch_rank
+from harness.hold import Hold
+from harness.ranks import PEER_TIMEOUT_S, free_port, launch_rank, rank_zero_code
 
 from parallel_wan.errors import NonFiniteLatents, OutputWriteError
 from parallel_wan.run import CONF_DIR, compose_settings, validate_job
@@ -185,48 +184,39 @@ def test_cli_overflowing_weights_exit_1_in_one_line(tmp_path, overflow_checkpoin
 
 
 # ------------------------------------------------------------------------------ Ctrl-C, dead ranks
-def _wait_for(stream, seen, event, *needles):
-    for chunk in iter(lambda: stream.read(64), ""):
-        seen.append(chunk)
-        tail = "".join(seen[-4:])
-        if all(n in tail for n in needles):
-            event.set()
-
-
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
-    out = tmp_path / "out"
-    # 5000 steps (minutes of denoising): the interrupt always lands mid-denoise, however loaded
-    # the machine or late the reader thread; 400 steps once finished (36 step/s) before it arrived.
-    # The run starts with Ctrl-C's default disposition, as from a terminal, whatever this test's
-    # process has: pytest started in the background by a non-interactive shell (`cmd &`, nohup in
-    # a script, some CI runners) ignores SIGINT, and an ignored signal stays ignored across exec —
-    # the run would never see the interrupt. A one-line shim resets it and execs the command.
+    cwd, hold = tmp_path / "run", Hold(tmp_path, step=2)  # the hold's files beside the run's folder
+    cwd.mkdir()
+    out = cwd / "out"
+    # The run holds before step 2 of 4 (harness/hold.py): the interrupt lands mid-denoise, however
+    # loaded the machine. The run starts with Ctrl-C's default disposition, as from a terminal,
+    # whatever this test's process has: pytest started in the background by a non-interactive
+    # shell (`cmd &`, nohup in a script, some CI runners) ignores SIGINT, and an ignored signal
+    # stays ignored across exec — the run would never see the interrupt. A one-line shim resets
+    # it and execs the command.
     command = [
         sys.executable,
         "-m",
         "parallel_wan.run",
         f"output_dir={out}",
-        "steps=5000",
+        "steps=4",
         "num_frames=5",
         "height=32",
         "width=32",
     ]
     shim = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", shim, *command],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPO},
-    )
-    seen, started = [], threading.Event()
-    reader = threading.Thread(target=_wait_for, args=(proc.stderr, seen, started, "denoise:", "/5000"), daemon=True)
-    reader.start()
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", shim, *command],
+            cwd=cwd,
+            stderr=stderr,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": REPO, **hold.env()},
+        )
     try:
-        assert started.wait(240), "never started denoising:\n" + "".join(seen)[-3000:]
-        time.sleep(0.5)
+        hold.wait_held(alive=lambda: proc.poll() is None, context=log.read_text)
         proc.send_signal(signal.SIGINT)
         try:
             rc = proc.wait(timeout=60)
@@ -235,38 +225,57 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
             ignored = int(re.search(r"SigIgn:\s*([0-9a-f]+)", status).group(1), 16) >> (signal.SIGINT - 1) & 1
             pytest.fail(
                 f"still running 60 s after SIGINT (SIGINT ignored by the run: {bool(ignored)}; by this "
-                f"test's process: {signal.getsignal(signal.SIGINT) == signal.SIG_IGN}):\n" + "".join(seen)[-2000:]
+                f"test's process: {signal.getsignal(signal.SIGINT) == signal.SIG_IGN}):\n" + log.read_text()[-2000:]
             )
     finally:
         if proc.poll() is None:
             proc.kill()
-    reader.join(timeout=5)
-    text = "".join(seen)
+    text = log.read_text()
     assert rc == 130, text[-3000:]
     assert "Traceback" not in text
     assert text.strip().splitlines()[-1] == "parallel_wan: interrupted; nothing was written", text[-500:]
-    assert not out.exists() and sorted(os.listdir(tmp_path)) == []
+    assert not out.exists() and sorted(os.listdir(cwd)) == []
+
+
+# Rank 1 SIGKILLs itself in its second halo exchange of the VAE decode (the first went through):
+# mid-decode, wherever the machine's speed puts the rest.
+DIE_IN_THE_DECODE = """
+import os, signal
+from parallel_wan.backends.torch.vae_decode import HeightBandOps
+halo, exchanges = HeightBandOps._height_halo, []
+def _height_halo(self, x, w, stride, padding):
+    if padding[-2]:  # the convolutions that swap rows with a neighbour
+        exchanges.append(padding)
+        if len(exchanges) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return halo(self, x, w, stride, padding)
+HeightBandOps._height_halo = _height_halo
+"""
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_rank_killed_mid_vae_decode_ends_the_job_with_a_rank_tagged_traceback(tmp_path):
-
-    # A long decode (many frames) after a short denoise: rank 1 is killed once rank 0 shows the
-    # last step done, i.e. while both decode their bands (which exchange halo rows).
+    # Rank 1 dies in the decode, after the denoise, while both decode their bands (which
+    # exchange halo rows); rank 0 must end long before dist_timeout_s (rank_zero_code).
     port, out = free_port(), tmp_path / "out"
-    extra = ["steps=2", "num_frames=61", "height=128", "width=128", "dist_timeout_s=60"]
-    ranks = [launch_rank(r, 2, port, out, extra) for r in range(2)]
-    seen, decoding = [], threading.Event()
-    reader = threading.Thread(target=_wait_for, args=(ranks[0].stderr, seen, decoding, "denoise:", "2/2"), daemon=True)
-    reader.start()
-    rc, elapsed = kill_rank_one_when(decoding, ranks, seen, "rank 0 never finished denoising")
-    reader.join(timeout=5)
-    text = "".join(seen)
+    extra = ["steps=2", "num_frames=5", "height=64", "width=64", f"dist_timeout_s={PEER_TIMEOUT_S}"]
+    log = tmp_path / "rank0.log"
+    ranks = [
+        launch_rank(0, 2, port, out, extra, log=log),
+        launch_rank(1, 2, port, out, extra, log=tmp_path / "rank1.log", prelude=DIE_IN_THE_DECODE),
+    ]
+    try:
+        rc = rank_zero_code(ranks)
+        assert ranks[1].wait(timeout=60) == -signal.SIGKILL, (tmp_path / "rank1.log").read_text()[-3000:]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+    text = log.read_text()
     assert rc == 1, text[-3000:]
-    assert "TIMING SUMMARY" not in text, "the decode finished before the kill; make it longer"
+    assert "denoise: 100%" in text and "TIMING SUMMARY" not in text, text[-3000:]  # it died in the decode
     assert "[rank 0/2] Traceback (most recent call last):" in text, text[-3000:]
     assert "parallel_wan: rank 0/2 failed" in text.strip().splitlines()[-1], text[-2000:]
-    assert elapsed < 60
     assert not out.exists()
 
 

@@ -312,6 +312,32 @@ def test_rerun_skips_verified_entries_and_redoes_a_damaged_one(ti2v_job, monkeyp
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_swap_job_loads_the_experts_again_between_videos_keeping_its_texts(tmp_path, monkeypatch):
+    """memory=swap frees the high-noise expert during each video: the experts load again before
+    the next (jobs/one_entry.py reload_experts, the server's reload too), and the texts encoded
+    once up front go on to the next video with the released encoder."""
+    from parallel_wan.jobs import runner
+    from parallel_wan.pipeline.text_sources import EncodedUpFront
+
+    prompts = write_lines(tmp_path / "p.jsonl", {"prompt": "a fox"}, {"prompt": "a boat", "seed": 3})
+    overrides = [f"prompts={prompts}", "model=tiny", "memory=swap", "steps=2", *SMALL, "backend=torch"]
+    job, ckpt = job_of(*overrides, f"output_dir={tmp_path / 'out'}")
+    reloads, real = [], runner.reload_experts
+
+    def reload_experts(spec, backend, ckpt, loaded):
+        fresh = real(spec, backend, ckpt, loaded)
+        reloads.append((loaded, fresh))
+        return fresh
+
+    monkeypatch.setattr(runner, "reload_experts", reload_experts)
+    assert run_job(job, ckpt).made == [e.name for e in job.entries]
+    [(before, after)] = reloads
+    assert after is not before and after.experts is not before.experts
+    assert isinstance(after.texts, EncodedUpFront) and after.texts is before.texts
+    assert after.text_encoder is before.text_encoder and after.text_encoder.model is None  # released, not reloaded
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_preempted_mid_denoise_saves_exits_75_and_resumes_to_the_same_frames(tmp_path, monkeypatch):
     prompts = write_lines(tmp_path / "p.txt", {"prompt": "a fox", "name": "fox"}, {"prompt": "a dog", "seed": 5})
     args = [f"prompts={prompts}", "save_frames=true", "steps=8", "backend=torch", *SMALL]

@@ -12,11 +12,12 @@ import sys
 import numpy as np
 import pytest
 from harness.frames import assert_same_frames
+from harness.hold import Hold
 from harness.images import write_png
-from harness.launchers import LAUNCH_VARS, wait_for_log
 
 from parallel_wan.jobs import run_job
 from parallel_wan.run import CONF_DIR, compose_settings, validate_job
+from processes.servers import LAUNCH_VARS
 
 REPO = os.path.dirname(CONF_DIR)
 
@@ -101,17 +102,24 @@ def test_sigterm_to_torchrun_mid_denoise_saves_every_rank_and_the_rerun_resumes_
     run_torchrun(common + [f"output_dir={tmp_path / 'full'}"], cwd=tmp_path, nproc=2)
 
     out, log, marker = tmp_path / "cut", tmp_path / "cut.log", tmp_path / "preempted.json"
+    hold = Hold(tmp_path, step=3)  # fox, the first entry, holds before its step 3 on both ranks
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
             torchrun(*common, f"output_dir={out}", cwd=tmp_path, nproc=2),
             cwd=tmp_path,
             stderr=stderr,
             stdout=subprocess.DEVNULL,
-            env=env(PARALLEL_WAN_PREEMPTED_FILE=str(marker)),
+            env=env(PARALLEL_WAN_PREEMPTED_FILE=str(marker), **hold.env()),
         )
         try:
-            wait_for_log(log, r"denoise: +\d+%.*\| ([3-9]|1\d)/16", proc)  # a few of fox's 16 steps are done
+
+            def running():
+                return proc.poll() is None
+
+            hold.wait_held(processes=2, alive=running, context=log.read_text)  # 3 of fox's 16 steps are done
             proc.send_signal(signal.SIGTERM)  # to the agent, as slurmstepd or the kubelet would
+            hold.wait_signal("SIGTERM", processes=2, alive=running, context=log.read_text)  # passed on to both
+            hold.release()
             proc.wait(timeout=120)
         finally:
             if proc.poll() is None:

@@ -18,14 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from harness.cli import run_in_process
 from harness.frames import assert_same_frames
-from harness.launchers import LAUNCH_VARS, RUN, SRUN_SBATCH, TORCHRUN_SBATCH
+from harness.launchers import RUN, SRUN_SBATCH, TORCHRUN_SBATCH
 from harness.ranks import free_port
 
 from parallel_wan.backends.jax.multihost import initialize_kwargs
 from parallel_wan.config import ConfigError
 from parallel_wan.launch import Launch, detect, expand_hostlist, first_host, require_coordinator, slurm_port
 from parallel_wan.run import CONF_DIR
+from processes.servers import LAUNCH_VARS
 
 REPO = os.path.dirname(CONF_DIR)
 SCRIPTS = sorted(
@@ -199,11 +201,11 @@ def _stub(folder, name, body):
 
 def _fake_slurm(tmp_path, **slurm):
     """A PATH whose srun records its arguments (NUL-separated) and the preemption variables it
-    sees, sleeps SRUN_SLEEP s, touches $PARALLEL_WAN_PREEMPTED_FILE when SRUN_PREEMPTED is set
-    and exits SRUN_EXIT; whose scontrol expands host lists with our parser, says the job is
-    JOB_STATE (default RUNNING) and preempted at PREEMPT_TIME (default None) and records requeues; whose scancel
-    records its arguments. SLURM
-    variables as sbatch would set them."""
+    sees, waits until the file SRUN_UNTIL exists (when set; a minute at most), touches
+    $PARALLEL_WAN_PREEMPTED_FILE when SRUN_PREEMPTED is set and exits SRUN_EXIT; whose scontrol
+    expands host lists with our parser, says the job is JOB_STATE (default RUNNING) and preempted
+    at PREEMPT_TIME (default None), records requeues and each `show job` (srun.args.shows); whose
+    scancel records its arguments. SLURM variables as sbatch would set them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _stub(
@@ -211,14 +213,15 @@ def _fake_slurm(tmp_path, **slurm):
         "srun",
         'printf "%s\\0" "$@" > "$SRUN_RECORD"\n'
         'echo "${PARALLEL_WAN_PREEMPTED_FILE-unset} ${SLURM_GPUS_PER_NODE-unset}" > "$SRUN_RECORD.env"\n'
-        'sleep "${SRUN_SLEEP:-0}"\n'
+        "for _ in $(seq 1200); do [[ -z ${SRUN_UNTIL:-} || -e $SRUN_UNTIL ]] && break; sleep 0.05; done\n"
         '[[ -z ${SRUN_PREEMPTED:-} ]] || touch "$PARALLEL_WAN_PREEMPTED_FILE"\n'
         'exit "${SRUN_EXIT:-0}"\n',
     )
     _stub(
         bin_dir,
         "scontrol",
-        f'if [[ $1 == show && $2 == job ]]; then echo "   JobId=$3 JobState=${{JOB_STATE:-RUNNING}} Reason=None"; '
+        f'if [[ $1 == show && $2 == job ]]; then echo "$*" >> "$SRUN_RECORD.shows"; '
+        f'echo "   JobId=$3 JobState=${{JOB_STATE:-RUNNING}} Reason=None"; '
         f'echo "   PreemptTime=${{PREEMPT_TIME:-None}} Suspend"; exit 0; fi\n'
         f'if [[ $1 == requeue ]]; then echo "requeue $2" >> "$SRUN_RECORD.calls"; exit 0; fi\n'
         f"[[ $1 == show && $2 == hostnames ]] || exit 9\n"
@@ -404,10 +407,19 @@ def _start_until_srun(script, env, tmp_path):
     proc = subprocess.Popen(
         ["bash", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "srun.args.env").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _until((tmp_path / "srun.args.env").exists, proc)
     return proc
+
+
+def _until(done, proc, timeout_s=60):
+    """Until `done()` while the script `proc` runs (a hang or its end fails the test)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"never happened (script exit {proc.returncode}):\n{out}\n{err}")
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("script", [SRUN_SBATCH, TORCHRUN_SBATCH], ids=["srun", "torchrun"])
@@ -422,23 +434,28 @@ def test_sbatch_passes_a_signal_to_its_shell_on_to_the_tasks(tmp_path, script):
         SLURM_NNODES="1",
         SLURM_NTASKS="1",
         SLURM_JOB_NODELIST="n1",
-        SRUN_SLEEP="3",
+        SRUN_UNTIL=str(tmp_path / "srun.ends"),
         SRUN_EXIT="1",
         GPUS_PER_NODE="1",
     )
+    # srun runs until the test has seen both signals passed on (the scancel calls), in order
     proc = _start_until_srun(script, env, tmp_path)
     proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
+    _until(lambda: len(_calls(tmp_path)) == 1, proc)
     proc.send_signal(signal.SIGTERM)
+    _until(lambda: len(_calls(tmp_path)) == 2, proc)
+    (tmp_path / "srun.ends").touch()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 75, out + err
     assert _calls(tmp_path) == ["scancel --signal=TERM 8", "scancel --signal=TERM 8", "requeue 8"], out + err
     assert "got SIGUSR1: passing SIGTERM" in out and "got SIGTERM: passing SIGTERM" in out
     # When the job is already ending, SLURM signals the tasks itself: nothing is passed on.
-    (tmp_path / "srun.args.calls").unlink()
-    (tmp_path / "srun.args.env").unlink()
+    for name in ("srun.args.calls", "srun.args.env", "srun.ends"):
+        (tmp_path / name).unlink()
     proc = _start_until_srun(script, env | {"JOB_STATE": "COMPLETING", "SRUN_EXIT": "75"}, tmp_path)
     proc.send_signal(signal.SIGTERM)
+    _until(lambda: (tmp_path / "srun.args.shows").exists(), proc)  # the trap asked for the job's state
+    (tmp_path / "srun.ends").touch()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 75 and _calls(tmp_path) == [], out + err
 
@@ -526,15 +543,16 @@ def test_xpk_missing_flag_is_a_clear_error(drop, message):
 @pytest.mark.parametrize("run_exit, signalled, command_exit", [(75, True, 143), (0, False, 0), (2, False, 2)])
 def test_xpk_restarts_a_preempted_run(tmp_path, run_exit, signalled, command_exit):
     # The --command as xpk's container runs it: `(COMMAND) & PID=$!`, SIGTERM to that subshell
-    # when the pod is told to stop. A stub python exits RUN_EXIT (on SIGTERM when signalled).
+    # when the pod is told to stop. A stub python exits RUN_EXIT (on SIGTERM when signalled); it
+    # sets its trap before it records its arguments, which the test waits for before the signal.
     proc = _xpk(*XPK_REQUIRED, "--dry-run", "--", "output_dir=/gcs/bucket/run1", "steps=4")
     assert proc.returncode == 0 and "resumes" not in proc.stderr, proc.stderr  # output_dir given: no note
     command = shlex.split(proc.stdout)[-1]
     _stub(
         tmp_path,
         "python",
-        f'echo "$*" > {tmp_path}/python.args\n'
         f"trap 'echo TERM >> {tmp_path}/python.args; sleep 0.5; exit {run_exit}' TERM\n"
+        f'echo "$*" > {tmp_path}/python.args\n'
         f"[[ {int(signalled)} == 1 ]] || exit {run_exit}\n"
         "for i in $(seq 100); do sleep 0.1; done; exit 9\n",
     )
@@ -629,7 +647,7 @@ def _run_all(commands, cwd, timeout_s=240):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     out = tmp_path_factory.mktemp("one") / "out"
-    _run_all([([sys.executable, "-m", "parallel_wan.run", *RUN, f"output_dir={out}"], _env())], cwd=out.parent)
+    run_in_process(out, *RUN)  # the reference: the run in this process, no interpreter start
     return np.load(out / "frames.npy")
 
 

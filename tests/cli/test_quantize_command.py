@@ -54,7 +54,7 @@ def test_files_render_the_video_of_quantize_at_load(kind, layout, compute, tiny_
 
 def test_the_file_holds_quantize_rows_and_says_what_made_it(tiny_t2v, tmp_path, capsys):
     from parallel_wan import __version__
-    from parallel_wan.weights.quantize import quantize_rows
+    from parallel_wan.weights.quantized.form import quantize_rows
     from parallel_wan.weights.transformer_keymap import diffusers_to_official_name
 
     code, _, err = write(capsys, f"checkpoint_dir={tiny_t2v.diffusers}", "quantize=fp8", f"output_dir={tmp_path}")

@@ -8,15 +8,15 @@ import pytest
 from harness.cli import run_in_process
 from harness.settings import assert_words, refusal
 
+from parallel_wan.backends.device_facts import DeviceSpeed
 from parallel_wan.config import ConfigError
 from parallel_wan.config.compose import compose_settings
-from parallel_wan.measure.device_speed import DeviceSpeed
 
 
 def test_a_resumed_loops_progress_bar_ends_at_its_total(monkeypatch):
     import sys
 
-    from parallel_wan.jobs.generation import progress_bar
+    from parallel_wan.jobs.entry_outputs import progress_bar
 
     shown = io.StringIO()
     monkeypatch.setattr(sys, "stderr", shown)

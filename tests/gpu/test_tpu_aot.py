@@ -120,7 +120,7 @@ def test_abstract_arguments_are_the_ones_the_run_passes():
     for model, memory, width in (("tiny", "resident", 48), ("tiny_ti2v", "sharded", 64)):
         spec = run_spec(f"model={model}", f"memory={memory}", "height=64", f"width={width}", "num_frames=5")
         tcfg, vcfg, tshapes, _ = shapes_of(spec)
-        backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
+        backend = JaxBackend(spec.mesh, fsdp=spec.shards_weights_over_mesh)
         host = unflatten({n: np.zeros(s, np.float32) for n, s in tshapes.items()})
         placed = backend.place(host, spec.execution.dtype, dit.keeps_fp32)
         latent = (
@@ -140,15 +140,17 @@ def test_abstract_arguments_are_the_ones_the_run_passes():
             RankWork(shards, None, (0,), None),
             grid,
             spec.uses_guidance,
-            per_token_timestep=spec.model.task == "ti2v",
+            per_token_timestep=spec.model.variant.per_token_timestep,
         )
         predictor = backend.noise_predictor(task)
         x = predictor.shard(np.zeros((1, shards.padded, int(np.prod(tcfg.patch_size)) * tcfg.out_channels), np.float32))
         real = predictor._inputs("expert", x, 0.0, 1.0)
 
         mesh = aot.run_mesh(spec, jax.devices())
-        params = aot.transformer_params(tshapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp)
-        shapes = aot.StepShapes(shards.tokens, spec.mesh.cp, 1, spec.uses_guidance, spec.model.task == "ti2v", 0)
+        params = aot.transformer_params(tshapes, mesh, spec.execution.dtype, spec.shards_weights_over_mesh)
+        shapes = aot.StepShapes(
+            shards.tokens, spec.mesh.cp, 1, spec.uses_guidance, spec.model.variant.per_token_timestep, 0
+        )
         abstract, x_sharding = aot.step_arguments(tcfg, params, mesh, shapes, spec.execution.dtype)
 
         assert jax.tree.structure(real) == jax.tree.structure(abstract), model

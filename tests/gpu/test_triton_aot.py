@@ -28,7 +28,7 @@ from parallel_wan.backends.torch.attention import attention_with_lse
 from parallel_wan.memory_plan import transformer_shapes
 from parallel_wan.models import transformer as dit
 from parallel_wan.models.transformer_config import TransformerConfig
-from parallel_wan.weights.quantize import quantizable, scale_name
+from parallel_wan.weights.quantized.names import quantizable, scale_name
 from parallel_wan.weights.tree import unflatten
 
 pytestmark = pytest.mark.aot

@@ -19,7 +19,7 @@ import numpy as np
 from parallel_wan.backends.contract import Backend, NoisePredictor, VideoDecoder
 from parallel_wan.models import transformer as dit, vae
 from parallel_wan.models.rope import rope_tables
-from parallel_wan.parallel.cfg_rows import both_halves, context_rows, guided
+from parallel_wan.pipeline import model_inputs
 from parallel_wan.report.frames import to_uint8_frames
 
 _DTYPES = {
@@ -79,6 +79,14 @@ def _scan_layers(block_fn, carry, layers):
     return carry
 
 
+def _widen(q, scale, dtype):
+    """W = q · scale in float32, then cast; a scale of G groups per row covers in/G columns each."""
+    q = np.asarray(q, np.float32)
+    groups = scale.shape[-1]
+    w = (q.reshape(*q.shape[:-1], groups, -1) * np.asarray(scale, np.float32)[..., None]).reshape(q.shape)
+    return w.astype(dtype)
+
+
 ops = SimpleNamespace(
     name="numpy",
     dtype=lambda name: _DTYPES[name],
@@ -111,6 +119,15 @@ ops = SimpleNamespace(
     sum=lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims),
     mean=lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
     exp=np.exp,
+    log=np.log,
+    abs=np.abs,
+    tanh=np.tanh,
+    sqrt=np.sqrt,
+    rsqrt=lambda x: (1.0 / np.sqrt(x)).astype(x.dtype),
+    square=np.square,
+    maximum=np.maximum,
+    minimum=np.minimum,
+    widen=lambda q, scale, dtype: _widen(q, scale, dtype),
     sin=np.sin,
     cos=np.cos,
     silu=lambda x: (x / (1.0 + np.exp(-x))).astype(x.dtype),
@@ -147,24 +164,16 @@ class NumpyPredictor(NoisePredictor):
         self.task = task
         tcfg = next(iter(task.experts.values()))[0]
         self.rope = rope_tables(tcfg.attention_head_dim, task.grid, token_index=task.work.token_index())
-        rows = context_rows(task.work.rows, task.prompts, task.uses_guidance, task.work.cfg_branch)
-        self.context = ops.take(task.context, rows, axis=0)
-        self.cond = None if task.cond_tokens is None else np.concatenate([task.cond_tokens] * len(task.work.rows))
-        self.mask = None if task.fixed_mask is None else task.fixed_mask[None, :, 0].astype(np.float32)
+        self.context = ops.take(task.context, model_inputs.widest_context_rows(task), axis=0)
+        self.cond = task.cond_tokens  # one row, joined to every prompt's tokens
+        self.mask = model_inputs.timestep_mask(task)
 
     def __call__(self, expert, x, t, guidance):
-        task = self.task
-        tcfg, params = task.experts[expert]
-        halves = task.halves(expert)
-        x_in = x if self.cond is None else dit.join_channels([x, self.cond], tcfg.patch_size, ops)
-        x_in = both_halves(x_in, halves, ops)
-        rows = halves * x.shape[0]
-        ts = np.full((rows, x.shape[1]) if task.per_token_timestep else (rows,), t, np.float32)
-        if task.per_token_timestep and self.mask is not None:
-            ts = ts * self.mask
-        out = dit.forward(params, x_in, ts, self.context[:rows], self.rope, tcfg, ops, ops.attention)
-        out = out.astype(np.float32)
-        return guided(out, x.shape[0], guidance) if halves == 2 else out
+        tcfg, params = self.task.experts[expert]
+        layout = model_inputs.step_rows(self.task, expert)
+        tokens, ts, context = model_inputs.forward_inputs(layout, x, t, self.context, self.cond, self.mask, ops)
+        out = dit.forward(params, tokens, ts, context, self.rope, tcfg, ops, ops.attention)
+        return model_inputs.guided_prediction(layout, out.astype(np.float32), guidance)
 
 
 class NumpyDecoder(VideoDecoder):

@@ -1,22 +1,20 @@
 """`run_on_ranks(fn, world_size, *args)`: `fn(rank, world_size, *args)` on N spawned CPU
 processes joined by gloo, one thread each, results in rank order; any rank's failure, crash or
-timeout fails the test with every rank's report (benchmarks/gloo_ranks.py, shared with the
+timeout fails the test with every rank's report (processes/gloo_ranks.py, shared with the
 benchmarks); `generate_on_rank` is a rank's part of a generation; `launch_rank` starts a rank
-of the CLI as torchrun would (environment variables, no agent); `kill_rank_one_when` kills one
-mid-run."""
+of the CLI as torchrun would (environment variables, no agent); `rank_zero_code` waits for rank
+0 once a peer is dead."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
-from benchmarks.gloo_ranks import RankPool
 from harness.paths import REPO
+from processes.gloo_ranks import RankPool
 
 # Each world size's rank processes are spawned (and import torch and parallel_wan) once, then
 # serve every test of the module that asks for that many ranks; a failed call discards them
-# (benchmarks/gloo_ranks.py RankPool); conftest.py closes the pool after each module.
+# (processes/gloo_ranks.py RankPool); conftest.py closes the pool after each module.
 POOL = RankPool(threads_per_rank=1)
 # Ranks spawned without the fork server's preloaded modules: for a module whose ranks set the
 # environment before torch's and transformers' imports (TRITON_INTERPRET=1: Triton reads it
@@ -54,7 +52,10 @@ def generate_on_rank(rank, world_size, overrides):
     return gen.latents, gen.frames, gen.info["mesh"]
 
 
-def launch_rank(rank, world, port, out, extra):
+def launch_rank(rank, world, port, out, extra, env=None, log=None, prelude=None):
+    """Rank `rank` of `python -m parallel_wan.run` as torchrun starts it; `env`: variables added
+    (a test's hold: harness/hold.py); `log`: a file for its stderr (else a pipe); `prelude`: Python
+    this rank runs before the CLI (a test's patch of what it does)."""
     env = {
         **os.environ,
         "PYTHONPATH": REPO,
@@ -64,22 +65,31 @@ def launch_rank(rank, world, port, out, extra):
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": "1",
+        **(env or {}),
     }
-    cmd = [sys.executable, "-m", "parallel_wan.run", f"output_dir={out}", "mesh=cp2", *extra]
-    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-
-
-def kill_rank_one_when(event, ranks, seen, never: str, pause: float = 0.0):
-    """SIGKILL rank 1 once `event` is set (within 240 s); (rank 0's exit code, seconds it took
-    to exit). Every rank still alive afterwards is killed."""
+    entry = ["-m", "parallel_wan.run"]
+    if prelude:
+        entry = [
+            "-c",
+            prelude + "\nimport runpy\nrunpy.run_module('parallel_wan.run', run_name='__main__', alter_sys=True)",
+        ]
+    cmd = [sys.executable, *entry, f"output_dir={out}", "mesh=cp2", *extra]
+    stderr = subprocess.PIPE if log is None else open(log, "w")
     try:
-        assert event.wait(240), f"{never}:\n" + "".join(seen)[-3000:]
-        time.sleep(pause)
-        ranks[1].send_signal(signal.SIGKILL)
-        t0 = time.monotonic()
-        rc = ranks[0].wait(timeout=90)  # well inside dist_timeout_s + teardown
-        return rc, time.monotonic() - t0
+        return subprocess.Popen(cmd, env=env, stderr=stderr, stdout=subprocess.DEVNULL, text=True)
     finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
+        if log is not None:
+            stderr.close()  # the rank holds its own copy
+
+
+# A rank waits for a dead peer up to dist_timeout_s; the tests that kill a rank give the ranks
+# PEER_TIMEOUT_S and wait for rank 0 NOTICED_S at most: a rank 0 that ended within that noticed
+# the death itself (a connection closed); it was not ended by the timeout.
+PEER_TIMEOUT_S = 900
+NOTICED_S = 240
+
+
+def rank_zero_code(ranks) -> int:
+    """Rank 0's exit code, once a peer of it is dead: it must end within NOTICED_S, well inside
+    PEER_TIMEOUT_S (subprocess.TimeoutExpired otherwise)."""
+    return ranks[0].wait(timeout=NOTICED_S)

@@ -1,4 +1,4 @@
-"""Servers as users start them, for the tests: benchmarks/servers.py's, whose failures (the
+"""Servers as users start them, for the tests: processes/servers.py's, whose failures (the
 server ended, a wait ran out) fail the test with the end of the server's log; the tiny settings
 the server tests share."""
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.servers import ServerProcesses
+from processes.servers import ServerProcesses
 
 # The tiny model, small and fp32 (the CLI's reference settings: harness.cli), a dead peer
 # noticed within a minute.

@@ -333,9 +333,7 @@ def run_here(overrides, backend=None, compile_backend=None):
     from parallel_wan.pipeline import generate
 
     spec = _spec(overrides, 1)
-    backend = backend or make_backend(spec)
-    if compile_backend:
-        backend.compile_backend = compile_backend
+    backend = backend or make_backend(spec, compile_backend=compile_backend or "inductor")
     backend.video_decoder = lambda params, cfg: NoDecode()
     return generate(spec, backend)
 

@@ -24,8 +24,7 @@ def run(overrides, compile_backend="aot_eager"):
     from parallel_wan.pipeline import generate
 
     spec = spec_of(BASE + overrides)
-    backend = make_backend(spec)
-    backend.compile_backend = compile_backend
+    backend = make_backend(spec, compile_backend=compile_backend)
     placed = []
     place = backend.place
 

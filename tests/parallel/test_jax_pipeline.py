@@ -229,9 +229,15 @@ def test_cli_dp2_cp4_writes_the_in_process_video(dp2_cp4, compile_cache, tmp_pat
     assert np.array_equal(np.load(out / "frames.npy"), dp2_cp4[0].frames)
 
 
-def test_several_hosts_are_detected_from_the_environment_only():
-    from parallel_wan.backends.jax.multihost import several_hosts
+def several_hosts(env):
+    """Why a process with `env` is one of several hosts (None: one host), as multihost.start reads it."""
+    from parallel_wan.launch import detect
 
+    launch = detect(env)
+    return launch.source if launch.world_size > 1 else None
+
+
+def test_several_hosts_are_detected_from_the_environment_only():
     assert several_hosts({}) is None
     assert several_hosts({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}) is None  # one task: one host
     assert several_hosts({"TPU_WORKER_HOSTNAMES": "localhost"}) is None  # a single-host TPU VM

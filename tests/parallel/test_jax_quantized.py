@@ -68,13 +68,13 @@ def test_aot_abstract_quantized_params_are_what_the_run_places(tiny_t2v, memory)
     require_eight_devices()
     spec = run_spec("model=tiny", f"memory={memory}", "quantize=fp8")
     _, _, tshapes, _ = shapes_of(spec)
-    backend = JaxBackend(spec.mesh, fsdp=spec.memory.jax_fsdp)
+    backend = JaxBackend(spec.mesh, fsdp=spec.shards_weights_over_mesh)
     host = load_transformer(
         describe_checkpoint(tiny_t2v.diffusers), "high_noise", spec.execution.dtype, keeps_fp32, quantize="fp8"
     )
     placed = backend.place(host, spec.execution.dtype, keeps_fp32)
     abstract = aot.transformer_params(
-        tshapes, aot.run_mesh(spec, jax.devices()), spec.execution.dtype, spec.memory.jax_fsdp, "fp8"
+        tshapes, aot.run_mesh(spec, jax.devices()), spec.execution.dtype, spec.shards_weights_over_mesh, "fp8"
     )
     assert jax.tree.structure(placed) == jax.tree.structure(abstract)
     for (path, real), want in zip(jax.tree.leaves_with_path(placed), jax.tree.leaves(abstract)):

@@ -89,8 +89,9 @@ def test_sharded_equals_resident(world, mesh):
 def _small_sharded_expert(rank, world):
     """A 3-block expert sharded over the ranks, and its whole tree (every rank draws the same)."""
     import torch
+    from harness.chunked import chunk_tree
 
-    from parallel_wan.backends.torch.fsdp import chunk_tree, shard_expert
+    from parallel_wan.backends.torch.fsdp import shard_expert
 
     g = torch.Generator().manual_seed(0)
     full = {
@@ -421,7 +422,7 @@ def test_memory_settings():
 
     assert _spec(BASE).memory.mode == "resident"
     jax = _spec(BASE + ["backend=jax", "memory=sharded"], world=8)
-    assert jax.memory.mode == "sharded" and jax.memory.jax_fsdp  # on JAX, memory=sharded is jax_fsdp
+    assert jax.memory.mode == "sharded" and jax.shards_weights_over_mesh  # on JAX, memory=sharded is jax_fsdp
     assert (
         _spec(BASE + ["backend=jax", "jax_fsdp=true"], world=8).memory.mode == "sharded"
     )  # the older switch still works

@@ -4,12 +4,12 @@ latents, sequence-parallel attention, CFG parallel, one gather) on gloo processe
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 from harness.frames import RTOL, assert_same_video
-from harness.ranks import free_port, generate_on_rank, kill_rank_one_when, launch_rank, run_on_ranks
+from harness.hold import Hold
+from harness.ranks import PEER_TIMEOUT_S, free_port, generate_on_rank, launch_rank, rank_zero_code, run_on_ranks
 
 from parallel_wan.run import CONF_DIR
 
@@ -81,27 +81,26 @@ def test_dp_splits_a_batch_of_prompts(one_device):
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_dead_rank_ends_the_job_with_a_message(tmp_path):
     # Two ranks started the way torchrun starts them (env vars), without torchrun's agent, so
-    # nothing but our own failure handling ends rank 0 once rank 1 is killed mid-denoise.
-    port, out = free_port(), tmp_path / "out"
-    extra = ["steps=400", "dist_timeout_s=60"]
-    ranks = [launch_rank(r, 2, port, out, extra) for r in range(2)]
-    seen = []
-    started = threading.Event()
-
-    def read():
-        for chunk in iter(lambda: ranks[0].stderr.read(64), ""):
-            seen.append(chunk)
-            if "denoise:" in "".join(seen[-3:]) and "/400" in "".join(seen[-3:]):
-                started.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    rc, elapsed = kill_rank_one_when(started, ranks, seen, "rank 0 never started denoising", pause=1.0)
-    reader.join(timeout=5)
-    text = "".join(seen)
+    # nothing but our own failure handling ends rank 0 once rank 1 is killed mid-denoise: both
+    # hold before step 2, rank 1 is killed there, and rank 0 goes on into step 2's collectives.
+    # It must end long before dist_timeout_s (rank_zero_code): it noticed the death itself.
+    port, out, hold = free_port(), tmp_path / "out", Hold(tmp_path, step=2)
+    extra = ["steps=4", f"dist_timeout_s={PEER_TIMEOUT_S}"]
+    logs = [tmp_path / f"rank{r}.log" for r in range(2)]
+    ranks = [launch_rank(r, 2, port, out, extra, env=hold.env(), log=logs[r]) for r in range(2)]
+    try:
+        hold.wait_held(processes=2, alive=lambda: all(p.poll() is None for p in ranks), context=logs[0].read_text)
+        ranks[1].kill()
+        ranks[1].wait(timeout=60)
+        hold.release()
+        rc = rank_zero_code(ranks)
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+    text = logs[0].read_text()
     assert rc != 0
     assert "parallel_wan: rank 0/2 failed" in text, text[-2000:]
-    assert elapsed < 60
     assert not out.exists()  # nothing half-written
 
 

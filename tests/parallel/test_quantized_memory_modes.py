@@ -89,8 +89,7 @@ def test_compiled_blocks_with_quantized_weights_render_the_eager_latents(compute
 
     def run(*extra):
         spec = _spec(BASE + [f"quant_compute={compute}", *extra])
-        backend = make_backend(spec)
-        backend.compile_backend = "aot_eager"
+        backend = make_backend(spec, compile_backend="aot_eager")
         return generate(spec, backend).latents
 
     eager = run()

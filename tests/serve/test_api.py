@@ -26,6 +26,7 @@ from parallel_wan.serve.metrics import ServerMetrics
 from parallel_wan.serve.served import serve_start
 from parallel_wan.serve.settings import server_settings
 from parallel_wan.serve.store import Store
+from parallel_wan.serve.words import Words
 
 BIG_SEED = 2**70
 
@@ -57,10 +58,13 @@ class Api:
 
     def cli_refusal(self, overrides, tmp_path) -> str:
         """What `python -m parallel_wan.run` with the server's start settings and `overrides` prints."""
+        return str(self.cli_error(overrides, tmp_path))
+
+    def cli_error(self, overrides, tmp_path) -> ConfigError:
         raw = compose_settings([*self.start, *overrides]) | {"output_dir": str(tmp_path / "cli")}
         with pytest.raises(ConfigError) as err:
             validate_job(raw, 1)
-        return str(err.value)
+        return err.value
 
 
 @pytest.fixture
@@ -126,6 +130,24 @@ def test_a_bad_request_gets_the_clis_line_as_400_and_nothing_is_queued(case, api
         error = answer.json()["error"]
         assert error["message"] == expected and error["param"] == param, (error, expected)
     api.nothing_queued()
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_each_refusal_a_request_can_reach_carries_the_settings_it_names(case, api, tmp_path):
+    """The field of an answer comes from the error's `setting` (errors.py), set where it is raised."""
+    fields, words, param = BAD[case]
+    error = api.cli_error(words, tmp_path)
+    assert error.settings, str(error)
+    assert all(f"{setting}=" in str(error) for setting in error.settings), (error.settings, str(error))
+
+
+def test_the_field_an_answer_names_is_the_errors_setting_not_a_word_of_its_message():
+    message = "height=100 width=64 must be multiples of 16"
+    about_width = ConfigError(message, setting="width")
+    assert Words().refusal(about_width, {"width": "size", "height": "size"}) == (message, "size")
+    assert Words().refusal(about_width) == (message, "width")
+    assert Words().refusal(ConfigError(message, setting=("num_frames", "height")), {"height": "height"})[1] == "height"
+    assert Words().refusal(ConfigError(message)) == (message, None)  # it names settings but is about none
 
 
 SERVER_OWN = {

@@ -10,6 +10,7 @@ import openai
 import pytest
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
+from harness.hold import Hold
 from harness.serve import KEY, SETTINGS, Server, sidecar
 
 # openai's SDK warns that its own Videos API will shut down; the API shape is what is tested here.
@@ -17,8 +18,16 @@ pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    server = Server(tmp_path_factory.mktemp("serve4") / "storage", SETTINGS, ranks=4, key=KEY)
+def hold(tmp_path_factory):
+    """The server's loops hold before step 5 (harness/hold.py): only the jobs of more than 5 steps
+    reach it (every other job here has 4 or fewer), each until its test lets it go."""
+    return Hold(tmp_path_factory.mktemp("hold"), step=5)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, hold):
+    storage = tmp_path_factory.mktemp("serve4") / "storage"
+    server = Server(storage, SETTINGS, ranks=4, key=KEY, env=hold.env())
     try:
         yield server.wait_ready()
     finally:
@@ -33,7 +42,7 @@ def cli_frames(tmp_path, name, **settings):
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_moves(server, tmp_path):
+def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_moves(server, hold, tmp_path):
     requests = [
         {"prompt": "a fox runs", "seed": 1, "num_inference_steps": 8},
         {"prompt": "a boat sails", "seed": 2, "size": "80x48"},
@@ -50,9 +59,12 @@ def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_mov
     for t in threads:
         t.join()
     assert all(a["status"] == "queued" and a["progress"] == 0 for a in answers), answers
-    first = min(answers, key=lambda a: server.client.get(f"/v1/videos/{a['id']}").json()["created_at"])
+    # The 8-step request holds before its step 5 on every rank: read while it is there, then let it go.
     seen = []
-    server.wait_for(first["id"], "completed", every=0.02, seen=seen)
+    hold.wait_held(processes=4, alive=server.alive, context=server.text)
+    server.wait_for(answers[0]["id"], "in_progress", seen=seen)
+    hold.release()
+    server.wait_for(answers[0]["id"], "completed", every=0.02, seen=seen)
     running = [p for status, p, _ in seen if status == "in_progress"]
     assert any(0 < p < 100 for p in running), seen
     assert running == sorted(running)  # it only moves forward
@@ -74,13 +86,14 @@ def test_three_requests_queued_at_once_each_give_the_clis_video_and_progress_mov
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_delete_stops_a_running_job_after_its_step_and_the_next_job_runs(server):
-    long = server.post(prompt="a very long video", num_inference_steps=400)
+def test_delete_stops_a_running_job_after_its_step_and_the_next_job_runs(server, hold):
+    long = server.post(prompt="a long video", num_inference_steps=12)
     after = server.post(prompt="the next one", seed=5)
-    server.wait_step(long["id"], 1)
+    hold.wait_held(processes=4, alive=server.alive, context=server.text)  # the long job, before its step 5
     answer = server.client.delete(f"/v1/videos/{long['id']}")
     assert answer.status_code == 200 and answer.json()["deleted"] is True
     at_delete = server.video(long["id"])["step"]
+    hold.release()
     stopped = server.wait_for(long["id"], "cancelled", every=0.05)
     assert stopped["step"] <= at_delete + 1, (at_delete, stopped)  # the step running then, no more
     assert server.wait_for(after["id"], "completed")["progress"] == 100

@@ -9,8 +9,7 @@ import torch
 
 from benchmarks import comm, step
 from benchmarks.comm_volume import A14B, analytic, load_preset
-from parallel_wan.backends.torch import ops
-from parallel_wan.backends.torch.attention import math_kernel
+from parallel_wan.backends.torch import kernels, ops
 from parallel_wan.backends.torch.qkv_fusion import fuse_qkv
 from parallel_wan.measure.flops import forward_flops
 from parallel_wan.models import transformer as dit
@@ -80,7 +79,7 @@ def test_flop_count_equals_pytorchs_operator_count():
     params = unflatten(step.build_diffusers(cfg, 2, torch.float32, torch.device("cpu"), 0).state_dict())
     x, t, ctx = torch.randn(2, 6, 12), torch.tensor([5.0, 5.0]), torch.randn(2, 3, 6)
     cos, sin = rope_tables(12, (1, 2, 3))
-    attention = lambda q, k, v: math_kernel(q, k, v, q.shape[-1] ** -0.5)[0]  # noqa: E731
+    attention = lambda q, k, v: kernels.kernel("math").run(q, k, v, q.shape[-1] ** -0.5)[0]  # noqa: E731
     with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
         dit.forward(params, x, t, ctx, (torch.as_tensor(cos), torch.as_tensor(sin)), cfg, ops, attention)
     assert counter.get_total_flops() == forward_flops(cfg, 6, rows=2).total
@@ -192,7 +191,7 @@ def test_fused_qkv_leaves_the_tree_alone_and_runs_on_jax():
 
 
 def test_comm_measures_bandwidth_on_ranks_and_predicts_from_the_byte_model(tmp_path, capsys):
-    from benchmarks.gloo_ranks import spawn_ranks
+    from processes.gloo_ranks import spawn_ranks
 
     results = spawn_ranks(comm.measure_on_rank, 2, [0.01], 2)
     bw = results[0]

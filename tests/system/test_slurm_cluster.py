@@ -23,9 +23,13 @@ import time
 
 import numpy as np
 import pytest
+from harness.cli import run_in_process
 from harness.frames import assert_same_frames
-from harness.launchers import LAUNCH_VARS, RUN, SRUN_SBATCH, TORCHRUN_SBATCH
+from harness.hold import Hold
+from harness.launchers import RUN, SRUN_SBATCH, TORCHRUN_SBATCH
 from harness.paths import REPO
+
+from processes.servers import LAUNCH_VARS
 
 pytestmark = pytest.mark.cluster
 
@@ -52,9 +56,9 @@ TERMINAL = {
     "DEADLINE",
     "PREEMPTED",
 }
-# A run slow enough to preempt mid-denoise (about 40 steps/s on one CPU process): 300 steps,
-# preempted once past step 20 (an urgent job's preemption has come within 1-5 s).
-SLOW_STEPS = 300
+# The run the preemption tests stop: it holds before step PREEMPT_AT_STEP (harness/hold.py) until
+# the stop's SIGTERM has reached it, so it is preempted mid-denoise however long the stop takes.
+SLOW_STEPS = 30
 SLOW = ["num_frames=9", "height=128", "width=128", f"steps={SLOW_STEPS}", "dtype=float32", "dist_timeout_s=60"]
 PREEMPT_AT_STEP = 20
 
@@ -136,7 +140,8 @@ def wait_for(job, restarts=0, timeout_s=180):
         info = job_info(job)
         if info.get("JobState") in TERMINAL and int(info.get("Restarts", 0)) >= restarts:
             return info
-        assert time.monotonic() < deadline, f"job {job} not done after {timeout_s} s: {info}"
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job} not done after {timeout_s} s: {info}")
         time.sleep(0.5)
 
 
@@ -160,14 +165,7 @@ def assert_completed(folder, job, restarts=0, timeout_s=180):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     out = tmp_path_factory.mktemp("one") / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", *RUN, "backend=torch", f"output_dir={out}"],
-        env=_job_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_in_process(out, *RUN, "backend=torch")  # the reference: the run in this process, no interpreter start
     return np.load(out / "frames.npy")
 
 
@@ -275,43 +273,33 @@ def uninterrupted(tmp_path_factory):
     prompts = folder / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "a dog jumps", "seed": 3, "name": "dog"}) + "\n")
     out = folder / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", f"prompts={prompts}", *SLOW, "backend=torch", f"output_dir={out}"],
-        env=_job_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_in_process(out, f"prompts={prompts}", *SLOW, "backend=torch")  # the reference, in this process
     return prompts, json.loads((out / "dog.json").read_text())
 
 
-def wait_for_denoise_step(log, step, timeout_s=120):
-    """Wait until the run's progress bar in `log` has passed `step` of the SLOW run's steps."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        done = [int(n) for n in re.findall(rf"(\d+)/{SLOW_STEPS}", log.read_text())] if log.exists() else []
-        if done and max(done) >= step:
-            return max(done)
-        time.sleep(0.2)
-    raise AssertionError(
-        f"no denoise progress past step {step} in {log} after {timeout_s} s:\n"
-        f"{log.read_text()[-3000:] if log.exists() else '(no log)'}"
-    )
-
-
 def stop_mid_denoise_and_resume(folder, uninterrupted, script, stop, **env):
-    """Submit the slow one-entry job with `script` (one process), call stop(job) once it is past
-    PREEMPT_AT_STEP, wait until it has been requeued once and has ended COMPLETED; check that
-    it resumed from the saved step with the uninterrupted run's frames and kept both runs'
-    logs. Returns (job id, job folder, batch log)."""
+    """Submit the slow one-entry job with `script` (one process), call stop(job) while it holds
+    before step PREEMPT_AT_STEP and let it go on once the SIGTERM has reached it, wait until it
+    has been requeued once and has ended COMPLETED; check that it resumed from the saved step
+    with the uninterrupted run's frames and kept both runs' logs. Returns (job id, job folder,
+    batch log). (The restarted run resumes past the hold's step: it never holds.)"""
     prompts, reference = uninterrupted
     options = ["--nodes", "1"] + (["--ntasks-per-node", "1"] if script == SRUN_SBATCH else [])
-    job = sbatch(folder, *options, script, f"prompts={prompts}", *SLOW, "backend=torch", **env)
+    hold = Hold(folder, step=PREEMPT_AT_STEP)
+    job = sbatch(folder, *options, script, f"prompts={prompts}", *SLOW, "backend=torch", **env, **hold.env())
     job_dir = folder / "out" / f"slurm-{job}"
     log = "restart-0.task-0.out" if script == SRUN_SBATCH else "restart-0.node-0.out"
-    wait_for_denoise_step(job_dir / "logs" / log, PREEMPT_AT_STEP)
+
+    def running():
+        return job_info(job).get("JobState") not in TERMINAL
+
+    def logs():
+        return _logs(folder, job)
+
+    hold.wait_held(alive=running, context=logs)
     stop(job)
+    hold.wait_signal("SIGTERM", alive=running, context=logs)
+    hold.release()
     info = assert_completed(folder, job, restarts=1)
     assert int(info["Restarts"]) == 1, info
     sidecar = json.loads((job_dir / "dog.json").read_text())

@@ -58,17 +58,42 @@ def test_nothing_above_backends_branches_on_a_backend_objects_name():
                 and getattr(node.left.value, "id", None) in BACKEND_NAMES
             ):
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    for folder in ("jobs", "pipeline"):
-        for path in sources(folder):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (
-                    isinstance(node, ast.Compare)
-                    and isinstance(node.left, ast.Attribute)
-                    and node.left.attr == "backend"
-                    and any(isinstance(c, ast.Constant) and c.value in ("jax", "torch") for c in node.comparators)
-                ):
-                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    found += backend_name_branches(outside_backends())
     assert not found, found
+
+
+def _names_the_backend(node) -> bool:
+    """`backend`, `spec.execution.backend`, `x.backend`: an expression holding a backend's name."""
+    return (isinstance(node, ast.Name) and node.id == "backend") or (
+        isinstance(node, ast.Attribute) and node.attr == "backend"
+    )
+
+
+def backend_name_branches(paths) -> list[str]:
+    """Comparisons of a backend's name with "torch"/"jax" (what capabilities(name) answers)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            named = any(isinstance(o, ast.Constant) and o.value in ("jax", "torch") for o in operands)
+            if named and any(_names_the_backend(o) for o in operands):
+                where = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path
+                found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_code_above_backends_asks_capabilities_not_names():
+    """Every package above backends/ (config, the planner, jobs, the server, the entry points):
+    a backend's name is compared nowhere; `backends.capabilities` answers."""
+    assert backend_name_branches(outside_backends()) == []
+
+
+def test_the_name_check_sees_a_branch(tmp_path):
+    code = tmp_path / "x.py"
+    code.write_text("def f(spec, backend):\n    return spec.execution.backend == 'jax' or 'torch' != backend\n")
+    assert len(backend_name_branches([code])) == 2
 
 
 def test_hydra_settings_are_composed_in_one_module():
@@ -169,3 +194,42 @@ def test_a_numpy_backend_written_from_the_contract_renders_the_torch_video(model
     assert ours.frames.shape == ref.frames.shape and diff.max() <= 1, (diff.max(), rel)
     assert ours.info["steps_per_expert"] == ref.info["steps_per_expert"]
     json.dumps(ours.info)  # the sidecar's record is plain data on this backend too
+
+
+def backend_attribute_writes(paths) -> list[str]:
+    """`backend.X = …` outside a backend's own methods: a backend changed after construction."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Assign, ast.AugAssign)):
+                continue
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) in BACKEND_NAMES:
+                        where = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path
+                        found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_construction_decides_a_backend():
+    """The constructor decides a backend's ops, its quantized compute and its compiler; nothing in
+    the package sets them afterwards (make_backend passes the settings in)."""
+    assert backend_attribute_writes(sorted(PACKAGE.rglob("*.py"))) == []
+    import torch
+
+    from parallel_wan.backends.torch import fp8_gemm
+    from parallel_wan.backends.torch.backend import TorchBackend
+    from parallel_wan.backends.torch.collectives import NullCollectives
+    from parallel_wan.backends.torch.mesh import TorchMesh
+    from parallel_wan.parallel.mesh import MeshSpec
+
+    mesh = TorchMesh.build(MeshSpec(), NullCollectives(rank=0, world=1))
+    made = TorchBackend(torch.device("cpu"), mesh, quant_compute="auto", compile_backend="aot_eager")
+    assert made.quant_compute == fp8_gemm.choose("auto", torch.device("cpu"), compiled=False)
+    assert made.ops is fp8_gemm.ops_for(made.quant_compute) and made.compile_backend == "aot_eager"
+
+
+def test_the_write_check_sees_a_patched_backend(tmp_path):
+    code = tmp_path / "x.py"
+    code.write_text("def f(backend):\n    backend.ops, backend.quant_compute = 1, 2\n")
+    assert len(backend_attribute_writes([code])) == 2

@@ -222,3 +222,18 @@ def test_prompt_batches_must_split_evenly_over_dp():
         compose_spec(["mesh=dp2", "prompt=[a,b,c]"], 2, output_dir="/tmp/unused")
     spec = spec_for("prompt=[a,b]")
     assert spec.video.prompts == ("a", "b") and spec.video.seed_of(1) == spec.video.seed + 1
+
+
+def test_jax_fsdp_is_an_alias_of_memory_sharded_on_jax():
+    """The spec holds one fact, memory=sharded; jax_fsdp (the older spelling, still recorded in
+    sidecars and result keys) is derived from it and the backend's capabilities."""
+    import dataclasses
+
+    from parallel_wan.config.schema import MemorySettings
+
+    alias, sharded = spec_for("backend=jax", "jax_fsdp=true"), spec_for("backend=jax", "memory=sharded")
+    assert alias.to_dict() == sharded.to_dict() and alias.memory.mode == "sharded"
+    assert sharded.shards_weights_over_mesh and sharded.to_dict()["jax_fsdp"] is True
+    assert spec_for("backend=jax").to_dict()["jax_fsdp"] is False
+    assert spec_for("memory=sharded").to_dict()["jax_fsdp"] is False  # torch shards rank rows, not a mesh
+    assert "jax_fsdp" not in {f.name for f in dataclasses.fields(MemorySettings)}

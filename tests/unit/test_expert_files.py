@@ -16,7 +16,7 @@ from parallel_wan.models.transformer import keeps_fp32
 from parallel_wan.weights import tree
 from parallel_wan.weights.expert_file import describe_expert_file
 from parallel_wan.weights.loader import load_transformer
-from parallel_wan.weights.quantize import dequantize, quantize_rows
+from parallel_wan.weights.quantized.form import dequantize, quantize_rows
 from parallel_wan.weights.safetensors_io import chunk_rows
 
 EXPERT = "high_noise"

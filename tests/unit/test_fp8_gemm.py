@@ -10,7 +10,7 @@ from harness.fakegpu.fake_mode import fake_gpus
 
 from parallel_wan.backends.torch import fp8_gemm, ops as torch_ops
 from parallel_wan.config import ConfigError
-from parallel_wan.weights.quantize import dequantize, quantize_rows
+from parallel_wan.weights.quantized.form import dequantize, quantize_rows
 
 U = 2.0**-24  # float32's unit roundoff
 

@@ -1,6 +1,6 @@
 """Issue 38 item 1: how long a job will take, said before it starts — its FLOPs (counted) over
 the device's measured speed (memory_plan/compute_time.py, measure/vae_flops.py,
-measure/device_speed.py). The counts are held to torch's FlopCounterMode on the real code; the
+backends/device_facts.py). The counts are held to torch's FlopCounterMode on the real code; the
 decisions (measure only a long job, log a long one, warn on a very long one) to fixed speeds,
 so nothing here depends on this machine's."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from parallel_wan.backends.device_facts import DeviceSpeed
 from parallel_wan.config import resolve
 from parallel_wan.config.compose import compose_settings
-from parallel_wan.measure.device_speed import DeviceSpeed
 from parallel_wan.measure.vae_flops import decode_flops
 from parallel_wan.memory_plan.compute_time import duration, job_estimate, job_flops
 from parallel_wan.memory_plan.fits import architecture_of
@@ -101,9 +101,9 @@ def test_a_prompt_file_jobs_estimate_adds_its_entries():
 
 def test_the_run_logs_the_warning_before_anything_loads(monkeypatch, caplog):
     from parallel_wan import run
-    from parallel_wan.measure import device_speed
+    from parallel_wan.backends import device_facts
 
-    monkeypatch.setattr(device_speed, "measure_device", lambda *a: DeviceSpeed(4e10, "a test CPU", True))
+    monkeypatch.setattr(device_facts, "measure_device", lambda *a: DeviceSpeed(4e10, "a test CPU", True))
     job, ckpt = run.validate_job(
         compose_settings(["num_frames=401", "height=512", "width=512", "output_dir=unused"]), 1, env={}
     )
@@ -149,7 +149,7 @@ def test_durations_read_as_people_say_them(seconds, said):
 
 
 def test_the_device_probe_measures_a_positive_speed_and_names_the_device():
-    from parallel_wan.measure.device_speed import measure_device
+    from parallel_wan.backends.device_facts import measure_device
 
     speed = measure_device("torch", "cpu", "float32", seconds=0.05)
     assert speed.flops > 0 and speed.name.startswith("this CPU") and speed.cpu
@@ -158,7 +158,7 @@ def test_the_device_probe_measures_a_positive_speed_and_names_the_device():
 def test_the_probe_measures_this_cpu_where_device_cuda_names_a_gpu_the_machine_lacks(monkeypatch):
     """The planner and the doctor run where the job's device=cuda is not (a login node, a
     machine the doctor is about to call unfit): they measure what is here rather than fail."""
-    from parallel_wan.measure.device_speed import measure_device
+    from parallel_wan.backends.device_facts import measure_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     speed = measure_device("torch", "cuda", "float32", seconds=0.05)

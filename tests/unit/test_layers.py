@@ -1,4 +1,4 @@
-"""The layering in DESIGN.md: `parallel_wan/models/` is backend-agnostic math."""
+"""The layering in docs/architecture.md: `parallel_wan/models/` is backend-agnostic math."""
 
 import pathlib
 

@@ -111,7 +111,7 @@ def _measure_denoise(spec, tcfg, experts, vae_params, shapes, backend=None):
         work,
         grid,
         spec.uses_guidance,
-        per_token_timestep=spec.model.task == "ti2v",
+        per_token_timestep=spec.model.variant.per_token_timestep,
         cond_tokens=cond,
     )
     with torch.inference_mode():

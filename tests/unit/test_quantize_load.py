@@ -1,4 +1,4 @@
-"""quantize=fp8|int8 at load (weights/quantize_load.py): the block linears of a wide checkpoint
+"""quantize=fp8|int8 at load (weights/quantized/at_load.py): the block linears of a wide checkpoint
 become quantize_rows of the stored weight (after the LoRA merge), nothing else changes; a sharded
 load holds the rows of the whole one; placement (device, host for memory=swap, JAX) keeps the
 quantized bytes and float32 scales; the converted-weights cache stores them under their own key;
@@ -19,13 +19,8 @@ from parallel_wan.run import compose_settings, validate_job
 from parallel_wan.weights import tree
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer
-from parallel_wan.weights.quantize import (
-    KINDS,
-    is_scale,
-    quantizable,
-    quantize_rows,
-    scale_name,
-)
+from parallel_wan.weights.quantized.form import KINDS, quantize_rows
+from parallel_wan.weights.quantized.names import is_scale, quantizable, scale_name
 
 EXPERT = "high_noise"
 

@@ -83,7 +83,7 @@ def test_fused_qkv_keeps_each_rows_scale():
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 def test_quantize_rows_is_per_channel_absmax_and_dense_widens_it(kind):
-    from parallel_wan.weights.quantize import LIMIT, dequantize, quantize_rows
+    from parallel_wan.weights.quantized.form import LIMIT, dequantize, quantize_rows
 
     w = torch.randn(6, 32)
     w[2] = 0  # an all-zero row: scale 1, not a division by zero

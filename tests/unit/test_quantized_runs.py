@@ -8,7 +8,8 @@ import pytest
 from harness.cli import run
 from safetensors.torch import load_file, save_file
 
-from parallel_wan.weights.quantize import dequantize, quantizable, quantize_rows
+from parallel_wan.weights.quantized.form import dequantize, quantize_rows
+from parallel_wan.weights.quantized.names import quantizable
 
 SMALL = {"steps": 2, "num_frames": 5, "height": 32, "width": 32}
 

@@ -1,4 +1,4 @@
-"""benchmarks/gloo_ranks.py's RankPool (the tests' gloo rank processes, harness/ranks.py): a
+"""processes/gloo_ranks.py's RankPool (the tests' gloo rank processes, harness/ranks.py): a
 call whose only failures are the pool's own rendezvous runs once more on new processes; a
 failure of the function itself is never run again."""
 
@@ -7,8 +7,8 @@ import tempfile
 
 import pytest
 
-import benchmarks.gloo_ranks as gloo_ranks
-from benchmarks.gloo_ranks import RENDEZVOUS_FAILED, RankPool, RanksFailed
+import processes.gloo_ranks as gloo_ranks
+from processes.gloo_ranks import RENDEZVOUS_FAILED, RankPool, RanksFailed
 
 
 def _rank_world_and_group(rank, world):

@@ -71,6 +71,21 @@ def test_the_opening_says_what_the_project_does_today():
     assert "land" not in opening  # promises of what is to come belong in the issues, not the opening
 
 
+def test_the_attention_tables_are_the_registered_kernels():
+    """README's kernel and auto-order tables are what backends/torch/attention_table.py writes from
+    the registered kernels (regenerate them from it when a kernel changes), and every value
+    attention_impl= accepts has a row in the settings table above them."""
+    from parallel_wan.backends.torch.attention_table import auto_table, kernel_table
+    from parallel_wan.config import attention_impls
+
+    rewrite = "python -m parallel_wan.backends.torch.attention_table README.md rewrites them"
+    assert kernel_table() in README, rewrite
+    assert auto_table() in README, rewrite
+    section = README[README.index("### Attention kernels") :]
+    rows = re.findall(r"^\| `(\w+)`", section.split("\n\n| kernel |")[0], flags=re.M)
+    assert sorted(rows) == sorted(set(attention_impls()) - {"ours", "xfuser"})  # old names: no rows
+
+
 def test_the_architectures_folder_table_matches_the_tree():
     """docs/architecture.md's folder table names every package of parallel_wan/ and nothing that
     is not there (the left column: folders and top-level modules)."""

@@ -25,12 +25,13 @@ import torch
 from diffusers import AutoencoderKLWan
 from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 from harness.tiny_vae import TINY_VAE
+from harness.vae_names import detect_variant
 
 from parallel_wan.backends.torch import ops
 from parallel_wan.models import vae
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.weights import tree
-from parallel_wan.weights.vae_keymap import detect_variant, diffusers_to_official, official_to_diffusers
+from parallel_wan.weights.vae_keymap import diffusers_to_official, official_to_diffusers
 
 TOLERANCE = 1e-5  # fp32 relative error; see the module docstring
 

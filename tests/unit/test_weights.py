@@ -14,14 +14,15 @@ import pytest
 import safetensors.torch
 import torch
 from harness.official_wan import official_wan_dir
+from harness.pth import read_pth
 
 from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
 from parallel_wan.models.transformer import keeps_fp32 as transformer_keep_fp32
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.weights import t5_keymap, transformer_keymap, tree
-from parallel_wan.weights.layout import CheckpointError, describe_checkpoint, validate_checkpoint
+from parallel_wan.weights.layout import CheckpointError, describe_checkpoint
 from parallel_wan.weights.loader import load_transformer, load_vae
-from parallel_wan.weights.safetensors_io import read_pth, read_safetensors, tensor_index
+from parallel_wan.weights.safetensors_io import read_safetensors, tensor_index
 
 
 def _official_module(name: str):
@@ -77,7 +78,7 @@ def test_transformer_map_agrees_with_diffusers_converter(tiny, kind):
 def test_official_names_load_strictly_into_official_wan_model(tiny):
     model_py = _official_module("model")
     expert = tiny["i2v"].transformer
-    config = TransformerConfig.from_diffusers(dict(expert.config)).to_official()
+    config = TransformerConfig.from_diffusers(dict(expert.config)).to_official("i2v")
     config.pop("_class_name")
     official = model_py.WanModel(**config)
     # strict: every name and shape of the official module, no more, no fewer
@@ -218,7 +219,7 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def _one_line_error(path, *fragments):
     with pytest.raises(CheckpointError) as info:
-        validate_checkpoint(path)
+        describe_checkpoint(path)
     message = str(info.value)
     assert "\n" not in message
     for fragment in fragments:

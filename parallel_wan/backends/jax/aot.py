@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ...models import transformer as dit
+from ...models import latent, transformer as dit
 from ...parallel.shards import SequenceShards
 from ...report.words import counted
 from . import ops, placement, target_platform
@@ -96,10 +96,10 @@ def _placed(flat_shapes: dict, mesh: Mesh, dtype_of, fsdp: bool):
 def transformer_params(flat_shapes: dict, mesh: Mesh, dtype: str, fsdp: bool, quantize: str = "none"):
     """One expert as the loader places it: `dtype` except diffusers' fp32 modules; with
     quantize=fp8|int8 each block linear's weight in one byte and its float32 scale (rows, 1)
-    beside it (weights/quantize.py), as `placement.place` keeps them."""
+    beside it (weights/quantized/), as `placement.place` keeps them."""
     if quantize == "none":
         return _placed(flat_shapes, mesh, lambda n: ops.dtype("float32" if dit.keeps_fp32(n) else dtype), fsdp)
-    from ...weights.quantize import is_scale, quantizable, scale_name
+    from ...weights.quantized.names import is_scale, quantizable, scale_name
 
     shapes = dict(flat_shapes)
     shapes.update({scale_name(n): (s[0], 1) for n, s in flat_shapes.items() if quantizable(n)})
@@ -132,6 +132,7 @@ class StepShapes:
     uses_guidance: bool
     per_token_timestep: bool  # TI2V
     cond_channels: int  # I2V: the condition's channels per token (0 otherwise)
+    held_frames: bool = False  # TI2V with an image: the step takes the timestep mask of the held tokens
 
     @property
     def padded(self) -> int:
@@ -152,7 +153,7 @@ def step_arguments(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str):
         cond = _struct(
             (1, padded, math.prod(tcfg.patch_size) * shapes.cond_channels), "float32", mesh, P(None, CP, None)
         )
-    if shapes.per_token_timestep:
+    if shapes.per_token_timestep and shapes.held_frames:
         t_mask = _struct((padded,), "float32", mesh, P(CP))
     args = (
         params,
@@ -227,7 +228,6 @@ def compile_step(
             specs,
             mesh,
             shapes.tokens,
-            shapes.padded,
             shapes.prompts,
             2 if shapes.uses_guidance else 1,
             shapes.per_token_timestep,
@@ -272,21 +272,16 @@ def run_mesh(spec, devices) -> Mesh:
 
 def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
     """(the latent's shape, the step's StepShapes) of a run."""
-    latent_frames = (spec.video.num_frames - 1) // vcfg.scale_factor_temporal + 1
-    latent_shape = (
-        1,
-        tcfg.out_channels,
-        latent_frames,
-        spec.video.height // vcfg.scale_factor_spatial,
-        spec.video.width // vcfg.scale_factor_spatial,
-    )
+    video, variant = spec.video, spec.model.variant
+    latent_shape = latent.latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)
     return latent_shape, StepShapes(
         math.prod(dit.patch_grid(tcfg, latent_shape)),
         spec.mesh.cp,
-        len(spec.video.prompts),
+        len(video.prompts),
         spec.uses_guidance,
-        spec.model.task == "ti2v",
+        variant.per_token_timestep,
         tcfg.in_channels - tcfg.out_channels,
+        variant.holds_frames(video.inputs),
     )
 
 
@@ -309,7 +304,7 @@ def compile_generation(
     mesh = run_mesh(spec, devices)
     latent_shape, shapes = step_shapes(spec, tcfg, vcfg)
     params = transformer_params(
-        transformer_shapes, mesh, spec.execution.dtype, spec.memory.jax_fsdp, spec.quantization.quantize
+        transformer_shapes, mesh, spec.execution.dtype, spec.shards_weights_over_mesh, spec.quantization.quantize
     )
     return {
         "mesh": mesh,
@@ -317,10 +312,10 @@ def compile_generation(
         "shapes": shapes,
         "latent_shape": latent_shape,
         "step": compile_step(
-            tcfg, params, mesh, shapes, spec.execution.dtype, spec.memory.jax_fsdp, effort=step_effort
+            tcfg, params, mesh, shapes, spec.execution.dtype, spec.shards_weights_over_mesh, effort=step_effort
         ),
         "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat, effort=vae_effort),
-        "vae_params": vae_params(vae_shapes, mesh, spec.memory.jax_fsdp),
+        "vae_params": vae_params(vae_shapes, mesh, spec.shards_weights_over_mesh),
     }
 
 

@@ -11,6 +11,10 @@ chosen per platform behind it.
 
 Layouts are (batch, tokens, heads, head_dim); log-sum-exp is (batch, tokens, heads).
 
+No registry like the torch backend's kernels (backends/torch/kernels/): no setting picks a JAX
+kernel (attention_impl is refused on JAX: backends/capabilities.py `attention_kernels`), so the
+choice is the platform's, in `_choose`; `kernel=` forces one for tests only.
+
 Sequence padding sits at the END of the global sequence (see sequence_parallel.py), so the
 keys to drop are exactly those at global positions ≥ `valid_keys`. A ring's block masks them
 by position (`key_offset` is the global position of the block's first key and may be traced;

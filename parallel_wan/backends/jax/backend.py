@@ -45,7 +45,7 @@ class JaxBackend(Backend):
     text_device = "cpu"  # UMT5 stays a PyTorch module on the host
     # Host-side work (text encoding, handing arrays over, reading frames back) happens in every
     # controller process: each runs the same program on the global arrays.
-    is_main = True
+    encodes_text = True
 
     def __init__(self, mesh: MeshSpec | None = None, device: str = "auto", fsdp: bool = False, kernel: str = "auto"):
         mesh = mesh or MeshSpec()
@@ -73,6 +73,17 @@ class JaxBackend(Backend):
     @property
     def writes_outputs(self) -> bool:
         return jax.process_index() == 0
+
+    @property
+    def leader(self) -> bool:
+        """Process 0 of the hosts speaks for the job (the server's port, its queue)."""
+        return jax.process_index() == 0
+
+    @property
+    def places_concurrently(self) -> bool:
+        """Across hosts, putting an array onto the global mesh is a collective: every host must
+        place the same arrays in the same order, so the loader places them one at a time."""
+        return jax.process_count() == 1
 
     # ------------------------------------------------------------ arrays
     def weight_shard(self, memory: str) -> None:
@@ -109,6 +120,21 @@ class JaxBackend(Backend):
 
             x = multihost_utils.process_allgather(x, tiled=True)
         return ops.to_numpy(x)
+
+    def same_on_every_rank(self, value):
+        """Process 0's small picklable `value` on every host: its pickle's length, then its bytes,
+        through JAX's process collectives (the server's next job, a claimed output folder)."""
+        if jax.process_count() == 1:
+            return value
+        import pickle
+
+        from jax.experimental import multihost_utils
+
+        payload = np.frombuffer(pickle.dumps(value), np.uint8) if self.leader else np.zeros(0, np.uint8)
+        size = int(multihost_utils.broadcast_one_to_all(np.array([payload.size], np.int64))[0])
+        padded = np.zeros(size, np.uint8)
+        padded[: payload.size] = payload
+        return pickle.loads(np.asarray(multihost_utils.broadcast_one_to_all(padded)).tobytes())
 
     def any_rank(self, flag: bool) -> bool:
         """True in every controller when `flag` is true in any (the preemption vote:

@@ -21,24 +21,26 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...caching.decisions import ACTIONS, PREDICT
+from ...pipeline import model_inputs
+from . import ops
 from .cached_blocks import ROW_KEYS, CacheSpec
 
 STEP_NAME = "noise_prediction_step"  # the compiled program's name, as compile logs show it
 
 
-def cached_step(spec: CacheSpec, forward, forward_rows, combine):
+def cached_step(spec: CacheSpec, forward, layout: model_inputs.StepRows):
     """`forward(params, x, ts, context, cos, sin[, seam inputs])`: the mapped forward (with the
-    block cache as its seam unless TaylorSeer); `forward_rows(x, t, cond, t_mask) → (x, ts)`
-    and `combine(out, guidance)`: the plain step's own input rows and CFG combine."""
+    block cache as its seam unless TaylorSeer); `layout`: the plain step's forward rows, whose
+    inputs and CFG combine are pipeline/model_inputs.py's."""
 
     def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask, row, state):
-        x_in, ts = forward_rows(x, t, cond, t_mask)
+        tokens, ts, context = model_inputs.forward_inputs(layout, x, t, context, cond, t_mask, ops)
         if spec.kind == "taylorseer":
-            out, state, decisions = _taylor(spec, lambda: forward(params, x_in, ts, context, cos, sin), row, state)
+            out, state, decisions = _taylor(spec, lambda: forward(params, tokens, ts, context, cos, sin), row, state)
         else:
             seam_row = {k: row[k] for k in ROW_KEYS}
-            out, (state, decisions) = forward(params, x_in, ts, context, cos, sin, (seam_row, state))
-        return combine(out.astype(jnp.float32), guidance), state, decisions
+            out, (state, decisions) = forward(params, tokens, ts, context, cos, sin, (seam_row, state))
+        return model_inputs.guided_prediction(layout, out.astype(jnp.float32), guidance), state, decisions
 
     noise_prediction_step.__name__ = STEP_NAME
     return noise_prediction_step

@@ -34,12 +34,6 @@ class JaxLaunch:
     how: str
 
 
-def several_hosts(env: Mapping[str, str] = os.environ) -> str | None:
-    """Why this process is one of several hosts, or None for a single-host run."""
-    launch = detect(env)
-    return launch.source if launch.world_size > 1 else None
-
-
 def initialize_kwargs(launch: Launch) -> dict | None:
     """The arguments for `jax.distributed.initialize`, or None when there is one process."""
     if launch.world_size == 1:

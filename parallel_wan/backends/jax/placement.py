@@ -53,7 +53,7 @@ def host_array(leaf) -> np.ndarray:
         t = leaf.detach().cpu().contiguous()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        if t.dtype == torch.float8_e4m3fn:  # a quantized block linear (weights/quantize.py), bit for bit
+        if t.dtype == torch.float8_e4m3fn:  # a quantized block linear (weights/quantized/), bit for bit
             return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
         return t.numpy()
     return np.asarray(leaf)

@@ -22,7 +22,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ...models import transformer as dit
 from ...models.rope import rope_tables
-from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided
+from ...parallel.cfg_rows import branch_names
+from ...pipeline import model_inputs
 from ..contract import NoisePredictor
 from . import ops, placement
 from .cached_blocks import BlockCache, CacheSpec
@@ -38,7 +39,6 @@ def make_step(
     param_specs,
     mesh,
     valid: int,
-    padded: int,
     batch: int,
     halves: int,
     per_token: bool,
@@ -69,28 +69,18 @@ def make_step(
         block_seam=BlockCache(cache) if cache is not None and cache.kind != "taylorseer" else None,
     )
 
-    def forward_rows(x, t, cond, t_mask):
-        """The forward's input rows and the step's timestep, one row that every row uses: the
-        time embedding runs as a 1-row GEMM on every mesh. Per row, a CFG half alone (dp) ran a
-        1-row GEMM where one device runs 2 rows, and XLA:CPU summed them in other orders (45 of
-        1000 timesteps came out otherwise), as torch did (backends/torch/predictor.py)."""
-        x_in = x
-        if cond is not None:
-            x_in = dit.join_channels([x, jnp.broadcast_to(cond, (x.shape[0],) + cond.shape[1:])], tcfg.patch_size, ops)
-        x_in = both_halves(x_in, halves, ops)  # [x…, x…] against [prompts…, negative × B]
-        if per_token:
-            return x_in, jnp.full((1, padded), t, jnp.float32) * t_mask[None]
-        return x_in, jnp.full((1,), t, jnp.float32)
-
-    def combine(out, guidance):
-        return out if halves == 1 else guided(out, batch, guidance)
+    # The forward's inputs and the CFG combine: pipeline/model_inputs.py, as every backend's. The
+    # timestep is one row that every row uses, so the time embedding is a 1-row GEMM on every
+    # mesh: per row, a CFG half alone (dp) ran a 1-row GEMM where one device runs 2 rows, and
+    # XLA:CPU summed them in other orders (45 of 1000 timesteps came out otherwise).
+    layout = model_inputs.StepRows(batch, halves, per_token, tuple(tcfg.patch_size))
 
     if cache is not None:
-        return cached_step(cache, forward, forward_rows, combine)
+        return cached_step(cache, forward, layout)
 
     def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask):
-        x_in, ts = forward_rows(x, t, cond, t_mask)
-        return combine(forward(params, x_in, ts, context, cos, sin), guidance)
+        tokens, ts, context = model_inputs.forward_inputs(layout, x, t, context, cond, t_mask, ops)
+        return model_inputs.guided_prediction(layout, forward(params, tokens, ts, context, cos, sin), guidance)
 
     noise_prediction_step.__name__ = STEP_NAME
     return noise_prediction_step
@@ -132,9 +122,10 @@ class JaxNoisePredictor(NoisePredictor):
             h: put(self._forward_rows(task, h), NamedSharding(mesh, P("dp", None, None)))
             for h in set(self.halves.values())
         }
+        # one row of condition tokens, which the step broadcasts over the prompts
         self.cond = None if task.cond_tokens is None else put(task.cond_tokens, NamedSharding(mesh, P(None, CP, None)))
-        mask = np.ones((self.padded,), np.float32) if task.fixed_mask is None else task.fixed_mask[:, 0]
-        self.t_mask = put(mask, NamedSharding(mesh, P(CP))) if task.per_token_timestep else None
+        mask = model_inputs.timestep_mask(task)
+        self.t_mask = None if mask is None else put(mask, NamedSharding(mesh, P(CP)))
         self.specs = {name: placement.param_specs(p) if fsdp else None for name, (_, p) in task.experts.items()}
         self.cache_spec = self.cache = None
         if task.cache_plan is not None:
@@ -147,8 +138,9 @@ class JaxNoisePredictor(NoisePredictor):
     # ------------------------------------------------------------ set-up
     def _forward_rows(self, task, halves: int) -> np.ndarray:
         """Context rows of a forward batch with `halves` CFG halves, in the one CFG layout:
-        [prompts…, negative × B], or [prompts…]."""
-        return host_copy(task.context)[context_rows(task.work.rows, task.prompts, halves == 2)]
+        [prompts…, negative × B], or [prompts…] (the widest forward's first rows)."""
+        rows = model_inputs.widest_context_rows(task)[: halves * len(task.work.rows)]
+        return host_copy(task.context)[rows]
 
     def context_for(self, expert: str):
         """The context rows `expert`'s step reads."""
@@ -217,7 +209,6 @@ class JaxNoisePredictor(NoisePredictor):
             self.specs[expert],
             self.mesh,
             self.valid,
-            self.padded,
             self.batch,
             self.halves[expert],
             self.task.per_token_timestep,

@@ -3,7 +3,6 @@ parameter placement with the dtype policy, the attention callable and host↔dev
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -13,10 +12,11 @@ from ...launch import Launch
 from ...parallel.collectives import Collectives
 from ...parallel.mesh import MeshSpec
 from ...parallel.shards import SequenceShards
-from ...weights.quantize import placed_dtype
+from ...weights.quantized.form import placed_dtype
 from ...weights.tree import map_leaves
 from ..contract import Backend
-from . import ops as torch_ops
+from . import fp8_gemm, ops as torch_ops
+from .attention import TORCH_SDPA, KernelChoice
 from .exchanges import MeshExchanges
 from .mesh import TorchMesh
 from .world import start_world
@@ -31,23 +31,25 @@ def start_torch_backend(
     compile: bool = False,
     comm: Collectives | None = None,
     cls: type | None = None,
+    sequence_parallel: str = "ours",
+    quant_compute: str = "dequant",
+    compile_backend: str = "inductor",
 ) -> TorchBackend:
     """A torch run's backend, made in torchtitan's order: the world (device, process group:
     world.py), then the mesh over it, then the backend from the two. `comm`: the collectives
     every exchange goes through (default torch.distributed's; the benchmarks pass counting ones);
     `cls`: a subclass of TorchBackend to make (tests that watch a run)."""
     chosen = start_world(launch, device, dist_timeout_s)
-    return (cls or TorchBackend)(chosen, TorchMesh.build(mesh or MeshSpec(), comm), attention_impl, compile)
-
-
-def local_kernel(attention_impl: str):
-    """The attention over one key block for `attention_impl` (auto, sdpa, flash, cudnn, sage):
-    auto is `attention_with_lse` itself (make_self_attention's one-device shortcut knows it)."""
-    from .attention import attention_with_lse
-
-    if attention_impl == "auto":  # (resolve.py has already turned the old name "ours" into auto)
-        return attention_with_lse
-    return functools.partial(attention_with_lse, impl=attention_impl)
+    mesh = TorchMesh.build(mesh or MeshSpec(), comm)
+    return (cls or TorchBackend)(
+        chosen,
+        mesh,
+        attention_impl,
+        compile,
+        sequence_parallel=sequence_parallel,
+        quant_compute=quant_compute,
+        compile_backend=compile_backend,
+    )
 
 
 class TorchBackend(Backend):
@@ -60,19 +62,35 @@ class TorchBackend(Backend):
     compiles_ahead = False  # eager: no warm-up phase
 
     def __init__(
-        self, device: torch.device, mesh: TorchMesh, attention_impl: str = "auto", compile: bool = False, ops=torch_ops
+        self,
+        device: torch.device,
+        mesh: TorchMesh,
+        attention_impl: str = "auto",
+        compile: bool = False,
+        ops=None,
+        sequence_parallel: str = "ours",
+        quant_compute: str = "dequant",
+        compile_backend: str = "inductor",
     ):
         self.device = torch.device(device)
-        self.ops = ops
+        # quant_compute=auto|dequant|fp8 decided on this device (fp8_gemm.py): the ops namespace
+        # the model gets (FP8 GEMMs replace `dense`) and the choice the sidecar records.
+        self.quant_compute = fp8_gemm.choose(quant_compute, self.device, compiled=compile)
+        self.ops = ops or fp8_gemm.ops_for(self.quant_compute)
         self.mesh = mesh
         self.exchanges = MeshExchanges(mesh)
         self.attention_impl = attention_impl
+        # The local attention kernel, chosen per (device, dtype, head_dim) on first use and kept
+        # here: the sidecar reads it (`attention_kernel`). sequence_parallel=xfuser: xDiT's
+        # attention instead of ours (mesh and kernels its own).
+        self.kernel_choice = KernelChoice(attention_impl)
+        self.sequence_parallel = sequence_parallel
         # compile=true: the hot path — q/k/v fused at placement (qkv_fusion.py), the block
         # function compiled by torch.compile (runners/compiled.py; self-attention stays eager).
-        # Compile backend: inductor; tests swap in "aot_eager" (graph capture only) to stay
-        # fast on CPU.
+        # Compile backend: inductor; tests pass "aot_eager" (graph capture only) to stay fast on
+        # CPU.
         self.compile = compile
-        self.compile_backend = "inductor"
+        self.compile_backend = compile_backend
 
     # ------------------------------------------------------------ mesh
     @property
@@ -94,12 +112,16 @@ class TorchBackend(Backend):
         return self.mesh.comm.vote(flag)
 
     @property
-    def is_main(self) -> bool:
+    def encodes_text(self) -> bool:
+        return self.mesh.rank == 0
+
+    @property
+    def leader(self) -> bool:
         return self.mesh.rank == 0
 
     @property
     def writes_outputs(self) -> bool:
-        return self.is_main
+        return self.mesh.rank == 0
 
     @property
     def text_device(self) -> torch.device:
@@ -110,27 +132,22 @@ class TorchBackend(Backend):
 
     def self_attention_for(self, shards: SequenceShards) -> Callable:
         """Self-attention over this rank's `shards.local` tokens of `shards.tokens` valid ones."""
-        if self.attention_impl == "xfuser":
+        if self.sequence_parallel == "xfuser":
             from .xfuser_attention import make_xfuser_attention
 
             return make_xfuser_attention(self.mesh, shards.tokens, shards.local)
         from .sequence_parallel import make_self_attention
 
-        return make_self_attention(self.mesh, shards.tokens, shards.local, local_kernel(self.attention_impl))
+        return make_self_attention(self.mesh, shards.tokens, shards.local, self.kernel_choice)
 
     def attention_kernel(self, dtype: str, head_dim: int) -> str | None:
         """What attention_impl resolved to on this device for `dtype` and `head_dim` (the
-        sidecar's "attention"). Process-wide choices (attention.chosen_kernels), read for this
-        run's key only: a process that ran other shapes before keeps their choices too."""
-        if self.attention_impl == "xfuser":
+        sidecar's "attention"), as this backend's kernel choice holds it."""
+        if self.sequence_parallel == "xfuser":
             return "xfuser"
-        from .attention import chosen_kernels
-
         # nothing chosen: auto on one CPU device, unpadded, ran torch's own SDPA dispatch
-        # (sequence_parallel._one_device), the only attention path that chooses nothing here
-        return chosen_kernels(self.attention_impl).get(
-            (self.device.type, torch_ops.dtype(dtype), head_dim), "torch_sdpa"
-        )
+        # (attention.KernelChoice.one_device), the only attention path that chooses nothing here
+        return self.kernel_choice.chosen().get((self.device.type, torch_ops.dtype(dtype), head_dim), TORCH_SDPA)
 
     def broadcast_from_main(self, tensor):
         return self.exchanges.broadcast_from_rank0(None if tensor is None else torch.as_tensor(tensor), self.device)
@@ -180,7 +197,7 @@ class TorchBackend(Backend):
         if where != "device":
             raise ValueError(f"where={where!r} is not a placement; use device, host or sharded")
 
-        def move(name, t):  # quantized weights keep their bytes, their scales float32 (weights/quantize.py)
+        def move(name, t):  # quantized weights keep their bytes, their scales float32 (weights/quantized/)
             return t.to(device=self.device, dtype=placed_dtype(name, t.dtype, target, keep_fp32))
 
         if transformer and self.compile and isinstance(tree.get("blocks"), list):

@@ -22,19 +22,18 @@ import types
 
 import torch
 
+from ...weights.quantized.form import FP8_MAX, row_scales
 from . import ops as torch_ops
 
 log = logging.getLogger("parallel_wan")
 
 FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0  # the largest finite float8_e4m3fn
 FP8_CAPABILITY = (8, 9)  # Ada (sm_89), Hopper (sm_90), Blackwell (sm_100): FP8 tensor cores
 
 
 def activation_scales(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(x quantized to float8_e4m3fn, its float32 per-row scales (M, 1)) for a 2-D x."""
-    absmax = x2.abs().amax(dim=1, keepdim=True).to(torch.float32)
-    scale = torch.where(absmax > 0, absmax / FP8_MAX, torch.ones_like(absmax))
+    scale = row_scales(x2, FP8_MAX)  # the weights' per-row rule, per token
     q = (x2.to(torch.float32) / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return q, scale
 

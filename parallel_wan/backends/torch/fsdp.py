@@ -135,18 +135,3 @@ def shard_expert(chunks_tree: dict, full_rows: dict[str, int], device: torch.dev
         block_rows[index] = {sub: full_rows[f"blocks.{index}.{sub}"] for sub in tensors}
     holders = [shard_holder(blocks[i], block_rows[i], device) for i in sorted(blocks)]
     return ShardedExpert(shard_holder(rest, {n: full_rows[n] for n in rest}, device), holders)
-
-
-def chunk_tree(full_tree: dict, index: int, count: int) -> dict:
-    """torch.chunk row `index` of `count` of every tensor (an empty slice where torch.chunk has
-    fewer chunks): what `load_transformer(shard=(index, count))` reads from disk, for trees
-    that are already in memory (tests, the built-in tiny model)."""
-    from ...weights.safetensors_io import chunk_rows
-
-    def cut(_, t):
-        if t.ndim == 0:
-            return t
-        begin, end = chunk_rows(t.shape[0], index, count)
-        return t[begin:end].clone()
-
-    return param_tree.map_leaves(cut, full_tree)

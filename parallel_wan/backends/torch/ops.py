@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from parallel_wan.weights.quantize import dequantize
+from parallel_wan.weights.quantized.form import dequantize
 
 name = "torch"
 

@@ -4,10 +4,13 @@ Each rank runs the forward on its Lc tokens for its rows: [cond rows ‖ negativ
 halves here), or one half under CFG parallel over dp, whose two predictions meet once per step
 (`exchange_dp`); an expert whose guidance is 1.0 runs the cond rows only (task.halves).
 Self-attention is the backend's sequence-parallel callable; the blocks run through the block
-runner `runners.expert_runner` picks for the expert as placed.
+runner `runners.expert_runner` picks for the expert as placed. The forward's inputs and the CFG
+combine are pipeline/model_inputs.py's, as every backend's.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
@@ -15,18 +18,12 @@ import torch
 from ...caching.host_cache import StepCache
 from ...models import transformer as dit
 from ...models.rope import rope_tables
-from ...parallel.cfg_rows import both_halves, branch_names, context_rows, guided, halves_in_forward
+from ...parallel.cfg_rows import branch_names
+from ...pipeline import model_inputs
 from ..contract import NoisePredictor
 from .fsdp import ShardedExpert
 from .runners import CachedRunner, Compiler, expert_runner
 from .swap import ExpertSwap
-
-
-def guidance_context(context, work, n_prompts: int, uses_guidance: bool, ops):
-    """(rows of the text context for this rank's forward, CFG halves in it), in the one CFG
-    layout (parallel/cfg_rows.py). `context` holds every prompt, then the negative."""
-    rows = context_rows(work.rows, n_prompts, uses_guidance, work.cfg_branch)
-    return ops.take(context, rows, axis=0), halves_in_forward(uses_guidance, work.cfg_branch)
 
 
 class EagerNoisePredictor(NoisePredictor):
@@ -51,15 +48,14 @@ class EagerNoisePredictor(NoisePredictor):
         if self.compiler is not None:
             self.attention = self.compiler.attention(self.attention)
         # The widest forward's context rows; an unguided expert reads the first B (the cond rows)
-        self.context, _ = guidance_context(task.context, work, task.prompts, task.uses_guidance, ops)
+        self.context = ops.take(task.context, model_inputs.widest_context_rows(task), axis=0)
         self.batch = len(work.rows)
-        self.cond_tokens = None
-        if task.cond_tokens is not None:
-            self.cond_tokens = ops.concat([task.cond_tokens] * self.batch, axis=0)
+        self.cond_tokens = model_inputs.condition_per_prompt(task.cond_tokens, self.batch, ops)
         self.swap = ExpertSwap(task.experts, backend.device)
-        self.timestep_mask = None  # TI2V: 0 on the held first frame's tokens, 1 elsewhere
-        if task.per_token_timestep and task.fixed_mask is not None:
-            self.timestep_mask = backend.to_device(np.ascontiguousarray(task.fixed_mask[None, :, 0], np.float32))
+        # TI2V: 0 on the held first frame's tokens, 1 elsewhere. Uploaded once: uploading a host
+        # array every step would wait for the device's queue.
+        mask = model_inputs.timestep_mask(task)
+        self.timestep_mask = None if mask is None else backend.to_device(mask)
         self.cache = None if task.cache_plan is None else self._step_cache(task, tcfg)
 
     def _step_cache(self, task, tcfg) -> StepCache:
@@ -131,44 +127,28 @@ class EagerNoisePredictor(NoisePredictor):
         ops, task = self.ops, self.task
         tcfg, placed = task.experts[expert]
         params, run_blocks = expert_runner(expert, placed, self.compiler)
-        cache, halves = self.cache, task.halves(expert)
+        cache = self.cache
+        layout = model_inputs.step_rows(task, expert)
         if cache is not None and cache.skips_forward:  # TaylorSeer predicts the whole output
             with run_blocks.open(params["blocks"]):
                 pass  # nothing runs; a swap exchange due this step still completes on close
             out = cache.predicted()
-            return self._combine(out, guidance, halves)
+            return self._combine(out, guidance, layout)
         if cache is not None:
             run_blocks = CachedRunner(run_blocks, cache)
-        batch, n_tokens = x.shape[0], x.shape[1]
-        x_in = x if self.cond_tokens is None else dit.join_channels([x, self.cond_tokens], tcfg.patch_size, ops)
-        x_in = both_halves(x_in, halves, ops)
-        rows = halves * batch
-        # Every row has the step's timestep, so it is embedded once, as one row that the
-        # modulation broadcasts over the rows: the same GEMM shapes on every mesh. Embedded per
-        # row, a CFG half alone (dp) ran its time embedding as a 1-row GEMM (a GEMV, summed in
-        # another order) where both halves run a 2-row one; in bf16 one modulation value then
-        # rounded otherwise and the whole video drifted by bf16's own error (issue 38 item 9,
-        # tests/parallel/test_bf16_meshes.py). The timesteps are made on the device (a fill,
-        # and the TI2V mask uploaded once in __init__): uploading a host array every step would
-        # wait for the device's queue.
-        if task.per_token_timestep:
-            ts = ops.zeros((1, n_tokens), "float32", like=x) + t
-            if self.timestep_mask is not None:
-                ts = ts * self.timestep_mask
-        else:
-            ts = ops.zeros((1,), "float32", like=x) + t
-        out = dit.forward(params, x_in, ts, self.context[:rows], self.rope, tcfg, ops, self.attention, run_blocks)
+        tokens, ts, context = model_inputs.forward_inputs(
+            layout, x, t, self.context, self.cond_tokens, self.timestep_mask, ops
+        )
+        out = dit.forward(params, tokens, ts, context, self.rope, tcfg, ops, self.attention, run_blocks)
         out = ops.cast(out, "float32")
         if cache is not None:
             cache.computed(out)
-        return self._combine(out, guidance, halves)
+        return self._combine(out, guidance, layout)
 
-    def _combine(self, out, guidance: float, halves: int):
-        """The forward's float32 rows → the guided prediction (CFG parallel: the halves meet;
-        one half here and no CFG parallel: the cond rows are the prediction)."""
-        ops, task = self.ops, self.task
-        batch = len(task.work.rows)
-        if task.work.cfg_branch is not None:
-            out = ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
-            halves = 2
-        return guided(out, batch, guidance) if halves == 2 else out
+    def _combine(self, out, guidance: float, layout):
+        """The forward's float32 rows → the guided prediction (CFG parallel: the halves meet
+        first; one half here and no CFG parallel: the cond rows are the prediction)."""
+        if self.task.work.cfg_branch is not None:
+            out = self.ops.concat(self.backend.exchange_dp(out), axis=0)  # the two halves meet once per step
+            layout = dataclasses.replace(layout, halves=2)
+        return model_inputs.guided_prediction(layout, out, guidance)

@@ -96,7 +96,8 @@ def ring_attention(
     q, k, v: (B, Lb, H, D), the tokens at global positions [index·Lb, (index+1)·Lb) (in the
     Ulysses hybrid: after the all-to-all, for this rank's heads). Keys at global positions
     ≥ valid_keys are padding and are left out exactly. Returns (B, Lb, H, D) in q's dtype.
-    kernel: `attention_with_lse` or a stand-in with its signature (the planner's, on meta).
+    kernel: `attention_with_lse`, a backend's `attention.KernelChoice`, or a stand-in with their
+    signature (the planner's, on meta).
     """
     length = k.shape[1]
     kv = torch.stack((k, v)) if peers.size > 1 else None  # one message per hop, not two

@@ -9,66 +9,24 @@ quantized by Sage's own Triton kernel, v in fp16, then the attention kernel — 
 shifts every score of a query row by q·mean(k)·scale, so the lse gets that back, exactly, in
 float32.
 
-On CUDA (sm_80+, head_dim 64 or 128: the ones Sage's quantizer and our kernel are built for).
-On CPU only under TRITON_INTERPRET=1, where the same kernels run in Triton's interpreter: that
-is how the tests check them without a GPU; nobody should run a video that way.
+Where it runs — CUDA sm_80+, head_dim 64 or 128 (the ones Sage's quantizer and our kernel are
+built for), bf16/fp16; on CPU only under TRITON_INTERPRET=1, where the same kernels run in
+Triton's interpreter (that is how the tests check them without a GPU; nobody should run a video
+that way) — is the sage kernel's registered constraints (kernels/sage.py), which the refusals
+before a run read.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import torch
-
-CUDA_HEAD_DIMS = (64, 128)
-INSTALL = "pip install 'parallel_wan[sage]' (sageattention==1.0.6)"
-
-
-def interpreted() -> bool:
-    """Triton's interpreter is on: kernels run on CPU tensors (tests)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def sage_unavailable_reason(device: torch.device, head_dim: int, dtype: torch.dtype) -> str | None:
-    """Why attention_impl=sage cannot run for this device/model, or None when it can."""
-    if importlib.util.find_spec("sageattention") is None or importlib.util.find_spec("triton") is None:
-        return f"attention_impl=sage needs SageAttention: {INSTALL}, or use attention_impl=auto"
-    if device.type == "cpu":
-        if interpreted():
-            return (
-                None
-                if head_dim >= 16 and head_dim & (head_dim - 1) == 0
-                else "attention_impl=sage under the Triton interpreter needs a power-of-two head_dim ≥ 16, "
-                f"not {head_dim}"
-            )
-        return "attention_impl=sage runs on CUDA GPUs (Triton kernels); use attention_impl=auto on CPU"
-    if device.type != "cuda":
-        return f"attention_impl=sage runs on CUDA GPUs, not {device.type}; use attention_impl=auto"
-    major, minor = torch.cuda.get_device_capability(device)
-    if major < 8:
-        return (
-            f"attention_impl=sage needs an sm_80 or newer GPU (int8 tensor cores), this is sm_{major}{minor}; "
-            "use attention_impl=auto"
-        )
-    if head_dim not in CUDA_HEAD_DIMS:
-        return (
-            f"attention_impl=sage runs head_dim {' or '.join(map(str, CUDA_HEAD_DIMS))}, this model has "
-            f"{head_dim}; use attention_impl=auto"
-        )
-    if dtype not in (torch.float16, torch.bfloat16):
-        return (
-            f"attention_impl=sage runs dtype=bfloat16 or float16, not {str(dtype).removeprefix('torch.')}; "
-            "set dtype=bfloat16 or use attention_impl=auto"
-        )
-    return None
 
 
 def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-    """attention.KERNELS' signature: q (B, S, H, D), k/v (B, L, H, D) → (out (B, S, H, D) in
-    q's dtype, lse (B, S, H) float32)."""
+    """A registered kernel's signature (kernels/): q (B, S, H, D), k/v (B, L, H, D) → (out
+    (B, S, H, D) in q's dtype, lse (B, S, H) float32)."""
     from sageattention.quant_per_block import per_block_int8
 
+    from .attention import lse_dtype
     from .sage_kernel import BLOCK_M, BLOCK_N, launch_attention
 
     q = q if q.stride(-1) == 1 else q.contiguous()  # the kernels address the last dim unstrided
@@ -81,8 +39,7 @@ def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs
     v16 = v16 if v16.stride(-1) == 1 else v16.contiguous()
     out, lse = launch_attention(q_int8, k_int8, v16, q_scale, k_scale, q.dtype)
-    # float32 or wider, as attention.lse_dtype (not imported: attention.py imports this module)
-    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(torch.promote_types(q.dtype, torch.float32))
+    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
 
 
 SHIFT_CHUNK = 4096  # tokens: a float32 copy of 4096 × 40 heads × 128 is 84 MB, of a whole 720p sequence 1.5 GB

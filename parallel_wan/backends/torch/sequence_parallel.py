@@ -17,30 +17,22 @@ from collections.abc import Callable
 
 import torch
 
-from . import ops
-from .attention import LseAttention, attention_with_lse
+from .attention import KernelChoice, LseAttention
 from .ring import RingPeers, ring_attention
 from .ulysses import heads_to_sequence, sequence_to_heads
 
 SelfAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _one_device(q, k, v):
-    """attention_impl=auto on one device, no padding: on CUDA the table's kernel (cuDNN first
-    on Hopper and Blackwell: attention.py), which torch's own SDPA dispatch does not put first
-    — and which the run then records; elsewhere torch's SDPA, exactly the one-device path."""
-    if q.is_cuda:
-        return attention_with_lse(q, k, v)[0]
-    return ops.attention(q, k, v)
-
-
 def make_self_attention(
-    mesh, valid_tokens: int, local_tokens: int, kernel: LseAttention = attention_with_lse
+    mesh, valid_tokens: int, local_tokens: int, kernel: LseAttention | None = None
 ) -> SelfAttention:
     """The callable `attention(q, k, v) -> out`, all (B, local_tokens, H, D), for this rank of
     `mesh` (a `TorchMesh`). valid_tokens: N, the unpadded global token count;
-    local_tokens: Lc, this rank's share (cp·Lc ≥ N). kernel: the attention over one key block
-    (the planner passes a stand-in that only makes the output buffers)."""
+    local_tokens: Lc, this rank's share (cp·Lc ≥ N). kernel: the attention over one key block —
+    a backend's `KernelChoice` (None: a new one for attention_impl=auto), or a stand-in with its
+    signature (the planner's, which only makes the output buffers)."""
+    kernel = KernelChoice() if kernel is None else kernel
     cp, ulysses, ring = mesh.size("cp"), mesh.size("ulysses"), mesh.size("ring")
     if local_tokens < 1:
         raise ValueError(f"local_tokens={local_tokens}: every rank holds at least one (possibly padded) token")
@@ -58,8 +50,9 @@ def make_self_attention(
             )
 
     if cp == 1:
-        if valid_tokens == local_tokens and kernel is attention_with_lse:
-            return _one_device
+        whole = kernel.one_device() if isinstance(kernel, KernelChoice) else None
+        if valid_tokens == local_tokens and whole is not None:
+            return whole
 
         def padded_local(q, k, v):
             check(q)

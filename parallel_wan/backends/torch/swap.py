@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ...weights.quantize import placed_dtype
+from ...weights.quantized.form import placed_dtype
 from ...weights.tree import map_leaves
 from .runners.exchange import BlockExchange
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from parallel_wan.backends.torch import kernels
+
 MATMUL_OPS = {
     "aten.mm",
     "aten.bmm",
@@ -21,11 +23,10 @@ MATMUL_OPS = {
     "aten.conv3d",
     "aten.conv2d",
 }
+# The fused attention ops by the kernel that launches them (each registered kernel's `op`:
+# parallel_wan/backends/torch/kernels/), and torch's own SDPA, which chooses on the GPU.
 ATTENTION_OPS = {
-    "aten._scaled_dot_product_cudnn_attention": "cuda_cudnn",
-    "aten._scaled_dot_product_flash_attention": "cuda_flash",
-    "aten._scaled_dot_product_efficient_attention": "cuda_efficient",
-    "aten._scaled_dot_product_flash_attention_for_cpu": "cpu_flash",
+    **{k.op: k.name for k in kernels.kernels() if k.op is not None},
     "aten.scaled_dot_product_attention": "sdpa (torch chooses on the GPU)",
 }
 
@@ -60,7 +61,7 @@ class Recorder:
         return {k: n for k, n in self.ops.items() if k[0] in names and self.in_loop(k[3])}
 
     def attention_kernels(self) -> set[str]:
-        """The fused attention kernels the loop launched (names as attention.KERNELS has them)."""
+        """The fused attention kernels the loop launched (the registered kernels' names)."""
         return {ATTENTION_OPS[op] for op, _, _, phase in self.ops if op in ATTENTION_OPS and self.in_loop(phase)}
 
     def loop_matmuls(self, dtype: str) -> collections.Counter:

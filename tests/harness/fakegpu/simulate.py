@@ -92,7 +92,12 @@ class Checkpoints:
             Image.fromarray(pixels).save(self.image)
 
     def for_spec(self, spec):
-        from parallel_wan.pipeline.checkpoint import materialize_tiny
+        from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+        from parallel_wan.weights.layout import describe_checkpoint
+
+        def materialize_tiny(spec, folder):
+            write_checkpoint(build_tiny(kind=spec.model.architecture, seed=0), folder, layout="diffusers")
+            return describe_checkpoint(folder)
 
         if spec.model.task not in self.made:
             self.made[spec.model.task] = materialize_tiny(spec, self.folder_for(spec))
@@ -146,10 +151,8 @@ def run_rank(
         checked_collectives(ledger, rank, runtime, nccl=spec.execution.device != "cpu", foresee=foresee),
     ):
         try:
-            backend = make_backend(spec, launch)
+            backend = make_backend(spec, launch, compile_backend=compile_backend or "inductor")
             out.device = str(backend.device)
-            if compile_backend:
-                backend.compile_backend = compile_backend
             if not decode:
                 backend.video_decoder = lambda params, cfg: NoDecode()  # the step-cache tests' subject is the loop
             gen = generate(spec, backend, ckpt, progress=_progress(out.recorder))

@@ -1,6 +1,6 @@
-"""The parts of one generation around `pipeline.generate` that every entry point shares: the
-progress bar, the run's log line, writing the outputs and the TIMING
-SUMMARY line of one video."""
+"""What one entry writes around `pipeline.generate` (which makes the frames), for the batch runner
+and the server alike: the run's log line, the progress bar, the video files with their JSON
+sidecar, and the TIMING SUMMARY line."""
 
 from __future__ import annotations
 

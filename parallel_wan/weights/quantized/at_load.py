@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from .finite import non_finite, refuse
-from .quantize import quantize_rows
+from ..finite import non_finite, refuse
+from .form import quantize_rows
 
 
 def quantizing_copy(

@@ -66,6 +66,8 @@ class ServerProcesses:
         port: int | None = None,
         env: dict | None = None,
         tag: str = "server",
+        jax_hosts: int = 1,
+        devices_per_host: int = 2,
     ):
         self.storage, self.port = Path(storage), port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -73,7 +75,20 @@ class ServerProcesses:
         words = [*settings, f"port={self.port}", f"storage_dir={storage}"]
         env = environment(**({"PARALLEL_WAN_API_KEY": key} if key else {}), **(env or {}))
         self.stderr = open(self.log, "a")
-        if ranks == 1:
+        if jax_hosts > 1:  # backend=jax on several hosts: the variables a launcher sets, per host
+            coordinator = free_port()
+            cmds = [[sys.executable, "-m", "parallel_wan.serve", *words]] * jax_hosts
+            envs = [
+                env
+                | {
+                    "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{coordinator}",
+                    "JAX_NUM_PROCESSES": str(jax_hosts),
+                    "JAX_PROCESS_ID": str(h),
+                    "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_host}",
+                }
+                for h in range(jax_hosts)
+            ]
+        elif ranks == 1:
             cmds, envs = [[sys.executable, "-m", "parallel_wan.serve", *words]], [env]
         elif agent:
             cmds = [

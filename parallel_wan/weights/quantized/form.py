@@ -1,36 +1,23 @@
-"""Quantized linear weights: the one in-memory form, and quantizing a wide weight into it.
-
-Every quantized file format (Kijai/ComfyUI scaled fp8, ComfyUI mixed precision, LightX2V) and
-`quantize=fp8|int8` at load end in the same form, so backends, memory modes and caches see one
-thing: a block linear's params dict holds
-
-    weight        int8 or float8_e4m3fn, (out, in)       — the stored values q
-    weight_scale  float32, (out, G), G dividing `in`      — W[o, i] = q[o, i] · s[o, i // (in / G)]
-    bias          as for any linear (the run's dtype)
-
-G = 1 is one scale per output channel (LightX2V; `quantize=`; a per-tensor scalar is expanded to
-its rows, exactly); G > 1 is a scale per block of in/G inputs (ComfyUI's int8 blockwise, whose
-(out/128, in/128) table is repeated over each block's 128 rows). Every tensor is per output row,
-so a dim-0 shard (FSDP, a sharded load) cuts weight and scale alike, and fused q‖k‖v
-concatenates them. `backends/*/ops.dense` widens; the FP8 GEMM path uses G = 1 only.
-
-Only the transformer blocks' linears are ever quantized (`quantizable`): norms, embeddings,
-modulation tables and the head stay as the references keep them.
-"""
+"""The one in-memory form's arithmetic (the form itself: this package's __init__.py): the stored
+dtypes and the largest magnitude each holds, a per-row scale, quantizing a wide weight's rows,
+widening them back, and the dtypes placement and the loader give the form's tensors."""
 
 from __future__ import annotations
 
 import torch
 
-from .quantizable import quantizable  # noqa: F401 (the name rule, torch-free; importers take it from here too)
+from .names import is_scale, quantizable, scale_name
 
 KINDS = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
-LIMIT = {torch.float8_e4m3fn: 448.0, torch.int8: 127.0}  # the largest magnitude each stores
-SCALE_SUFFIX = "_scale"  # "<layer>.weight" → "<layer>.weight_scale"
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+LIMIT = {torch.float8_e4m3fn: FP8_MAX, torch.int8: 127.0}  # the largest magnitude each stores
 
 
-def scale_name(weight_name: str) -> str:
-    return weight_name + SCALE_SUFFIX
+def row_scales(x: torch.Tensor, limit: float) -> torch.Tensor:
+    """One float32 scale per row of x (…, rows, cols): the row's absmax / limit, an all-zero row
+    1. The absmax is taken in x's dtype and then widened, exactly (a max rounds nothing)."""
+    absmax = x.abs().amax(dim=-1, keepdim=True).to(torch.float32)
+    return torch.where(absmax > 0, absmax / limit, torch.ones_like(absmax))
 
 
 def quantize_rows(w: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,8 +26,7 @@ def quantize_rows(w: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tenso
     value (int8: round half to even, then clamped to ±127; fp8: the cast's round-to-nearest)."""
     dtype = KINDS[kind]
     w32 = w.to(torch.float32)
-    absmax = w32.abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(absmax > 0, absmax / LIMIT[dtype], torch.ones_like(absmax))
+    scale = row_scales(w32, LIMIT[dtype])
     scaled = (w32 / scale).clamp(-LIMIT[dtype], LIMIT[dtype])
     q = scaled.round().to(dtype) if dtype is torch.int8 else scaled.to(dtype)
     return q, scale
@@ -52,11 +38,6 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     groups = scale.shape[-1]
     w = q.to(torch.float32).reshape(*lead, rows, groups, cols // groups) * scale.to(torch.float32).unsqueeze(-1)
     return w.reshape(q.shape)
-
-
-def is_scale(name: str) -> bool:
-    """The name of a quantized weight's scale (`…weight_scale`)."""
-    return name.endswith(".weight" + SCALE_SUFFIX) or name == "weight" + SCALE_SUFFIX
 
 
 def placed_dtype(name: str, stored: torch.dtype, target: torch.dtype, keep_fp32) -> torch.dtype:

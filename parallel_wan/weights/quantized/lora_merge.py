@@ -5,7 +5,7 @@ most weights, so adding it to the stored values is impossible and keeping an unm
 beside every quantized layer would put a second path into every backend. Instead each changed
 weight is widened (W = q · s, float32), the LoRA added there exactly as for a plain weight
 (lora/merge.py), and the sum quantized again per output channel in the weight's own dtype
-(`quantize.quantize_rows`: absmax / 127 or / 448). The result is the one in-memory form, with
+(`form.quantize_rows`: absmax / 127 or / 448). The result is the one in-memory form, with
 G = 1 whatever the file's scale layout was (a block table's rows become per-row scales, stored
 repeated over the G columns). Per row, so a sharded load merges only its rows and gets the
 rows a whole load would. The cost is one more rounding of the changed weights: at most half a
@@ -19,8 +19,9 @@ import logging
 
 import torch
 
-from parallel_wan.weights.finite import non_finite, refuse
-from parallel_wan.weights.quantize import dequantize, quantize_rows, scale_name
+from ..finite import non_finite, refuse
+from .form import dequantize, quantize_rows
+from .names import scale_name
 
 log = logging.getLogger("parallel_wan")
 KIND_OF = {torch.float8_e4m3fn: "fp8", torch.int8: "int8"}

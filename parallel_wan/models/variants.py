@@ -1,0 +1,77 @@
+"""What a Wan 2.2 variant takes and how it runs a step, as data: the one place the rest of the
+project asks "does this model take an image?", "one timestep per token?", "which experts?".
+
+An architecture (registry.py) is a variant with dimensions; a preset names its architecture
+(`conf/model/<name>.yaml`, `architecture:`), so every question is answered by the preset's name,
+never by comparing task strings. The three Wan 2.2 variants:
+
+- T2V-A14B: the prompt only; two experts (high-noise, low-noise).
+- I2V-A14B: a first frame, required; it enters every step as extra channels joined to the noise
+  — a mask with one channel per frame of the VAE's temporal stride (which latent frames hold the
+  image) and the image's VAE latent (pipeline/conditioning.py `i2v_condition`).
+- TI2V-5B: one expert; a first frame, optional, whose latent replaces the noise's first latent
+  frame at every step (held tokens, timestep 0), so each token has its own timestep
+  (diffusers' `expand_timesteps`).
+
+A new variant (Animate: a pose video and a reference image; S2V: audio) states its inputs here
+with how each enters the model; an input that reaches the forward as arrays of its own (not
+channels joined to the noise) is a `forward_inputs` name, which the step's inputs
+(pipeline/model_inputs.py) and the transformer must then know.
+
+Plain data (no torch, no jax).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .experts import ONE_EXPERT, TWO_EXPERTS
+
+# How an input enters the model:
+JOINED_CHANNELS = "joined_channels"  # its latents (and a mask) are joined to the noise's channels every step
+HELD_FRAMES = "held_frames"  # its latents replace the noise's first latent frames, held at t = 0
+
+IMAGE = "image"  # the first frame (the `image=` setting); later: video, audio, pose, last_image
+
+
+@dataclass(frozen=True)
+class Input:
+    """An input a variant takes besides the prompt."""
+
+    name: str  # the setting that gives it (IMAGE = `image=`)
+    required: bool  # the variant cannot run without it
+    enters: str  # JOINED_CHANNELS | HELD_FRAMES
+
+
+@dataclass(frozen=True)
+class Variant:
+    task: str  # what the official code calls it (t2v | i2v | ti2v): logs, the preset's record
+    experts: tuple[str, ...]  # the experts' names (models/experts.py), in step order
+    inputs: tuple[Input, ...] = ()  # what it takes besides the prompt
+    per_token_timestep: bool = False  # one timestep per token (TI2V), else one per row
+    forward_inputs: tuple[str, ...] = ()  # arrays the forward takes besides tokens, timestep, text (none yet)
+
+    def input(self, name: str) -> Input | None:
+        """The input called `name`, or None when the variant does not take it."""
+        return next((i for i in self.inputs if i.name == name), None)
+
+    def joined_channels(self, vae) -> int:
+        """Channels joined to the noise's per latent position: for an input that enters as
+        channels, a mask channel per frame of the VAE's temporal stride plus its latent's."""
+        joined = [i for i in self.inputs if i.enters == JOINED_CHANNELS]
+        return len(joined) * (vae.scale_factor_temporal + vae.z_dim)
+
+    def in_channels(self, vae) -> int:
+        """The transformer's input channels with this VAE: the noise's and the joined ones."""
+        return vae.z_dim + self.joined_channels(vae)
+
+    def holds_frames(self, given: set[str] | frozenset[str]) -> bool:
+        """Whether, with these inputs given, some latent frames are held (TI2V with an image)."""
+        return any(i.enters == HELD_FRAMES and i.name in given for i in self.inputs)
+
+
+T2V = Variant("t2v", TWO_EXPERTS)
+I2V = Variant("i2v", TWO_EXPERTS, inputs=(Input(IMAGE, required=True, enters=JOINED_CHANNELS),))
+TI2V = Variant("ti2v", ONE_EXPERT, inputs=(Input(IMAGE, required=False, enters=HELD_FRAMES),), per_token_timestep=True)
+VARIANTS = (T2V, I2V, TI2V)
+TASKS = tuple(v.task for v in VARIANTS)  # the official configs' model_type values

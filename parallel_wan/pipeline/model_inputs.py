@@ -1,0 +1,97 @@
+"""The transformer's inputs at a denoising step and the guided prediction from its output, written
+once for every backend: a backend's noise predictor (torch's eager one, JAX's jitted step and its
+scanned loop, the numpy test backend) holds the arrays and runs the forward on what these give.
+
+Per step, from the controller's latent tokens x (B prompts × L tokens) and the step's t:
+- the condition's channels joined to the noise's (I2V: the first-frame mask and image latent,
+  one row that every prompt shares);
+- the CFG rows: x once, or [x ‖ x] against the context's [prompts…, negative × B] rows
+  (parallel/cfg_rows.py, the one CFG layout);
+- the timestep as one row that every forward row uses, per token (TI2V: 0 where the first
+  frame's latent is held) or one value. One row, not one per forward row: a CFG half alone
+  (dp) would run its time embedding as a 1-row GEMM where both halves run a 2-row one, summed in
+  another order, and in bf16 the whole video drifted (issue 38 item 9,
+  tests/parallel/test_bf16_meshes.py);
+- and after the forward, the two halves combined with the step's guidance.
+
+Written against the backend's `ops` with shapes known when traced, so the same code runs
+eagerly (torch, numpy) and inside JAX's jit and scan; `t` and `guidance` may be host numbers
+or traced scalars.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..models import transformer as dit
+from ..parallel.cfg_rows import both_halves, context_rows, guided
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """The static layout of one expert's forward on this controller."""
+
+    batch: int  # B: the prompts' rows of x
+    halves: int  # CFG halves in the forward: 2 = [cond…, uncond…], 1 = one half
+    per_token_timestep: bool  # TI2V: a timestep per token, else one per row
+    patch_size: tuple[int, int, int]
+
+    @property
+    def rows(self) -> int:
+        return self.halves * self.batch
+
+
+def step_rows(task, expert: str) -> StepRows:
+    """The layout of `expert`'s forward for a DenoiseTask (pipeline/denoise.py)."""
+    tcfg = task.experts[expert][0]
+    return StepRows(len(task.work.rows), task.halves(expert), task.per_token_timestep, tuple(tcfg.patch_size))
+
+
+def widest_context_rows(task) -> list[int]:
+    """The rows of `task.context` (every prompt, then the negative) that the widest forward of
+    this controller reads, in the CFG layout; a forward of fewer rows reads the first of them
+    (an unguided expert: the prompts)."""
+    return context_rows(task.work.rows, task.prompts, task.uses_guidance, task.work.cfg_branch)
+
+
+def timestep_mask(task) -> np.ndarray | None:
+    """(L,) float32 host mask the per-token timestep is multiplied by: 0 on held tokens (TI2V's
+    first frame), 1 elsewhere; None when no token is held (every token at t)."""
+    if not task.per_token_timestep or task.fixed_mask is None:
+        return None
+    return np.ascontiguousarray(task.fixed_mask[:, 0], np.float32)
+
+
+def condition_per_prompt(cond, batch: int, ops):
+    """The condition tokens (1, L, F) repeated for the B prompts of x, for a backend that keeps
+    them so (each step then joins them as they are)."""
+    return None if cond is None else ops.concat([cond] * batch, axis=0)
+
+
+def forward_inputs(layout: StepRows, x, t, context, cond, t_mask, ops):
+    """(tokens, timestep, context) of the forward: x (B, L, F) with the condition's channels
+    joined (cond: (1 or B, L, Fc), or None), in both CFG halves when the forward has two; the
+    step's timestep t as one row, (1, L) per token — times t_mask (L,) when given — or (1,); the
+    context's first `layout.rows` rows."""
+    tokens = x
+    if cond is not None:
+        if cond.shape[0] != x.shape[0]:  # one row for every prompt
+            cond = ops.broadcast_to(cond, (x.shape[0],) + tuple(cond.shape[1:]))
+        tokens = dit.join_channels([x, cond], layout.patch_size, ops)
+    tokens = both_halves(tokens, layout.halves, ops)  # [x…, x…] against [prompts…, negative × B]
+    if layout.per_token_timestep:
+        # made on the device (a fill): uploading a host array every step would wait for the device's queue
+        timestep = ops.zeros((1, x.shape[1]), "float32", like=x) + t
+        if t_mask is not None:
+            timestep = timestep * ops.expand_dims(t_mask, 0)
+    else:
+        timestep = ops.zeros((1,), "float32", like=x) + t
+    return tokens, timestep, context[: layout.rows]
+
+
+def guided_prediction(layout: StepRows, out, guidance):
+    """The forward's float32 rows → the guided prediction: uncond + g·(cond − uncond) over the
+    two halves, or the one half as it is."""
+    return guided(out, layout.batch, guidance) if layout.halves == 2 else out

@@ -1,0 +1,77 @@
+"""The bodies the API answers about videos: a job as OpenAI's `Video`, why a job has no mp4,
+and OpenAI's deleted object with what happens to the job."""
+
+from __future__ import annotations
+
+import json
+
+
+def progress_of(row: dict) -> int:
+    """0 queued, 100 completed; in between, the share of denoising steps done (at most 99: the
+    decode and the write follow the last step)."""
+    if row["status"] == "completed":
+        return 100
+    return min(99, 100 * row["step"] // max(1, row["steps"]))
+
+
+def video_object(row: dict, words, record: bool = True) -> dict:
+    """A job as OpenAI's `Video` (every field the SDK's type needs), plus what we know besides:
+    the step, whether it resumed, and once completed (`record`: not in lists) the sidecar's record.
+    `words` (words.Words): its error and record as a client may read them — no server path."""
+    video = {
+        "id": row["id"],
+        "object": "video",
+        "model": row["model"],
+        "status": row["status"],
+        "progress": progress_of(row),
+        "created_at": row["created_at"],
+        "completed_at": row["completed_at"],
+        "expires_at": None,
+        "size": row["size"],
+        "seconds": row["seconds"],
+        "prompt": row["prompt"],
+        "remixed_from_video_id": None,
+        "error": None,
+        "step": row["step"],
+        "steps": row["steps"],
+        "resumed_from_step": row["resumed_from_step"],
+    }
+    if row["status"] == "failed":
+        video["error"] = {"code": "generation_failed", "message": words.public(row["error"] or "failed")}
+    if record and row["status"] == "completed" and row["record"]:
+        video["record"] = words.record(json.loads(row["record"]))
+    return video
+
+
+def no_content(row: dict, words) -> str:
+    """Why GET …/content has no mp4 for this job: not yet, or (cancelled, failed) never."""
+    if row["status"] == "cancelled":
+        return f"video {row['id']} was cancelled: it has no mp4 and never will"
+    if row["status"] == "failed":
+        return (
+            f"video {row['id']} failed ({words.public(row['error'] or 'no reason recorded')}): it has no mp4 and "
+            "never will; send the request again to try once more"
+        )
+    if row["status"] == "completed":
+        return f"video {row['id']} is completed but its mp4 is gone from the server"
+    return f"video {row['id']} is {row['status']}; its mp4 is there once it is completed"
+
+
+def deleted_object(video_id: str, had: str, row: dict | None) -> dict:
+    """OpenAI's deleted object, answered at once, with what happens to the job: `status` (what
+    GET says now) and `message`. A running job goes on until its current step ends."""
+    if had == "in_progress":
+        step = f" (step {row['step']} of {row['steps']} done)" if row else ""
+        status, message = (
+            "in_progress",
+            (
+                f"{video_id} is running{step}: it stops after its current step, then it is cancelled and nothing of "
+                "it is "
+                f"kept; GET /v1/videos/{video_id} says cancelled once it has stopped"
+            ),
+        )
+    elif had == "queued":
+        status, message = "cancelled", f"{video_id} was queued: it is cancelled and will not run"
+    else:
+        status, message = "deleted", f"{video_id} ({had}) and its files are deleted"
+    return {"id": video_id, "object": "video.deleted", "deleted": True, "status": status, "message": message}

@@ -1,0 +1,114 @@
+"""/v1/videos: OpenAI's Videos API over the store. It validates and queues; it never touches the
+model. The loop learns of a new job and of a DELETE through the store alone — a DELETE at its
+next step vote."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from ..fields import RequestError
+from ..files import delete_files, video_path
+from ..store import FINISHED, IdempotencyConflict, is_id
+from .errors import error
+from .state import api_of
+from .video_objects import deleted_object, no_content, video_object
+from .video_requests import queue_video, read_fields
+
+router = APIRouter()
+
+
+@router.post("/v1/videos")
+async def create(request: Request):
+    api = api_of(request)
+    try:
+        fields, image = await read_fields(request, api.settings.max_body_bytes)
+    except RequestError as exc:
+        api.metrics.requests.labels("refused").inc()
+        return error(exc.status, str(exc), exc.param)
+    idem = request.headers.get("idempotency-key")
+    try:
+        row, created = await run_in_threadpool(queue_video, api.store, api.served, api.settings, fields, image, idem)
+    except RequestError as exc:
+        api.metrics.requests.labels("refused").inc()
+        return error(exc.status, str(exc), exc.param)
+    except IdempotencyConflict:
+        api.metrics.requests.labels("refused").inc()
+        return error(
+            409,
+            f"Idempotency-Key {idem!r} was used for another request; use a new key for a new request",
+            "Idempotency-Key",
+        )
+    api.metrics.requests.labels("queued" if created else "repeated").inc()
+    return video_object(row, api.words)
+
+
+@router.get("/v1/videos")
+async def listing(request: Request, limit: int = 20, after: str | None = None, order: str = "desc"):
+    if not 1 <= limit <= 100:
+        return error(400, f"limit={limit} must be between 1 and 100", "limit")
+    if order not in ("asc", "desc"):
+        return error(400, f"order={order!r} must be asc or desc", "order")
+    api = api_of(request)
+    rows, more = api.store.page(limit, after, order)
+    data = [video_object(r, api.words, record=False) for r in rows]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": more,
+    }
+
+
+@router.get("/v1/videos/{video_id}")
+async def retrieve(request: Request, video_id: str):
+    # The poll, read in the event loop: a primary-key read from SQLite costs less than the hop to
+    # a worker thread (measured: 0.35 against 1.2 ms of CPU per request with the hop).
+    api = api_of(request)
+    row = _found(api.store, video_id)
+    return _missing(video_id) if row is None else JSONResponse(video_object(row, api.words))
+
+
+@router.get("/v1/videos/{video_id}/content")
+async def content(request: Request, video_id: str, variant: str = "video"):
+    api = api_of(request)
+    row = await run_in_threadpool(_found, api.store, video_id)
+    if row is None:
+        return _missing(video_id)
+    if variant != "video":
+        return error(400, f"variant={variant!r} is not made here; ask for variant=video (the mp4)", "variant")
+    path = video_path(api.settings, row["id"])
+    if row["status"] != "completed" or not os.path.exists(path):
+        return error(404, no_content(row, api.words), "video_id")
+    return FileResponse(path, media_type="video/mp4", filename=os.path.basename(path))
+
+
+@router.delete("/v1/videos/{video_id}")
+async def delete(request: Request, video_id: str):
+    if not is_id(video_id):
+        return _missing(video_id)
+    api = api_of(request)
+    had = await run_in_threadpool(api.store.cancel, video_id)
+    if had is None:
+        return _missing(video_id)
+    row = None
+    if had in FINISHED:
+        await run_in_threadpool(delete_files, api.settings, video_id)
+        await run_in_threadpool(api.store.remove, video_id)
+    elif had == "queued":
+        await run_in_threadpool(delete_files, api.settings, video_id)
+    else:  # running: the answer says how far it is
+        row = await run_in_threadpool(_found, api.store, video_id)
+    return deleted_object(video_id, had, row)
+
+
+def _found(store, video_id: str) -> dict | None:
+    return store.get(video_id) if is_id(video_id) else None
+
+
+def _missing(video_id: str) -> JSONResponse:
+    return error(404, f"no video with id {video_id!r}", "video_id")
