@@ -408,6 +408,7 @@ def test_text_encoder_is_freed_after_encoding():
 
     class Loaded:
         text_encoder = encoder
+        texts = None  # no texts encoded up front (pipeline/text_sources.py): generate encodes them
 
     refs = [weakref.ref(p) for p in encoder.model.parameters()] + [weakref.ref(encoder.model)]
     context = encode_text(spec, Loaded, backend)
