@@ -184,18 +184,6 @@ class ServerProcesses:
             time.sleep(every)
         self.fail(f"{video_id} never became {statuses}: {self.video(video_id)}")
 
-    def wait_step(self, video_id: str, step: int, timeout: float = 300) -> dict:
-        """The job once it has done at least `step` denoising steps (and is still running)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            video = self.video(video_id)
-            if video["status"] == "in_progress" and video["step"] >= step:
-                return video
-            if video["status"] not in ("queued", "in_progress"):
-                self.fail(f"{video_id} ended before step {step}: {video}")
-            time.sleep(0.02)
-        self.fail(f"{video_id} never reached step {step}")
-
     def wait_log(self, pattern: str, timeout: float = 300):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

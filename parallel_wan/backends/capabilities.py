@@ -18,9 +18,6 @@ class Capabilities:
     # with its own shard (torch): how a world is counted, how many loop states a job saves,
     # whether a launcher's N processes make sense.
     single_controller: bool
-    # compile=true applies (torch.compile of the block); a backend that compiles every step
-    # (XLA) has nothing to switch on.
-    torch_compile: bool
     # memory=swap: one expert on the device, exchanged for the other at the switch.
     swap: bool
     # How memory=sharded holds the weights: "rank_rows" — each process loads 1/world of every
@@ -38,7 +35,8 @@ class Capabilities:
     # Several processes share one host's memory (torchrun's LOCAL_WORLD_SIZE); False: one
     # process per host holds every local device.
     processes_share_host: bool
-    # Settings only this backend reads; set on another backend they are refused by name.
+    # Settings only this backend reads; set on another backend they are refused by name (torch's
+    # compile=true is torch.compile of the block; JAX compiles every step with XLA anyway).
     own_settings: tuple[str, ...] = ()
     # The backend's package: its modules answer device questions asked before a backend exists
     # (`<package>.device_facts`: backends/device_facts.py).
@@ -49,7 +47,6 @@ BACKENDS: dict[str, Capabilities] = {
     "torch": Capabilities(
         name="torch",
         single_controller=False,
-        torch_compile=True,
         swap=True,
         sharded_memory="rank_rows",
         attention_kernels=True,
@@ -62,7 +59,6 @@ BACKENDS: dict[str, Capabilities] = {
     "jax": Capabilities(
         name="jax",
         single_controller=True,
-        torch_compile=False,
         swap=False,
         sharded_memory="mesh",
         attention_kernels=False,

@@ -394,7 +394,7 @@ def _jax_only(cfg: Mapping, backend: str, key: str) -> bool:
 
 def _torch_compile(cfg: Mapping, backend: str) -> bool:
     value = _as(bool, "compile", _setting(cfg, "compile"))
-    if value and not capabilities(backend).torch_compile:
+    if value and "compile" not in capabilities(backend).own_settings:
         raise ConfigError(
             f"compile=true asks torch.compile for the PyTorch backend, but backend={backend} compiles "
             "every step already (XLA); drop compile=true",

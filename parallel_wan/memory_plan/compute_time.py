@@ -142,7 +142,9 @@ def _on_cpu(spec: RunSpec) -> bool:
 def _processes_per_host(spec: RunSpec) -> int:
     if not capabilities(spec.execution.backend).processes_share_host:
         return 1
-    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    from ..backends.device_facts import cpu_sharers
+
+    return cpu_sharers(spec.execution.backend)
 
 
 def job_estimate(specs, tcfg, vcfg, measure=None) -> tuple[str, bool] | None:

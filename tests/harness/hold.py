@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_wan.pipeline.denoise import HOLD_ENV
+from parallel_wan.pipeline.hold_point import HOLD_ENV
 
 EVERY = 10**9  # a release count no test reaches: every loop passes
 HANG_S = 300.0  # only a process that hangs or died keeps a wait this long

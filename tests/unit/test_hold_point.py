@@ -15,7 +15,8 @@ from harness.hold import Hold
 from parallel_wan.backends.contract import NoisePredictor
 from parallel_wan.backends.torch import ops
 from parallel_wan.config.compose import compose_spec
-from parallel_wan.pipeline.denoise import HOLD_ENV, HoldPoint, denoise, hold_point, rehearse_loop
+from parallel_wan.pipeline.denoise import denoise, rehearse_loop
+from parallel_wan.pipeline.hold_point import HOLD_ENV, HoldPoint, hold_point
 from parallel_wan.pipeline.steps import pick_schedule
 
 STEPS = 4
