@@ -26,6 +26,13 @@ import torch.multiprocessing as mp
 
 # A pool rank's report that its gloo group could not form (the caller's function never ran there).
 RENDEZVOUS_FAILED = "rendezvous failed (init_process_group): "
+# How long a rank waits for its peers to form the gloo group. A rendezvous that hangs (gloo's
+# full mesh of connections never completing: seen once in a fresh-clone suite run, both ranks
+# silent until the call's 300 s were up) then fails as a rendezvous, which RankPool.run retries
+# on new processes, instead of using up the call's whole time; the group's collectives keep
+# the call's timeout. 120 s: a peer still importing torch on a loaded 2-core machine arrives
+# well within it.
+RENDEZVOUS_S = 120.0
 
 
 class RanksFailed(AssertionError):
@@ -119,19 +126,30 @@ def _rank_main(fn, rank, world_size, store_path, threads, timeout_s, reports, ar
     torch.set_num_threads(threads)
     try:
         if world_size > 1:
-            dist.init_process_group(
-                "gloo",
-                init_method=f"file://{store_path}",
-                rank=rank,
-                world_size=world_size,
-                timeout=datetime.timedelta(seconds=timeout_s),
-            )
+            _join_gloo(rank, world_size, store_path, timeout_s)
         reports.put((rank, True, fn(rank, world_size, *args)))
     except BaseException:
         reports.put((rank, False, traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _join_gloo(rank: int, world_size: int, store_path: str, timeout_s: float) -> None:
+    """Join the call's gloo group (a file store): the rendezvous within RENDEZVOUS_S, the
+    collectives within `timeout_s` (the group's timeout, set again once it has formed)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=min(timeout_s, RENDEZVOUS_S)),
+    )
+    if timeout_s > RENDEZVOUS_S:
+        distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s))
 
 
 # A pool's ranks fork from multiprocessing's fork server, which imported these once (one server
@@ -297,13 +315,7 @@ def _pool_rank_main(rank, world_size, threads, tasks, reports):
             fn, args = pickle.loads(payload)
             if world_size > 1:
                 try:
-                    dist.init_process_group(
-                        "gloo",
-                        init_method=f"file://{store_path}",
-                        rank=rank,
-                        world_size=world_size,
-                        timeout=datetime.timedelta(seconds=timeout_s),
-                    )
+                    _join_gloo(rank, world_size, store_path, timeout_s)
                 except Exception:
                     reports.put((call, rank, False, RENDEZVOUS_FAILED + traceback.format_exc()))
                     continue  # `finally` below still runs

@@ -73,3 +73,34 @@ def test_a_failure_of_the_function_is_not_run_again(pool, monkeypatch):
     with pytest.raises(RanksFailed, match="ZeroDivisionError"):
         pool.run(_divide_by_zero, 2)
     assert len(attempts) == 1
+
+
+def test_the_rendezvous_has_its_own_deadline_and_the_group_keeps_the_calls(monkeypatch, tmp_path):
+    """The hang seen once in a fresh-clone suite run: both ranks of a 2-rank call silent until the
+    call's 300 s were up. The rendezvous now waits RENDEZVOUS_S, then fails as a rendezvous (which
+    RankPool.run retries on new processes); a group that formed keeps the call's timeout for its
+    collectives. Here in this process: rank 0 of 2 alone (rank 1 never comes), then a group of 1."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    asked = []
+    real_init = dist.init_process_group
+
+    def init(*args, **kwargs):
+        asked.append(kwargs["timeout"])
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(gloo_ranks, "RENDEZVOUS_S", 1.0)
+    monkeypatch.setattr(dist, "init_process_group", init)
+    with pytest.raises(RuntimeError, match="[Tt]imeout"):
+        gloo_ranks._join_gloo(0, 2, str(tmp_path / "alone"), timeout_s=600)
+    assert asked == [datetime.timedelta(seconds=1)] and not dist.is_initialized()
+
+    gloo_ranks._join_gloo(0, 1, str(tmp_path / "one"), timeout_s=600)
+    try:
+        group = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert group.options._timeout == datetime.timedelta(seconds=600)
+    finally:
+        dist.destroy_process_group()
