@@ -14,10 +14,9 @@ import sys
 import textwrap
 
 import pytest
+from harness import one_host
 
 pytestmark = pytest.mark.slow
-
-SMALL = ["steps=2", "num_frames=5", "height=64", "width=64", "seed=7", "prompt='a red kite'"]
 
 
 def _free_port() -> int:
@@ -54,21 +53,13 @@ def _hosts(args: list[str], devices_each: int = 2, timeout: float = 600) -> list
     return out
 
 
-def _frames_sha(folder) -> str:
-    return json.loads((folder / "video.json").read_text())["frames_sha256"]
-
-
-def test_two_hosts_render_the_one_host_video(tmp_path):
-    run = ["-m", "parallel_wan.run", "backend=jax", "mesh=cp4", *SMALL]
+def test_two_hosts_render_the_one_host_video(tmp_path, tmp_path_factory):
+    # the one-host video is the session's (harness/one_host.py: the server test compares with it too)
+    run = ["-m", "parallel_wan.run", *one_host.RUN, f"prompt='{one_host.PROMPT}'", f"seed={one_host.SEED}"]
     two = _hosts([*run, f"output_dir={tmp_path / 'two'}"])
     for r, done in enumerate(two):
         assert done.returncode == 0, f"process {r}:\n{done.stdout[-3000:]}"
-    env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "OMP_NUM_THREADS": "1"}
-    one = subprocess.run(
-        [sys.executable, *run, f"output_dir={tmp_path / 'one'}"], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
-    assert _frames_sha(tmp_path / "two") == _frames_sha(tmp_path / "one")
+    assert one_host.frames_sha(tmp_path / "two") == one_host.frames_sha(one_host.one_host_video(tmp_path_factory))
     # only process 0 writes: one video, one sidecar, and the other host's log stays quiet
     assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.suffix in (".mp4", ".json")) == [
         "video.json",

@@ -3,38 +3,23 @@ each, mesh cp4): the leader alone binds the port and claims each job, `same_on_e
 hands its pick to the other host through JAX's process collectives, and both hosts run one
 SPMD program per video — the one-host JAX run's video, bit for bit."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from harness import one_host
 from harness.serve import SETTINGS, Server
 
 pytestmark = pytest.mark.slow
 
-START = [*SETTINGS, "backend=jax", "mesh=cp4"]
+# The server's settings as the one-host run's (harness/one_host.py: the session renders that
+# video once, for this test and tests/parallel/test_jax_multihost.py)
+_KEYS = {s.split("=")[0] for s in one_host.RUN}
+START = [s for s in SETTINGS if s.split("=")[0] not in _KEYS] + one_host.RUN
 
 
-def _one_host_frames(tmp_path, name: str, prompt: str, seed: int) -> np.ndarray:
-    out = tmp_path / name
-    env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "OMP_NUM_THREADS": "1"}
-    env = {k: v for k, v in env.items() if not k.startswith("JAX_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "parallel_wan.run", *START, f"prompt='{prompt}'", f"seed={seed}", f"output_dir={out}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return np.load(out / "frames.npy")
-
-
-def test_a_jax_server_on_two_hosts_claims_each_job_once_and_renders_the_one_host_video(tmp_path):
+def test_a_jax_server_on_two_hosts_claims_each_job_once_and_renders_the_one_host_video(tmp_path, tmp_path_factory):
     server = Server(tmp_path / "storage", START, jax_hosts=2).wait_ready(timeout=600)
     try:
-        first = server.post(prompt="a harbour at night", seed=6)
+        first = server.post(prompt=one_host.PROMPT, seed=one_host.SEED)
         second = server.post(prompt="a lighthouse", seed=5)
         for video in (first, second):
             assert server.wait_for(video["id"], "completed", timeout=600)["progress"] == 100
@@ -49,6 +34,6 @@ def test_a_jax_server_on_two_hosts_claims_each_job_once_and_renders_the_one_host
         assert log.count(f"{video['id']}: started") == 1, log[-3000:]
     # the first video against the one-host run; the second job proves the leader's next pick
     # reached the other host too (it completed, claimed once), and renders other frames
-    expected = _one_host_frames(tmp_path, first["id"], "a harbour at night", 6)
+    expected = one_host.frames(one_host.one_host_video(tmp_path_factory))
     assert np.array_equal(frames[first["id"]], expected), "two-host server vs one-host run"
     assert not np.array_equal(frames[second["id"]], expected)
