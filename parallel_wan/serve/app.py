@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from .auth import authorized
 from .limits import BodyLimit
-from .routes.errors import error
+from .routes.errors import answer_framework_errors_in_openai_shape, error
 from .routes.health import router as health_router
 from .routes.models import router as models_router
 from .routes.page import router as page_router
@@ -31,6 +31,7 @@ def make_app(store, served, settings, health, metrics, key: bytes | None = None)
     app.add_middleware(KeyCheck, key=key)
     for router in ROUTERS:
         app.include_router(router)
+    answer_framework_errors_in_openai_shape(app, ROUTERS)
     return app
 
 

@@ -39,15 +39,16 @@ FIELDS = tuple(SETTING_OF) + DERIVED
 # a file on the server, set by the uploaded `input_reference`.
 FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {"image": "input_reference"}
 TEXT_FIELDS = ("prompt", "negative_prompt", "model", "size")
+MAX_PROMPT = 32_000  # characters, as OpenAI's Videos API bounds a prompt
 
 
 class RequestError(ValueError):
     """A request that cannot run: HTTP 400 `{"error": {"message", "param"}}`. The message is the
     command line's one line for the same setting where there is one."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400):
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
         super().__init__(message)
-        self.param, self.status = param, status
+        self.param, self.status, self.code = param, status, code  # code None: the status's (routes/errors.py)
 
 
 def request_settings(fields: dict, fps: int) -> tuple[dict, dict]:
@@ -59,12 +60,17 @@ def request_settings(fields: dict, fps: int) -> tuple[dict, dict]:
                 f"{key}={_shown(value)} is not a field of POST /v1/videos{_hint(key)}; "
                 f"remove it (fields: {', '.join(FIELDS)})",
                 key,
+                code="unknown_parameter",
             )
     if "prompt" not in fields or fields["prompt"] is None:
-        raise RequestError("prompt is required: the text of the video to make", "prompt")
+        raise RequestError(
+            "prompt is required: the text of the video to make", "prompt", code="missing_required_parameter"
+        )
     for key in TEXT_FIELDS:
         if key in fields and fields[key] is not None and not isinstance(fields[key], str):
             raise RequestError(f"{key}={_shown(fields[key])} must be one string", key)
+    if not 1 <= len(fields["prompt"]) <= MAX_PROMPT:  # the API's bounds (minLength 1, maxLength 32,000)
+        raise RequestError(f"prompt has {len(fields['prompt'])} characters; it must have 1 to {MAX_PROMPT}", "prompt")
     settings, source = {}, {}
     for key, setting in SETTING_OF.items():
         if fields.get(key) is not None:

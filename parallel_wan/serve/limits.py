@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from .routes.errors import body as error_body
+
 
 class BodyTooLarge(Exception):
     pass
@@ -46,14 +48,11 @@ class BodyLimit:
 
     async def _refuse(self, send):
         body = json.dumps(
-            {
-                "error": {
-                    "message": f"the request body is over {self.max_bytes} bytes; send a smaller "
-                    "image, or start the server with a larger max_body_mb",
-                    "param": None,
-                    "type": "invalid_request_error",
-                }
-            }
+            error_body(
+                413,
+                f"the request body is over {self.max_bytes} bytes; send a smaller "
+                "image, or start the server with a larger max_body_mb",
+            )
         ).encode()
         await send(
             {

@@ -215,6 +215,7 @@ def test_an_image_on_a_text_to_video_model_is_refused_naming_the_field(api):
         "use an i2v/ti2v model",
         "param": "input_reference",
         "type": "invalid_request_error",
+        "code": "invalid_value",
     }
     api.nothing_queued()
 
@@ -259,7 +260,12 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
         answer = api.client.post("/v1/videos", json=body)
         assert answer.status_code == 400, answer.text
         key = next(k for k in body if k != "prompt")
-        assert answer.json()["error"] == {"message": message, "param": key, "type": "invalid_request_error"}
+        assert answer.json()["error"] == {
+            "message": message,
+            "param": key,
+            "type": "invalid_request_error",
+            "code": "unknown_parameter",
+        }
     api.nothing_queued()
 
 
@@ -490,7 +496,9 @@ def test_list_retrieve_content_and_delete(api):
     assert [v["id"] for v in rest["data"]] == ids[2::-1] and not rest["has_more"]
     oldest = api.client.get("/v1/videos", params={"order": "asc", "limit": 1}).json()
     assert oldest["data"][0]["id"] == ids[0]
-    assert api.client.get("/v1/videos", params={"limit": 0}).status_code == 400
+    none = api.client.get("/v1/videos", params={"limit": 0}).json()  # the API's 0..100: no jobs, and whether any
+    assert (none["data"], none["first_id"], none["last_id"], none["has_more"]) == ([], None, None, True)
+    assert api.client.get("/v1/videos", params={"limit": 101}).json()["error"]["param"] == "limit"
     assert api.client.get(f"/v1/videos/{ids[0]}").json()["status"] == "queued"
     answer = api.client.get(f"/v1/videos/{ids[0]}/content")
     assert answer.status_code == 404 and "queued" in answer.json()["error"]["message"]
@@ -710,3 +718,51 @@ def test_a_restarted_server_takes_back_its_jobs_and_a_silent_ones_after_its_leas
     assert store.claim("second")["id"] == ids[1]  # its job runs again here
     assert store.get(ids[2])["status"] == "cancelled"  # the deleted one is not run again
     assert store.get(ids[3])["status"] == "in_progress"
+
+
+# ------------------------------------------------------------------ OpenAI's error shape everywhere
+OPENAI_ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def _openai_error(answer, status: int) -> dict:
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert set(body) == {"error"} and set(body["error"]) == OPENAI_ERROR_KEYS, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
+    return body["error"]
+
+
+def test_the_frameworks_refusals_answer_in_openai_shape(api):
+    """FastAPI's own 404, 405 and 422 (`{"detail": …}`) are the API's error body, 422 as 400."""
+    missing = _openai_error(api.client.get("/v1/nothing"), 404)
+    assert missing["code"] == "not_found" and "GET /v1/nothing" in missing["message"]
+    wrong = api.client.put("/v1/videos")
+    error = _openai_error(wrong, 405)
+    assert error["code"] == "method_not_allowed" and "PUT /v1/videos" in error["message"]
+    assert "GET" in error["message"] and "POST" in error["message"] and wrong.headers["allow"]
+    unread = _openai_error(api.client.get("/v1/videos", params={"limit": "many"}), 400)
+    assert (unread["param"], unread["code"]) == ("limit", "invalid_value") and "'many'" in unread["message"]
+    assert "detail" not in api.client.get("/v1/videos", params={"order": "up"}).text
+
+
+def test_the_apps_refusals_carry_a_code(api, tmp_path):
+    unknown = _openai_error(api.client.post("/v1/videos", json={"prompt": "a", "colour": "red"}), 400)
+    assert (unknown["param"], unknown["code"]) == ("colour", "unknown_parameter")
+    no_prompt = _openai_error(api.client.post("/v1/videos", json={"seconds": "1"}), 400)
+    assert (no_prompt["param"], no_prompt["code"]) == ("prompt", "missing_required_parameter")
+    gone = _openai_error(api.client.get("/v1/videos/video_0123456789abcdef0123456789abcdef"), 404)
+    assert gone["code"] == "not_found" and gone["param"] == "video_id"
+    small = Api(tmp_path / "small", max_body_mb="0.001")
+    too_big = _openai_error(small.client.post("/v1/videos", json={"prompt": "x" * 4000}), 413)
+    assert too_big["code"] == "request_too_large"
+    keyed = Api(tmp_path / "keyed", key=api_key({"PARALLEL_WAN_API_KEY": KEY}))
+    assert _openai_error(keyed.client.get("/v1/videos"), 401)["code"] == "invalid_api_key"
+    api.nothing_queued()
+
+
+def test_a_prompt_has_1_to_32000_characters(api):
+    for prompt in ("", "x" * 32_001):
+        error = _openai_error(api.client.post("/v1/videos", json={"prompt": prompt}), 400)
+        assert error["param"] == "prompt" and "1 to 32000" in error["message"], error
+    api.nothing_queued()
+    assert api.client.post("/v1/videos", json={"prompt": "x" * 32_000}).status_code == 200

@@ -1,13 +1,64 @@
-"""OpenAI's error body: every refusal the API answers, and the key check's."""
+"""OpenAI's error body, `{"error": {"message", "type", "param", "code"}}` (its ErrorResponse: all
+four keys present, `param` and `code` may be null): every refusal the API answers — the routes',
+the key check's, the body limit's and the web framework's own (an unknown route, a method a route
+does not take, a query value of the wrong type), which FastAPI would otherwise answer as
+`{"detail": …}` with 422. Strict clients (OpenAI's SDKs with response validation) parse these."""
 
 from __future__ import annotations
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+# The code a refusal carries when its route names none: a word per HTTP status, as OpenAI's own
+# errors carry one (`invalid_api_key`, `model_not_found`, …).
+CODES = {
+    400: "invalid_value",
+    401: "invalid_api_key",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "request_too_large",
+}
 
 
-def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "param": param, "type": "invalid_request_error"}},
-        status_code=status,
-        headers=headers,
-    )
+def body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code or CODES.get(status)}}
+
+
+def error(
+    status: int, message: str, param: str | None = None, headers: dict | None = None, code: str | None = None
+) -> JSONResponse:
+    return JSONResponse(body(status, message, param, code), status_code=status, headers=headers)
+
+
+def answer_framework_errors_in_openai_shape(app: FastAPI, routers) -> None:
+    """The framework's refusals as the routes' own: 404 and 405 with what the server has, and a
+    query value it cannot read as 400 naming the parameter (not FastAPI's 422). `routers`: the
+    app's (their routes say which methods a path takes)."""
+
+    @app.exception_handler(HTTPException)
+    async def http_refusal(request: Request, exc: HTTPException):
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            message = f"no such route: {where}; the API is /v1/videos and /v1/models (and /health)"
+            return error(404, message)
+        if exc.status_code == 405:
+            # every route of the path (the framework's Allow names the first route's methods only)
+            allowed = ", ".join(_methods_of(routers, request.url.path))
+            return error(405, f"{where} is not allowed; this path takes {allowed}", headers={"Allow": allowed})
+        return error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def unreadable_value(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        param = str(first.get("loc", ("", "?"))[-1])
+        value = first.get("input")
+        return error(400, f"{param}={value!r} cannot be read: {first.get('msg', 'invalid value')}", param)
+
+
+def _methods_of(routers, path: str) -> list[str]:
+    routes = [r for router in routers for r in router.routes if r.methods and r.path_regex.match(path)]
+    return sorted({method for route in routes for method in route.methods})

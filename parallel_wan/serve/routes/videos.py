@@ -28,13 +28,13 @@ async def create(request: Request):
         fields, image = await read_fields(request, api.settings.max_body_bytes)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
-        return error(exc.status, str(exc), exc.param)
+        return error(exc.status, str(exc), exc.param, code=exc.code)
     idem = request.headers.get("idempotency-key")
     try:
         row, created = await run_in_threadpool(queue_video, api.store, api.served, api.settings, fields, image, idem)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
-        return error(exc.status, str(exc), exc.param)
+        return error(exc.status, str(exc), exc.param, code=exc.code)
     except IdempotencyConflict:
         api.metrics.requests.labels("refused").inc()
         return error(
@@ -48,8 +48,8 @@ async def create(request: Request):
 
 @router.get("/v1/videos")
 async def listing(request: Request, limit: int = 20, after: str | None = None, order: str = "desc"):
-    if not 1 <= limit <= 100:
-        return error(400, f"limit={limit} must be between 1 and 100", "limit")
+    if not 0 <= limit <= 100:  # the API's range: 0 answers no jobs, and whether there are any
+        return error(400, f"limit={limit} must be between 0 and 100", "limit")
     if order not in ("asc", "desc"):
         return error(400, f"order={order!r} must be asc or desc", "order")
     api = api_of(request)
