@@ -12,6 +12,7 @@ built-in tiny model's configs, on the CPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -34,6 +35,7 @@ def main() -> None:
     setup_logging()
     settings = ServerSettings(**config["settings"])
     served = serve_start(config["raw"], config["world"], config["node_size"], settings.videos_dir, config["device"])
+    served = dataclasses.replace(served, aliases=tuple(settings.served_model_names))  # the names requests may give
     store, claimant = Store(settings.database), config["claimant"]
 
     def health():

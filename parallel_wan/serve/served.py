@@ -6,6 +6,7 @@ job's settings itself from the same words. Cheap: no torch."""
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 from ..config import ConfigError, RunSpec, resolve
@@ -28,10 +29,36 @@ class RequestResolver:
     node_size: int | None
     videos_dir: str
     device: tuple  # (bytes one device holds or None, where that comes from): memory_plan.fits.device_memory, once
+    aliases: tuple = ()  # the operator's served_model_names (settings.py)
 
     @property
     def model(self) -> str:
         return self.base.model.name
+
+    @property
+    def folder(self) -> str | None:
+        """The checkpoint folder's name (None: the built-in tiny model, which has none of its own)."""
+        root = getattr(self.ckpt, "root", None)
+        return os.path.basename(os.path.normpath(str(root))) if root is not None else None
+
+    @property
+    def names(self) -> tuple:
+        """What a request's `model` may say: the preset's name, the checkpoint folder's name (and
+        a Hugging Face id `org/<that name>`: model_named) and the operator's served_model_names."""
+        return tuple(dict.fromkeys(n for n in (self.model, self.folder, *self.aliases) if n))
+
+    def model_named(self, name: str) -> bool:
+        org, slash, last = name.rpartition("/")
+        return name in self.names or bool(slash and org and self.folder and last == self.folder)
+
+    def unknown_model(self, name: str) -> RequestError:
+        return RequestError(
+            f"model={name!r} is not served here; this server answers to model={', '.join(self.names)} "
+            "(leave model out, or start a server with served_model_names=…)",
+            "model",
+            status=404,
+            code="model_not_found",
+        )
 
     @functools.cached_property
     def words(self) -> Words:
@@ -50,12 +77,10 @@ class RequestResolver:
     def request(self, fields: dict, image: str | None = None) -> tuple[RunSpec, dict]:
         """(spec, run settings) of a request's fields (and its stored image); raises RequestError."""
         model = fields.get("model")
-        if model is not None and model != self.model:
-            raise RequestError(
-                f"model={model!r} is not served here; this server runs model={self.model} (leave model "
-                "out, or start a server with that model)",
-                "model",
-            )
+        if model is not None and not (isinstance(model, str) and self.model_named(model)):
+            if not isinstance(model, str):
+                raise RequestError(f"model={model!r} must be one string", "model")
+            raise self.unknown_model(model)
         settings, source = request_settings(fields, self.base.model.fps)
         if image is not None:
             settings["image"] = image

@@ -14,7 +14,13 @@ from ..config.checks import writable_folder
 from ..config.compose import SERVER_ONLY
 from ..errors import ConfigError
 
-DEFAULTS = {"host": "127.0.0.1", "port": "8000", "storage_dir": "outputs/serve", "max_body_mb": "32"}
+DEFAULTS = {
+    "host": "127.0.0.1",
+    "port": "8000",
+    "storage_dir": "outputs/serve",
+    "max_body_mb": "32",
+    "served_model_names": "",
+}
 SERVER_KEYS = SERVER_ONLY  # what the run's composition refuses, named there
 
 # Run settings a server takes from each request, or that a server sets itself: refused at start.
@@ -30,6 +36,8 @@ class ServerSettings:
     port: int  # 0: any free port (the log line "serving on" names it)
     storage_dir: str  # absolute
     max_body_mb: float  # the largest request body (an uploaded image included)
+    # more names a request's `model` may give (e.g. sora-2 for apps that hard-code it): served.py names
+    served_model_names: tuple = ()
 
     @property
     def max_body_bytes(self) -> int:
@@ -81,4 +89,16 @@ def server_settings(values: dict) -> ServerSettings:
             f"max_body_mb={values['max_body_mb']!r} must be a positive number of megabytes, e.g. max_body_mb=32"
         )
     storage = writable_folder("storage_dir", values["storage_dir"], "e.g. storage_dir=outputs/serve")
-    return ServerSettings(host, port, storage, max_body)
+    return ServerSettings(host, port, storage, max_body, model_names(values.get("served_model_names", "")))
+
+
+def model_names(text: str) -> tuple:
+    """served_model_names=sora-2,my-wan (or Hydra's list form [sora-2,my-wan]) → the names."""
+    names = [n.strip().strip("'\"") for n in text.strip().strip("[]").split(",") if n.strip()]
+    for name in names:
+        if not name or any(c.isspace() for c in name):
+            raise ConfigError(
+                f"served_model_names={text!r}: {name!r} is not a model name; give names without spaces, "
+                "separated by commas, e.g. served_model_names=sora-2,wan"
+            )
+    return tuple(names)

@@ -5,6 +5,7 @@ the SDK's field shapes, Idempotency-Key, the API key, the body limit, listing, D
 queued job, ids as the only file names; and the store's claim (each job to exactly one
 claimant), leases and restarts."""
 
+import dataclasses
 import io
 import json
 import os
@@ -34,13 +35,21 @@ BIG_SEED = 2**70
 class Api:
     """An app over a fresh storage_dir, as rank 0 builds it."""
 
-    def __init__(self, storage, start=(), max_body_mb="32", key=None, world=1):
+    def __init__(self, storage, start=(), max_body_mb="32", key=None, world=1, served_model_names=""):
         self.settings = server_settings(
-            {"host": "127.0.0.1", "port": "0", "storage_dir": str(storage), "max_body_mb": max_body_mb}
+            {
+                "host": "127.0.0.1",
+                "port": "0",
+                "storage_dir": str(storage),
+                "max_body_mb": max_body_mb,
+                "served_model_names": served_model_names,
+            }
         )
         os.makedirs(self.settings.videos_dir, exist_ok=True)
         self.start = [*SETTINGS, *start]
-        self.served = serve_start(compose_settings(self.start), world, None, self.settings.videos_dir)
+        served = serve_start(compose_settings(self.start), world, None, self.settings.videos_dir)
+        # as the HTTP process adds them (http_process.py)
+        self.served = dataclasses.replace(served, aliases=self.settings.served_model_names)
         self.store = Store(self.settings.database)
         self.store.register("test", "127.0.0.1:0")
 
@@ -154,7 +163,6 @@ SERVER_OWN = {
     "prompt_missing": ({"seed": 1}, "prompt", ["prompt is required"]),
     "prompt_list": ({"prompt": ["a", "b"]}, "prompt", ["one string"]),
     "unknown_field": ({"prompt": "a", "frame_count": 9}, "frame_count", ["not a field", "num_frames"]),
-    "model_mismatch": ({"prompt": "a", "model": "sora-2"}, "model", ["model='sora-2'", "model=tiny"]),
     "size_malformed": ({"prompt": "a", "size": "big"}, "size", ["size='big'", "WIDTHxHEIGHT"]),
     "size_and_width": ({"prompt": "a", "size": "64x64", "width": 64}, "size", ["not both"]),
     "seconds_negative": ({"prompt": "a", "seconds": "-4"}, "seconds", ["positive number of seconds"]),
@@ -766,3 +774,53 @@ def test_a_prompt_has_1_to_32000_characters(api):
         assert error["param"] == "prompt" and "1 to 32000" in error["message"], error
     api.nothing_queued()
     assert api.client.post("/v1/videos", json={"prompt": "x" * 32_000}).status_code == 200
+
+
+# ------------------------------------------------------------------ model names
+def test_a_model_nobody_serves_is_404_model_not_found_and_nothing_is_queued(api):
+    for body in ({"prompt": "a", "model": "sora-2"}, {"prompt": "a", "model": "Wan-AI/tiny"}):
+        error = _openai_error(api.client.post("/v1/videos", json=body), 404)
+        assert (error["param"], error["code"]) == ("model", "model_not_found"), error
+        assert f"model={body['model']!r}" in error["message"] and "model=tiny" in error["message"], error
+    assert _openai_error(api.client.get("/v1/models/sora-2"), 404)["code"] == "model_not_found"
+    api.nothing_queued()
+
+
+def test_the_operators_names_serve_an_openai_client_unchanged(tmp_path):
+    """served_model_names=sora-2: OpenAI's SDK in strict mode (its types allow Sora's sizes only), as its
+    own examples call it; the job is queued, not run (no loop here)."""
+    import openai
+
+    api = Api(tmp_path / "storage", served_model_names="[sora-2, my-wan]")
+    assert [m["id"] for m in api.client.get("/v1/models").json()["data"]] == ["tiny", "sora-2", "my-wan"]
+    client = openai.OpenAI(
+        base_url="http://testserver/v1", api_key="unused", http_client=api.client, _strict_response_validation=True
+    )
+    video = client.videos.create(model="sora-2", prompt="a calico cat playing a piano on stage", size="1280x720")
+    assert video.status == "queued" and video.model == "tiny"
+    assert client.models.retrieve("my-wan").id == "my-wan"
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.models.retrieve("sora-2-pro")
+    assert refused.value.code == "model_not_found"
+
+
+def test_the_checkpoint_folders_name_and_a_hugging_face_id_ending_in_it_are_the_models(tiny_t2v, tmp_path):
+    folder = tmp_path / "Wan2.2-T2V-A14B-Diffusers"
+    os.symlink(tiny_t2v.diffusers, folder)
+    api = Api(tmp_path / "storage", [f"checkpoint_dir={folder}"])
+    assert [m["id"] for m in api.client.get("/v1/models").json()["data"]] == ["tiny", "Wan2.2-T2V-A14B-Diffusers"]
+    for name in ("tiny", "Wan2.2-T2V-A14B-Diffusers", "Wan-AI/Wan2.2-T2V-A14B-Diffusers"):
+        assert api.client.post("/v1/videos", json={"prompt": "a", "model": name}).status_code == 200, name
+        assert api.client.get(f"/v1/models/{name}").json()["id"] == name
+    for name in ("Wan2.2-T2V-A14B", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", "/Wan2.2-T2V-A14B-Diffusers"):
+        assert api.client.post("/v1/videos", json={"prompt": "a", "model": name}).status_code == 404, name
+    assert str(tmp_path) not in api.client.get("/v1/models").text  # a name, never the path
+
+
+def test_served_model_names_are_read_and_refused_as_settings():
+    from parallel_wan.serve.settings import model_names
+
+    assert model_names("sora-2") == ("sora-2",) and model_names("[sora-2, 'wan']") == ("sora-2", "wan")
+    assert model_names("") == () and model_names("[a,b]") == ("a", "b")
+    with pytest.raises(ConfigError, match="without spaces"):
+        model_names("my wan")

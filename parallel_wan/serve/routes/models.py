@@ -1,17 +1,29 @@
-"""/v1/models: the one model this server loaded."""
+"""/v1/models: the model this server loaded, under every name a request may give it
+(served.py: the preset's, the checkpoint folder's, the operator's served_model_names)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from .errors import error
 from .state import api_of
 
 router = APIRouter()
 
 
+def _model(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "parallel_wan"}
+
+
 @router.get("/v1/models")
 async def models(request: Request):
-    return {
-        "object": "list",
-        "data": [{"id": api_of(request).served.model, "object": "model", "created": 0, "owned_by": "parallel_wan"}],
-    }
+    return {"object": "list", "data": [_model(name) for name in api_of(request).served.names]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(request: Request, model_id: str):
+    served = api_of(request).served
+    if not served.model_named(model_id):
+        exc = served.unknown_model(model_id)
+        return error(exc.status, str(exc), exc.param, code=exc.code)
+    return _model(model_id)
