@@ -77,9 +77,7 @@ class RequestResolver:
     def request(self, fields: dict, image: str | None = None) -> tuple[RunSpec, dict]:
         """(spec, run settings) of a request's fields (and its stored image); raises RequestError."""
         model = fields.get("model")
-        if model is not None and not (isinstance(model, str) and self.model_named(model)):
-            if not isinstance(model, str):
-                raise RequestError(f"model={model!r} must be one string", "model")
+        if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
         settings, source = request_settings(fields, self.base.model.fps)
         if image is not None:

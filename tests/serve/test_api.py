@@ -163,6 +163,7 @@ SERVER_OWN = {
     "prompt_missing": ({"seed": 1}, "prompt", ["prompt is required"]),
     "prompt_list": ({"prompt": ["a", "b"]}, "prompt", ["one string"]),
     "unknown_field": ({"prompt": "a", "frame_count": 9}, "frame_count", ["not a field", "num_frames"]),
+    "model_not_a_string": ({"prompt": "a", "model": 5}, "model", ["model=5", "one string"]),
     "size_malformed": ({"prompt": "a", "size": "big"}, "size", ["size='big'", "WIDTHxHEIGHT"]),
     "size_and_width": ({"prompt": "a", "size": "64x64", "width": 64}, "size", ["not both"]),
     "seconds_negative": ({"prompt": "a", "seconds": "-4"}, "seconds", ["positive number of seconds"]),

@@ -34,6 +34,11 @@ def error(
     return JSONResponse(body(status, message, param, code), status_code=status, headers=headers)
 
 
+def refusal(exc) -> JSONResponse:
+    """A RequestError (serve/fields.py) as the answer: its status, message, field and code."""
+    return error(exc.status, str(exc), exc.param, code=exc.code)
+
+
 def answer_framework_errors_in_openai_shape(app: FastAPI, routers) -> None:
     """The framework's refusals as the routes' own: 404 and 405 with what the server has, and a
     query value it cannot read as 400 naming the parameter (not FastAPI's 422). `routers`: the

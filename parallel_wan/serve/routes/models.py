@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from .errors import error
+from .errors import refusal
 from .state import api_of
 
 router = APIRouter()
@@ -23,7 +23,4 @@ async def models(request: Request):
 @router.get("/v1/models/{model_id:path}")
 async def model(request: Request, model_id: str):
     served = api_of(request).served
-    if not served.model_named(model_id):
-        exc = served.unknown_model(model_id)
-        return error(exc.status, str(exc), exc.param, code=exc.code)
-    return _model(model_id)
+    return _model(model_id) if served.model_named(model_id) else refusal(served.unknown_model(model_id))

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from ..fields import RequestError
 from ..files import delete_files, video_path
 from ..store import FINISHED, IdempotencyConflict, is_id
-from .errors import error
+from .errors import error, refusal
 from .state import api_of
 from .video_objects import deleted_object, no_content, video_object
 from .video_requests import queue_video, read_fields
@@ -28,13 +28,13 @@ async def create(request: Request):
         fields, image = await read_fields(request, api.settings.max_body_bytes)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
-        return error(exc.status, str(exc), exc.param, code=exc.code)
+        return refusal(exc)
     idem = request.headers.get("idempotency-key")
     try:
         row, created = await run_in_threadpool(queue_video, api.store, api.served, api.settings, fields, image, idem)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
-        return error(exc.status, str(exc), exc.param, code=exc.code)
+        return refusal(exc)
     except IdempotencyConflict:
         api.metrics.requests.labels("refused").inc()
         return error(
