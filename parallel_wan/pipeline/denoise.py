@@ -18,7 +18,7 @@ from ..errors import NonFiniteLatents
 from ..models import transformer as dit
 from ..parallel.cfg_rows import halves_in_forward
 from ..sampling import make_sampler
-from .hold_point import hold_point
+from .hold_point import decode_hold_point, hold_point
 from .local_work import RankWork
 from .loop_state import LoopState
 from .steps import step_plan
@@ -77,11 +77,14 @@ def denoise(
     the one to save. The scanned loop is one program: it is not asked.
     """
     # The planner runs this loop on meta tensors (memory_plan/denoise_bytes.py): never held.
-    hold = None if getattr(x if start is None else start.latents, "is_meta", False) else hold_point()
-    return _denoise(spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, hold)
+    meta = getattr(x if start is None else start.latents, "is_meta", False)
+    holds = (None, None) if meta else (hold_point(), decode_hold_point())
+    return _denoise(spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, *holds)
 
 
-def _denoise(spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, hold) -> LoopState:
+def _denoise(
+    spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, hold, decode_hold
+) -> LoopState:
     sampler = make_sampler(spec.sampling.sampler, schedule)
     state = LoopState.begin(x, sampler) if start is None else start
     stop = schedule.steps if stop_after is None else stop_after
@@ -118,6 +121,8 @@ def _denoise(spec, schedule, x, predict, progress, ops, held, start, stop_after,
         x = ops.where(held[1] > 0, x, held[0])
     if stop > state.step:
         check_finite(x, ops, f"step {stop} of {schedule.steps} ({plan[stop - 1].expert} expert)")
+    if decode_hold is not None and stop == schedule.steps:
+        decode_hold.wait()
     return LoopState(stop, x, sampler_state, state.cache if cache is None else cache.state())
 
 
@@ -155,7 +160,9 @@ def rehearse_loop(spec: RunSpec, schedule, x, ops, held=None, place=lambda a: a)
     per step, so a backend that compiles each op on first use (JAX) compiles them here."""
     zero = ops.zeros_like(x)
     loop_spec = spec.replace(scan_loop=False)
-    _denoise(loop_spec, schedule, zero, _Constant(place(zero)), lambda steps: steps, ops, held, None, None, None, None)
+    _denoise(
+        loop_spec, schedule, zero, _Constant(place(zero)), lambda steps: steps, ops, held, None, None, None, None, None
+    )
 
 
 class _Constant(NoisePredictor):

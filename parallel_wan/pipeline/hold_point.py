@@ -1,6 +1,8 @@
 """The denoising loop's hold point, for the tests only (tests/README.md; tests/harness/hold.py
 drives it): PARALLEL_WAN_TEST_HOLD=K:GATE keeps each loop before its step K until the test lets
-it go. pipeline/denoise.py asks `hold_point()` once per loop; unset, nothing else happens."""
+it go; PARALLEL_WAN_TEST_HOLD_DECODE=GATE keeps it after its last step, before the decode.
+pipeline/denoise.py asks `hold_point()` and `decode_hold_point()` once per loop; unset, nothing
+else happens."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 HOLD_ENV = "PARALLEL_WAN_TEST_HOLD"
+DECODE_HOLD_ENV = "PARALLEL_WAN_TEST_HOLD_DECODE"  # after the last step: a job that is decoding
 HOLD_POLL_S = 0.02
 HOLD_LIMIT_S = 900.0  # a test that never releases its hold (it failed) does not leave a process behind for ever
 _arrivals: dict = {}  # gate → this process's count of the loops that reached its hold point
@@ -77,6 +80,13 @@ def hold_point() -> HoldPoint | None:
     if not step.isdigit() or not gate:
         raise ValueError(f"{HOLD_ENV}={value!r}: expected STEP:GATE_FILE (tests/README.md)")
     return HoldPoint(int(step), gate)
+
+
+def decode_hold_point() -> HoldPoint | None:
+    """The hold after a loop's last step (before the decode) PARALLEL_WAN_TEST_HOLD_DECODE asks
+    for (step -1: it is no step); None when it is unset."""
+    gate = os.environ.get(DECODE_HOLD_ENV)
+    return HoldPoint(-1, gate) if gate else None
 
 
 def _note(log: str, what: str) -> None:

@@ -1,6 +1,6 @@
 """Where a job's files live under storage_dir — every name made from the job's id, never from
-anything a client sent (the video's names: report/output_names.py) — and removing them (DELETE,
-a cancelled job)."""
+anything a client sent (the video's names: report/output_names.py) — and removing them (a DELETE, at once
+or once its running job has stopped)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,14 @@ A server renews its lease (`servers.heartbeat`) while it lives; a job whose clai
 renewing, or whose claimant was an earlier start of this same server (host:port, which only
 one process can hold), goes back to the queue where it stood — a job interrupted by kill -9
 runs again; one stopped by SIGTERM resumes from its saved loop state (jobs/resume.py).
+
+A DELETE hides the job at once (GET, content and lists answer as if it never was; the API has
+no `cancelled` status) and keeps a tombstone — the row's id and place, the request's text
+dropped — so that a list cursor naming it stays valid. A job not running is `deleting` at once;
+a running one is asked to stop (cancel_requested) and becomes `deleting` when its server stops
+it after the step, or when it finishes: `finish` then reports the delete instead of completing,
+so a DELETE during the decode wins. `deleting` rows are the ones whose files may remain; who
+removes the files marks them `deleted` (`gone`), and a server sweeps up any left by a crash.
 """
 
 from __future__ import annotations
@@ -18,16 +26,17 @@ import threading
 import time
 import uuid
 
-STATUSES = ("queued", "in_progress", "completed", "failed", "cancelled")
-FINISHED = ("completed", "failed", "cancelled")
+STATUSES = ("queued", "in_progress", "completed", "failed")  # the API's; a client sees no other
+FINISHED = ("completed", "failed")
+# a row a client sees: one of the API's statuses and no DELETE asked for (deleting/deleted: tombstones)
+VISIBLE = "status IN ('queued', 'in_progress', 'completed', 'failed') AND cancel_requested = 0"
+# a tombstone keeps its id and place (seq) for list cursors; nothing of the request
+STRIP = "prompt = '', settings = '{}', record = NULL, error = NULL, idempotency_key = NULL, request_sha256 = NULL"
 LEASE_S = 60.0  # a claimant silent this long is gone (heartbeats every LEASE_S / 6)
 MAX_ATTEMPTS = 3  # a job that took its server down this often fails instead of running again
 
-# A job whose server is gone: back to the queue, or cancelled when a DELETE had asked it to stop.
-ORPHAN_UPDATE = (
-    "status = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END, claimant = NULL, "
-    "completed_at = CASE cancel_requested WHEN 1 THEN CAST(strftime('%s', 'now') AS INTEGER) END"
-)
+# A job whose server is gone: back to the queue, or deleting when a DELETE had asked it to stop.
+ORPHAN_UPDATE = "status = CASE cancel_requested WHEN 1 THEN 'deleting' ELSE 'queued' END, claimant = NULL"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
@@ -67,6 +76,10 @@ CREATE TABLE IF NOT EXISTS servers (
 
 class IdempotencyConflict(Exception):
     """An Idempotency-Key already used for another request."""
+
+
+class UnknownCursor(ValueError):
+    """A list's `after` naming no job this store ever had."""
 
 
 def new_id() -> str:
@@ -135,47 +148,64 @@ class Store:
             return self.get(video["id"]), True
 
     def get(self, video_id: str) -> dict | None:
+        """The job as a client may see it (None: no such job, or deleted)."""
+        row = self._db().execute(f"SELECT * FROM videos WHERE id = ? AND {VISIBLE}", (video_id,)).fetchone()
+        return None if row is None else dict(row)
+
+    def row(self, video_id: str) -> dict | None:
+        """The row whatever its state, tombstones included (the worker's and the tests' look)."""
         row = self._db().execute("SELECT * FROM videos WHERE id = ?", (video_id,)).fetchone()
         return None if row is None else dict(row)
 
     def page(self, limit: int, after: str | None = None, order: str = "desc") -> tuple[list[dict], bool]:
         """Up to `limit` jobs after the one named `after`, newest first (`order=desc`) or oldest;
-        (rows, whether more follow)."""
+        (rows, whether more follow). `after` may name a deleted job (its tombstone keeps its place,
+        so a client paging while jobs are deleted sees no job twice and skips none); one this store
+        never had raises UnknownCursor."""
         db, sign, direction = self._db(), ("<" if order == "desc" else ">"), ("DESC" if order == "desc" else "ASC")
-        where, args = "", []
+        where, args = f"WHERE {VISIBLE}", []
         if after is not None:
             row = db.execute("SELECT seq FROM videos WHERE id = ?", (after,)).fetchone()
-            if row is not None:
-                where, args = f"WHERE seq {sign} ?", [row["seq"]]
+            if row is None:
+                raise UnknownCursor(after)
+            where, args = f"{where} AND seq {sign} ?", [row["seq"]]
         rows = db.execute(
             f"SELECT * FROM videos {where} ORDER BY seq {direction} LIMIT ?", [*args, limit + 1]
         ).fetchall()
         return [dict(r) for r in rows[:limit]], len(rows) > limit
 
-    def cancel(self, video_id: str) -> str | None:
-        """DELETE of a job: a queued one becomes cancelled at once; a running one is asked to
-        stop (its server's loop reads the request at its next step vote). Returns the status
-        it had (None: no such job)."""
+    def delete(self, video_id: str) -> str | None:
+        """DELETE of a job; the status it had (None: no such job, or deleted before). It is hidden
+        at once. One not running becomes `deleting` (the caller removes its files, then `gone`); a
+        running one is asked to stop — its server's loop reads that at its next step vote and
+        removes what it wrote."""
         with self._write() as db:
-            row = db.execute("SELECT status FROM videos WHERE id = ?", (video_id,)).fetchone()
+            row = db.execute(f"SELECT status FROM videos WHERE id = ? AND {VISIBLE}", (video_id,)).fetchone()
             if row is None:
                 return None
-            if row["status"] == "queued":
+            if row["status"] == "in_progress":
+                # the key is free at once: a retry after the DELETE is a new request
                 db.execute(
-                    "UPDATE videos SET status = 'cancelled', completed_at = ? WHERE id = ?",
-                    (int(time.time()), video_id),
+                    "UPDATE videos SET cancel_requested = 1, idempotency_key = NULL, request_sha256 = NULL "
+                    "WHERE id = ?",
+                    (video_id,),
                 )
-            elif row["status"] == "in_progress":
-                db.execute("UPDATE videos SET cancel_requested = 1 WHERE id = ?", (video_id,))
+            else:
+                db.execute(f"UPDATE videos SET status = 'deleting', {STRIP} WHERE id = ?", (video_id,))
             return row["status"]
 
-    def remove(self, video_id: str) -> None:
+    def deleting(self) -> list[str]:
+        """Deleted jobs whose files may remain (a crash between the DELETE and the removal)."""
+        return [r["id"] for r in self._db().execute("SELECT id FROM videos WHERE status = 'deleting'")]
+
+    def gone(self, video_id: str) -> None:
+        """A deleted job's files are removed: only its tombstone is left."""
         with self._write() as db:
-            db.execute("DELETE FROM videos WHERE id = ?", (video_id,))
+            db.execute("UPDATE videos SET status = 'deleted' WHERE id = ? AND status = 'deleting'", (video_id,))
 
     def counts(self) -> dict:
-        rows = self._db().execute("SELECT status, COUNT(*) AS n FROM videos GROUP BY status").fetchall()
-        return {status: 0 for status in STATUSES} | {r["status"]: r["n"] for r in rows}
+        rows = self._db().execute(f"SELECT status, COUNT(*) AS n FROM videos WHERE {VISIBLE} GROUP BY status")
+        return {status: 0 for status in STATUSES} | {r["status"]: r["n"] for r in rows.fetchall()}
 
     # ------------------------------------------------------------------ the worker (rank 0)
     def register(self, claimant: str, name: str) -> list[str]:
@@ -272,9 +302,14 @@ class Store:
         record: dict | None = None,
         error: str | None = None,
         resumed_from_step: int | None = None,
-    ) -> None:
+    ) -> bool:
+        """The job completed or failed — unless a DELETE came first, however late (while it
+        decoded or wrote its files): then it is `deleting` and False says so; the caller removes
+        its files and calls `gone`."""
         assert status in FINISHED, status
         with self._write() as db:
+            if self._deleted_meanwhile(db, video_id):
+                return False
             db.execute(
                 "UPDATE videos SET status = ?, completed_at = ?, record = ?, error = ?, resumed_from_step = ? "
                 "WHERE id = ?",
@@ -287,13 +322,28 @@ class Store:
                     video_id,
                 ),
             )
+        return True
+
+    def stopped_for_delete(self, video_id: str) -> None:
+        """The loop stopped the job for its DELETE: `deleting` until its files are removed."""
+        with self._write() as db:
+            self._deleted_meanwhile(db, video_id)
+
+    @staticmethod
+    def _deleted_meanwhile(db, video_id: str) -> bool:
+        row = db.execute("SELECT cancel_requested FROM videos WHERE id = ?", (video_id,)).fetchone()
+        if row is None or not row["cancel_requested"]:
+            return False
+        db.execute(f"UPDATE videos SET status = 'deleting', claimant = NULL, {STRIP} WHERE id = ?", (video_id,))
+        return True
 
     def requeue(self, video_id: str) -> None:
         """Back to the queue where it stood (SIGTERM: its loop state is saved; a restart resumes it).
-        The stop was planned, so it does not count as an attempt."""
+        The stop was planned, so it does not count as an attempt. A job deleted meanwhile is not
+        queued again: it is `deleting` (the next server's sweep removes its saved state)."""
         with self._write() as db:
             db.execute(
-                "UPDATE videos SET status = 'queued', claimant = NULL, attempts = MAX(attempts - 1, 0) "
+                f"UPDATE videos SET {ORPHAN_UPDATE}, attempts = MAX(attempts - 1, 0) "
                 "WHERE id = ? AND status = 'in_progress'",
                 (video_id,),
             )

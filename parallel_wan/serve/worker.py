@@ -65,6 +65,8 @@ class Worker:
         """Rank 0: the next job claimed, or None after waiting up to IDLE_S for one (a look at the
         queue every POLL_S; a claim, which takes the write lock, only when something is there)."""
         self.check()
+        for deleted in self.store.deleting():  # files a DELETE left behind (a crash in between)
+            self._remove(deleted)
         row, deadline = self.store.claim(self.claimant), time.monotonic() + IDLE_S
         while row is None and time.monotonic() < deadline:
             time.sleep(POLL_S)
@@ -117,9 +119,10 @@ class Worker:
         if not main:
             return
         if gen.state is not None:  # stopped for a DELETE
-            delete_files(self.settings, video_id)
-            self._finish(video_id, "cancelled")
-            log.info("%s: cancelled after step %d of %d", video_id, gen.state.step, spec.sampling.steps)
+            self.store.stopped_for_delete(video_id)
+            self._remove(video_id)
+            self.metrics.jobs.labels("deleted").inc()
+            log.info("%s: deleted: stopped after step %d of %d", video_id, gen.state.step, spec.sampling.steps)
             return
         self._write(spec, gen, video_id, resumed)
 
@@ -149,10 +152,19 @@ class Worker:
         )
 
     def _finish(self, video_id: str, status: str, **details) -> None:
-        self.store.finish(video_id, status, **details)
+        if not self.store.finish(video_id, status, **details):  # a DELETE came first, however late
+            self._remove(video_id)
+            self.metrics.jobs.labels("deleted").inc()
+            log.info("%s: deleted while it was being %s", video_id, "written" if status == "completed" else "failed")
+            return
         self.metrics.jobs.labels(status).inc()
         if status == "failed":
             log.info("%s: failed: %s", video_id, details.get("error"))
+
+    def _remove(self, video_id: str) -> None:
+        """A deleted job's files (video, sidecar, frames, upload, saved state), then its tombstone only."""
+        delete_files(self.settings, video_id)
+        self.store.gone(video_id)
 
     def _stop_vote(self, video_id: str):
         """After each step: stop when any rank saw a signal or (rank 0) the job was deleted."""

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from parallel_wan.pipeline.hold_point import HOLD_ENV
+from parallel_wan.pipeline.hold_point import DECODE_HOLD_ENV, HOLD_ENV
 
 EVERY = 10**9  # a release count no test reaches: every loop passes
 HANG_S = 300.0  # only a process that hangs or died keeps a wait this long
 
 
 class Hold:
-    def __init__(self, folder, step: int, released: int = 0, name: str = "hold"):
+    def __init__(self, folder, step: int | str, released: int = 0, name: str = "hold"):
         """`released`: the loops let through from the start (the first `released` arrivals pass)."""
         self.step, self.gate = step, Path(folder) / f"{name}-{step}"
         self.log = Path(f"{self.gate}.log")
@@ -35,7 +35,8 @@ class Hold:
         self._write(released)
 
     def env(self) -> dict:
-        return {HOLD_ENV: f"{self.step}:{self.gate}"}
+        """`step="decode"`: after the last step, before the decode (its own variable, beside a step's hold)."""
+        return {DECODE_HOLD_ENV: str(self.gate)} if self.step == "decode" else {HOLD_ENV: f"{self.step}:{self.gate}"}
 
     def notes(self) -> list[tuple[int, str, str]]:
         """(pid, 'held' or 'signal', the arrival or the signal's name) for each line of the log."""
@@ -68,6 +69,13 @@ class Hold:
             alive,
             context,
         )
+
+    def hold_next(self) -> None:
+        """A gate opened for every loop (`released=EVERY`) closed for the next arrival only:
+        wait_held() then waits for it, and release_all() opens the gate again. The loops that came
+        before are counted from the log (every arrival is noted, passed or held)."""
+        self.arrival = max((int(what) for _, kind, what in self.notes() if kind == "held"), default=0)
+        self._write(self.arrival)
 
     def release(self, arrivals: int | None = None) -> None:
         """Let the loops through up to arrival `arrivals` (default: the last one waited for)."""

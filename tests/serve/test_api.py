@@ -56,8 +56,21 @@ class Api:
         def health():
             return self.store.health("test")
 
-        self.client = TestClient(
-            make_app(self.store, self.served, self.settings, health, ServerMetrics(self.store, health), key)
+        self.app = make_app(self.store, self.served, self.settings, health, ServerMetrics(self.store, health), key)
+        self.client = TestClient(self.app)
+
+    def sdk(self, asynchronous=False):
+        """OpenAI's own client over this app, validating every answer against its types."""
+        import httpx
+        import openai
+
+        if asynchronous:
+            http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://testserver")
+            return openai.AsyncOpenAI(
+                base_url="http://testserver/v1", api_key=KEY, http_client=http, _strict_response_validation=True
+            )
+        return openai.OpenAI(
+            base_url="http://testserver/v1", api_key=KEY, http_client=self.client, _strict_response_validation=True
         )
 
     def nothing_queued(self):
@@ -291,7 +304,7 @@ def speaks_to_a_client(text: str, tmp_path) -> None:
 def test_no_answer_speaks_the_clis_words_or_shows_a_server_path(tmp_path):
     """Every way a refusal of resolve() and the run's checks, or the text of a job, reaches a
     client: each refusal reachable from a request, on servers of each kind; a failed job's error,
-    a completed job's record, a cancelled or failed job's content, /health."""
+    a completed job's record, a deleted or failed job's content, /health."""
     servers = {
         "t2v": Api(tmp_path / "t2v"),
         "i2v": Api(tmp_path / "i2v", ["model=tiny_i2v"]),
@@ -350,7 +363,7 @@ def test_no_answer_speaks_the_clis_words_or_shows_a_server_path(tmp_path):
         },
     )
     api.client.delete(f"/v1/videos/{ids[2]}")
-    api.store.finish(ids[2], "cancelled")
+    assert not api.store.finish(ids[2], "completed")  # deleted while it ran: it does not complete
     api.store.set_health("test", False, f"FileNotFoundError: [Errno 2] No such file or directory: '{videos}/x.mp4'")
     for path in (
         f"/v1/videos/{ids[0]}",
@@ -515,58 +528,150 @@ def test_list_retrieve_content_and_delete(api):
         assert api.client.get(f"/v1/videos/{bad}").status_code == 404
         assert api.client.delete(f"/v1/videos/{bad}").status_code == 404
     deleted = api.client.delete(f"/v1/videos/{ids[1]}").json()
-    assert {k: deleted[k] for k in ("id", "object", "deleted", "status")} == {
+    assert {k: deleted[k] for k in ("id", "object", "deleted")} == {
         "id": ids[1],
         "object": "video.deleted",
         "deleted": True,
-        "status": "cancelled",
     }
-    assert api.client.get(f"/v1/videos/{ids[1]}").json()["status"] == "cancelled"
-    assert api.store.counts() == {"queued": 4, "in_progress": 0, "completed": 0, "failed": 0, "cancelled": 1}
+    assert "not found from now on" in deleted["message"], deleted
+    _openai_error(api.client.get(f"/v1/videos/{ids[1]}"), 404)  # gone at once, as the API has it
+    _openai_error(api.client.get(f"/v1/videos/{ids[1]}/content"), 404)
+    _openai_error(api.client.delete(f"/v1/videos/{ids[1]}"), 404)
+    listed = api.client.get("/v1/videos", params={"limit": 100}).json()["data"]
+    assert [v["id"] for v in listed] == [ids[4], ids[3], ids[2], ids[0]]
+    assert api.store.counts() == {"queued": 4, "in_progress": 0, "completed": 0, "failed": 0}
+    tomb = api.store.row(ids[1])  # its place stays, for cursors; nothing of the request does
+    assert (tomb["status"], tomb["prompt"], tomb["settings"]) == ("deleted", "", "{}"), tomb
     api.store.register("me", "here:1")
-    assert api.store.claim("me")["id"] == ids[0]  # the cancelled one is never claimed
+    assert api.store.claim("me")["id"] == ids[0]  # the deleted one is never claimed
     assert api.store.claim("me")["id"] == ids[2]
 
 
 def test_deleting_a_running_job_says_it_stops_after_its_current_step(api):
-    """OpenAI's deleted object, answered at once; the job itself stops only after the step it is
-    running, so the answer says so (and GET keeps saying in_progress until then)."""
+    """OpenAI's deleted object, answered at once; the job is not found from then on, and its
+    server stops it after the step it is running (the message says so)."""
     video_id = api.client.post("/v1/videos", json={"prompt": "a"}).json()["id"]
     api.store.register("me", "here:1")
     api.store.claim("me")
     api.store.progress(video_id, 2)
     answer = api.client.delete(f"/v1/videos/{video_id}").json()
-    assert {k: answer[k] for k in ("id", "object", "deleted")} == {
+    assert answer == {
         "id": video_id,
         "object": "video.deleted",
         "deleted": True,
-    }
-    assert answer["status"] == "in_progress", answer
-    assert answer["message"] == (
-        f"{video_id} is running (step 2 of 4 done): it stops after its current step, then "
-        f"it is cancelled and nothing of it is kept; GET /v1/videos/{video_id} says "
-        "cancelled once it has stopped"
-    ), answer
-    assert api.client.get(f"/v1/videos/{video_id}").json()["status"] == "in_progress"
+        "message": f"{video_id} was running (step 2 of 4 done): it stops after its current step and nothing "
+        "of it is kept; it is not found from now on",
+    }, answer
+    assert api.client.get(f"/v1/videos/{video_id}").status_code == 404
+    assert video_id not in api.client.get("/v1/videos").text
+    assert api.store.cancel_requested(video_id)  # what the loop reads at its next step vote
     queued = api.client.post("/v1/videos", json={"prompt": "b"}).json()["id"]
     answer = api.client.delete(f"/v1/videos/{queued}").json()
-    assert answer["status"] == "cancelled" and "cancelled" in answer["message"], answer
+    assert answer["message"] == f"{queued} was queued: it will not run; it is not found from now on", answer
 
 
-def test_the_content_of_a_cancelled_or_failed_job_says_it_never_comes(api):
-    ids = [api.client.post("/v1/videos", json={"prompt": f"p{i}"}).json()["id"] for i in range(3)]
-    api.client.delete(f"/v1/videos/{ids[0]}")
+def test_a_delete_during_the_decode_wins(api):
+    """The DELETE reaches the store after the last step's vote, while the job decodes and writes:
+    the job does not complete; its server removes what it wrote (worker._finish), and the DELETE
+    of a job that had completed removes its files at once."""
+    running, done = [api.client.post("/v1/videos", json={"prompt": p}).json()["id"] for p in "ab"]
     api.store.register("me", "here:1")
     api.store.claim("me")
-    api.store.finish(ids[1], "failed", error="non-finite values in the latents after step 3")
+    api.store.progress(running, 4)  # progress 99: decoding
+    assert api.client.delete(f"/v1/videos/{running}").status_code == 200
+    assert not api.store.finish(running, "completed", record={"x": 1})
+    assert api.store.row(running)["status"] == "deleting" and api.store.deleting() == [running]
+    api.store.gone(running)
+    assert api.store.claim("me")["id"] == done and api.store.finish(done, "completed", record={"x": 1})
+    mp4 = os.path.join(api.settings.videos_dir, f"{done}.mp4")
+    open(mp4, "wb").close()
+    assert api.client.get(f"/v1/videos/{done}/content").status_code == 200
+    assert api.client.delete(f"/v1/videos/{done}").status_code == 200
+    assert not os.path.exists(mp4) and api.store.row(done)["status"] == "deleted"
+    assert api.client.get(f"/v1/videos/{done}/content").status_code == 404
+    assert api.client.get("/v1/videos").json()["data"] == []
+
+
+class Churn:
+    """Jobs added and deleted while a client pages through the list: after each page, the page's
+    last job (the cursor the next page starts after) and one job not seen yet are deleted and a
+    new one is added. What an honest list gives: every job once, in order, but those deleted
+    before they were reached — and (ascending) the ones added behind the cursor."""
+
+    def __init__(self, api, order):
+        self.api, self.order = api, order
+        self.ids = [self.add() for _ in range(7)]
+        self.gone, self.seen, self.late = set(), [], []
+
+    def add(self):  # a Sora size: the SDK's strict types allow no other (queued only, never run here)
+        return self.api.client.post("/v1/videos", json={"prompt": "p", "size": "1280x720"}).json()["id"]
+
+    def saw(self, video):
+        self.seen.append(video.id)
+        self.late = []
+        if len(self.seen) % 2 == 0:  # a page of 2 ends here
+            unseen = [i for i in self.ids if i not in self.seen and i not in self.gone]
+            for video_id in (video.id, *unseen[1:2]):
+                assert self.api.client.delete(f"/v1/videos/{video_id}").status_code == 200
+            self.gone.update(unseen[1:2])
+            self.late = [self.add()] if len(self.ids) < 12 else []  # after the last page: not listed
+            self.ids += self.late
+
+    def check(self):
+        order = [i for i in self.ids if i not in self.late] if self.order == "asc" else self.ids[:7][::-1]
+        assert self.seen == [i for i in order if i not in self.gone], (self.order, self.seen)
+
+
+@pytest.mark.parametrize("order", ["desc", "asc"])
+def test_sdk_auto_pagination_sees_every_job_once_while_jobs_are_added_and_deleted(api, order, tmp_path):
+    import asyncio
+
+    churn = Churn(api, order)
+    for video in api.sdk().videos.list(limit=2, order=order):
+        churn.saw(video)
+    churn.check()
+
+    async def pages():
+        async for video in api.sdk(asynchronous=True).videos.list(limit=2, order=order):
+            churn.saw(video)
+
+    api = Api(tmp_path / "async")
+    churn = Churn(api, order)
+    asyncio.run(pages())
+    churn.check()
+
+
+def test_an_unknown_cursor_is_refused(api):
+    api.client.post("/v1/videos", json={"prompt": "p"})
+    for after in ("video_" + "0" * 32, "nonsense"):
+        error = _openai_error(api.client.get("/v1/videos", params={"after": after}), 400)
+        assert (error["param"], error["code"]) == ("after", "invalid_value") and repr(after) in error["message"]
+
+
+def test_an_idempotency_key_is_free_again_after_its_job_is_deleted(api):
+    headers = {"Idempotency-Key": "k1"}
+    first = api.client.post("/v1/videos", json={"prompt": "a"}, headers=headers).json()["id"]
+    api.client.delete(f"/v1/videos/{first}")
+    again = api.client.post("/v1/videos", json={"prompt": "a"}, headers=headers).json()
+    assert again["id"] != first and again["status"] == "queued"
+
+
+def test_the_content_of_a_failed_job_says_it_never_comes(api):
+    ids = [api.client.post("/v1/videos", json={"prompt": f"p{i}"}).json()["id"] for i in range(2)]
+    api.store.register("me", "here:1")
+    api.store.claim("me")
+    api.store.finish(ids[0], "failed", error="non-finite values in the latents after step 3")
     for video_id, words in (
-        (ids[0], "was cancelled: it has no mp4 and never will"),
-        (ids[1], "failed (non-finite values in the latents after step 3): it has no mp4 and never will"),
-        (ids[2], "is queued; its mp4 is there once it is completed"),
+        (ids[0], "failed (non-finite values in the latents after step 3): it has no mp4 and never will"),
+        (ids[1], "is queued; its mp4 is there once it is completed"),
     ):
         answer = api.client.get(f"/v1/videos/{video_id}/content")
         assert answer.status_code == 404 and words in answer.json()["error"]["message"], answer.text
-    assert "once" not in api.client.get(f"/v1/videos/{ids[0]}/content").text
+    failed = api.client.get(f"/v1/videos/{ids[0]}").json()
+    assert failed["error"] == {
+        "code": "generation_failed",
+        "message": "non-finite values in the latents after step 3",
+    }, failed
 
 
 def test_without_the_serve_extra_the_server_names_the_readmes_command(monkeypatch, capsys):
@@ -722,10 +827,11 @@ def test_a_restarted_server_takes_back_its_jobs_and_a_silent_ones_after_its_leas
     assert store.claim("other")["id"] == ids[2]
     assert store.claim("second")["id"] == ids[3]
     assert store.claim("second") is None  # "other" renews its lease: its jobs stay its own
-    store.cancel(ids[2])  # a DELETE reaches the database …
+    store.delete(ids[2])  # a DELETE reaches the database …
     store._db().execute("UPDATE servers SET heartbeat = 0 WHERE claimant = 'other'")  # … and "other" falls silent
     assert store.claim("second")["id"] == ids[1]  # its job runs again here
-    assert store.get(ids[2])["status"] == "cancelled"  # the deleted one is not run again
+    assert store.row(ids[2])["status"] == "deleting"  # the deleted one is not run again …
+    assert store.deleting() == [ids[2]]  # … and the next server's sweep removes what it left
     assert store.get(ids[3])["status"] == "in_progress"
 
 

@@ -10,8 +10,10 @@ import openai
 import pytest
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
-from harness.hold import Hold
+from harness.hold import EVERY, Hold
 from harness.serve import KEY, SETTINGS, Server, sidecar
+
+from parallel_wan.serve.store import Store
 
 # openai's SDK warns that its own Videos API will shut down; the API shape is what is tested here.
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
@@ -25,9 +27,16 @@ def hold(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, hold):
+def decoding(tmp_path_factory):
+    """A hold after the last step, before the decode: open for every job, closed for one job by
+    the test that needs it (Hold.hold_next)."""
+    return Hold(tmp_path_factory.mktemp("decoding"), step="decode", released=EVERY)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, hold, decoding):
     storage = tmp_path_factory.mktemp("serve4") / "storage"
-    server = Server(storage, SETTINGS, ranks=4, key=KEY, env=hold.env())
+    server = Server(storage, SETTINGS, ranks=4, key=KEY, env=hold.env() | decoding.env())
     try:
         yield server.wait_ready()
     finally:
@@ -90,16 +99,37 @@ def test_delete_stops_a_running_job_after_its_step_and_the_next_job_runs(server,
     long = server.post(prompt="a long video", num_inference_steps=12)
     after = server.post(prompt="the next one", seed=5)
     hold.wait_held(processes=4, alive=server.alive, context=server.text)  # the long job, before its step 5
+    at_delete = server.video(long["id"])["step"]
     answer = server.client.delete(f"/v1/videos/{long['id']}")
     assert answer.status_code == 200 and answer.json()["deleted"] is True
-    at_delete = server.video(long["id"])["step"]
+    assert server.client.get(f"/v1/videos/{long['id']}").status_code == 404  # gone for clients at once
+    assert long["id"] not in server.client.get("/v1/videos", params={"limit": 100}).text
     hold.release()
-    stopped = server.wait_for(long["id"], "cancelled", every=0.05)
-    assert stopped["step"] <= at_delete + 1, (at_delete, stopped)  # the step running then, no more
+    stopped = server.wait_log(rf"{long['id']}: deleted: stopped after step (\d+) of 12")
+    assert int(stopped.group(1)) <= at_delete + 1, (at_delete, stopped.group(0))  # the step running then, no more
+    assert Store(str(server.storage / "queue.sqlite3")).row(long["id"])["status"] == "deleted"
     assert server.wait_for(after["id"], "completed")["progress"] == 100
     assert not (server.storage / "videos" / f"{long['id']}.mp4").exists()
     assert not (server.storage / "videos" / ".parallel_wan" / "resume" / long["id"]).exists()
     assert server.client.get(f"/v1/videos/{long['id']}/content").status_code == 404
+
+
+def test_a_delete_while_the_job_decodes_wins(server, decoding):
+    """The DELETE comes after the last step's vote, while every rank decodes: the job does not
+    complete, and nothing of it stays (before, it completed and its mp4 stayed, 4 of 4 tries)."""
+    decoding.hold_next()
+    job = server.post(prompt="deleted while decoding", num_inference_steps=2, seed=8)
+    decoding.wait_held(processes=4, alive=server.alive, context=server.text)
+    try:
+        assert server.video(job["id"])["progress"] == 99  # every step done: decoding
+        assert server.client.delete(f"/v1/videos/{job['id']}").status_code == 200
+        assert server.client.get(f"/v1/videos/{job['id']}").status_code == 404
+    finally:
+        decoding.release_all()
+    server.wait_log(rf"{job['id']}: deleted while it was being written")
+    assert not list((server.storage / "videos").glob(f"{job['id']}*"))
+    assert Store(str(server.storage / "queue.sqlite3")).row(job["id"])["status"] == "deleted"
+    assert server.client.get(f"/v1/videos/{job['id']}/content").status_code == 404
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)

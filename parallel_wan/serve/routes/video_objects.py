@@ -44,9 +44,7 @@ def video_object(row: dict, words, record: bool = True) -> dict:
 
 
 def no_content(row: dict, words) -> str:
-    """Why GET …/content has no mp4 for this job: not yet, or (cancelled, failed) never."""
-    if row["status"] == "cancelled":
-        return f"video {row['id']} was cancelled: it has no mp4 and never will"
+    """Why GET …/content has no mp4 for this job: not yet, or (failed) never."""
     if row["status"] == "failed":
         return (
             f"video {row['id']} failed ({words.public(row['error'] or 'no reason recorded')}): it has no mp4 and "
@@ -58,20 +56,16 @@ def no_content(row: dict, words) -> str:
 
 
 def deleted_object(video_id: str, had: str, row: dict | None) -> dict:
-    """OpenAI's deleted object, answered at once, with what happens to the job: `status` (what
-    GET says now) and `message`. A running job goes on until its current step ends."""
+    """OpenAI's deleted object, answered at once, and a `message` saying what became of the job:
+    from now on it is not found. A running job goes on only until its current step ends."""
     if had == "in_progress":
         step = f" (step {row['step']} of {row['steps']} done)" if row else ""
-        status, message = (
-            "in_progress",
-            (
-                f"{video_id} is running{step}: it stops after its current step, then it is cancelled and nothing of "
-                "it is "
-                f"kept; GET /v1/videos/{video_id} says cancelled once it has stopped"
-            ),
+        message = (
+            f"{video_id} was running{step}: it stops after its current step and nothing of it is kept; "
+            "it is not found from now on"
         )
     elif had == "queued":
-        status, message = "cancelled", f"{video_id} was queued: it is cancelled and will not run"
+        message = f"{video_id} was queued: it will not run; it is not found from now on"
     else:
-        status, message = "deleted", f"{video_id} ({had}) and its files are deleted"
-    return {"id": video_id, "object": "video.deleted", "deleted": True, "status": status, "message": message}
+        message = f"{video_id} ({had}) and its files are deleted; it is not found from now on"
+    return {"id": video_id, "object": "video.deleted", "deleted": True, "message": message}

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..fields import RequestError
 from ..files import delete_files, video_path
-from ..store import FINISHED, IdempotencyConflict, is_id
+from ..store import IdempotencyConflict, UnknownCursor, is_id
 from .errors import error, refusal
 from .state import api_of
 from .video_objects import deleted_object, no_content, video_object
@@ -53,7 +53,10 @@ async def listing(request: Request, limit: int = 20, after: str | None = None, o
     if order not in ("asc", "desc"):
         return error(400, f"order={order!r} must be asc or desc", "order")
     api = api_of(request)
-    rows, more = api.store.page(limit, after, order)
+    try:
+        rows, more = api.store.page(limit, after, order)
+    except UnknownCursor:
+        return error(400, f"after={after!r} names no video of this server; give the id of a listed video", "after")
     data = [video_object(r, api.words, record=False) for r in rows]
     return {
         "object": "list",
@@ -89,20 +92,21 @@ async def content(request: Request, video_id: str, variant: str = "video"):
 
 @router.delete("/v1/videos/{video_id}")
 async def delete(request: Request, video_id: str):
+    """Gone at once for every client (GET, content and lists: 404 / left out). A job not running
+    loses its files here; a running one stops after its current step on every rank, and its
+    server removes whatever it wrote — also when the DELETE comes during its decode (store.py)."""
     if not is_id(video_id):
         return _missing(video_id)
     api = api_of(request)
-    had = await run_in_threadpool(api.store.cancel, video_id)
+    had = await run_in_threadpool(api.store.delete, video_id)
     if had is None:
         return _missing(video_id)
     row = None
-    if had in FINISHED:
+    if had == "in_progress":
+        row = await run_in_threadpool(api.store.row, video_id)  # the answer says how far it got
+    else:
         await run_in_threadpool(delete_files, api.settings, video_id)
-        await run_in_threadpool(api.store.remove, video_id)
-    elif had == "queued":
-        await run_in_threadpool(delete_files, api.settings, video_id)
-    else:  # running: the answer says how far it is
-        row = await run_in_threadpool(_found, api.store, video_id)
+        await run_in_threadpool(api.store.gone, video_id)
     return deleted_object(video_id, had, row)
 
 
