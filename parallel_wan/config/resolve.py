@@ -7,6 +7,7 @@ anything heavy loads or any output is written. The mesh is checked by parallel/m
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -110,7 +111,43 @@ class _Numbers(NamedTuple):
 def _model(cfg: Mapping) -> ModelPreset:
     # recipe= lays a few-step recipe over the preset (config/few_step.py); the keys below override both
     recipe = cfg.get("recipe")
-    return model_preset(cfg["model"] if recipe is None else {**cfg["model"], "recipe": _as(str, "recipe", recipe)})
+    model = model_preset(cfg["model"] if recipe is None else {**cfg["model"], "recipe": _as(str, "recipe", recipe)})
+    return _with_run_overrides(cfg, model)
+
+
+MAX_FPS = 240
+
+
+def _with_run_overrides(cfg: Mapping, model: ModelPreset) -> ModelPreset:
+    """`fps=` (the mp4's frame rate) and `boundary=` (A14B: where the low-noise expert takes
+    over) replace the preset's values in the run's model record, so every reader of spec.model
+    (the writer, the step plan, the swap's schedule) sees one value, and a run at the preset's
+    values keeps its result key. null: the preset's."""
+    changes = {}
+    if cfg.get("fps") is not None:
+        fps = _as(int, "fps", cfg["fps"])
+        if not 1 <= fps <= MAX_FPS:
+            raise ConfigError(
+                f"fps={fps} must be 1 to {MAX_FPS} frames per second (model={model.name}'s own: {model.fps})",
+                setting="fps",
+            )
+        changes["fps"] = fps
+    if cfg.get("boundary") is not None:
+        boundary = _as(float, "boundary", cfg["boundary"])
+        if model.experts != 2:
+            raise ConfigError(
+                f"boundary={boundary} picks where the low-noise expert takes over, but model={model.name} has "
+                "one expert; drop boundary=",
+                setting="boundary",
+            )
+        if not 0.0 < boundary < 1.0:
+            raise ConfigError(
+                f"boundary={boundary} must be between 0 and 1, both excluded (model={model.name}'s own: "
+                f"{model.boundary}; steps with t ≥ boundary·1000 run the high-noise expert)",
+                setting="boundary",
+            )
+        changes["boundary"] = boundary
+    return dataclasses.replace(model, **changes) if changes else model
 
 
 def _backend(cfg: Mapping) -> str:

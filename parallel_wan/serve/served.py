@@ -74,16 +74,17 @@ class RequestResolver:
         check_entry(spec, self.ckpt, self.device)
         return spec
 
-    def request(self, fields: dict, image: str | None = None) -> tuple[RunSpec, dict]:
-        """(spec, run settings) of a request's fields (and its stored image); raises RequestError."""
+    def request(self, fields: dict, image: str | None = None, image_field: str = "input_reference"):
+        """(spec, run settings, bookkeeping: user and metadata) of a request's fields (and its
+        stored image, sent as `image_field`); raises RequestError."""
         model = fields.get("model")
         if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
-        settings, source = request_settings(fields, self.base.model.fps)
+        settings, source, notes = request_settings(fields, self.base.model.fps)
         if image is not None:
-            settings["image"] = image
+            settings["image"], source["image"] = image, image_field
         try:
-            return self.spec(settings), settings
+            return self.spec(settings), settings, notes
         except ConfigError as exc:  # the CLI's line, said of the request's fields (words.py)
             raise RequestError(*self.words.refusal(exc, source, image)) from None
 

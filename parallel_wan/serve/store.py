@@ -31,7 +31,10 @@ FINISHED = ("completed", "failed")
 # a row a client sees: one of the API's statuses and no DELETE asked for (deleting/deleted: tombstones)
 VISIBLE = "status IN ('queued', 'in_progress', 'completed', 'failed') AND cancel_requested = 0"
 # a tombstone keeps its id and place (seq) for list cursors; nothing of the request
-STRIP = "prompt = '', settings = '{}', record = NULL, error = NULL, idempotency_key = NULL, request_sha256 = NULL"
+STRIP = (
+    "prompt = '', settings = '{}', record = NULL, error = NULL, idempotency_key = NULL, request_sha256 = NULL, "
+    "user = NULL, metadata = NULL"
+)
 LEASE_S = 60.0  # a claimant silent this long is gone (heartbeats every LEASE_S / 6)
 MAX_ATTEMPTS = 3  # a job that took its server down this often fails instead of running again
 
@@ -60,7 +63,9 @@ CREATE TABLE IF NOT EXISTS videos (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     error TEXT,
     record TEXT,
-    resumed_from_step INTEGER
+    resumed_from_step INTEGER,
+    user TEXT,
+    metadata TEXT
 );
 CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
 CREATE TABLE IF NOT EXISTS servers (
@@ -98,6 +103,17 @@ class Store:
         self.path, self.durable = path, durable
         self._local = threading.local()
         self._db().executescript(SCHEMA)  # each CREATE … IF NOT EXISTS commits on its own
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        """A database made before a column existed gains it (NULL in the rows it has)."""
+        have = {r["name"] for r in self._db().execute("PRAGMA table_info(videos)")}
+        for column in ("user", "metadata"):
+            if column not in have:
+                try:
+                    self._db().execute(f"ALTER TABLE videos ADD COLUMN {column} TEXT")
+                except sqlite3.OperationalError:  # another server added it meanwhile
+                    pass
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -117,7 +133,8 @@ class Store:
     def add(
         self, video: dict, idempotency_key: str | None = None, request_sha256: str | None = None
     ) -> tuple[dict, bool]:
-        """Queue `video` (id, model, prompt, size, seconds, settings, steps); (its row as queued, True). With
+        """Queue `video` (id, model, prompt, size, seconds, settings, steps; user and metadata if
+        given); (its row as queued, True). With
         an Idempotency-Key seen before: (that job's row, False), or IdempotencyConflict when the
         key came with another request."""
         with self._write() as db:
@@ -129,7 +146,8 @@ class Store:
                     return dict(row), False
             db.execute(
                 "INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
-                "request_sha256, created_at, steps) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "request_sha256, created_at, steps, user, metadata) "
+                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     video["id"],
                     video["model"],
@@ -141,6 +159,8 @@ class Store:
                     request_sha256,
                     int(time.time()),
                     video["steps"],
+                    video.get("user"),
+                    None if video.get("metadata") is None else json.dumps(video["metadata"]),
                 ),
             )
             # Read before the commit (get() uses this connection): after it a server may

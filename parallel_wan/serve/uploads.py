@@ -15,38 +15,37 @@ FORMATS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp", "BMP": "bmp"}
 MAX_PIXELS = 8192 * 8192  # far above any video size; below PIL's decompression-bomb limit
 
 
-def image_suffix(data: bytes) -> str:
-    """The file suffix of an image's bytes, after decoding them whole; RequestError otherwise."""
+def image_suffix(data: bytes, field: str = "input_reference") -> str:
+    """The file suffix of an image's bytes (sent as `field`), after decoding them whole;
+    RequestError otherwise."""
     from PIL import Image
 
     if not data:
-        raise RequestError("input_reference is empty; upload a PNG or JPEG image", "input_reference")
+        raise RequestError(f"{field} is empty; send a PNG or JPEG image", field)
     try:
         with Image.open(io.BytesIO(data)) as im:
             kind, (width, height) = im.format, im.size
             if width * height > MAX_PIXELS:
                 raise RequestError(
-                    f"input_reference is {width}x{height} pixels; upload an image of at most {MAX_PIXELS} pixels",
-                    "input_reference",
+                    f"{field} is {width}x{height} pixels; send an image of at most {MAX_PIXELS} pixels",
+                    field,
                 )
             im.load()  # decode every pixel: a truncated or forged file fails here, not in the job
     except RequestError:
         raise
     except Exception as exc:  # PIL raises many types for bad files
         raise RequestError(
-            f"input_reference could not be read as an image ({type(exc).__name__}); upload a PNG or JPEG image",
-            "input_reference",
+            f"{field} could not be read as an image ({type(exc).__name__}); send a PNG or JPEG image",
+            field,
         ) from None
     if kind not in FORMATS:
-        raise RequestError(
-            f"input_reference is a {kind} image; upload a PNG, JPEG, WebP or BMP image", "input_reference"
-        )
+        raise RequestError(f"{field} is a {kind} image; send a PNG, JPEG, WebP or BMP image", field)
     return FORMATS[kind]
 
 
-def store_image(settings, video_id: str, data: bytes) -> str:
-    """Write the upload as storage_dir/inputs/<id>.<suffix> (atomically); returns its path."""
-    path = image_path(settings, video_id, image_suffix(data))
+def store_image(settings, video_id: str, data: bytes, field: str = "input_reference") -> str:
+    """Write the image as storage_dir/inputs/<id>.<suffix> (atomically); returns its path."""
+    path = image_path(settings, video_id, image_suffix(data, field))
     os.makedirs(os.path.dirname(path), exist_ok=True)
 
     def write(tmp):

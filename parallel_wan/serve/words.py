@@ -18,7 +18,7 @@ import os
 import re
 
 from ..config.checks import known_keys
-from .fields import FIELD_OF, SETTING_OF
+from .fields import FIELD_OF, GUIDANCE_ALIASES, SETTING_OF
 
 HIDDEN = "(a path on the server)"
 # run settings a server sets from its own (settings.py): said by the server's name
@@ -75,7 +75,7 @@ class Words:
         text = _ABSOLUTE.sub(_MARK, text)
 
         # an upload's setting with its value (its path, the CLI's placeholder PATH, or none): the field alone
-        text = _UPLOADED.sub(lambda m: FIELD_OF[m.group(1)], text)
+        text = _UPLOADED.sub(lambda m: source.get(m.group(1)) or FIELD_OF[m.group(1)], text)
 
         def field(m: re.Match) -> str:
             setting, rest = m.group(1), m.group(2)
@@ -83,7 +83,8 @@ class Words:
                 return SERVER_SETTING[setting] + rest + "="
             if rest or setting not in FIELD_OF:
                 return m.group(0)
-            copied = source.get(setting) in SETTING_OF  # guidance_low from guidance_scale: the same value
+            # guidance_low from guidance_scale, guidance_high from true_cfg_scale: the field sent
+            copied = source.get(setting) in SETTING_OF or source.get(setting) in GUIDANCE_ALIASES
             return (source[setting] if copied else FIELD_OF[setting]) + "="
 
         return _SETTING.sub(field, text).replace(_MARK, HIDDEN)

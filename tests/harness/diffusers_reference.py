@@ -13,11 +13,12 @@ def tiny_checkpoint(kind, tmp_path_factory):
     return model, str(write_checkpoint(model, tmp_path_factory.mktemp(kind) / "diffusers", "diffusers"))
 
 
-def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None, **guidance):
+def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None, boundary_ratio=None, **guidance):
     """diffusers' frames (uint8) for the tiny model; I2V pipeline when an image is given. The
     pipeline uses the model's own transformers, so caches enabled on them apply. `scheduler`:
     another than the checkpoint's UniPC; `cfg_on`: whether every step runs CFG (None: diffusers'
-    rule, guidance_scale > 1 — it decides once per run, not per expert)."""
+    rule, guidance_scale > 1 — it decides once per run, not per expert); `boundary_ratio`: another
+    than the model's."""
     import torch
     from diffusers import UniPCMultistepScheduler, WanImageToVideoPipeline, WanPipeline
     from PIL import Image
@@ -29,7 +30,7 @@ def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None
         scheduler=scheduler or UniPCMultistepScheduler.from_config(model.scheduler_config),
         transformer=model.transformer,
         transformer_2=model.transformer_2,
-        boundary_ratio=model.boundary_ratio,
+        boundary_ratio=model.boundary_ratio if boundary_ratio is None else boundary_ratio,
         expand_timesteps=model.kind == "ti2v",
     )
     pipeline = WanPipeline if image is None else WanImageToVideoPipeline

@@ -77,3 +77,24 @@ def test_same_seed_same_video_and_another_seed_differs(t2v, tmp_path):
         run_in_process(tmp_path / name, *common(ckpt, seed=seed, save_frames="false", steps=2))
         runs[name] = json.loads((tmp_path / name / "video.json").read_text())["frames_sha256"]
     assert runs["a"] == runs["b"] != runs["c"]
+
+
+def test_boundary_shift_and_fps_settings_match_diffusers_boundary_ratio_and_flow_shift(t2v, tmp_path):
+    """boundary= and shift= (what a server request's boundary_ratio and flow_shift set) are
+    diffusers' WanPipeline(boundary_ratio=…) and the scheduler's flow_shift: the same frames
+    (harness.frames' tolerance). At 0.5 the low-noise expert runs more steps than at the tiny
+    model's 0.875, so a boundary that were ignored would fail. fps= sets the mp4's rate only."""
+    import imageio.v3 as iio
+    from diffusers import UniPCMultistepScheduler
+    from harness.diffusers_reference import reference_frames
+
+    model, ckpt, _ = t2v
+    out = tmp_path / "ours"
+    run_in_process(out, *common(ckpt, boundary=0.5, shift=5.0, fps=8, schedule="diffusers"))
+    scheduler = UniPCMultistepScheduler.from_config({**model.scheduler_config, "flow_shift": 5.0})
+    ref = reference_frames(model, scheduler=scheduler, boundary_ratio=0.5, guidance_scale=4.0, guidance_scale_2=3.0)
+    assert_frames_close(np.load(out / "frames.npy"), ref)
+    default = reference_frames(model, scheduler=scheduler, guidance_scale=4.0, guidance_scale_2=3.0)
+    assert np.abs(default.astype(int) - ref.astype(int)).max() > 8  # the boundary changes the video
+    assert iio.immeta(out / "video.mp4")["fps"] == 8.0
+    assert json.loads((out / "video.json").read_text())["config"]["model"]["boundary"] == 0.5

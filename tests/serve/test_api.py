@@ -129,15 +129,25 @@ BAD = {
         "num_frames",
     ),
     "height_beyond_rope": ({"size": "64x32768"}, ["width=64", "height=32768"], "size"),
+    "fps_zero": ({"fps": 0}, ["fps=0"], "fps"),
+    "fps_fraction": ({"fps": 7.5}, ["fps=7.5"], "fps"),
+    "flow_shift_negative": ({"flow_shift": -1}, ["shift=-1"], "flow_shift"),
+    "boundary_ratio_one": ({"boundary_ratio": 1}, ["boundary=1"], "boundary_ratio"),
 }
 
 
 # the settings above that a request sets under another name: the answer names the field
-REQUEST_WORDS = {"steps": "num_inference_steps", "guidance_high": "guidance_scale", "guidance_low": "guidance_scale_2"}
+REQUEST_WORDS = {
+    "steps": "num_inference_steps",
+    "guidance_high": "guidance_scale",
+    "guidance_low": "guidance_scale_2",
+    "shift": "flow_shift",
+    "boundary": "boundary_ratio",
+}
 
 
 def in_request_words(line: str) -> str:
-    return re.sub(r"\b(steps|guidance_high|guidance_low)=", lambda m: REQUEST_WORDS[m.group(1)] + "=", line)
+    return re.sub(rf"\b({'|'.join(REQUEST_WORDS)})=", lambda m: REQUEST_WORDS[m.group(1)] + "=", line)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -180,12 +190,50 @@ SERVER_OWN = {
     "size_malformed": ({"prompt": "a", "size": "big"}, "size", ["size='big'", "WIDTHxHEIGHT"]),
     "size_and_width": ({"prompt": "a", "size": "64x64", "width": 64}, "size", ["not both"]),
     "seconds_negative": ({"prompt": "a", "seconds": "-4"}, "seconds", ["positive number of seconds"]),
-    "seconds_and_frames": ({"prompt": "a", "seconds": "4", "num_frames": 9}, "seconds", ["one of them"]),
-    "reference_as_json": (
+    "reference_as_url": (
         {"prompt": "a", "input_reference": {"image_url": "http://x/y.png"}},
         "input_reference",
-        ["multipart/form-data", "not read"],
+        ["input_reference.image_url='http://x/y.png'", "fetches nothing", "data:image/png;base64"],
     ),
+    "reference_file_id": ({"prompt": "a", "image_reference": {"file_id": "file-1"}}, "image_reference", ["Files API"]),
+    "reference_shape": ({"prompt": "a", "input_reference": "data:,"}, "input_reference", ['{"image_url"']),
+    "reference_url_http": ({"prompt": "a", "reference_url": "https://x/y.png"}, "reference_url", ["fetches nothing"]),
+    "reference_not_base64": (
+        {"prompt": "a", "image_reference": {"image_url": "data:image/png;base64,@@"}},
+        "image_reference",
+        ["not valid base64"],
+    ),
+    "reference_not_an_image": (
+        {"prompt": "a", "reference_url": "data:image/png;base64,aGVsbG8="},
+        "reference_url",
+        ["reference_url could not be read as an image"],
+    ),
+    "two_references": (
+        {"prompt": "a", "input_reference": {"image_url": "data:,"}, "reference_url": "data:,"},
+        "reference_url",
+        ["input_reference and reference_url", "give one"],
+    ),
+    "n_two": ({"prompt": "a", "n": 2}, "n", ["n=2", "one video per request"]),
+    "quality_high": ({"prompt": "a", "quality": "high"}, "quality", ["quality='high'", "num_inference_steps"]),
+    "audio_reference": ({"prompt": "a", "audio_reference": {"audio_url": "x"}}, "audio_reference", ["no audio"]),
+    "generate_sound": ({"prompt": "a", "generate_sound": True}, "generate_sound", ["makes no sound"]),
+    "video_reference": ({"prompt": "a", "video_reference": {"video_url": "x"}}, "video_reference", ["reads no video"]),
+    "extra_params_unknown": (
+        {"prompt": "a", "extra_params": {"frame_count": 9}},
+        "extra_params.frame_count",
+        ["extra_params.frame_count=9", "num_frames"],
+    ),
+    "extra_params_twice": ({"prompt": "a", "seed": 1, "extra_params": {"seed": 2}}, "seed", ["given twice"]),
+    "extra_params_list": ({"prompt": "a", "extra_params": [1]}, "extra_params", ["an object of more fields"]),
+    "true_cfg_and_guidance": (
+        {"prompt": "a", "guidance_scale": 4, "true_cfg_scale": 5},
+        "true_cfg_scale",
+        ["the same scale here"],
+    ),
+    "user_not_text": ({"prompt": "a", "user": 7}, "user", ["one string"]),
+    "user_too_long": ({"prompt": "a", "user": "u" * 257}, "user", ["at most 256"]),
+    "metadata_17": ({"prompt": "a", "metadata": {str(i): "v" for i in range(17)}}, "metadata", ["at most 16"]),
+    "metadata_number": ({"prompt": "a", "metadata": {"a": 1}}, "metadata", ["must be a string"]),
 }
 
 
@@ -226,6 +274,99 @@ def test_uploads_are_decoded_as_images_or_refused(tmp_path):
     assert settings["image"] == os.path.join(api.settings.inputs_dir, f"{video_id}.jpg")
 
 
+def test_the_first_frame_as_json_is_the_upload_byte_for_byte(tmp_path):
+    """OpenAI's JSON `input_reference {image_url}`, vLLM-Omni's `image_reference`, SGLang's
+    `reference_url` (a data: URL, also as a form's text): each stored as the multipart upload
+    is, and a refusal about the image names the field that sent it."""
+    import base64
+
+    api = Api(tmp_path / "storage", ["model=tiny_ti2v"])
+    data = png_bytes(fmt="JPEG")
+    url = "data:image/jpeg;base64," + base64.b64encode(data).decode()
+    for how in (
+        {"json": {"prompt": "a", "input_reference": {"image_url": url}}},
+        {"json": {"prompt": "a", "image_reference": {"image_url": url}}},
+        {"json": {"prompt": "a", "reference_url": url}},
+        {"files": multipart({"prompt": "a", "reference_url": url})},
+    ):
+        answer = api.client.post("/v1/videos", **how)
+        assert answer.status_code == 200, (how, answer.text)
+        stored = tmp_path / "storage" / "inputs" / f"{answer.json()['id']}.jpg"
+        assert stored.read_bytes() == data, how
+    t2v = Api(tmp_path / "t2v")
+    error = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "a", "reference_url": url}), 400)
+    assert error["param"] == "reference_url" and error["message"].startswith("reference_url was given but model=tiny")
+    assert t2v.client.post("/v1/videos", json={"prompt": "a", "input_reference": None}).status_code == 200
+
+
+# request fields → the run settings stored with the job (null means absent for every field)
+HONOURED = {
+    "every_optional_null": (
+        {f: None for f in ("negative_prompt", "seed", "size", "seconds", "model", "fps", "n", "quality", "user")},
+        {"prompt": "a"},
+    ),
+    "fps_sets_the_rate_and_the_seconds_rule": ({"fps": 8, "seconds": "1"}, {"prompt": "a", "fps": 8, "num_frames": 9}),
+    "num_frames_wins_over_seconds": ({"seconds": "4", "num_frames": 9}, {"prompt": "a", "num_frames": 9}),
+    "flow_shift_and_boundary_ratio": (
+        {"flow_shift": 5, "boundary_ratio": 0.9},
+        {"prompt": "a", "shift": 5, "boundary": 0.9},
+    ),
+    "true_cfg_scale_is_guidance_scale": (
+        {"true_cfg_scale": 5},
+        {"prompt": "a", "guidance_high": 5, "guidance_low": 5},
+    ),
+    "true_cfg_scale_with_guidance_scale_2": (
+        {"true_cfg_scale": 5, "guidance_scale_2": 2, "guidance_scale": 5},
+        {"prompt": "a", "guidance_high": 5, "guidance_low": 2},
+    ),
+    "extra_params_are_fields": (
+        {"extra_params": {"boundary_ratio": 0.9, "flow_shift": 5, "seed": 3}, "seed": 3},
+        {"prompt": "a", "shift": 5, "boundary": 0.9, "seed": 3},
+    ),
+    "what_asks_for_nothing": ({"n": 1, "quality": "auto", "generate_sound": False}, {"prompt": "a"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HONOURED))
+def test_other_servers_fields_are_honoured(case, api):
+    body, settings = HONOURED[case]
+    answer = api.client.post("/v1/videos", json={"prompt": "a", **body})
+    assert answer.status_code == 200, answer.text
+    assert json.loads(api.store.get(answer.json()["id"])["settings"]) == settings
+    spec = api.served.spec(settings)  # what the job runs
+    assert (spec.model.fps, spec.model.boundary, spec.sampling.shift) == (
+        settings.get("fps", 16),
+        settings.get("boundary", 0.875),
+        settings.get("shift", 12.0),
+    )
+
+
+def test_seconds_answered_are_the_videos_true_duration(api):
+    for body, seconds in (
+        ({"num_frames": 9}, "0.5"),
+        ({"seconds": "4", "num_frames": 9}, "0.5"),
+        ({"seconds": "1.1"}, "1"),
+        ({"num_frames": 9, "fps": 24}, "0.33"),
+        ({"seconds": "1", "fps": 8}, "1"),
+    ):
+        answer = api.client.post("/v1/videos", json={"prompt": "a", **body}).json()
+        assert answer["seconds"] == seconds, (body, answer)
+
+
+def test_user_and_metadata_are_recorded_and_echoed_through_the_sdk(api):
+    """The SDK's create has neither: they go in extra_body, which a multipart form sends as
+    `metadata[key]` and `extra_params[key]` — read as objects."""
+    client = api.sdk()
+    video = client.videos.create(
+        prompt="a calico cat",
+        size="1280x720",
+        extra_body={"user": "u-17", "metadata": {"team": "vision", "run": "7"}, "extra_params": {"flow_shift": 5}},
+    )
+    assert json.loads(api.store.get(video.id)["settings"])["shift"] == 5
+    for seen in (video, client.videos.retrieve(video.id), client.videos.list().data[0]):
+        assert (seen.user, seen.metadata) == ("u-17", {"team": "vision", "run": "7"}), seen
+
+
 def test_an_image_on_a_text_to_video_model_is_refused_naming_the_field(api):
     """The CLI's `image=PATH was given … drop image=`, said of the request: its field, and not
     where the server stored the upload."""
@@ -257,7 +398,8 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
     (`format` is not `prompt`), and a setting of the command line pointed to its field."""
     fields = (
         "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
-        "guidance_scale_2, size, seconds, model, input_reference"
+        "guidance_scale_2, fps, flow_shift, boundary_ratio, size, seconds, model, true_cfg_scale, user, metadata, "
+        "input_reference, image_reference, reference_url, extra_params"
     )
     for body, message in (
         (

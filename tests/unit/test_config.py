@@ -22,6 +22,18 @@ def test_defaults_resolve_from_the_model_preset():
     assert (spec.video.num_frames, spec.video.height, spec.sampling.steps, spec.model.fps) == (121, 704, 7, 24)
 
 
+def test_fps_and_boundary_replace_the_presets_and_key_the_result_only_when_they_differ():
+    from parallel_wan.jobs.keys import result_key
+
+    spec = spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp", "fps=24", "boundary=0.9")
+    assert (spec.model.fps, spec.model.boundary) == (24, 0.9)
+    plain = result_key(spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp"))
+    same = result_key(spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp", "fps=16", "boundary=0.875"))
+    assert plain == same != result_key(spec)
+    assert plain != result_key(spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp", "boundary=0.9"))
+    assert plain != result_key(spec_for("model=wan2.2_t2v_a14b", "checkpoint_dir=/tmp", "fps=24"))
+
+
 @pytest.mark.parametrize(
     "overrides, words",
     [
@@ -42,6 +54,11 @@ def test_defaults_resolve_from_the_model_preset():
         (["model=wan2.2_t2v_a14b"], ["checkpoint_dir=DIR", "model=tiny"]),
         (["checkpoint_dir=/no/such/dir"], ["checkpoint_dir=/no/such/dir", "not a folder"]),
         (["model=tiny", "image=README.md"], ["text-to-video"]),
+        (["fps=0"], ["fps=0", "1 to 240", "own: 16"]),
+        (["fps=12.5"], ["fps=12.5", "whole number"]),
+        (["boundary=1"], ["boundary=1.0", "between 0 and 1", "own: 0.875"]),
+        (["boundary=nan"], ["boundary=nan", "finite"]),
+        (["model=tiny_ti2v", "boundary=0.5"], ["boundary=0.5", "one expert", "drop boundary="]),
     ],
 )
 def test_bad_settings_name_the_setting_and_the_fix(overrides, words):

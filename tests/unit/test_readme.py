@@ -241,7 +241,7 @@ def test_every_serving_example_request_finishes_in_seconds_on_the_tiny_server():
     assert len(requests) >= 3, requests
     for fields in requests:
         fields = {k: v for k, v in fields.items() if k != "input_reference"}
-        settings, _ = request_settings(fields, fps=16)
+        settings, _, _ = request_settings(fields, fps=16)
         raw = compose_settings([*start, *(f"{k}={v}" for k, v in settings.items() if k != "prompt")])
         assert _tiny_work(raw) <= TINY_EXAMPLE_FLOPS, fields
     words = " ".join(section.split())

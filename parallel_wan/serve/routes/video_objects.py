@@ -35,6 +35,8 @@ def video_object(row: dict, words, record: bool = True) -> dict:
         "step": row["step"],
         "steps": row["steps"],
         "resumed_from_step": row["resumed_from_step"],
+        "user": row.get("user"),  # the request's bookkeeping, as sent
+        "metadata": None if row.get("metadata") is None else json.loads(row["metadata"]),
     }
     if row["status"] == "failed":
         video["error"] = {"code": "generation_failed", "message": words.public(row["error"] or "failed")}

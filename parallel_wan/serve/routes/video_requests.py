@@ -11,14 +11,18 @@ from fastapi import Request
 from starlette.datastructures import UploadFile
 
 from ..fields import RequestError, seconds_of
+from ..references import json_image
 from ..store import new_id
 from ..uploads import store_image
 
+OBJECT_FIELDS = ("metadata", "extra_params")  # fields that hold an object; a form sends them as name[key]
 
-async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | None]:
-    """(fields, the uploaded image's bytes) of a JSON or form body; RequestError otherwise."""
+
+async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | None, str | None]:
+    """(fields, the first frame's bytes, the field that gave them) of a JSON or form body;
+    RequestError otherwise. JSON gives the image inside the body (references.py), a form as an
+    uploaded file."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    image = None
     if kind == "application/json":
         try:
             fields = json.loads(await request.body())
@@ -26,13 +30,7 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | N
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
             raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
-        if "input_reference" in fields:
-            raise RequestError(
-                "input_reference must be an image file uploaded with multipart/form-data; URLs and "
-                "server paths are not read",
-                "input_reference",
-            )
-        return fields, None
+        return (fields, *json_image(fields))
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(
             f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
@@ -41,35 +39,51 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | N
         form = await request.form(max_files=1, max_fields=64, max_part_size=max_bytes)
     except Exception as exc:  # starlette's MultiPartException and parser errors
         raise RequestError(f"the form could not be read ({exc})") from None
-    fields = {}
+    fields, image = {}, None
     for name, value in form.multi_items():
-        if name in fields:
-            raise RequestError(f"{name} was given twice; give each field once", name)
         if isinstance(value, UploadFile):
             if name != "input_reference":
                 raise RequestError(f"{name} is a file; only input_reference is an upload", name)
             image = await value.read()
-            fields[name] = True
-        else:
-            fields[name] = value
+            value = True
+        _put(fields, name, value)
+    await form.close()
     if "input_reference" in fields and image is None:
         raise RequestError(
             "input_reference must be an image file upload, not text; URLs and server paths are not read",
             "input_reference",
         )
     fields.pop("input_reference", None)
-    await form.close()
-    return fields, image
+    if image is not None:
+        return fields, image, "input_reference"
+    return (fields, *json_image(fields))  # a form's reference_url: a data: URL as text
 
 
-def queue_video(store, served, settings, fields: dict, image: bytes | None, idem: str | None):
+def _put(fields: dict, name: str, value) -> None:
+    """One form field: `metadata[key]` (how the openai SDK sends an object in a form) into an
+    object; a field given twice is refused."""
+    outer, bracket, rest = name.partition("[")
+    if bracket and rest.endswith("]") and outer in OBJECT_FIELDS:
+        inner = fields.setdefault(outer, {})
+        if not isinstance(inner, dict) or rest[:-1] in inner:
+            raise RequestError(f"{name} was given twice; give each field once", outer)
+        inner[rest[:-1]] = value
+        return
+    if name in fields:
+        raise RequestError(f"{name} was given twice; give each field once", name)
+    fields[name] = value
+
+
+def queue_video(
+    store, served, settings, fields: dict, image: bytes | None, idem: str | None, image_field: str | None = None
+):
     """Validate (the CLI's checks) and commit the job before the reply; (its row, created).
     A refused request leaves nothing behind: no row, no file."""
-    video_id, path = new_id(), None
+    video_id, path, image_field = new_id(), None, image_field or "input_reference"
     try:
         if image is not None:
-            path = store_image(settings, video_id, image)
-        spec, run_settings = served.request(fields, path)
+            path = store_image(settings, video_id, image, image_field)
+        spec, run_settings, notes = served.request(fields, path, image_field)
         digest = hashlib.sha256(
             json.dumps(fields, sort_keys=True, default=str).encode() + hashlib.sha256(image or b"").digest()
         ).hexdigest()
@@ -78,9 +92,10 @@ def queue_video(store, served, settings, fields: dict, image: bytes | None, idem
             "model": served.model,
             "prompt": spec.video.prompts[0],
             "size": f"{spec.video.width}x{spec.video.height}",
-            "seconds": str(fields.get("seconds") or seconds_of(spec.video.num_frames, spec.model.fps)),
+            "seconds": seconds_of(spec.video.num_frames, spec.model.fps),  # the true duration, whatever was asked
             "settings": run_settings,
             "steps": spec.sampling.steps,
+            **notes,
         }
         row, created = store.add(video, idem, digest)
     except BaseException:

@@ -25,13 +25,15 @@ router = APIRouter()
 async def create(request: Request):
     api = api_of(request)
     try:
-        fields, image = await read_fields(request, api.settings.max_body_bytes)
+        fields, image, image_field = await read_fields(request, api.settings.max_body_bytes)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)
     idem = request.headers.get("idempotency-key")
     try:
-        row, created = await run_in_threadpool(queue_video, api.store, api.served, api.settings, fields, image, idem)
+        row, created = await run_in_threadpool(
+            queue_video, api.store, api.served, api.settings, fields, image, idem, image_field
+        )
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)

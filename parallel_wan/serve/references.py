@@ -1,0 +1,56 @@
+"""The first frame given inside a JSON body: OpenAI's `input_reference` and vLLM-Omni's
+`image_reference` as `{"image_url": "data:image/png;base64,…"}` (their `{"file_id": …}` names an
+upload to OpenAI's Files API, which this server has not), SGLang's `reference_url` as a data:
+URL. The server fetches nothing: an http(s) URL is refused, never opened. The bytes then go the
+way of a multipart upload (uploads.py): decoded whole as an image or refused."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from .fields import IMAGE_FIELDS, RequestError, _shown
+
+HOW = "send the image as a data: URL (data:image/png;base64,…) or upload it as multipart input_reference"
+
+
+def json_image(fields: dict) -> tuple[bytes | None, str | None]:
+    """(the image's bytes, the field that gave it) of a JSON body's fields, which lose their
+    image fields; (None, None) when none is given (null is not given)."""
+    given = {key: fields.pop(key) for key in IMAGE_FIELDS if fields.get(key) is not None}
+    for key in IMAGE_FIELDS:
+        fields.pop(key, None)
+    if not given:
+        return None, None
+    if len(given) > 1:
+        raise RequestError(f"{' and '.join(given)} each give the first frame; give one of them", list(given)[1])
+    ((key, value),) = given.items()
+    if key == "reference_url":
+        return data_url_bytes(value, key), key
+    if not isinstance(value, dict) or len(value) != 1 or not {"image_url", "file_id"} & set(value):
+        raise RequestError(
+            f'{key}={_shown(value)} must be {{"image_url": "data:image/png;base64,…"}}; or {HOW.split(" or ")[1]}',
+            key,
+        )
+    if "file_id" in value:
+        raise RequestError(
+            f"{key}.file_id names an upload to OpenAI's Files API, which this server has not; {HOW}",
+            key,
+        )
+    return data_url_bytes(value["image_url"], f"{key}.image_url"), key
+
+
+def data_url_bytes(url, where: str) -> bytes:
+    """The bytes of a base64 data: URL; RequestError for anything else (a URL to fetch above all)."""
+    param = where.split(".")[0]
+    if not isinstance(url, str):
+        raise RequestError(f"{where}={_shown(url)} must be a data: URL string; {HOW}", param)
+    if not url.startswith("data:"):
+        raise RequestError(f"{where}={_shown(url)} is not a data: URL, and this server fetches nothing; {HOW}", param)
+    header, comma, payload = url.partition(",")
+    if not comma or not header.endswith(";base64"):
+        raise RequestError(f"{where} must be a base64 data: URL (data:image/png;base64,…)", param)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(f"{where} is not valid base64 after 'base64,'", param) from None
