@@ -1073,3 +1073,65 @@ def test_served_model_names_are_read_and_refused_as_settings():
     assert model_names("") == () and model_names("[a,b]") == ("a", "b")
     with pytest.raises(ConfigError, match="without spaces"):
         model_names("my wan")
+
+
+# ------------------------------------------------------------------ what OpenAI's SDK does with our answers
+def test_an_idempotency_conflict_is_not_retried_by_the_sdk(api):
+    """OpenAI's SDKs retry a 409 unless `x-should-retry: false` says a retry cannot help."""
+    import openai
+
+    refused = api.app.state.api.metrics.requests.labels("refused")
+    headers = {"Idempotency-Key": "k"}
+    api.client.post("/v1/videos", json={"prompt": "a", "size": "1280x720"}, headers=headers)
+    before = refused._value.get()
+    client = api.sdk().with_options(max_retries=3)
+    with pytest.raises(openai.ConflictError) as conflict:
+        client.videos.create(prompt="b", size="1280x720", extra_headers=headers)
+    assert conflict.value.response.headers["x-should-retry"] == "false"
+    assert refused._value.get() == before + 1  # asked once, not four times
+
+
+def test_a_bug_answers_500_in_openai_shape_without_a_path(api, monkeypatch):
+    def broken(*args):
+        raise OSError(f"disk gone at {api.settings.storage_dir}")
+
+    monkeypatch.setattr(api.store, "page", broken)
+    client = TestClient(api.app, raise_server_exceptions=False)
+    error = _openai_error(client.get("/v1/videos"), 500)
+    assert (error["type"], error["code"]) == ("server_error", "server_error") and "OSError" in error["message"]
+    assert api.settings.storage_dir not in error["message"]
+
+
+def test_unfinished_jobs_say_when_to_poll_again(api):
+    from parallel_wan.serve.routes.video_objects import poll_after
+
+    ids = [api.client.post("/v1/videos", json={"prompt": p}).json()["id"] for p in "ab"]
+    assert api.client.get(f"/v1/videos/{ids[0]}").headers["openai-poll-after-ms"] == "1000"  # queued
+    api.store.register("me", "here:1")
+    api.store.claim("me")
+    api.store.progress(ids[0], 2)
+    row = api.store.get(ids[0])
+    assert poll_after(row, now=row["started_at"] + 10) == {"openai-poll-after-ms": "5000"}  # 10 s for 2 steps
+    assert poll_after(row, now=row["started_at"] + 1000) == {"openai-poll-after-ms": "10000"}  # bounded
+    api.store.finish(ids[0], "completed", record={})
+    assert "openai-poll-after-ms" not in api.client.get(f"/v1/videos/{ids[0]}").headers
+
+
+def test_endpoints_not_served_answer_in_openai_shape_never_405(api):
+    import openai
+
+    client = api.sdk()
+    video = client.videos.create(prompt="a", size="1280x720")
+    for call in (
+        lambda: client.videos.create_character(name="Ann", video=("a.mp4", b"x", "video/mp4")),
+        lambda: client.videos.get_character("char_1"),
+        lambda: client.videos.remix(video.id, prompt="b"),
+        lambda: client.videos.edit(prompt="b", video=("a.mp4", b"x", "video/mp4")),
+        lambda: client.videos.extend(prompt="b", seconds="4", video=("a.mp4", b"x", "video/mp4")),
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            call()
+        assert refused.value.code == "unsupported_endpoint" and "not served" in refused.value.message
+    for path in ("/v1/videos/edits", "/v1/videos/extensions"):  # a video named by id, in JSON
+        answer = api.client.post(path, json={"prompt": "b", "video": {"id": video.id}, "seconds": "4"})
+        assert _openai_error(answer, 400)["code"] == "unsupported_endpoint"

@@ -10,6 +10,7 @@ from parallel_wan.serve.app import ROUTERS, make_app
 # Each router's module and the paths it owns (a path is one of these or below one).
 RESOURCES = {
     "parallel_wan.serve.routes.videos": ("/v1/videos",),
+    "parallel_wan.serve.routes.not_served": ("/v1/videos",),
     "parallel_wan.serve.routes.health": ("/health", "/metrics"),
     "parallel_wan.serve.routes.models": ("/v1/models",),
     "parallel_wan.serve.routes.page": ("/",),

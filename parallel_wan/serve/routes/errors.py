@@ -6,10 +6,14 @@ does not take, a query value of the wrong type), which FastAPI would otherwise a
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+
+log = logging.getLogger("parallel_wan")
 
 # The code a refusal carries when its route names none: a word per HTTP status, as OpenAI's own
 # errors carry one (`invalid_api_key`, `model_not_found`, …).
@@ -39,6 +43,13 @@ def refusal(exc) -> JSONResponse:
     return error(exc.status, str(exc), exc.param, code=exc.code)
 
 
+def no_retry(response: JSONResponse) -> JSONResponse:
+    """OpenAI's SDKs retry a 409 (and 408, 429, 5xx) unless told not to: a refusal that a retry
+    cannot change says so (their `x-should-retry` header)."""
+    response.headers["x-should-retry"] = "false"
+    return response
+
+
 def answer_framework_errors_in_openai_shape(app: FastAPI, routers) -> None:
     """The framework's refusals as the routes' own: 404 and 405 with what the server has, and a
     query value it cannot read as 400 naming the parameter (not FastAPI's 422). `routers`: the
@@ -55,6 +66,15 @@ def answer_framework_errors_in_openai_shape(app: FastAPI, routers) -> None:
             allowed = ", ".join(_methods_of(routers, request.url.path))
             return error(405, f"{where} is not allowed; this path takes {allowed}", headers={"Allow": allowed})
         return error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def failure(request: Request, exc: Exception):
+        # a bug of ours: the log has the traceback; the client the API's shape, without a path
+        log.exception("%s %s failed", request.method, request.url.path)
+        message = (
+            f"the server failed to answer {request.method} {request.url.path} ({type(exc).__name__}); its log says why"
+        )
+        return error(500, message, code="server_error")
 
     @app.exception_handler(RequestValidationError)
     async def unreadable_value(request: Request, exc: RequestValidationError):

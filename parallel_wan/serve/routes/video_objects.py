@@ -4,6 +4,7 @@ and OpenAI's deleted object with what happens to the job."""
 from __future__ import annotations
 
 import json
+import time
 
 
 def progress_of(row: dict) -> int:
@@ -43,6 +44,23 @@ def video_object(row: dict, words, record: bool = True) -> dict:
     if record and row["status"] == "completed" and row["record"]:
         video["record"] = words.record(json.loads(row["record"]))
     return video
+
+
+POLL_MS = (250, 10_000)  # the bounds of the poll interval advised
+
+
+def poll_after(row: dict, now: float | None = None) -> dict:
+    """OpenAI's `openai-poll-after-ms` for an unfinished job (the SDK's poll() waits that long):
+    while running, about one step's time so far (each GET then sees the next step); queued, a
+    second; none once finished."""
+    if row["status"] == "in_progress" and row["step"] > 0 and row["started_at"]:
+        elapsed = (time.time() if now is None else now) - row["started_at"]
+        ms = 1000 * elapsed / row["step"]
+    elif row["status"] in ("queued", "in_progress"):
+        ms = 1000
+    else:
+        return {}
+    return {"openai-poll-after-ms": str(int(min(max(ms, POLL_MS[0]), POLL_MS[1])))}
 
 
 def no_content(row: dict, words) -> str:
