@@ -57,13 +57,13 @@ def check_saved_states(job: Job) -> dict:
     return found
 
 
-def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_stop, progress=None):
+def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_stop, progress=None, preview=None):
     """One entry through `generate` with the loaded components: from its saved loop state when
     it has one (resume), stopping when `should_stop()` says so. Returns (the generation, the
     step it resumed from or None). Stopped with a signal on any rank (`flag`): the state is
     saved and Preempted raised; stopped for another reason (a server's cancel): the generation
     comes back with its `state` set, nothing saved. Every job's entries and every server
-    request run through here."""
+    request run through here. `preview`: a server's progress preview (pipeline/preview.py)."""
     from ..pipeline import generate
 
     spec = entry.spec
@@ -79,7 +79,16 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
             spec.sampling.steps,
             meta.get("signal", "a stop"),
         )
-    gen = generate(spec, backend, ckpt, progress=progress, start=start, components=loaded, should_stop=should_stop)
+    gen = generate(
+        spec,
+        backend,
+        ckpt,
+        progress=progress,
+        start=start,
+        components=loaded,
+        should_stop=should_stop,
+        preview=preview,
+    )
     if gen.state is not None and backend.any_rank(flag.raised):  # stopped for a signal: save and go
         _save_state(job, entry, gen.state, backend, flag)
         raise Preempted(

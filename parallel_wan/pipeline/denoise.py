@@ -62,6 +62,7 @@ def denoise(
     start: LoopState | None = None,
     stop_after: int | None = None,
     should_stop=None,
+    watch=None,
 ) -> LoopState:
     """Run the steps of `schedule` on this controller's tokens (B prompts × L tokens) from the
     noise `x` — or, with `start`, from that state (x is then unused) — until `stop_after` steps
@@ -75,15 +76,19 @@ def denoise(
     `should_stop()` (a preemption vote that every rank answers alike: jobs/preemption.py) is
     asked after each step but the last; True ends the loop there, and the state returned is
     the one to save. The scanned loop is one program: it is not asked.
+
+    `watch(steps_done, x, pred)` (every rank, after each step but the last, before the vote)
+    sees the latents and the step's prediction: a server's progress preview
+    (pipeline/preview.py). It may run collectives, which every rank then runs alike.
     """
     # The planner runs this loop on meta tensors (memory_plan/denoise_bytes.py): never held.
     meta = getattr(x if start is None else start.latents, "is_meta", False)
     holds = (None, None) if meta else (hold_point(), decode_hold_point())
-    return _denoise(spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, *holds)
+    return _denoise(spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, watch, *holds)
 
 
 def _denoise(
-    spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, hold, decode_hold
+    spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, watch, hold, decode_hold
 ) -> LoopState:
     sampler = make_sampler(spec.sampling.sampler, schedule)
     state = LoopState.begin(x, sampler) if start is None else start
@@ -114,6 +119,8 @@ def _denoise(
             x = ops.where(held[1] > 0, x, held[0])
         pred = predict(step.expert, x, step.t, step.guidance)
         x, sampler_state = sampler.update(sampler.coefs(i), sampler_state, pred, x, ops)
+        if watch is not None and i + 1 < stop:
+            watch(i + 1, x, pred)
         if should_stop is not None and i + 1 < stop and should_stop():
             stop = i + 1
             break
@@ -161,7 +168,19 @@ def rehearse_loop(spec: RunSpec, schedule, x, ops, held=None, place=lambda a: a)
     zero = ops.zeros_like(x)
     loop_spec = spec.replace(scan_loop=False)
     _denoise(
-        loop_spec, schedule, zero, _Constant(place(zero)), lambda steps: steps, ops, held, None, None, None, None, None
+        loop_spec,
+        schedule,
+        zero,
+        _Constant(place(zero)),
+        lambda steps: steps,
+        ops,
+        held,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
     )
 
 

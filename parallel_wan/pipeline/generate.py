@@ -19,6 +19,7 @@ from .conditioning import i2v_condition, load_image, ti2v_first_frame
 from .denoise import DenoiseTask, compile_loop, denoise, draw_noise
 from .local_work import gather_latent_tokens, local_work
 from .loop_state import LoopState
+from .preview import preview_watch
 from .sidecar import Ran, sidecar_info
 from .steps import pick_schedule, step_cache_plan, step_plan, unguided_experts
 
@@ -72,6 +73,7 @@ def generate(
     stop_after: int | None = None,
     components=None,
     should_stop=None,
+    preview=None,
 ) -> Generation:
     """One generation; with `start` (host or device arrays, `load_loop_state`) the loop resumes
     from that state, and with `stop_after` it stops once that many steps are done: a stop
@@ -79,12 +81,14 @@ def generate(
     `should_stop()` may end the loop after any step the same way (preemption: jobs/).
 
     `components`: what `load_components` loaded, for a job that loads once and generates many
-    times (jobs/runner.py); the load phase is then skipped."""
+    times (jobs/runner.py); the load phase is then skipped. `preview`: a server's progress
+    preview (pipeline/preview.py)."""
     timer = PhaseTimer(backend.synchronize)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
         run = _prepare(spec, backend, ckpt, components, start, timer, tiny_dir)
         with timer.phase("denoise"):
-            state = _denoise(spec, run, progress or (lambda it: it), backend.ops, stop_after, should_stop)
+            watch = preview_watch(spec, run.schedule, run.shapes, backend, preview)
+            state = _denoise(spec, run, progress or (lambda it: it), backend.ops, stop_after, should_stop, watch)
             if state.step < run.schedule.steps:  # stopped early: the caller keeps the state
                 return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
             tokens = gather_latent_tokens(state.latents, run.shapes.work, spec, backend)
@@ -155,7 +159,7 @@ def _prepare(spec: RunSpec, backend, ckpt, components, start, timer: PhaseTimer,
     return _Prepared(loaded, ckpt, shapes, image, schedule_kind, schedule, predict, decoder, x, held, start, compiled)
 
 
-def _denoise(spec: RunSpec, run: _Prepared, progress, ops, stop_after: int | None, should_stop) -> LoopState:
+def _denoise(spec: RunSpec, run: _Prepared, progress, ops, stop_after: int | None, should_stop, watch) -> LoopState:
     return denoise(
         spec,
         run.schedule,
@@ -167,6 +171,7 @@ def _denoise(spec: RunSpec, run: _Prepared, progress, ops, stop_after: int | Non
         start=run.start,
         stop_after=stop_after,
         should_stop=should_stop,
+        watch=watch,
     )
 
 

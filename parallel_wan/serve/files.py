@@ -17,14 +17,23 @@ def video_path(settings, video_id: str) -> str:
     return os.path.join(settings.videos_dir, video_name(video_id))
 
 
+VARIANT_FILES = {"thumbnail": ("thumbnail.webp", "image/webp"), "spritesheet": ("spritesheet.jpg", "image/jpeg")}
+
+
+def variant_path(settings, video_id: str, variant: str) -> str:
+    """A content variant's image (serve/previews.py): the final one, or a running job's preview."""
+    return os.path.join(settings.videos_dir, f"{video_id}.{VARIANT_FILES[variant][0]}")
+
+
 def image_path(settings, video_id: str, suffix: str) -> str:
     assert suffix in IMAGE_SUFFIXES, suffix
     return os.path.join(settings.inputs_dir, f"{video_id}.{suffix}")
 
 
 def delete_files(settings, video_id: str) -> None:
-    """A job's video, sidecar and frames, its uploaded image and any saved loop state."""
+    """A job's video, sidecar, frames and variants, its uploaded image and any saved loop state."""
     paths = [os.path.join(settings.videos_dir, name) for name in one_video_names(video_id)]
+    paths += [variant_path(settings, video_id, variant) for variant in VARIANT_FILES]
     paths += [image_path(settings, video_id, suffix) for suffix in IMAGE_SUFFIXES]
     for path in paths:
         try:

@@ -1,5 +1,6 @@
 """GET /: one page, no build step and nothing fetched from elsewhere — a form for a request, the
-queue with each job's live progress (polled from GET /v1/videos), a player for finished videos.
+queue with each job's live progress (polled from GET /v1/videos), the chosen running job's preview
+(its thumbnail variant), a player for finished videos.
 It speaks only the public API, so what it shows is what a client sees."""
 
 PAGE = """<!doctype html>
@@ -18,7 +19,8 @@ PAGE = """<!doctype html>
   td, th { border-bottom: 1px solid #ddd; padding: .3em .5em; text-align: left; }
   tr.chosen { background: #eef4ff; }
   progress { width: 8em; }
-  video { max-width: 100%; background: #000; }
+  video, #preview { max-width: 100%; background: #000; }
+  #preview { display: block; image-rendering: pixelated; margin-bottom: .5em; }
 </style>
 </head>
 <body>
@@ -40,6 +42,7 @@ PAGE = """<!doctype html>
   <thead><tr><th>video</th><th>prompt</th><th>status</th><th>progress</th><th></th></tr></thead>
   <tbody id="queue"></tbody>
 </table>
+<img id="preview" alt="" hidden>
 <video id="player" controls muted playsinline></video>
 <script>
 "use strict";
@@ -60,6 +63,11 @@ function choose(video) {
     $("player").src = src;
     $("player").load();
   }
+  // while it runs: the latest preview (a false-colour view of the step's latents; README), asked
+  // for again with every poll; 404 until the loop made the first one
+  const preview = $("preview");
+  preview.hidden = video.status !== "in_progress";
+  if (!preview.hidden) preview.src = src + "?variant=thumbnail&t=" + Date.now();
 }
 
 function cell(row, text) {

@@ -65,7 +65,9 @@ CREATE TABLE IF NOT EXISTS videos (
     record TEXT,
     resumed_from_step INTEGER,
     user TEXT,
-    metadata TEXT
+    metadata TEXT,
+    preview_wanted INTEGER NOT NULL DEFAULT 0,
+    preview_step INTEGER
 );
 CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
 CREATE TABLE IF NOT EXISTS servers (
@@ -77,6 +79,15 @@ CREATE TABLE IF NOT EXISTS servers (
     problem TEXT
 );
 """
+
+
+# columns newer than the first databases, added to those when a server opens them
+COLUMNS_ADDED = {
+    "user": "TEXT",
+    "metadata": "TEXT",
+    "preview_wanted": "INTEGER NOT NULL DEFAULT 0",
+    "preview_step": "INTEGER",
+}
 
 
 class IdempotencyConflict(Exception):
@@ -108,10 +119,10 @@ class Store:
     def _add_columns(self) -> None:
         """A database made before a column existed gains it (NULL in the rows it has)."""
         have = {r["name"] for r in self._db().execute("PRAGMA table_info(videos)")}
-        for column in ("user", "metadata"):
+        for column, kind in COLUMNS_ADDED.items():
             if column not in have:
                 try:
-                    self._db().execute(f"ALTER TABLE videos ADD COLUMN {column} TEXT")
+                    self._db().execute(f"ALTER TABLE videos ADD COLUMN {column} {kind}")
                 except sqlite3.OperationalError:  # another server added it meanwhile
                     pass
 
@@ -309,6 +320,19 @@ class Store:
     def progress(self, video_id: str, step: int) -> None:
         with self._write() as db:
             db.execute("UPDATE videos SET step = ? WHERE id = ?", (step, video_id))
+
+    def want_preview(self, video_id: str) -> None:
+        """A client asked a running job for a preview: its loop makes one after its next step."""
+        with self._write() as db:
+            db.execute("UPDATE videos SET preview_wanted = 1 WHERE id = ? AND status = 'in_progress'", (video_id,))
+
+    def preview_wanted(self, video_id: str) -> bool:
+        row = self._db().execute("SELECT preview_wanted FROM videos WHERE id = ?", (video_id,)).fetchone()
+        return row is not None and bool(row["preview_wanted"])
+
+    def previewed(self, video_id: str, step: int) -> None:
+        with self._write() as db:
+            db.execute("UPDATE videos SET preview_wanted = 0, preview_step = ? WHERE id = ?", (step, video_id))
 
     def cancel_requested(self, video_id: str) -> bool:
         row = self._db().execute("SELECT cancel_requested FROM videos WHERE id = ?", (video_id,)).fetchone()

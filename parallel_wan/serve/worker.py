@@ -14,8 +14,10 @@ from the store at that vote and nowhere else, so HTTP traffic never reaches into
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
 
 from ..config import ConfigError
@@ -25,7 +27,8 @@ from ..jobs.keys import result_key
 from ..jobs.one_entry import check_saved_states, generate_entry, reload_experts
 from ..jobs.resume import drop_state
 from ..pipeline.text_sources import EncodedOnDemand
-from .files import delete_files
+from .files import VARIANT_FILES, delete_files, variant_path
+from .previews import ServerPreview, write_variants
 from .store import Store
 
 log = logging.getLogger("parallel_wan")
@@ -109,6 +112,7 @@ class Worker:
                 self.flag,
                 self._stop_vote(video_id),
                 self._progress(video_id) if main else None,
+                ServerPreview(self.backend, self.store, self.settings, video_id, spec.video.height, spec.video.width),
             )
         except RunError as exc:  # non-finite latents: this job fails, the server goes on
             if main:
@@ -138,6 +142,10 @@ class Worker:
             self._finish(video_id, "failed", error=str(exc))
             return
         drop_state(self.served.videos_dir, video_id)
+        try:
+            write_variants(self.settings, video_id, gen.frames)  # the final thumbnail and spritesheet
+        except OSError as exc:  # the mp4 is whole: the job completes, its variants answer 404
+            log.warning("%s: the thumbnail and spritesheet could not be written (%s)", video_id, exc)
         with open(paths["sidecar"]) as f:
             record = json.load(f)
         for phase, seconds in gen.timings.items():
@@ -159,6 +167,9 @@ class Worker:
             return
         self.metrics.jobs.labels(status).inc()
         if status == "failed":
+            for variant in VARIANT_FILES:  # a preview of a video that never came
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(variant_path(self.settings, video_id, variant))
             log.info("%s: failed: %s", video_id, details.get("error"))
 
     def _remove(self, video_id: str) -> None:

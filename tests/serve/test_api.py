@@ -1135,3 +1135,38 @@ def test_endpoints_not_served_answer_in_openai_shape_never_405(api):
     for path in ("/v1/videos/edits", "/v1/videos/extensions"):  # a video named by id, in JSON
         answer = api.client.post(path, json={"prompt": "b", "video": {"id": video.id}, "seconds": "4"})
         assert _openai_error(answer, 400)["code"] == "unsupported_endpoint"
+
+
+def test_thumbnail_and_spritesheet_of_a_completed_job_and_the_preview_of_a_running_one(api):
+    """Completed: the images made from its frames (the worker writes them beside the mp4);
+    running: a GET asks the loop for a preview (made after its next step: the torchrun server
+    test runs that) and gets the latest one with the steps it shows; queued: not yet."""
+    import numpy as np
+    from PIL import Image
+
+    from parallel_wan.serve.previews import write_variants
+
+    client = api.sdk()
+    done, running, queued = (client.videos.create(prompt=p, size="1280x720").id for p in "abc")
+    api.store.register("me", "here:1")
+    api.store.claim("me")
+    write_variants(api.settings, done, np.full((5, 72, 128, 3), 90, np.uint8))
+    api.store.finish(done, "completed", record={})
+    thumb = Image.open(io.BytesIO(client.videos.download_content(done, variant="thumbnail").content))
+    sheet = Image.open(io.BytesIO(client.videos.download_content(done, variant="spritesheet").content))
+    assert (thumb.format, thumb.size, sheet.format, sheet.size) == ("WEBP", (128, 72), "JPEG", (4 * 128, 2 * 72))
+    api.store.claim("me")
+    answer = api.client.get(f"/v1/videos/{running}/content", params={"variant": "thumbnail"})
+    assert "no preview yet" in _openai_error(answer, 404)["message"] and "openai-poll-after-ms" in answer.headers
+    assert api.store.preview_wanted(running)  # what the loop reads at its next step vote
+    write_variants(api.settings, running, np.zeros((2, 72, 128, 3), np.uint8))  # as ServerPreview.show does
+    api.store.previewed(running, 3)
+    answer = api.client.get(f"/v1/videos/{running}/content", params={"variant": "spritesheet"})
+    assert answer.status_code == 200 and answer.headers["x-preview-step"] == "3"
+    assert answer.headers["content-type"] == "image/jpeg" and api.store.preview_wanted(running)  # and again
+    answer = api.client.get(f"/v1/videos/{queued}/content", params={"variant": "thumbnail"})
+    assert "is queued; its thumbnail is there once it is completed" in _openai_error(answer, 404)["message"]
+    wrong = _openai_error(api.client.get(f"/v1/videos/{done}/content", params={"variant": "gif"}), 400)
+    assert wrong["param"] == "variant" and "thumbnail or spritesheet" in wrong["message"]
+    api.client.delete(f"/v1/videos/{done}")
+    assert not [f for f in os.listdir(api.settings.videos_dir) if f.startswith(done)]

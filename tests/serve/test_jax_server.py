@@ -1,14 +1,19 @@
 """backend=jax on 8 CPU devices (one process, mesh dp2_cp4) serves the same videos as the
 command line on one torch process — a text-only request and one whose first frame is uploaded
-as `input_reference` through the openai SDK (TI2V)."""
+as `input_reference` through the openai SDK (TI2V) — and a running job's preview."""
+
+import io
 
 import numpy as np
 import openai
 import pytest
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
+from harness.hold import Hold
 from harness.images import write_png
+from harness.previews import preview_image, wait_for_preview
 from harness.serve import SETTINGS, Server
+from PIL import Image
 
 START = [s for s in SETTINGS if not s.startswith("model=")] + ["model=tiny_ti2v"]
 
@@ -16,8 +21,12 @@ START = [s for s in SETTINGS if not s.startswith("model=")] + ["model=tiny_ti2v"
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 @pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
 def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
+    """… and previews a running job (the text-only one, held before its step 2) as one torch
+    process previews it."""
     image = write_png(tmp_path / "first.png", 64, 64)
-    server = Server(tmp_path / "storage", [*START, "backend=jax", "mesh=dp2_cp4"]).wait_ready(timeout=600)
+    hold = Hold(tmp_path, step=2, released=1)  # the first job runs through
+    server = Server(tmp_path / "storage", [*START, "backend=jax", "mesh=dp2_cp4"], env=hold.env())
+    server.wait_ready(timeout=600)
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
         with open(image, "rb") as f:
@@ -25,11 +34,24 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
                 prompt="a lighthouse", input_reference=("first.png", f, "image/png"), extra_body={"seed": 5}
             )
         text_only = server.post(prompt="a harbour at night", seed=6)
+        url = f"/v1/videos/{text_only['id']}/content"
+        hold.wait_held(processes=1, alive=server.alive, context=server.text)
+        try:
+            assert server.client.get(url, params={"variant": "thumbnail"}).status_code == 404  # asks for one
+        finally:
+            hold.release()
+        preview = wait_for_preview(server, url)
         for video_id in (with_image.id, text_only["id"]):
             assert server.wait_for(video_id, "completed", timeout=600)["progress"] == 100
         frames = {video_id: server.frames(video_id) for video_id in (with_image.id, text_only["id"])}
     finally:
+        hold.release_all()
         server.stop()
+    step = int(preview.headers["x-preview-step"])
+    assert step == 3, step  # held before step 2, asked there: made after step 3 (4 steps)
+    expected = preview_image(START, step, 64, 64, prompt="'a harbour at night'", seed=6)
+    got = Image.open(io.BytesIO(preview.content)).convert("RGB")
+    assert np.abs(np.asarray(got, int) - np.asarray(expected, int)).mean() <= 1.0
     for video_id, settings in (
         (with_image.id, ["prompt='a lighthouse'", "seed=5", f"image={image}"]),
         (text_only["id"], ["prompt='a harbour at night'", "seed=6"]),

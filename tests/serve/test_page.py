@@ -53,8 +53,10 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
 
     # The job holds before its step 3 of 6 (harness/hold.py) until the page has shown it between
     # 0 and 100 %: the progress is seen moving however fast the machine runs the steps.
-    hold = Hold(tmp_path, step=3)
-    server = Server(tmp_path / "storage", SETTINGS, env=hold.env()).wait_ready()
+    # Then it holds again after its last step (before the decode), until the page has shown the
+    # preview the loop made after one of the steps between.
+    hold, decoding = Hold(tmp_path, step=3), Hold(tmp_path, step="decode", name="decoding")
+    server = Server(tmp_path / "storage", SETTINGS, env=hold.env() | decoding.env()).wait_ready()
     try:
         browser.get(server.url + "/")
         for name, value in (
@@ -66,7 +68,7 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
         ):
             browser.find_element(By.ID, name).send_keys(value)
         browser.find_element(By.ID, "submit").click()
-        seen, deadline = [], time.monotonic() + 300
+        seen, previewed, deadline = [], None, time.monotonic() + 300
         while time.monotonic() < deadline:  # the page redraws its rows as it polls: read one row in one call
             row = browser.execute_script(
                 "const r = document.querySelector('#queue tr'); return r && [r.dataset.id, "
@@ -77,11 +79,19 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
                 seen.append((status, int(progress)))
                 if 0 < int(progress) < 100:
                     hold.release_all()
+                if int(progress) == 99 and not previewed:  # every step done, held before the decode
+                    previewed = browser.execute_script(
+                        "const p = document.getElementById('preview'); return !p.hidden && p.complete && "
+                        "p.naturalWidth > 0 && [p.naturalWidth, p.naturalHeight]"
+                    )
+                    if previewed:
+                        assert previewed == [64, 64], previewed
+                        decoding.release_all()
                 if status in ("completed", "failed"):
                     break
             time.sleep(0.05)
         assert seen and seen[-1] == ("completed", 100), (seen[-5:], browser.find_element(By.ID, "message").text)
-        assert any(0 < p < 100 for _, p in seen), seen
+        assert any(0 < p < 100 for _, p in seen) and previewed == [64, 64], (seen, previewed)
         assert server.video(video_id)["prompt"] == "a paper boat"
         player = browser.find_element(By.ID, "player")
         deadline = time.monotonic() + 60
@@ -95,4 +105,6 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
         assert state[0] >= 1 and state[1] == 64 and state[2] > 0, state
         assert state[4].endswith(f"/v1/videos/{video_id}/content")
     finally:
+        hold.release_all()
+        decoding.release_all()
         server.stop()

@@ -3,6 +3,7 @@ ranks, the tiny model in float32) on 127.0.0.1 with PARALLEL_WAN_API_KEY set. Re
 once each give the CLI's video; progress moves step by step; DELETE stops a running job after
 its step on every rank; the official openai SDK works against it; without the key: 401."""
 
+import io
 import threading
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
 from harness.hold import EVERY, Hold
+from harness.previews import preview_image, wait_for_preview
 from harness.serve import KEY, SETTINGS, Server, sidecar
 
 from parallel_wan.serve.store import Store
@@ -130,6 +132,33 @@ def test_a_delete_while_the_job_decodes_wins(server, decoding):
     assert not list((server.storage / "videos").glob(f"{job['id']}*"))
     assert Store(str(server.storage / "queue.sqlite3")).row(job["id"])["status"] == "deleted"
     assert server.client.get(f"/v1/videos/{job['id']}/content").status_code == 404
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_running_job_previews_its_progress_as_one_process_would(server, hold):
+    """A GET of a variant while the job runs asks for a preview; every rank joins the gather after
+    the next step and rank 0 writes it: the same images as one process's preview at that step
+    (the latents agree to fp32 rounding, the images to a level). Completed: the frames' own."""
+    from PIL import Image
+
+    from parallel_wan.report.previews import thumbnail
+
+    job = server.post(prompt="a preview", num_inference_steps=12, seed=9, negative_prompt="")
+    url = f"/v1/videos/{job['id']}/content"
+    hold.wait_held(processes=4, alive=server.alive, context=server.text)  # 4 steps done
+    try:
+        assert server.client.get(url, params={"variant": "thumbnail"}).status_code == 404  # none yet: asks
+    finally:
+        hold.release()
+    preview = wait_for_preview(server, url)
+    step = int(preview.headers["x-preview-step"])
+    assert 5 <= step < 12 and preview.headers["content-type"] == "image/webp"
+    expected = preview_image(SETTINGS, step, 64, 64, steps=12, seed=9, prompt="'a preview'", negative_prompt="''")
+    got = Image.open(io.BytesIO(preview.content)).convert("RGB")
+    assert np.abs(np.asarray(got, int) - np.asarray(expected, int)).mean() <= 1.0
+    server.wait_for(job["id"], "completed")
+    final = server.client.get(url, params={"variant": "thumbnail"})
+    assert "x-preview-step" not in final.headers and final.content == thumbnail(server.frames(job["id"]))
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)

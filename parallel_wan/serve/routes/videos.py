@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..fields import RequestError
-from ..files import delete_files, video_path
+from ..files import VARIANT_FILES, delete_files, variant_path, video_path
 from ..store import IdempotencyConflict, UnknownCursor, is_id
 from .errors import error, no_retry, refusal
 from .state import api_of
@@ -88,8 +88,12 @@ async def content(request: Request, video_id: str, variant: str = "video"):
     row = await run_in_threadpool(_found, api.store, video_id)
     if row is None:
         return _missing(video_id)
+    if variant in VARIANT_FILES:
+        return await run_in_threadpool(_variant, api, row, variant)
     if variant != "video":
-        return error(400, f"variant={variant!r} is not made here; ask for variant=video (the mp4)", "variant")
+        return error(
+            400, f"variant={variant!r} is not made here; ask for video (the mp4), thumbnail or spritesheet", "variant"
+        )
     path = video_path(api.settings, row["id"])
     if row["status"] != "completed" or not os.path.exists(path):
         return error(404, no_content(row, api.words), "video_id")
@@ -114,6 +118,21 @@ async def delete(request: Request, video_id: str):
         await run_in_threadpool(delete_files, api.settings, video_id)
         await run_in_threadpool(api.store.gone, video_id)
     return deleted_object(video_id, had, row)
+
+
+def _variant(api, row: dict, variant: str):
+    """A thumbnail or spritesheet: a completed job's, from its frames; a running job's latest
+    preview (`x-preview-step`: the steps done when it was made), and a request for a newer one."""
+    path, media = variant_path(api.settings, row["id"], variant), VARIANT_FILES[variant][1]
+    if row["status"] == "in_progress":
+        api.store.want_preview(row["id"])  # the loop makes one after its next step
+        if row["preview_step"] is not None and os.path.exists(path):
+            return FileResponse(path, media_type=media, headers={"x-preview-step": str(row["preview_step"])})
+        message = f"video {row['id']} has no preview yet: one is made after its next step; ask again then"
+        return error(404, message, "variant", headers=poll_after(row))
+    if row["status"] == "completed" and os.path.exists(path):
+        return FileResponse(path, media_type=media)
+    return error(404, no_content(row, api.words).replace("mp4", variant), "video_id")
 
 
 def _found(store, video_id: str) -> dict | None:
