@@ -47,9 +47,12 @@ def test_cuda_without_cuda_is_one_line():
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_device_cuda_puts_each_rank_on_its_own_gpu(fake_gpu_checkpoints):
-    sim = simulate(["mesh=cp2"], 2, fake_gpu_checkpoints, device="cuda")
+    """… and a server's progress preview after step 1 (the gather of x - σ·v on NCCL, checked as
+    every other collective) reaches rank 0 whole."""
+    sim = simulate(["mesh=cp2"], 2, fake_gpu_checkpoints, device="cuda", preview_at=1)
     assert sim.problems() == []
     assert one_gpu_per_rank(sim) == []  # cuda:0 and cuda:1, NCCL on each rank's own GPU
+    assert sim.ranks[0].preview == (1, sim.ranks[0].latents) and sim.ranks[1].preview is None
 
 
 def _start_torch(monkeypatch, capsys, overrides, env):

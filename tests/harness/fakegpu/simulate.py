@@ -48,6 +48,7 @@ class RankRun:
     recorder: Recorder = field(default_factory=Recorder)
     latents: tuple | None = None
     info: dict | None = None  # the generation's record (the sidecar's), e.g. info["cache"]
+    preview: tuple | None = None  # (steps done, latents shape) a server's preview showed (rank 0)
     error: BaseException | None = None
 
     def describe_error(self) -> str:
@@ -119,6 +120,22 @@ def _progress(recorder: Recorder):
     return wrap
 
 
+class _VotedPreview:
+    """A server's preview (serve/previews.ServerPreview) asked for at `step`: every rank learns
+    it as the vote would tell it (the vote itself is a host-side gloo all-reduce, which the fake
+    NCCL group cannot make: the gloo rank tests run it), and the gather of the latents follows."""
+
+    def __init__(self, step: int, out: RankRun):
+        self.step, self.out, self.done = step, out, 0
+
+    def wanted(self) -> bool:
+        self.done += 1
+        return self.done == self.step
+
+    def show(self, steps_done: int, latents) -> None:
+        self.out.preview = (steps_done, tuple(latents.shape))
+
+
 def run_rank(
     spec,
     ckpt,
@@ -129,6 +146,7 @@ def run_rank(
     compile_backend: str | None = None,
     first_block_metric=None,
     decode: bool = True,
+    preview_at: int | None = None,
 ) -> RankRun:
     from parallel_wan.backends import make_backend
     from parallel_wan.launch import TORCHRUN, Launch
@@ -155,7 +173,8 @@ def run_rank(
             out.device = str(backend.device)
             if not decode:
                 backend.video_decoder = lambda params, cfg: NoDecode()  # the step-cache tests' subject is the loop
-            gen = generate(spec, backend, ckpt, progress=_progress(out.recorder))
+            preview = None if preview_at is None else _VotedPreview(preview_at, out)
+            gen = generate(spec, backend, ckpt, progress=_progress(out.recorder), preview=preview)
             out.latents, out.info = tuple(gen.latents.shape), gen.info
         except Exception as exc:  # noqa: BLE001 - reported by Simulation.problems
             out.error = exc
@@ -172,8 +191,10 @@ def simulate(
     device: str = "auto",
     first_block_metric=None,
     decode: bool = True,
+    preview_at: int | None = None,
 ) -> Simulation:
-    """`first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
+    """`preview_at`: a server's preview asked for after that step (the vote and the gather);
+    `first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
     each rank's shard gives at each step, as host values (host_side.first_block_values);
     `decode=False` leaves the VAE decode out (half a tiny run's fake ops, and the reruns its
     shape headers cause), and in a text-to-video run the VAE's load too (host_side.without_vae)."""
@@ -183,7 +204,7 @@ def simulate(
     host_side.import_torch_side()
     ledger = Ledger()
     ranks = [
-        run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
+        run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode, preview_at)
         for r in range(world)
     ]
     # A rank runs again when it received from peers that had not run yet (rank 0: the VAE's
@@ -192,7 +213,9 @@ def simulate(
     again = {r for r, *_ in ledger.stale_gathers()} | ledger.early
     for _ in range(world):
         for r in sorted(again):
-            ranks[r] = run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode)
+            ranks[r] = run_rank(
+                spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode, preview_at
+            )
         again = {r for r, *_ in ledger.stale_gathers()}
         if not again:
             break
