@@ -47,6 +47,7 @@ from .schema import (
     model_preset,
     uses_guidance,
 )
+from .source_video import source_video
 
 
 def backend_name(cfg: Mapping) -> str:
@@ -69,8 +70,23 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     backend = _backend(cfg)
     mesh_cfg = dict(cfg.get("mesh") or {})
     named_mesh = _named_mesh(mesh_cfg, world_size, backend)
+    source, strength, source_frames = source_video(cfg, model, cfg.get("image") or None)
+    if source is not None and cfg.get("num_frames") is None:  # all of the source the VAE can take
+        cfg = {**cfg, "num_frames": latent.frames_at_most(source_frames, architecture(model.architecture).vae)}
     numbers = _numbers(cfg, model)
+    if source_frames is not None and numbers.num_frames > source_frames:
+        raise ConfigError(
+            f"num_frames={numbers.num_frames} but video={source} has {source_frames} frames; set num_frames="
+            f"{latent.frames_at_most(source_frames, architecture(model.architecture).vae)} or fewer",
+            setting=("num_frames", "video"),
+        )
     image = _image(cfg, model)
+    if source is not None and int(numbers.steps * strength) < 1:
+        raise ConfigError(
+            f"strength={strength} of steps={numbers.steps} runs no step (diffusers' rule: int(steps·strength) "
+            f"steps run); set strength={1 / numbers.steps:.3g} or more, or more steps",
+            setting=("strength", "steps"),
+        )
     checkpoint_dir, files = _weight_sources(cfg, model)
     dtype, attention = _choice("dtype", str(_setting(cfg, "dtype")), DTYPES), attention_settings(cfg, backend)
     prompts = _prompts(cfg.get("prompt"))
@@ -82,7 +98,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     return RunSpec(
         model=model,
         mesh=mesh,
-        video=_video(cfg, numbers, image, prompts),
+        video=_video(cfg, numbers, image, prompts, source, strength),
         sampling=_sampling(cfg, model, numbers),
         cache=_cache(cfg, model, image, backend, numbers.guidance_high, numbers.guidance_low),
         weights=_weights(cfg, model, checkpoint_dir, files),
@@ -294,9 +310,13 @@ def _check_dp(mesh, model: ModelPreset, numbers: _Numbers, prompts: int) -> None
         )
 
 
-def _video(cfg: Mapping, numbers: _Numbers, image: str | None, prompts: tuple[str, ...]) -> VideoSettings:
+def _video(
+    cfg: Mapping, numbers: _Numbers, image: str | None, prompts: tuple[str, ...], source: str | None, strength: float
+) -> VideoSettings:
     negative = cfg.get("negative_prompt")
     return VideoSettings(
+        video=source,
+        strength=strength,
         prompts=prompts,
         negative_prompt=None if negative is None else _as(str, "negative_prompt", negative),
         image=image,

@@ -90,6 +90,8 @@ class VideoSettings:
     num_frames: int
     height: int
     width: int
+    video: str | None = None  # video-to-video: the source video (config/source_video.py)
+    strength: float = 0.8  # … and how much of the schedule runs from it noised
 
     @property
     def inputs(self) -> frozenset[str]:
@@ -236,6 +238,9 @@ class RunSpec:
         out = {k: flat[k] for k in FLAT_ORDER}
         # Expert files only when given, so the result keys of runs without them stay as they were.
         out.update(self.weights.expert_files())
+        # A source video only when given (video-to-video), with its strength: keys of others stay.
+        if self.video.video is not None:
+            out.update(video=self.video.video, strength=self.video.strength)
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
         if self.execution.sequence_parallel != "ours":
             out["sequence_parallel"] = self.execution.sequence_parallel

@@ -29,6 +29,12 @@ def frames_fit(num_frames: int, vae) -> bool:
     return num_frames >= 1 and num_frames % vae.scale_factor_temporal == 1 % vae.scale_factor_temporal
 
 
+def frames_at_most(num_frames: int, vae) -> int:
+    """The largest accepted frame count not above `num_frames` (at least 1)."""
+    stride = vae.scale_factor_temporal
+    return max(1, stride * ((num_frames - 1) // stride) + 1)
+
+
 def nearest_frames(num_frames: int, vae) -> int:
     """The accepted frame count nearest to `num_frames`."""
     stride = vae.scale_factor_temporal

@@ -21,7 +21,7 @@ from ..sampling import make_sampler
 from .hold_point import decode_hold_point, hold_point
 from .local_work import RankWork
 from .loop_state import LoopState
-from .steps import step_plan
+from .steps import first_step, step_plan
 
 
 @dataclass
@@ -90,8 +90,9 @@ def denoise(
 def _denoise(
     spec, schedule, x, predict, progress, ops, held, start, stop_after, should_stop, watch, hold, decode_hold
 ) -> LoopState:
-    sampler = make_sampler(spec.sampling.sampler, schedule)
-    state = LoopState.begin(x, sampler) if start is None else start
+    begin = first_step(spec, schedule)
+    sampler = make_sampler(spec.sampling.sampler, schedule, begin)
+    state = LoopState.begin(x, sampler, begin) if start is None else start
     stop = schedule.steps if stop_after is None else stop_after
     if not 0 <= state.step <= stop <= schedule.steps:
         raise ValueError(f"cannot run steps {state.step}..{stop} of a {schedule.steps}-step schedule")
@@ -153,7 +154,8 @@ def compile_loop(spec: RunSpec, schedule, x, predict, ops, held=None) -> dict:
     each expert's step, or with scan_loop the whole scanned loop — and the host loop's own
     array ops, so the timed loop compiles nothing. Returns {program: seconds}."""
     if spec.execution.scan_loop:
-        return predict.compile(x, step_plan(spec, schedule), make_sampler(spec.sampling.sampler, schedule), held)
+        sampler = make_sampler(spec.sampling.sampler, schedule, first_step(spec, schedule))
+        return predict.compile(x, step_plan(spec, schedule), sampler, held)
     seconds = predict.compile(x)
     t0 = time.perf_counter()
     rehearse_loop(spec, schedule, x, ops, held, predict.shard)

@@ -21,7 +21,8 @@ from .local_work import gather_latent_tokens, local_work
 from .loop_state import LoopState
 from .preview import preview_watch
 from .sidecar import Ran, sidecar_info
-from .steps import pick_schedule, step_cache_plan, step_plan, unguided_experts
+from .source_video import noised, source_tokens
+from .steps import first_step, pick_schedule, step_cache_plan, step_plan, unguided_experts
 
 log = logging.getLogger("parallel_wan")
 
@@ -152,7 +153,7 @@ def _prepare(spec: RunSpec, backend, ckpt, components, start, timer: PhaseTimer,
     schedule_kind, schedule = pick_schedule(spec, ckpt)
     predict = backend.noise_predictor(_denoise_task(spec, loaded, context, shapes, image, ckpt, schedule))
     decoder = backend.video_decoder(loaded.vae_params, shapes.vae)
-    x, held = _first_latents(spec, shapes, image, predict, backend)
+    x, held = _first_latents(spec, shapes, image, predict, backend, loaded, schedule, timer)
     if start is not None:
         start = _place_state(start, predict, backend)
     compiled = _compile_ahead(spec, schedule, x, predict, held, decoder, shapes, backend, timer)
@@ -254,10 +255,16 @@ def _denoise_task(spec: RunSpec, loaded, context, shapes: _Shapes, image: _Image
     )
 
 
-def _first_latents(spec: RunSpec, shapes: _Shapes, image: _ImageInputs, predict, backend):
-    """(the seeded noise as the predictor keeps tokens, the held first frame or None)."""
+def _first_latents(spec: RunSpec, shapes: _Shapes, image: _ImageInputs, predict, backend, loaded, schedule, timer):
+    """(the seeded noise — with a source video, the source's latents noised to the first step's σ —
+    as the predictor keeps tokens, the held first frame or None)."""
     work, tcfg = shapes.work, shapes.transformer
-    x = predict.shard(work.local(draw_noise(spec, work.rows, shapes.latent_shape, backend, tcfg.patch_size), backend))
+    x = draw_noise(spec, work.rows, shapes.latent_shape, backend, tcfg.patch_size)
+    if spec.video.video is not None:
+        with timer.phase("vae_encode"):
+            source, _ = source_tokens(spec, loaded.vae_params, shapes.vae, tcfg.patch_size, backend)
+        x = noised(source, x, float(schedule.sigmas[first_step(spec, schedule)]), len(work.rows), backend.ops)
+    x = predict.shard(work.local(x, backend))
     held = None
     if image.fixed_mask is not None:
         held = (predict.shard(image.fixed_tokens), backend.to_device(image.fixed_mask.astype(np.float32)))

@@ -40,9 +40,9 @@ class LoopState:
     cache: dict[str, Any] = field(default_factory=dict)  # per-step cache state: named arrays
 
     @classmethod
-    def begin(cls, latents, sampler) -> LoopState:
-        """Before step 0 of `sampler`'s schedule, from the initial noise."""
-        return cls(0, latents, sampler.initial_state(), {})
+    def begin(cls, latents, sampler, step: int = 0) -> LoopState:
+        """Before step `step` (0; video-to-video: later) of `sampler`'s schedule, from the initial latents."""
+        return cls(step, latents, sampler.initial_state(), {})
 
     def map(self, fn: Callable) -> LoopState:
         """The same state with `fn` applied to every array (to the host, to a device, a copy)."""

@@ -39,6 +39,14 @@ def pick_schedule(spec: RunSpec, ckpt):
     return kind, make_schedule(kind, spec.sampling.steps, spec.sampling.shift)
 
 
+def first_step(spec: RunSpec, schedule) -> int:
+    """The first step run: 0, or with a source video (video-to-video) the step where `strength`
+    of the schedule is left — diffusers' rule, steps − int(steps·strength)."""
+    if spec.video.video is None:
+        return 0
+    return schedule.steps - min(int(schedule.steps * spec.video.strength), schedule.steps)
+
+
 def expert_for(t: float, spec: RunSpec) -> str:
     """The expert of the step at timestep t: a pair's high-noise one from the boundary up."""
     experts = spec.model.variant.experts

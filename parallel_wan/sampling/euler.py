@@ -17,8 +17,9 @@ from .schedules import Schedule
 EULER_STATE: tuple[str, ...] = ()
 
 
-def euler_table(schedule: Schedule) -> dict[str, np.ndarray]:
-    """Every step's σ_next − σ, float64 (exact for the float32 sigmas)."""
+def euler_table(schedule: Schedule, begin: int = 0) -> dict[str, np.ndarray]:
+    """Every step's σ_next − σ, float64 (exact for the float32 sigmas); one-step, so the first
+    step run (`begin`) changes nothing."""
     return {"dt": np.diff(schedule.sigmas)}
 
 

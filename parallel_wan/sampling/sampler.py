@@ -58,9 +58,11 @@ class Sampler:
         return self.update(self.coefs(index), state, prediction, latents, ops)
 
 
-def make_sampler(name: str, schedule: Schedule) -> Sampler:
-    """The sampler `name` ("unipc", the Wan 2.2 default, or "euler") over `schedule`."""
+def make_sampler(name: str, schedule: Schedule, begin: int = 0) -> Sampler:
+    """The sampler `name` ("unipc", the Wan 2.2 default, or "euler") over `schedule`, its first
+    step `begin` (video-to-video starts part-way, with no history: a multistep solver warms up
+    there as at step 0, as diffusers' schedulers do when their timesteps are cut)."""
     if name not in SAMPLERS:
         raise ValueError(f"sampler {name!r} is unknown; use one of {sorted(SAMPLERS)}.")
     build, update, state_names = SAMPLERS[name]
-    return Sampler(name, schedule, build(schedule), update, state_names)
+    return Sampler(name, schedule, build(schedule, begin), update, state_names)

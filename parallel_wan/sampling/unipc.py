@@ -118,8 +118,9 @@ def step_order(step_index: int, steps: int) -> int:
     return min(SOLVER_ORDER, steps - step_index, step_index + 1)
 
 
-def unipc_table(schedule: Schedule) -> dict[str, np.ndarray]:
-    """Every step's coefficients, float64 host arrays indexed by step.
+def unipc_table(schedule: Schedule, begin: int = 0) -> dict[str, np.ndarray]:
+    """Every step's coefficients, float64 host arrays indexed by step; `begin`: the first step run
+    (it warms up there: first order, no corrector; the rows before it are never run).
 
     A step i forms x0 = x - σ_i·v, corrects the previous step with it when `corrects` (UniC of
     order 2 when `c_order2`), then predicts σ_{i+1} (order 2 when `p_order2`; `p_final`: the
@@ -135,19 +136,22 @@ def unipc_table(schedule: Schedule) -> dict[str, np.ndarray]:
     rows = []
     last_order = 0  # the order of the previous step's predictor decides this step's corrector
     for i in range(steps):
+        first = begin if i >= begin else 0
+        if i == first:
+            last_order = 0
         row = {
             "sigma": float(sig[i]),
-            "corrects": float(i > 0),
+            "corrects": float(i > first),
             "c_order2": float(last_order == 2),
             "c_x": 0.0,
             "c_m0": 0.0,
             "c_new": 0.0,
             "c_diff": 0.0,
         }
-        if i > 0:
+        if i > first:
             c = corrector_coefficients(sig, i, last_order)
             row.update(c_x=c.x_scale, c_m0=c.m0_scale, c_new=c.new_scale, c_diff=c.diff_scale)
-        order = step_order(i, steps)
+        order = step_order(i - first, steps - first)
         p = predictor_coefficients(sig, i, order)
         row.update(
             p_x=p.x_scale, p_m0=p.m0_scale, p_diff=p.diff_scale, p_order2=float(order == 2), p_final=float(p.final)

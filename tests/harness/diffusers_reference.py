@@ -13,6 +13,18 @@ def tiny_checkpoint(kind, tmp_path_factory):
     return model, str(write_checkpoint(model, tmp_path_factory.mktemp(kind) / "diffusers", "diffusers"))
 
 
+def text_and_vae(model, scheduler=None) -> dict:
+    """The tiny model's tokenizer, text encoder, VAE and scheduler as a diffusers pipeline takes them."""
+    from diffusers import UniPCMultistepScheduler
+
+    return dict(
+        tokenizer=model.tokenizer,
+        text_encoder=model.text_encoder,
+        vae=model.vae,
+        scheduler=scheduler or UniPCMultistepScheduler.from_config(model.scheduler_config),
+    )
+
+
 def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None, boundary_ratio=None, **guidance):
     """diffusers' frames (uint8) for the tiny model; I2V pipeline when an image is given. The
     pipeline uses the model's own transformers, so caches enabled on them apply. `scheduler`:

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from harness.jax_devices import rel_err, require_eight_devices
 from harness.jax_runs import BASE, STEP, generate, raw_config
+from harness.videos import write_source_video
 
 from parallel_wan.backends.jax.compile_log import CompileLog
 from parallel_wan.config import ConfigError
@@ -246,3 +247,18 @@ def test_several_hosts_are_detected_from_the_environment_only():
     )
     assert "4 tasks" in several_hosts({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"})
     assert "2 hosts" in several_hosts({"TPU_WORKER_HOSTNAMES": "t1v-0,t1v-1"})
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_video_to_video_renders_the_torch_video(tmp_path, monkeypatch):
+    """video= on JAX (dp2 × ulysses 2 of the 8 devices): the source encoded by JAX's VAE, noised,
+    sharded, the loop started at step 1 of 3 — torch's latents to the fp32 bound of JAX against
+    torch (above)."""
+    source = tmp_path / "source.mp4"
+    write_source_video(source, frames=9, height=48, width=48)
+    v2v = BASE + [f"video={source}", "strength=0.7"]
+    ref, _, _ = generate(v2v + ["backend=torch"], decode=False, monkeypatch=monkeypatch)
+    gen, _, _ = generate(v2v + ["backend=jax", "mesh=dp2_cp2"], decode=False, monkeypatch=monkeypatch)
+    assert rel_err(gen.latents, ref.latents) <= 1e-4
+    plain, _, _ = generate(BASE + ["backend=torch"], decode=False, monkeypatch=monkeypatch)
+    assert rel_err(plain.latents, ref.latents) > 1e-2  # the source changed the video

@@ -10,6 +10,7 @@ import pytest
 from harness.frames import RTOL, assert_same_video
 from harness.hold import Hold
 from harness.ranks import PEER_TIMEOUT_S, free_port, generate_on_rank, launch_rank, rank_zero_code, run_on_ranks
+from harness.videos import write_source_video
 
 from parallel_wan.run import CONF_DIR
 
@@ -60,6 +61,18 @@ def test_mesh_matches_one_device(one_device, world, mesh, base):
 def test_eight_ranks_dp2_cp4(one_device):
     ref = one_device(T2V)
     assert_same_video(run_on_ranks(generate_on_rank, 8, T2V + ["mesh=dp2_cp4"], timeout_s=600)[0], ref)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_video_to_video_on_meshes_matches_one_device(one_device, tmp_path_factory):
+    """video= (a server's remix): the source encoded on every rank, noised, each rank keeping its
+    tokens, the loop started part-way — the one-device video on ulysses 2 (padded) and dp2 × ring 2."""
+    source = tmp_path_factory.mktemp("v2v") / "source.mp4"
+    write_source_video(source, frames=9, height=48, width=48)
+    base = T2V + [f"video={source}", "strength=0.7"]  # steps 1 and 2 of 3
+    ref = one_device(base)
+    for world, mesh in ((2, ["mesh=cp2"]), (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"])):
+        assert_same_video(run_on_ranks(generate_on_rank, world, base + mesh, timeout_s=300)[0], ref)
 
 
 PROMPTS = ["prompt=['a dog jumps','a red car at night']"]

@@ -254,3 +254,30 @@ def test_jax_fsdp_is_an_alias_of_memory_sharded_on_jax():
     assert spec_for("backend=jax").to_dict()["jax_fsdp"] is False
     assert spec_for("memory=sharded").to_dict()["jax_fsdp"] is False  # torch shards rank rows, not a mesh
     assert "jax_fsdp" not in {f.name for f in dataclasses.fields(MemorySettings)}
+
+
+def test_video_to_video_settings_are_checked_before_anything_loads(tmp_path):
+    from harness.videos import write_source_video
+
+    from parallel_wan.jobs.keys import result_key
+
+    source = tmp_path / "source.mp4"
+    write_source_video(source, frames=11, height=32, width=32)
+    spec = spec_for(f"video={source}")
+    assert (spec.video.video, spec.video.strength, spec.video.num_frames) == (str(source), 0.8, 9)  # 4k+1 ≤ 11
+    moved = tmp_path / "moved.mp4"
+    moved.write_bytes(source.read_bytes())
+    assert result_key(spec) == result_key(spec_for(f"video={moved}"))  # the content decides, not the path
+    assert result_key(spec) != result_key(spec_for(f"video={source}", "strength=0.5"))
+    assert "video" not in spec_for().to_dict()  # runs without one keep their keys
+    for overrides, words in (
+        ([f"video={tmp_path / 'none.mp4'}"], ["does not exist"]),
+        (["video=README.md"], ["video=README.md could not be read as a video", "mp4"]),
+        ([f"video={source}", "strength=0"], ["strength=0.0", "above 0 and at most 1"]),
+        ([f"video={source}", "strength=1.5"], ["strength=1.5"]),
+        ([f"video={source}", "steps=4", "strength=0.2"], ["runs no step", "strength=0.25"]),
+        ([f"video={source}", "num_frames=13"], ["num_frames=13", "has 11 frames", "num_frames=9"]),
+        ([f"video={source}", "model=tiny_i2v"], ["give one of video= and image="]),
+        ([f"video={source}", "cache=magcache"], ["not built yet", "cache=none"]),
+    ):
+        assert_refused([str(o) for o in overrides], words)

@@ -1,0 +1,66 @@
+"""video= and strength=: video-to-video (a remix, an edit) — the source video's frames encoded by
+the VAE, noised to `strength` and denoised with the prompt, as diffusers' WanVideoToVideoPipeline
+does: strength 1 starts from pure noise (the source is not seen), 0.5 runs the last half of the
+steps from the source noised halfway. Read here only far enough to check it: the file is a
+video, how many frames it has, and that the run can use it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..errors import ConfigError
+from ..models.registry import architecture
+from ..models.variants import IMAGE
+from .schema import _as
+
+DEFAULT_STRENGTH = 0.8  # diffusers' WanVideoToVideoPipeline's
+
+
+def video_frames(path: str) -> int:
+    """The number of frames of the video at `path`; ConfigError for a file that is not one."""
+    import imageio.v3 as iio
+
+    try:
+        return sum(1 for _ in iio.imiter(path))
+    except Exception as exc:  # imageio and ffmpeg raise many types for a bad file
+        raise ConfigError(
+            f"video={path} could not be read as a video ({type(exc).__name__}); give an mp4 (or another "
+            "video ffmpeg reads)",
+            setting="video",
+        ) from None
+
+
+def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, float, int | None]:
+    """(the source video's path, strength, its frame count) — (None, strength, None) without one."""
+    strength = _as(float, "strength", cfg.get("strength", DEFAULT_STRENGTH))
+    path = cfg.get("video")
+    if not path:
+        return None, strength, None
+    path = _as(str, "video", path)
+    if not os.path.isfile(path):
+        raise ConfigError(f"video={path} does not exist; give the path of an mp4", setting="video")
+    if not 0.0 < strength <= 1.0:
+        raise ConfigError(
+            f"strength={strength} must be above 0 and at most 1 (how much of the schedule runs from the source "
+            f"video noised to it; {DEFAULT_STRENGTH} by default)",
+            setting="strength",
+        )
+    if image is not None or _needs_image(model):
+        raise ConfigError(
+            f"video={path} makes a video from a video; model={model.name} with image= makes one from a first "
+            "frame: give one of video= and image=",
+            setting=("video", "image"),
+        )
+    cache = (cfg.get("cache") or {}).get("kind", "none")
+    if cache != "none":
+        raise ConfigError(
+            f"video={path} with cache={cache}: step caching of video-to-video is not built yet; set cache=none",
+            setting=("video", "cache"),
+        )
+    return path, strength, video_frames(path)
+
+
+def _needs_image(model) -> bool:
+    takes = architecture(model.architecture).variant.input(IMAGE)
+    return takes is not None and takes.required

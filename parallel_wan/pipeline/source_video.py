@@ -1,0 +1,51 @@
+"""Video-to-video's start (config/source_video.py): the source video's first `num_frames` frames
+resized as diffusers' VideoProcessor.preprocess_video resizes them (PIL Lanczos to exactly
+height×width, then x/255·2 − 1 in float32), encoded by the VAE (its mean: diffusers' "argmax"),
+normalised, and mixed with the seeded noise at the first step's σ as UniPC's add_noise and the
+flow-matching scale_noise do: (1 − σ)·source + σ·noise. Every rank encodes the whole source (the
+VAE encode is not split yet) and keeps its tokens."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..models import transformer as dit, vae
+
+
+def load_video(path: str, num_frames: int, height: int, width: int) -> tuple[np.ndarray, dict]:
+    """(1, 3, num_frames, H, W) float32 in [-1, 1] and a record for the sidecar."""
+    import imageio.v3 as iio
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    frames = []
+    for frame in iio.imiter(path):
+        if len(frames) == num_frames:
+            break
+        image = Image.fromarray(np.asarray(frame)[..., :3]).convert("RGB")
+        size = image.size
+        if size != (width, height):
+            image = image.resize((width, height), resample=Image.LANCZOS)
+        frames.append(np.asarray(image, dtype=np.float32) / 255.0)
+    video = (np.stack(frames) * 2.0 - 1.0).transpose(3, 0, 1, 2)[None]  # (1, 3, F, H, W)
+    record = {"sha256": digest, "frames": num_frames, "size": list(size), "resized_to": [width, height]}
+    return np.ascontiguousarray(video), record
+
+
+def source_tokens(spec, vae_params, vae_cfg, patch_size, backend):
+    """The normalised latents of the source video as patch tokens (1 row), on the device."""
+    video, record = load_video(spec.video.video, spec.video.num_frames, spec.video.height, spec.video.width)
+    z = vae.normalize_latents(backend.vae_encode(vae_params, video, vae_cfg), vae_cfg, backend.ops)
+    return dit.patchify(z, patch_size, backend.ops), record
+
+
+def noised(source, noise, sigma: float, rows: int, ops):
+    """(1 − σ)·source + σ·noise for each of `rows` rows, in float32 as the schedulers compute it."""
+    sigma32 = np.float32(sigma)
+    alpha32 = np.float32(1.0) - sigma32
+    if rows > 1:
+        source = ops.concat([source] * rows, axis=0)
+    return source * float(alpha32) + noise * float(sigma32)
