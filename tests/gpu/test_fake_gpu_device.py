@@ -102,3 +102,18 @@ def test_cuda_on_a_machine_without_cuda_stops_in_one_line(monkeypatch, capsys):
         "parallel_wan: error: device=cuda but this machine has no CUDA device torch can use; "
         "use device=cpu or device=auto"
     ]
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_video_to_video_on_two_fake_gpus(fake_gpu_checkpoints, tmp_path):
+    """video= on CUDA: the source's VAE encode on each rank's GPU, the noised tokens sharded,
+    the loop from step 1 of 2 — every collective agreeing across ranks under NCCL's rules."""
+    from harness.videos import write_source_video
+
+    source = tmp_path / "source.mp4"
+    write_source_video(source, frames=5, height=32, width=32)
+    sim = simulate(["mesh=cp2", f"video={source}", "strength=0.5"], 2, fake_gpu_checkpoints, device="cuda")
+    assert sim.problems() == []
+    assert one_gpu_per_rank(sim) == []
+    for rank in sim.ranks:  # one step of two ran (strength 0.5): the loop saw one iteration
+        assert {phase for *_, phase in rank.recorder.ops if phase.startswith("step ")} == {"step 0"}
