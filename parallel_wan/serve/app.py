@@ -14,11 +14,12 @@ from .routes.models import router as models_router
 from .routes.not_served import router as not_served_router
 from .routes.page import router as page_router
 from .routes.state import ApiState
+from .routes.video_edits import router as video_edits_router
 from .routes.videos import router as videos_router
 
 # Every route the API has, one router per resource (tests/serve/test_routes.py holds that the app
 # has these routes and no other).
-ROUTERS = (videos_router, not_served_router, health_router, models_router, page_router)
+ROUTERS = (videos_router, video_edits_router, not_served_router, health_router, models_router, page_router)
 
 
 def make_app(store, served, settings, health, metrics, key: bytes | None = None) -> FastAPI:

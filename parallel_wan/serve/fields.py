@@ -34,7 +34,9 @@ SETTING_OF = {
     "fps": "fps",  # the mp4's rate, and the seconds → frames rule
     "flow_shift": "shift",  # diffusers' scheduler flow_shift is Wan's sample_shift
     "boundary_ratio": "boundary",  # diffusers' WanPipeline boundary_ratio
+    "strength": "strength",  # a remix's or an edit's: how much of the schedule runs from the source
 }
+EDIT_ONLY = ("strength",)  # fields of a remix or an edit only (a video to start from)
 # vLLM-Omni's name for classifier-free guidance with the negative prompt: Wan's guidance_scale is
 # that very formula, so it is guidance_scale under another name (both experts, unless
 # guidance_scale_2 is given).
@@ -50,7 +52,7 @@ FIELDS = TAKEN + REFUSED  # known: the refused ones are refused with their reaso
 # run setting → the request field that sets it: the one table by which the server's answers say
 # the CLI's words (`steps=0 …`) in the request's (`num_inference_steps=0 …`); words.py. `image` is
 # a file on the server, set by the uploaded `input_reference`.
-FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {"image": "input_reference"}
+FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {"image": "input_reference", "video": "video"}
 TEXT_FIELDS = ("prompt", "negative_prompt", "model", "size", "user")
 MAX_PROMPT = 32_000  # characters, as OpenAI's Videos API bounds a prompt
 MAX_USER = 256  # characters of `user`
@@ -68,7 +70,7 @@ class RequestError(ValueError):
         self.param, self.status, self.code = param, status, code  # code None: the status's (routes/errors.py)
 
 
-def request_settings(fields: dict, fps: int) -> tuple[dict, dict, dict]:
+def request_settings(fields: dict, fps: int, edit: bool = False) -> tuple[dict, dict, dict]:
     """(run settings, setting → the field that set it, the bookkeeping to record: user and
     metadata) of a request's fields; raises RequestError for a field nobody reads, one that
     cannot be read at all or one asking for what this server cannot do. A null field is an
@@ -86,6 +88,13 @@ def request_settings(fields: dict, fps: int) -> tuple[dict, dict, dict]:
     for key in REFUSED:
         if key in fields:
             refuse(key, fields[key])
+    for key in EDIT_ONLY if not edit else ():
+        if key in fields:
+            raise RequestError(
+                f"{key} is a field of a remix or an edit (POST /v1/videos/{{id}}/remix, POST /v1/videos/edits), "
+                "which start from a video; drop it here",
+                key,
+            )
     if "prompt" not in fields:
         raise RequestError(
             "prompt is required: the text of the video to make", "prompt", code="missing_required_parameter"

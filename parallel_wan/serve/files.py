@@ -30,11 +30,17 @@ def image_path(settings, video_id: str, suffix: str) -> str:
     return os.path.join(settings.inputs_dir, f"{video_id}.{suffix}")
 
 
+def source_video_path(settings, video_id: str) -> str:
+    """A remix's or an edit's source video: a copy of the source job's mp4, or the upload."""
+    return os.path.join(settings.inputs_dir, f"{video_id}.mp4")
+
+
 def delete_files(settings, video_id: str) -> None:
     """A job's video, sidecar, frames and variants, its uploaded image and any saved loop state."""
     paths = [os.path.join(settings.videos_dir, name) for name in one_video_names(video_id)]
     paths += [variant_path(settings, video_id, variant) for variant in VARIANT_FILES]
     paths += [image_path(settings, video_id, suffix) for suffix in IMAGE_SUFFIXES]
+    paths.append(source_video_path(settings, video_id))
     for path in paths:
         try:
             os.remove(path)

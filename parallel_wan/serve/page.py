@@ -14,6 +14,7 @@ PAGE = """<!doctype html>
   form { display: grid; grid-template-columns: 9em 1fr; gap: .4em .8em; align-items: center; }
   textarea { height: 3.5em; }
   button { width: 10em; }
+  td button { width: auto; margin-right: .3em; }
   #message { color: #b00; min-height: 1.4em; grid-column: 1 / 3; }
   table { border-collapse: collapse; width: 100%; margin: 1em 0; }
   td, th { border-bottom: 1px solid #ddd; padding: .3em .5em; text-align: left; }
@@ -101,9 +102,32 @@ function render(videos) {
     button.textContent = running ? "cancel" : "delete";
     button.onclick = (e) => { e.stopPropagation(); api("/v1/videos/" + video.id, {method: "DELETE"}).then(poll); };
     act.appendChild(button);
+    if (video.status === "completed") {
+      // a new video from this one: its settings and seed, the prompt now in the form (README "Serving")
+      const again = document.createElement("button");
+      again.textContent = "remix";
+      again.className = "remix";
+      again.onclick = (e) => { e.stopPropagation(); remix(video); };
+      act.appendChild(again);
+    }
     row.onclick = () => choose(video);
     body.appendChild(row);
     if (video.id === chosen) choose(video);
+  }
+}
+
+async function remix(video) {
+  const prompt = $("prompt").value.trim();
+  $("message").textContent = "";
+  if (!prompt) { $("message").textContent = "write the new prompt above, then remix"; return; }
+  try {
+    const made = await api("/v1/videos/" + video.id + "/remix", {
+      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: prompt}),
+    });
+    chosen = made.id;
+    poll();
+  } catch (e) {
+    $("message").textContent = e.message;
   }
 }
 

@@ -74,15 +74,27 @@ class RequestResolver:
         check_entry(spec, self.ckpt, self.device)
         return spec
 
-    def request(self, fields: dict, image: str | None = None, image_field: str = "input_reference"):
+    def request(
+        self,
+        fields: dict,
+        image: str | None = None,
+        image_field: str = "input_reference",
+        video: str | None = None,
+        base: dict | None = None,
+    ):
         """(spec, run settings, bookkeeping: user and metadata) of a request's fields (and its
-        stored image, sent as `image_field`); raises RequestError."""
+        stored image, sent as `image_field`; a remix's or an edit's stored source `video`, and
+        the source job's run settings `base`, which the request's fields override); raises
+        RequestError."""
         model = fields.get("model")
         if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
-        settings, source, notes = request_settings(fields, self.base.model.fps)
+        settings, source, notes = request_settings(fields, self.base.model.fps, edit=video is not None)
+        settings = {**(base or {}), **settings}
         if image is not None:
             settings["image"], source["image"] = image, image_field
+        if video is not None:
+            settings["video"], source["video"] = video, "video"
         try:
             return self.spec(settings), settings, notes
         except ConfigError as exc:  # the CLI's line, said of the request's fields (words.py)

@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS videos (
     user TEXT,
     metadata TEXT,
     preview_wanted INTEGER NOT NULL DEFAULT 0,
-    preview_step INTEGER
+    preview_step INTEGER,
+    remixed_from TEXT
 );
 CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
 CREATE TABLE IF NOT EXISTS servers (
@@ -87,6 +88,7 @@ COLUMNS_ADDED = {
     "metadata": "TEXT",
     "preview_wanted": "INTEGER NOT NULL DEFAULT 0",
     "preview_step": "INTEGER",
+    "remixed_from": "TEXT",
 }
 
 
@@ -157,8 +159,8 @@ class Store:
                     return dict(row), False
             db.execute(
                 "INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
-                "request_sha256, created_at, steps, user, metadata) "
-                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "request_sha256, created_at, steps, user, metadata, remixed_from) "
+                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     video["id"],
                     video["model"],
@@ -172,6 +174,7 @@ class Store:
                     video["steps"],
                     video.get("user"),
                     None if video.get("metadata") is None else json.dumps(video["metadata"]),
+                    video.get("remixed_from"),
                 ),
             )
             # Read before the commit (get() uses this connection): after it a server may

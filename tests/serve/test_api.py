@@ -398,7 +398,8 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
     (`format` is not `prompt`), and a setting of the command line pointed to its field."""
     fields = (
         "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
-        "guidance_scale_2, fps, flow_shift, boundary_ratio, size, seconds, model, true_cfg_scale, user, metadata, "
+        "guidance_scale_2, fps, flow_shift, boundary_ratio, strength, size, seconds, model, true_cfg_scale, user, "
+        "metadata, "
         "input_reference, image_reference, reference_url, extra_params"
     )
     for body, message in (
@@ -1125,14 +1126,12 @@ def test_endpoints_not_served_answer_in_openai_shape_never_405(api):
     for call in (
         lambda: client.videos.create_character(name="Ann", video=("a.mp4", b"x", "video/mp4")),
         lambda: client.videos.get_character("char_1"),
-        lambda: client.videos.remix(video.id, prompt="b"),
-        lambda: client.videos.edit(prompt="b", video=("a.mp4", b"x", "video/mp4")),
         lambda: client.videos.extend(prompt="b", seconds="4", video=("a.mp4", b"x", "video/mp4")),
     ):
         with pytest.raises(openai.BadRequestError) as refused:
             call()
         assert refused.value.code == "unsupported_endpoint" and "not served" in refused.value.message
-    for path in ("/v1/videos/edits", "/v1/videos/extensions"):  # a video named by id, in JSON
+    for path in ("/v1/videos/extensions",):  # a video named by id, in JSON
         answer = api.client.post(path, json={"prompt": "b", "video": {"id": video.id}, "seconds": "4"})
         assert _openai_error(answer, 400)["code"] == "unsupported_endpoint"
 
@@ -1170,3 +1169,97 @@ def test_thumbnail_and_spritesheet_of_a_completed_job_and_the_preview_of_a_runni
     assert wrong["param"] == "variant" and "thumbnail or spritesheet" in wrong["message"]
     api.client.delete(f"/v1/videos/{done}")
     assert not [f for f in os.listdir(api.settings.videos_dir) if f.startswith(done)]
+
+
+# ------------------------------------------------------------------ remix and edits (video-to-video)
+def _completed_job(api, size="1280x720", **fields):
+    """A job marked completed with an mp4 of its size (the loop is not here): what a remix starts from."""
+    from harness.videos import write_source_video
+
+    from parallel_wan.serve.files import video_path
+
+    video_id = api.client.post("/v1/videos", json={"prompt": "a fox", "size": size, **fields}).json()["id"]
+    api.store.register("me", "here:1")
+    assert api.store.claim("me")["id"] == video_id
+    width, height = map(int, size.split("x"))
+    write_source_video(video_path(api.settings, video_id), frames=9, height=height, width=width)
+    api.store.finish(video_id, "completed", record={})
+    return video_id
+
+
+def test_a_remix_is_the_source_jobs_settings_with_a_new_prompt_from_its_video(api):
+    """OpenAI's SDK in strict mode (Sora's 1280x720): remix answers a queued Video with
+    remixed_from_video_id; the job is the source's settings and seed with the new prompt, its
+    video a copy of the source's mp4 (a DELETE of the source cannot take it away)."""
+    import openai
+
+    from parallel_wan.serve.files import source_video_path, video_path
+
+    source = _completed_job(api, seed=7, num_inference_steps=3)
+    client = api.sdk()
+    remix = client.videos.remix(source, prompt="the fox in the rain", extra_body={"strength": 0.5})
+    assert (remix.status, remix.remixed_from_video_id, remix.size, remix.prompt) == (
+        "queued",
+        source,
+        "1280x720",
+        "the fox in the rain",
+    )
+    settings = json.loads(api.store.get(remix.id)["settings"])
+    copy = source_video_path(api.settings, remix.id)
+    assert settings == {
+        "prompt": "the fox in the rain",
+        "seed": 7,
+        "steps": 3,
+        "width": 1280,
+        "height": 720,
+        "strength": 0.5,
+        "video": copy,
+    }
+    with open(copy, "rb") as a, open(video_path(api.settings, source), "rb") as b:
+        assert a.read() == b.read()
+    assert client.videos.retrieve(remix.id).remixed_from_video_id == source
+    assert "inputs" not in json.dumps(api.client.get(f"/v1/videos/{remix.id}").json())  # no server path
+    queued = client.videos.create(prompt="x", size="1280x720")
+    with pytest.raises(openai.BadRequestError, match="is queued; a remix or an edit starts from a completed one"):
+        client.videos.remix(queued.id, prompt="y")
+    with pytest.raises(openai.NotFoundError):
+        client.videos.remix("video_" + "0" * 32, prompt="y")
+    client.videos.delete(remix.id)
+    assert not os.path.exists(copy)
+
+
+def test_an_edit_starts_from_a_completed_job_or_an_uploaded_mp4(api, tmp_path):
+    from harness.videos import write_source_video
+
+    from parallel_wan.serve.files import source_video_path
+
+    source = _completed_job(api)
+    by_id = api.client.post("/v1/videos/edits", json={"prompt": "b", "video": {"id": source}, "strength": 0.6})
+    assert by_id.status_code == 200 and by_id.json()["remixed_from_video_id"] == source, by_id.text
+    write_source_video(tmp_path / "mine.mp4", frames=13, height=720, width=1280)
+    upload = (tmp_path / "mine.mp4").read_bytes()
+    edit = api.sdk().videos.edit(prompt="c", video=("mine.mp4", upload, "video/mp4"), extra_body={"size": "1280x720"})
+    assert edit.remixed_from_video_id is None and edit.status == "queued"
+    assert open(source_video_path(api.settings, edit.id), "rb").read() == upload
+    settings = json.loads(api.store.get(edit.id)["settings"])
+    assert settings["video"] == source_video_path(api.settings, edit.id) and "strength" not in settings
+    assert api.served.spec(settings).video.num_frames == 13  # all of the upload
+    before = sorted(os.listdir(api.settings.inputs_dir))
+    for answer, param, words in (
+        (api.client.post("/v1/videos/edits", json={"prompt": "d"}), "video", "video is required"),
+        (
+            api.client.post("/v1/videos/edits", files={"prompt": (None, "d"), "video": ("x.mp4", b"not a video")}),
+            "video",
+            "video could not be read as a video",
+        ),
+        (api.client.post("/v1/videos", json={"prompt": "d", "strength": 0.5}), "strength", "remix or an edit"),
+        (
+            api.client.post(f"/v1/videos/{source}/remix", json={"prompt": "d", "strength": 2}),
+            "strength",
+            "strength=2.0 must be above 0 and at most 1",
+        ),
+    ):
+        error = _openai_error(answer, 400)
+        assert error["param"] == param and words in error["message"], error
+        assert api.settings.storage_dir not in error["message"]
+    assert sorted(os.listdir(api.settings.inputs_dir)) == before  # a refused edit leaves no file

@@ -104,6 +104,18 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
         )
         assert state[0] >= 1 and state[1] == 64 and state[2] > 0, state
         assert state[4].endswith(f"/v1/videos/{video_id}/content")
+        # remix it from the page: the prompt now in the form, the row's button
+        prompt = browser.find_element(By.ID, "prompt")
+        prompt.clear()
+        prompt.send_keys("a paper boat at dusk")
+        browser.find_element(By.CSS_SELECTOR, f"#queue tr[data-id='{video_id}'] button.remix").click()
+        deadline, remixed = time.monotonic() + 300, None
+        while time.monotonic() < deadline and remixed is None:
+            ids = browser.execute_script("return [...document.querySelectorAll('#queue tr')].map(r => r.dataset.id)")
+            remixed = next((i for i in ids if i != video_id), None)
+            time.sleep(0.05)
+        made = server.wait_for(remixed, "completed")
+        assert (made["prompt"], made["remixed_from_video_id"]) == ("a paper boat at dusk", video_id), made
     finally:
         hold.release_all()
         decoding.release_all()

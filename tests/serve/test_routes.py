@@ -11,6 +11,7 @@ from parallel_wan.serve.app import ROUTERS, make_app
 RESOURCES = {
     "parallel_wan.serve.routes.videos": ("/v1/videos",),
     "parallel_wan.serve.routes.not_served": ("/v1/videos",),
+    "parallel_wan.serve.routes.video_edits": ("/v1/videos",),
     "parallel_wan.serve.routes.health": ("/health", "/metrics"),
     "parallel_wan.serve.routes.models": ("/v1/models",),
     "parallel_wan.serve.routes.page": ("/",),

@@ -185,6 +185,26 @@ def test_the_openai_sdk_creates_retrieves_and_downloads(server):
         client.videos.retrieve(video.id)
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_remix_on_four_ranks_is_the_clis_video_to_video(server, tmp_path):
+    """A completed job remixed with a new prompt on the 4-rank server: the frames of
+    `python -m parallel_wan.run video=<its mp4> strength=0.5` with its settings on one process
+    (which tests/references/test_video_to_video.py holds to diffusers' WanVideoToVideoPipeline)."""
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
+    source = server.post(prompt="a paper boat", seed=4)
+    server.wait_for(source["id"], "completed")
+    remix = client.videos.remix(source["id"], prompt="a paper boat in a storm", extra_body={"strength": 0.5})
+    assert remix.remixed_from_video_id == source["id"]
+    done = server.wait_for(remix.id, "completed")
+    assert done["remixed_from_video_id"] == source["id"] and done["record"]["config"]["strength"] == 0.5
+    mp4 = server.storage / "videos" / f"{source['id']}.mp4"
+    assert_same_frames(
+        server.frames(remix.id),
+        cli_frames(tmp_path, "remix", prompt="a paper boat in a storm", seed=4, video=str(mp4), strength=0.5),
+        "the 4-rank remix against the CLI's video-to-video",
+    )
+
+
 def test_without_the_key_every_endpoint_but_health_is_401(server):
     import httpx
 

@@ -1,7 +1,6 @@
 """The Videos API's endpoints this server does not serve, answered as the API's refusals (400 in
 OpenAI's shape saying so) instead of the 405 a path beside /v1/videos/{id} would otherwise get:
-characters (a Sora feature with no Wan counterpart), and — until video-to-video is built —
-remix, edits and extensions."""
+characters (a Sora feature with no Wan counterpart), and — until it is built — extensions."""
 
 from __future__ import annotations
 
@@ -15,9 +14,9 @@ CHARACTERS = (
     "characters are not served here: Wan 2.2 has no character references; make a video with POST /v1/videos "
     "(a first frame as input_reference on an I2V/TI2V server)"
 )
-VIDEO_TO_VIDEO = (
-    "{what} is not served yet: this server makes videos from text and (I2V/TI2V) a first frame; make a new "
-    "video with POST /v1/videos"
+EXTENSIONS = (
+    "extending a video is not served yet; remix it (POST /v1/videos/{id}/remix) or make a new one from its "
+    "last frame (POST /v1/videos with input_reference, on an I2V/TI2V server)"
 )
 
 
@@ -35,16 +34,6 @@ async def get_character(request: Request, character_id: str):
     return _unsupported(request, CHARACTERS)
 
 
-@router.post("/v1/videos/edits")
-async def edit(request: Request):
-    return _unsupported(request, VIDEO_TO_VIDEO.format(what="editing a video"))
-
-
 @router.post("/v1/videos/extensions")
 async def extend(request: Request):
-    return _unsupported(request, VIDEO_TO_VIDEO.format(what="extending a video"))
-
-
-@router.post("/v1/videos/{video_id}/remix")
-async def remix(request: Request, video_id: str):
-    return _unsupported(request, VIDEO_TO_VIDEO.format(what="remixing a video"))
+    return _unsupported(request, EXTENSIONS)

@@ -31,7 +31,7 @@ def video_object(row: dict, words, record: bool = True) -> dict:
         "size": row["size"],
         "seconds": row["seconds"],
         "prompt": row["prompt"],
-        "remixed_from_video_id": None,
+        "remixed_from_video_id": row.get("remixed_from"),
         "error": None,
         "step": row["step"],
         "steps": row["steps"],

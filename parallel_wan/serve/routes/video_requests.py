@@ -1,16 +1,20 @@
-"""A create request: its body read (JSON or a form with the first frame uploaded), then checked
-as the CLI checks a run and queued before the reply."""
+"""A create request (and a remix's or an edit's): its body read (JSON or a form with a file
+uploaded), then checked as the CLI checks a run and queued before the reply."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
+from dataclasses import dataclass, field
 
 from fastapi import Request
 from starlette.datastructures import UploadFile
 
+from ...report.outputs import commit, stage
 from ..fields import RequestError, seconds_of
+from ..files import source_video_path
 from ..references import json_image
 from ..store import new_id
 from ..uploads import store_image
@@ -18,10 +22,12 @@ from ..uploads import store_image
 OBJECT_FIELDS = ("metadata", "extra_params")  # fields that hold an object; a form sends them as name[key]
 
 
-async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | None, str | None]:
-    """(fields, the first frame's bytes, the field that gave them) of a JSON or form body;
-    RequestError otherwise. JSON gives the image inside the body (references.py), a form as an
-    uploaded file."""
+async def read_fields(
+    request: Request, max_bytes: int, upload: str = "input_reference"
+) -> tuple[dict, bytes | None, str | None]:
+    """(fields, the uploaded file's bytes, the field that gave them) of a JSON or form body;
+    RequestError otherwise. `upload`: the one field that may be a file (the first frame; an
+    edit's `video`). JSON gives the image inside the body (references.py), a form as a file."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -30,7 +36,7 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | N
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
             raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
-        return (fields, *json_image(fields))
+        return (fields, *json_image(fields)) if upload == "input_reference" else (fields, None, None)
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(
             f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
@@ -42,12 +48,16 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict, bytes | N
     fields, image = {}, None
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
-            if name != "input_reference":
-                raise RequestError(f"{name} is a file; only input_reference is an upload", name)
+            if name != upload:
+                raise RequestError(f"{name} is a file; only {upload} is an upload", name)
             image = await value.read()
             value = True
         _put(fields, name, value)
     await form.close()
+    if upload != "input_reference":
+        if image is not None:
+            fields.pop(upload)
+        return fields, image, upload if image is not None else None
     if "input_reference" in fields and image is None:
         raise RequestError(
             "input_reference must be an image file upload, not text; URLs and server paths are not read",
@@ -74,20 +84,67 @@ def _put(fields: dict, name: str, value) -> None:
     fields[name] = value
 
 
+@dataclass(frozen=True)
+class VideoSource:
+    """What a remix or an edit starts from: a completed job (its mp4, copied, and its run
+    settings, which the request's fields override) or an uploaded video."""
+
+    job: str | None = None  # the source job's id: remixed_from_video_id
+    mp4: str | None = None  # its mp4 on the server
+    settings: dict = field(default_factory=dict)  # its run settings, prompt and first frame dropped
+    upload: bytes | None = None
+
+    @classmethod
+    def of_job(cls, row: dict, mp4: str) -> VideoSource:
+        settings = {k: v for k, v in json.loads(row["settings"]).items() if k not in ("prompt", "image", "video")}
+        return cls(job=row["id"], mp4=mp4, settings=settings)
+
+    def store(self, settings, video_id: str) -> str:
+        path = source_video_path(settings, video_id)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if self.upload is not None:
+            if not self.upload:
+                raise RequestError("video is empty; upload an mp4", "video")
+
+            def write(tmp):
+                with open(tmp, "wb") as f:
+                    f.write(self.upload)
+
+            commit([(stage(path, write), path)])
+        else:
+            commit([(stage(path, lambda tmp: shutil.copyfile(self.mp4, tmp)), path)])
+        return path
+
+    def digest(self) -> bytes:
+        return hashlib.sha256(self.upload if self.upload is not None else str(self.job).encode()).digest()
+
+
 def queue_video(
-    store, served, settings, fields: dict, image: bytes | None, idem: str | None, image_field: str | None = None
+    store,
+    served,
+    settings,
+    fields: dict,
+    image: bytes | None,
+    idem: str | None,
+    image_field: str | None = None,
+    source: VideoSource | None = None,
 ):
     """Validate (the CLI's checks) and commit the job before the reply; (its row, created).
     A refused request leaves nothing behind: no row, no file."""
-    video_id, path, image_field = new_id(), None, image_field or "input_reference"
+    video_id, path, video, image_field = new_id(), None, None, image_field or "input_reference"
     try:
         if image is not None:
             path = store_image(settings, video_id, image, image_field)
-        spec, run_settings, notes = served.request(fields, path, image_field)
+        if source is not None:
+            video = source.store(settings, video_id)
+        base = source.settings if source is not None else None
+        spec, run_settings, notes = served.request(fields, path, image_field, video, base)
         digest = hashlib.sha256(
-            json.dumps(fields, sort_keys=True, default=str).encode() + hashlib.sha256(image or b"").digest()
+            json.dumps(fields, sort_keys=True, default=str).encode()
+            + hashlib.sha256(image or b"").digest()
+            + (source.digest() if source is not None else b"")
         ).hexdigest()
-        video = {
+        job = {
             "id": video_id,
             "model": served.model,
             "prompt": spec.video.prompts[0],
@@ -95,13 +152,19 @@ def queue_video(
             "seconds": seconds_of(spec.video.num_frames, spec.model.fps),  # the true duration, whatever was asked
             "settings": run_settings,
             "steps": spec.sampling.steps,
+            "remixed_from": source.job if source is not None else None,
             **notes,
         }
-        row, created = store.add(video, idem, digest)
+        row, created = store.add(job, idem, digest)
     except BaseException:
+        _remove(path, video)
+        raise
+    if not created:
+        _remove(path, video)  # the retry's copies; the first request's files are the job's
+    return row, created
+
+
+def _remove(*paths) -> None:
+    for path in paths:
         if path is not None:
             os.remove(path)
-        raise
-    if not created and path is not None:
-        os.remove(path)  # the retry's copy; the first request's image is the job's
-    return row, created
