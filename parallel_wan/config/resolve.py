@@ -47,7 +47,7 @@ from .schema import (
     model_preset,
     uses_guidance,
 )
-from .source_video import source_video
+from .source_video import extension, source_video
 
 
 def backend_name(cfg: Mapping) -> str:
@@ -71,6 +71,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     mesh_cfg = dict(cfg.get("mesh") or {})
     named_mesh = _named_mesh(mesh_cfg, world_size, backend)
     source, strength, source_frames = source_video(cfg, model, cfg.get("image") or None)
+    extend, _ = extension(cfg, model, cfg.get("image") or None)
     if source is not None and cfg.get("num_frames") is None:  # all of the source the VAE can take
         cfg = {**cfg, "num_frames": latent.frames_at_most(source_frames, architecture(model.architecture).vae)}
     numbers = _numbers(cfg, model)
@@ -98,9 +99,9 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     return RunSpec(
         model=model,
         mesh=mesh,
-        video=_video(cfg, numbers, image, prompts, source, strength),
+        video=_video(cfg, numbers, image, prompts, source, strength, extend),
         sampling=_sampling(cfg, model, numbers),
-        cache=_cache(cfg, model, image, backend, numbers.guidance_high, numbers.guidance_low),
+        cache=_cache(cfg, model, image or extend, backend, numbers.guidance_high, numbers.guidance_low),
         weights=_weights(cfg, model, checkpoint_dir, files),
         memory=memory,
         execution=_execution(cfg, backend, dtype, attention),
@@ -245,7 +246,7 @@ def _image(cfg: Mapping, model: ModelPreset) -> str | None:
     """image=: required by a variant that needs one, refused by one that takes none, readable."""
     image = cfg.get("image")
     takes_image = architecture(model.architecture).variant.input(IMAGE)
-    if takes_image is not None and takes_image.required and not image:
+    if takes_image is not None and takes_image.required and not image and not cfg.get("extend"):
         raise ConfigError(
             f"model={model.name} generates from an image; set image=PATH (a PNG/JPEG)", setting=("model", "image")
         )
@@ -311,12 +312,19 @@ def _check_dp(mesh, model: ModelPreset, numbers: _Numbers, prompts: int) -> None
 
 
 def _video(
-    cfg: Mapping, numbers: _Numbers, image: str | None, prompts: tuple[str, ...], source: str | None, strength: float
+    cfg: Mapping,
+    numbers: _Numbers,
+    image: str | None,
+    prompts: tuple[str, ...],
+    source: str | None,
+    strength: float,
+    extend: str | None,
 ) -> VideoSettings:
     negative = cfg.get("negative_prompt")
     return VideoSettings(
         video=source,
         strength=strength,
+        extend=extend,
         prompts=prompts,
         negative_prompt=None if negative is None else _as(str, "negative_prompt", negative),
         image=image,

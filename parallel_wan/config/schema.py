@@ -92,11 +92,12 @@ class VideoSettings:
     width: int
     video: str | None = None  # video-to-video: the source video (config/source_video.py)
     strength: float = 0.8  # … and how much of the schedule runs from it noised
+    extend: str | None = None  # a video continued from its last frame (the first frame: config/source_video.py)
 
     @property
     def inputs(self) -> frozenset[str]:
         """The inputs besides the prompt that are given (models/variants.py's names)."""
-        return frozenset([IMAGE] if self.image is not None else [])
+        return frozenset([IMAGE] if self.image is not None or self.extend is not None else [])
 
     @property
     def prompt(self) -> str:
@@ -241,6 +242,8 @@ class RunSpec:
         # A source video only when given (video-to-video), with its strength: keys of others stay.
         if self.video.video is not None:
             out.update(video=self.video.video, strength=self.video.strength)
+        if self.video.extend is not None:
+            out["extend"] = self.video.extend
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
         if self.execution.sequence_parallel != "ours":
             out["sequence_parallel"] = self.execution.sequence_parallel

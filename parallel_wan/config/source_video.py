@@ -17,7 +17,7 @@ from .schema import _as
 DEFAULT_STRENGTH = 0.8  # diffusers' WanVideoToVideoPipeline's
 
 
-def video_frames(path: str) -> int:
+def video_frames(path: str, setting: str = "video") -> int:
     """The number of frames of the video at `path`; ConfigError for a file that is not one."""
     import imageio.v3 as iio
 
@@ -25,10 +25,33 @@ def video_frames(path: str) -> int:
         return sum(1 for _ in iio.imiter(path))
     except Exception as exc:  # imageio and ffmpeg raise many types for a bad file
         raise ConfigError(
-            f"video={path} could not be read as a video ({type(exc).__name__}); give an mp4 (or another "
+            f"{setting}={path} could not be read as a video ({type(exc).__name__}); give an mp4 (or another "
             "video ffmpeg reads)",
-            setting="video",
+            setting=setting,
         ) from None
+
+
+def extension(cfg: Mapping, model, image: str | None) -> tuple[str | None, int | None]:
+    """extend=: (the video to continue, its frame count) — (None, None) without one. Its last frame
+    is the first frame of an image-to-video run, whose frames follow the source's in the output."""
+    path = cfg.get("extend")
+    if not path:
+        return None, None
+    path = _as(str, "extend", path)
+    if not os.path.isfile(path):
+        raise ConfigError(f"extend={path} does not exist; give the path of the mp4 to continue", setting="extend")
+    if architecture(model.architecture).variant.input(IMAGE) is None:
+        raise ConfigError(
+            f"extend={path} continues a video from its last frame with an image-to-video model (I2V-A14B, TI2V-5B; "
+            f"model=tiny_i2v or tiny_ti2v here); model={model.name} is text-to-video",
+            setting=("extend", "model"),
+        )
+    if image is not None or cfg.get("video"):
+        raise ConfigError(
+            f"extend={path} starts from its last frame; give one of extend=, image= and video=",
+            setting=("extend", "image" if image is not None else "video"),
+        )
+    return path, video_frames(path, "extend")
 
 
 def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, float, int | None]:
@@ -58,7 +81,7 @@ def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, fl
             f"video={path} with cache={cache}: step caching of video-to-video is not built yet; set cache=none",
             setting=("video", "cache"),
         )
-    return path, strength, video_frames(path)
+    return path, strength, video_frames(path, "video")
 
 
 def _needs_image(model) -> bool:

@@ -30,25 +30,33 @@ def load_image(path: str, height: int, width: int) -> tuple[np.ndarray, dict]:
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     with Image.open(path) as im:
-        im = im.convert("RGB")  # as the official generate.py; drops alpha, expands grey/palette
-        size = im.size
-        if size != (width, height):
-            if abs(size[0] * height - size[1] * width) > 0.01 * size[1] * width:
-                log.warning(
-                    "image=%s is %dx%d; it is stretched to width=%d height=%d (aspect %.3f → %.3f), as "
-                    "diffusers does; crop it first to keep its aspect",
-                    path,
-                    size[0],
-                    size[1],
-                    width,
-                    height,
-                    size[0] / size[1],
-                    width / height,
-                )
-            im = im.resize((width, height), resample=Image.LANCZOS)
-        arr = np.asarray(im, dtype=np.float32) / 255.0
+        image, size = prepared_image(im, height, width, f"image={path}")
     record = {"path": os.path.abspath(path), "sha256": digest, "size": list(size), "resized_to": [width, height]}
-    return (arr * 2.0 - 1.0).transpose(2, 0, 1)[None], record
+    return image, record
+
+
+def prepared_image(im, height: int, width: int, what: str) -> tuple[np.ndarray, tuple[int, int]]:
+    """A PIL image as load_image prepares it ((1, 3, H, W) in [-1, 1]), and its own size."""
+    from PIL import Image
+
+    im = im.convert("RGB")  # as the official generate.py; drops alpha, expands grey/palette
+    size = im.size
+    if size != (width, height):
+        if abs(size[0] * height - size[1] * width) > 0.01 * size[1] * width:
+            log.warning(
+                "%s is %dx%d; it is stretched to width=%d height=%d (aspect %.3f → %.3f), as diffusers does; "
+                "crop it first to keep its aspect",
+                what,
+                size[0],
+                size[1],
+                width,
+                height,
+                size[0] / size[1],
+                width / height,
+            )
+        im = im.resize((width, height), resample=Image.LANCZOS)
+    arr = np.asarray(im, dtype=np.float32) / 255.0
+    return (arr * 2.0 - 1.0).transpose(2, 0, 1)[None], size
 
 
 def i2v_condition(image, num_frames: int, latent_frames: int, vae_cfg, vae_params, ops, backend):

@@ -21,7 +21,7 @@ from .local_work import gather_latent_tokens, local_work
 from .loop_state import LoopState
 from .preview import preview_watch
 from .sidecar import Ran, sidecar_info
-from .source_video import noised, source_tokens
+from .source_video import extended, last_frame, noised, source_tokens
 from .steps import first_step, pick_schedule, step_cache_plan, step_plan, unguided_experts
 
 log = logging.getLogger("parallel_wan")
@@ -100,6 +100,8 @@ def generate(
         # the videos come back on the main rank.
         with timer.phase("vae_decode"):
             videos = run.decoder(latents)
+        if spec.video.extend is not None and videos:  # the main rank: the continued video, then the new frames
+            videos = [extended(spec.video.extend, v) for v in videos]
 
     info = sidecar_info(spec, backend, run.ran(cache_record))
     if cache_record is not None:
@@ -218,12 +220,15 @@ def _shapes(spec: RunSpec, loaded, backend) -> _Shapes:
 def _image_inputs(spec: RunSpec, loaded, shapes: _Shapes, backend, timer: PhaseTimer) -> _ImageInputs:
     """The first frame through the VAE encoder (timed as "vae_encode"), entering as the variant
     says: joined to the noise's channels (I2V) or held as the first latent frame (TI2V)."""
-    if spec.video.image is None:
+    if spec.video.image is None and spec.video.extend is None:
         return _ImageInputs()
     ops, tcfg, vcfg, work = backend.ops, shapes.transformer, shapes.vae, shapes.work
     latent_frames = shapes.latent_shape[2]
     with timer.phase("vae_encode"):
-        image, record = load_image(spec.video.image, spec.video.height, spec.video.width)
+        if spec.video.image is not None:
+            image, record = load_image(spec.video.image, spec.video.height, spec.video.width)
+        else:  # an extension: the last frame of the video it continues
+            image, record = last_frame(spec.video.extend, spec.video.height, spec.video.width)
         if spec.model.variant.input(IMAGE).enters == JOINED_CHANNELS:
             cond = i2v_condition(image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
             return _ImageInputs(

@@ -1,9 +1,11 @@
-"""Video-to-video's start (config/source_video.py): the source video's first `num_frames` frames
+"""Runs from a video (config/source_video.py). Video-to-video's start: the source video's first `num_frames` frames
 resized as diffusers' VideoProcessor.preprocess_video resizes them (PIL Lanczos to exactly
 height×width, then x/255·2 − 1 in float32), encoded by the VAE (its mean: diffusers' "argmax"),
 normalised, and mixed with the seeded noise at the first step's σ as UniPC's add_noise and the
 flow-matching scale_noise do: (1 − σ)·source + σ·noise. Every rank encodes the whole source (the
-VAE encode is not split yet) and keeps its tokens."""
+VAE encode is not split yet) and keeps its tokens. An extension's: the last frame of the video
+it continues, prepared as an image= is, and the output — that video's frames, then the new ones
+after the shared first frame."""
 
 from __future__ import annotations
 
@@ -49,3 +51,35 @@ def noised(source, noise, sigma: float, rows: int, ops):
     if rows > 1:
         source = ops.concat([source] * rows, axis=0)
     return source * float(alpha32) + noise * float(sigma32)
+
+
+def last_frame(path: str, height: int, width: int) -> tuple[np.ndarray, dict]:
+    """The last frame of the video an extension continues, as load_image prepares an image."""
+    import imageio.v3 as iio
+    from PIL import Image
+
+    from .conditioning import prepared_image
+
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    count, frame = 0, None
+    for frame in iio.imiter(path):
+        count += 1
+    image, size = prepared_image(Image.fromarray(np.asarray(frame)[..., :3]), height, width, f"extend={path}'s frames")
+    return image, {"extends": {"sha256": digest, "frames": count, "size": list(size)}}
+
+
+def extended(path: str, new_frames: np.ndarray) -> np.ndarray:
+    """The video at `path` (its frames at the new frames' size) followed by `new_frames` after
+    their first, which is the source's last."""
+    import imageio.v3 as iio
+    from PIL import Image
+
+    height, width = new_frames.shape[1:3]
+    source = []
+    for frame in iio.imiter(path):
+        image = Image.fromarray(np.asarray(frame)[..., :3]).convert("RGB")
+        if image.size != (width, height):
+            image = image.resize((width, height), resample=Image.LANCZOS)
+        source.append(np.asarray(image, dtype=np.uint8))
+    return np.concatenate([np.stack(source), new_frames[1:]])

@@ -52,7 +52,11 @@ FIELDS = TAKEN + REFUSED  # known: the refused ones are refused with their reaso
 # run setting → the request field that sets it: the one table by which the server's answers say
 # the CLI's words (`steps=0 …`) in the request's (`num_inference_steps=0 …`); words.py. `image` is
 # a file on the server, set by the uploaded `input_reference`.
-FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {"image": "input_reference", "video": "video"}
+FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {
+    "image": "input_reference",
+    "video": "video",
+    "extend": "video",
+}
 TEXT_FIELDS = ("prompt", "negative_prompt", "model", "size", "user")
 MAX_PROMPT = 32_000  # characters, as OpenAI's Videos API bounds a prompt
 MAX_USER = 256  # characters of `user`

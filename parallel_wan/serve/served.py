@@ -81,20 +81,22 @@ class RequestResolver:
         image_field: str = "input_reference",
         video: str | None = None,
         base: dict | None = None,
+        video_setting: str = "video",
     ):
         """(spec, run settings, bookkeeping: user and metadata) of a request's fields (and its
-        stored image, sent as `image_field`; a remix's or an edit's stored source `video`, and
-        the source job's run settings `base`, which the request's fields override); raises
-        RequestError."""
+        stored image, sent as `image_field`; a remix's or an edit's stored source `video` — an
+        extension's, with `video_setting="extend"` — and the source job's run settings `base`,
+        which the request's fields override); raises RequestError."""
         model = fields.get("model")
         if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
-        settings, source, notes = request_settings(fields, self.base.model.fps, edit=video is not None)
+        edit = video is not None and video_setting == "video"  # strength: a remix's or an edit's
+        settings, source, notes = request_settings(fields, self.base.model.fps, edit=edit)
         settings = {**(base or {}), **settings}
         if image is not None:
             settings["image"], source["image"] = image, image_field
-        if video is not None:
-            settings["video"], source["video"] = video, "video"
+        if video is not None:  # video= (a remix, an edit) or extend= (an extension): the request's `video`
+            settings[video_setting], source[video_setting] = video, "video"
         try:
             return self.spec(settings), settings, notes
         except ConfigError as exc:  # the CLI's line, said of the request's fields (words.py)

@@ -1118,22 +1118,18 @@ def test_unfinished_jobs_say_when_to_poll_again(api):
     assert "openai-poll-after-ms" not in api.client.get(f"/v1/videos/{ids[0]}").headers
 
 
-def test_endpoints_not_served_answer_in_openai_shape_never_405(api):
+def test_characters_answer_in_openai_shape_never_405(api):
     import openai
 
     client = api.sdk()
-    video = client.videos.create(prompt="a", size="1280x720")
+    client.videos.create(prompt="a", size="1280x720")
     for call in (
         lambda: client.videos.create_character(name="Ann", video=("a.mp4", b"x", "video/mp4")),
         lambda: client.videos.get_character("char_1"),
-        lambda: client.videos.extend(prompt="b", seconds="4", video=("a.mp4", b"x", "video/mp4")),
     ):
         with pytest.raises(openai.BadRequestError) as refused:
             call()
         assert refused.value.code == "unsupported_endpoint" and "not served" in refused.value.message
-    for path in ("/v1/videos/extensions",):  # a video named by id, in JSON
-        answer = api.client.post(path, json={"prompt": "b", "video": {"id": video.id}, "seconds": "4"})
-        assert _openai_error(answer, 400)["code"] == "unsupported_endpoint"
 
 
 def test_thumbnail_and_spritesheet_of_a_completed_job_and_the_preview_of_a_running_one(api):
@@ -1263,3 +1259,34 @@ def test_an_edit_starts_from_a_completed_job_or_an_uploaded_mp4(api, tmp_path):
         assert error["param"] == param and words in error["message"], error
         assert api.settings.storage_dir not in error["message"]
     assert sorted(os.listdir(api.settings.inputs_dir)) == before  # a refused edit leaves no file
+
+
+def test_an_extension_continues_a_video_with_the_image_to_video_model(api, tmp_path):
+    """seconds is the whole video's length: the new part is the frames past the source's (its
+    first frame the source's last); the answer's seconds is the whole video's. A text-to-video
+    server says which models can. The run itself is tests/cli/test_extend.py's."""
+    import openai
+    from harness.videos import write_source_video
+
+    from parallel_wan.serve.files import source_video_path
+
+    refused = _openai_error(api.client.post("/v1/videos/extensions", json={"prompt": "a", "video": {"id": "x"}}), 400)
+    assert "image-to-video model (I2V-A14B, TI2V-5B)" in refused["message"] and "model=tiny" in refused["message"]
+    i2v = Api(tmp_path / "i2v", ["model=tiny_i2v"])
+    write_source_video(tmp_path / "nine.mp4", frames=9, height=64, width=64)
+    upload = (tmp_path / "nine.mp4").read_bytes()
+    client = i2v.sdk()
+    video = client.videos.extend(
+        prompt="the river goes on",
+        seconds="4",
+        video=("nine.mp4", upload, "video/mp4"),
+        extra_body={"size": "1280x720"},
+    )
+    assert (video.status, video.seconds, video.size) == ("queued", "4", "1280x720")  # 65 frames at 16 fps
+    settings = json.loads(i2v.store.get(video.id)["settings"])
+    assert settings["extend"] == source_video_path(i2v.settings, video.id) and settings["num_frames"] == 57
+    assert "image" not in settings and i2v.served.spec(settings).video.inputs == {"image"}
+    with pytest.raises(openai.BadRequestError, match="seconds=0.25 is the whole video's length"):
+        client.videos.extend(prompt="a", seconds="0.25", video=("nine.mp4", upload, "video/mp4"))
+    with pytest.raises(openai.BadRequestError, match="video could not be read as a video"):
+        client.videos.extend(prompt="a", seconds="4", video=("x.mp4", b"not a video", "video/mp4"))

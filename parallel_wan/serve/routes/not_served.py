@@ -1,6 +1,6 @@
 """The Videos API's endpoints this server does not serve, answered as the API's refusals (400 in
 OpenAI's shape saying so) instead of the 405 a path beside /v1/videos/{id} would otherwise get:
-characters (a Sora feature with no Wan counterpart), and — until it is built — extensions."""
+characters, a Sora feature with no Wan counterpart."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ router = APIRouter()
 CHARACTERS = (
     "characters are not served here: Wan 2.2 has no character references; make a video with POST /v1/videos "
     "(a first frame as input_reference on an I2V/TI2V server)"
-)
-EXTENSIONS = (
-    "extending a video is not served yet; remix it (POST /v1/videos/{id}/remix) or make a new one from its "
-    "last frame (POST /v1/videos with input_reference, on an I2V/TI2V server)"
 )
 
 
@@ -32,8 +28,3 @@ async def create_character(request: Request):
 @router.get("/v1/videos/characters/{character_id}")
 async def get_character(request: Request, character_id: str):
     return _unsupported(request, CHARACTERS)
-
-
-@router.post("/v1/videos/extensions")
-async def extend(request: Request):
-    return _unsupported(request, EXTENSIONS)

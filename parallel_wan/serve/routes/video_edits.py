@@ -1,16 +1,20 @@
-"""A new video from a video (video-to-video, config/source_video.py): `POST /v1/videos/{id}/remix`
-— a completed job's video, its settings and seed, a new prompt — and `POST /v1/videos/edits` —
-`video` a completed job (`{"id": …}`) or an uploaded mp4 — each queued as a create is, starting
-from the source noised to `strength` (an extension field; README "Serving")."""
+"""A new video from a video (config/source_video.py): `POST /v1/videos/{id}/remix` — a completed
+job's video, its settings and seed, a new prompt — and `POST /v1/videos/edits` — `video` a
+completed job (`{"id": …}`) or an uploaded mp4 — start from the source noised to `strength`
+(video-to-video); `POST /v1/videos/extensions` continues the source from its last frame with the
+image-to-video model (extend=). Each is queued as a create is (README "Serving")."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from ..fields import RequestError
+from ...config import ConfigError
+from ...models.variants import IMAGE
+from ..fields import RequestError, as_number, frames_for, seconds_of
 from ..files import video_path
 from ..store import IdempotencyConflict, is_id
 from .errors import error, no_retry, refusal
@@ -40,21 +44,88 @@ async def edit(request: Request):
     api = api_of(request)
     try:
         fields, upload, _ = await read_fields(request, api.settings.max_body_bytes, upload="video")
-        given = fields.pop("video", None)
-        if upload is not None:  # as long as the upload (4k+1 frames) unless num_frames or seconds say otherwise
-            source = VideoSource(upload=upload, settings={"num_frames": None})
-        elif isinstance(given, dict) and set(given) == {"id"} and isinstance(given["id"], str):
-            source = await run_in_threadpool(_completed, api, given["id"], "video")
-        else:
-            raise RequestError(
-                'video is required: {"id": "video_…"} (a completed video of this server) or an uploaded mp4',
-                "video",
-                code="missing_required_parameter" if given is None else None,
-            )
+        source = await _source(api, fields, upload)
+        if source.upload is not None:  # as long as the upload (4k+1 frames) unless num_frames or seconds say otherwise
+            source = dataclasses.replace(source, settings={"num_frames": None})
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)
     return await _queue(request, api, fields, source)
+
+
+@router.post("/v1/videos/extensions")
+async def extend(request: Request):
+    """The video continued from its last frame by the image-to-video model: `seconds` is the whole
+    video's length (the new part: the frames past the source's), or `num_frames` the new part's
+    (its first frame is the source's last); answered as the stitched video."""
+    api = api_of(request)
+    try:
+        if api.served.base.model.variant.input(IMAGE) is None:
+            raise RequestError(
+                f"extending a video continues it from its last frame with an image-to-video model (I2V-A14B, "
+                f"TI2V-5B); this server runs model={api.served.model}, which is text-to-video",
+                "video",
+            )
+        fields, upload, _ = await read_fields(request, api.settings.max_body_bytes, upload="video")
+        source = await _source(api, fields, upload)
+        source = await run_in_threadpool(_extension_of, api, source, fields)
+    except RequestError as exc:
+        api.metrics.requests.labels("refused").inc()
+        return refusal(exc)
+    return await _queue(request, api, fields, source)
+
+
+async def _source(api, fields: dict, upload: bytes | None) -> VideoSource:
+    given = fields.pop("video", None)
+    if upload is not None:
+        return VideoSource(upload=upload)
+    if isinstance(given, dict) and set(given) == {"id"} and isinstance(given["id"], str):
+        return await run_in_threadpool(_completed, api, given["id"], "video")
+    raise RequestError(
+        'video is required: {"id": "video_…"} (a completed video of this server) or an uploaded mp4',
+        "video",
+        code="missing_required_parameter" if given is None else None,
+    )
+
+
+def _extension_of(api, source: VideoSource, fields: dict) -> VideoSource:
+    """The source as an extension's (extend=), its frame count read, and `seconds` (the whole
+    length) turned into the new part's num_frames."""
+    import tempfile
+
+    from ...config.source_video import video_frames
+    from ...models import latent
+    from ...models.registry import architecture
+
+    if source.upload is not None:
+        with tempfile.NamedTemporaryFile(suffix=".mp4") as f:
+            f.write(source.upload)
+            f.flush()
+            frames = _frames(video_frames, f.name)
+    else:
+        frames = _frames(video_frames, source.mp4)
+    settings = {k: v for k, v in source.settings.items() if k != "num_frames"}
+    seconds = fields.pop("seconds", None)
+    if seconds is not None and fields.get("num_frames") is None:  # num_frames, given too, wins
+        rate = as_number(fields.get("fps")) if fields.get("fps") is not None else api.served.base.model.fps
+        rate = rate if isinstance(rate, int) and rate > 0 else api.served.base.model.fps
+        total = frames_for(seconds, rate)
+        vae = architecture(api.served.base.model.architecture).vae
+        if total - frames + 1 < 1 + vae.scale_factor_temporal:
+            raise RequestError(
+                f"seconds={seconds} is the whole video's length, and the video already has "
+                f"{seconds_of(frames, rate)} s ({frames} frames); ask for more",
+                "seconds",
+            )
+        fields["num_frames"] = latent.frames_at_most(total - frames + 1, vae)
+    return dataclasses.replace(source, settings=settings, setting="extend", frames=frames)
+
+
+def _frames(count, path: str) -> int:
+    try:
+        return count(path, "video")
+    except ConfigError:
+        raise RequestError("video could not be read as a video; upload an mp4", "video") from None
 
 
 def _completed(api, video_id: str, param: str) -> VideoSource:

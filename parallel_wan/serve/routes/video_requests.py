@@ -93,6 +93,8 @@ class VideoSource:
     mp4: str | None = None  # its mp4 on the server
     settings: dict = field(default_factory=dict)  # its run settings, prompt and first frame dropped
     upload: bytes | None = None
+    setting: str = "video"  # the run setting it sets: video= (remix, edits) or extend= (extensions)
+    frames: int = 0  # an extension's: the source's frames, which come before the new ones
 
     @classmethod
     def of_job(cls, row: dict, mp4: str) -> VideoSource:
@@ -138,7 +140,9 @@ def queue_video(
         if source is not None:
             video = source.store(settings, video_id)
         base = source.settings if source is not None else None
-        spec, run_settings, notes = served.request(fields, path, image_field, video, base)
+        setting = source.setting if source is not None else "video"
+        spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting)
+        frames = spec.video.num_frames + (source.frames - 1 if source is not None and source.frames else 0)
         digest = hashlib.sha256(
             json.dumps(fields, sort_keys=True, default=str).encode()
             + hashlib.sha256(image or b"").digest()
@@ -149,7 +153,7 @@ def queue_video(
             "model": served.model,
             "prompt": spec.video.prompts[0],
             "size": f"{spec.video.width}x{spec.video.height}",
-            "seconds": seconds_of(spec.video.num_frames, spec.model.fps),  # the true duration, whatever was asked
+            "seconds": seconds_of(frames, spec.model.fps),  # the true duration (an extension's: the whole video)
             "settings": run_settings,
             "steps": spec.sampling.steps,
             "remixed_from": source.job if source is not None else None,
