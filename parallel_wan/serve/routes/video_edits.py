@@ -27,30 +27,23 @@ router = APIRouter()
 
 @router.post("/v1/videos/{video_id}/remix")
 async def remix(request: Request, video_id: str):
-    api = api_of(request)
-    try:
-        fields, _, _ = await read_fields(request, api.settings.max_body_bytes, upload="video")
-        source = await run_in_threadpool(_completed, api, video_id, "video_id")
-        if "video" in fields:
+    async def source_of(api, fields, upload):
+        if "video" in fields or upload is not None:
             raise RequestError("a remix's source is the video of its path; drop video (or use POST /v1/videos/edits)")
-    except RequestError as exc:
-        api.metrics.requests.labels("refused").inc()
-        return refusal(exc)
-    return await _queue(request, api, fields, source)
+        return await run_in_threadpool(_completed, api, video_id, "video_id")
+
+    return await _from_video(request, source_of)
 
 
 @router.post("/v1/videos/edits")
 async def edit(request: Request):
-    api = api_of(request)
-    try:
-        fields, upload, _ = await read_fields(request, api.settings.max_body_bytes, upload="video")
+    async def source_of(api, fields, upload):
         source = await _source(api, fields, upload)
         if source.upload is not None:  # as long as the upload (4k+1 frames) unless num_frames or seconds say otherwise
             source = dataclasses.replace(source, settings={"num_frames": None})
-    except RequestError as exc:
-        api.metrics.requests.labels("refused").inc()
-        return refusal(exc)
-    return await _queue(request, api, fields, source)
+        return source
+
+    return await _from_video(request, source_of)
 
 
 @router.post("/v1/videos/extensions")
@@ -58,17 +51,25 @@ async def extend(request: Request):
     """The video continued from its last frame by the image-to-video model: `seconds` is the whole
     video's length (the new part: the frames past the source's), or `num_frames` the new part's
     (its first frame is the source's last); answered as the stitched video."""
-    api = api_of(request)
-    try:
+
+    async def source_of(api, fields, upload):
         if api.served.base.model.variant.input(IMAGE) is None:
             raise RequestError(
                 f"extending a video continues it from its last frame with an image-to-video model (I2V-A14B, "
                 f"TI2V-5B); this server runs model={api.served.model}, which is text-to-video",
                 "video",
             )
+        return await run_in_threadpool(_extension_of, api, await _source(api, fields, upload), fields)
+
+    return await _from_video(request, source_of)
+
+
+async def _from_video(request: Request, source_of):
+    """Read the body, find the source (`source_of(api, fields, upload)`), queue the job."""
+    api = api_of(request)
+    try:
         fields, upload, _ = await read_fields(request, api.settings.max_body_bytes, upload="video")
-        source = await _source(api, fields, upload)
-        source = await run_in_threadpool(_extension_of, api, source, fields)
+        source = await source_of(api, fields, upload)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)
