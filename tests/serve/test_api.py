@@ -1169,7 +1169,8 @@ def test_thumbnail_and_spritesheet_of_a_completed_job_and_the_preview_of_a_runni
 
 # ------------------------------------------------------------------ remix and edits (video-to-video)
 def _completed_job(api, size="1280x720", **fields):
-    """A job marked completed with an mp4 of its size (the loop is not here): what a remix starts from."""
+    """A job marked completed with a small mp4 (the loop is not here; a run would stretch it to
+    the job's size): what a remix starts from."""
     from harness.videos import write_source_video
 
     from parallel_wan.serve.files import video_path
@@ -1177,8 +1178,7 @@ def _completed_job(api, size="1280x720", **fields):
     video_id = api.client.post("/v1/videos", json={"prompt": "a fox", "size": size, **fields}).json()["id"]
     api.store.register("me", "here:1")
     assert api.store.claim("me")["id"] == video_id
-    width, height = map(int, size.split("x"))
-    write_source_video(video_path(api.settings, video_id), frames=9, height=height, width=width)
+    write_source_video(video_path(api.settings, video_id), frames=9, height=64, width=64)
     api.store.finish(video_id, "completed", record={})
     return video_id
 
@@ -1232,7 +1232,7 @@ def test_an_edit_starts_from_a_completed_job_or_an_uploaded_mp4(api, tmp_path):
     source = _completed_job(api)
     by_id = api.client.post("/v1/videos/edits", json={"prompt": "b", "video": {"id": source}, "strength": 0.6})
     assert by_id.status_code == 200 and by_id.json()["remixed_from_video_id"] == source, by_id.text
-    write_source_video(tmp_path / "mine.mp4", frames=13, height=720, width=1280)
+    write_source_video(tmp_path / "mine.mp4", frames=13, height=64, width=64)  # stretched to the size when run
     upload = (tmp_path / "mine.mp4").read_bytes()
     edit = api.sdk().videos.edit(prompt="c", video=("mine.mp4", upload, "video/mp4"), extra_body={"size": "1280x720"})
     assert edit.remixed_from_video_id is None and edit.status == "queued"
@@ -1290,3 +1290,47 @@ def test_an_extension_continues_a_video_with_the_image_to_video_model(api, tmp_p
         client.videos.extend(prompt="a", seconds="0.25", video=("nine.mp4", upload, "video/mp4"))
     with pytest.raises(openai.BadRequestError, match="video could not be read as a video"):
         client.videos.extend(prompt="a", seconds="4", video=("x.mp4", b"not a video", "video/mp4"))
+
+
+def test_the_async_sdk_drives_every_endpoint_in_strict_mode(tmp_path):
+    """OpenAI's AsyncOpenAI with response validation on, as an asyncio app calls it: create,
+    retrieve, list, the models, a thumbnail, remix, edit, extend, delete (Sora's 1280x720; the
+    jobs are queued or marked completed here — their runs are the torchrun server tests'). A TI2V
+    server (which extends, and remixes a video made without a first frame) at Sora's 1024x1792,
+    a size of 32-pixel multiples."""
+    import asyncio
+
+    import numpy as np
+    import openai
+
+    from parallel_wan.serve.previews import write_variants
+
+    api = Api(tmp_path / "storage", ["model=tiny_ti2v"], served_model_names="sora-2")
+    source = _completed_job(api, size="1024x1792")
+    write_variants(api.settings, source, np.zeros((5, 72, 128, 3), np.uint8))
+    with open(os.path.join(api.settings.videos_dir, f"{source}.mp4"), "rb") as f:
+        upload = f.read()
+
+    async def session():
+        client = api.sdk(asynchronous=True)
+        created = await client.videos.create(model="sora-2", prompt="a cat", size="1024x1792", seconds="4")
+        assert (await client.videos.retrieve(created.id)).status == "queued"
+        assert [v.id async for v in client.videos.list(limit=1)] == [created.id, source]  # two pages
+        assert (await client.models.retrieve("sora-2")).id == "sora-2"
+        thumb = await client.videos.download_content(source, variant="thumbnail")
+        assert thumb.content[:4] == b"RIFF"  # WebP
+        remix = await client.videos.remix(source, prompt="a cat in the rain")
+        sora = {"size": "1024x1792"}
+        edit = await client.videos.edit(prompt="b", video=("s.mp4", upload, "video/mp4"), extra_body=sora)
+        extension = await client.videos.extend(
+            prompt="c", seconds="4", video=("s.mp4", upload, "video/mp4"), extra_body=sora
+        )
+        assert (remix.remixed_from_video_id, edit.status, extension.seconds) == (source, "queued", "4")
+        assert (await client.videos.delete(created.id)).deleted
+        try:
+            await client.videos.retrieve(created.id)
+        except openai.NotFoundError as gone:
+            return gone.code
+        return None
+
+    assert asyncio.run(session()) == "not_found"
