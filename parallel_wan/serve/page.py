@@ -49,6 +49,7 @@ PAGE = """<!doctype html>
 "use strict";
 const $ = (id) => document.getElementById(id);
 let chosen = null;
+let canExtend = false;  // the served model continues videos (image-to-video): GET /v1/models' task
 
 async function api(path, options) {
   const answer = await fetch(path, options);
@@ -107,8 +108,19 @@ function render(videos) {
       const again = document.createElement("button");
       again.textContent = "remix";
       again.className = "remix";
-      again.onclick = (e) => { e.stopPropagation(); remix(video); };
+      again.onclick = (e) => { e.stopPropagation(); remix(video, "/v1/videos/" + video.id + "/remix", {}); };
       act.appendChild(again);
+      if (canExtend) {  // an image-to-video server: continue it from its last frame, as long again
+        const more = document.createElement("button");
+        more.textContent = "extend";
+        more.className = "extend";
+        const seconds = String(2 * parseFloat(video.seconds));
+        more.onclick = (e) => {
+          e.stopPropagation();
+          remix(video, "/v1/videos/extensions", {video: {id: video.id}, seconds: seconds});
+        };
+        act.appendChild(more);
+      }
     }
     row.onclick = () => choose(video);
     body.appendChild(row);
@@ -116,13 +128,14 @@ function render(videos) {
   }
 }
 
-async function remix(video) {
+async function remix(video, path, fields) {
   const prompt = $("prompt").value.trim();
   $("message").textContent = "";
-  if (!prompt) { $("message").textContent = "write the new prompt above, then remix"; return; }
+  if (!prompt) { $("message").textContent = "write the new prompt above first"; return; }
   try {
-    const made = await api("/v1/videos/" + video.id + "/remix", {
-      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: prompt}),
+    const made = await api(path, {
+      method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify(Object.assign({prompt: prompt}, fields)),
     });
     chosen = made.id;
     poll();
@@ -158,7 +171,10 @@ $("create").addEventListener("submit", async (event) => {
   }
 });
 
-api("/v1/models").then((m) => { $("served").textContent = "model: " + m.data[0].id; }).catch(() => {});
+api("/v1/models").then((m) => {
+  $("served").textContent = "model: " + m.data[0].id;
+  canExtend = m.data[0].task !== "t2v";
+}).catch(() => {});
 poll();
 setInterval(poll, 500);
 </script>

@@ -108,7 +108,14 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
         prompt = browser.find_element(By.ID, "prompt")
         prompt.clear()
         prompt.send_keys("a paper boat at dusk")
-        browser.find_element(By.CSS_SELECTOR, f"#queue tr[data-id='{video_id}'] button.remix").click()
+        # the page redraws its rows as it polls: find and click in one call
+        clicked = browser.execute_script(
+            "const r = document.querySelector(`#queue tr[data-id='${arguments[0]}']`);"
+            "if (!r) return null; r.querySelector('button.remix').click();"
+            "return r.querySelector('button.extend') === null",
+            video_id,
+        )
+        assert clicked is True, clicked  # clicked, and no extend button: a text-to-video server extends nothing
         deadline, remixed = time.monotonic() + 300, None
         while time.monotonic() < deadline and remixed is None:
             ids = browser.execute_script("return [...document.querySelectorAll('#queue tr')].map(r => r.dataset.id)")
