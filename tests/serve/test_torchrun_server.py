@@ -38,7 +38,8 @@ def decoding(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, hold, decoding):
     storage = tmp_path_factory.mktemp("serve4") / "storage"
-    server = Server(storage, SETTINGS, ranks=4, key=KEY, env=hold.env() | decoding.env())
+    start = [*SETTINGS, "served_model_names=sora-2"]  # OpenAI's own examples name their model
+    server = Server(storage, start, ranks=4, key=KEY, env=hold.env() | decoding.env())
     try:
         yield server.wait_ready()
     finally:
@@ -186,6 +187,19 @@ def test_the_openai_sdk_creates_retrieves_and_downloads(server):
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_openais_own_example_runs_unchanged_but_for_the_base_url(server, tmp_path, monkeypatch):
+    """OpenAI's quickstart for videos, as README's Serving shows it: only base_url (and the key)
+    differ; the server answers to sora-2 (served_model_names) with its start settings."""
+    monkeypatch.chdir(tmp_path)
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY)
+    video = client.videos.create_and_poll(model="sora-2", prompt="A video of a cool cat on a motorcycle in the night")
+    if video.status == "completed":
+        content = client.videos.download_content(video.id, variant="video")
+        content.write_to_file("video.mp4")
+    assert video.status == "completed" and (tmp_path / "video.mp4").read_bytes()[4:8] == b"ftyp"
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_remix_on_four_ranks_is_the_clis_video_to_video(server, tmp_path):
     """A completed job remixed with a new prompt on the 4-rank server: the frames of
     `python -m parallel_wan.run video=<its mp4> strength=0.5` with its settings on one process
@@ -224,7 +238,7 @@ def test_bad_requests_are_refused_and_queue_nothing(server):
         ({"seed": -1}, "seed"),
         ({"guidance_scale": "nan"}, "guidance_scale"),
         ({"frames": 9}, "frames"),
-        ({"model": "sora-2"}, "model"),  # 404 model_not_found (OpenAI's answer for a model nobody serves)
+        ({"model": "sora-2-pro"}, "model"),  # 404 model_not_found (OpenAI's answer for a model nobody serves)
     ):
         answer = server.client.post(
             "/v1/videos", files={k: (None, str(v)) for k, v in {"prompt": "a", **fields}.items()}
