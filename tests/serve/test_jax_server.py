@@ -4,6 +4,7 @@ as `input_reference` through the openai SDK (TI2V) — and a running job's previ
 
 import io
 
+import imageio.v3 as iio
 import numpy as np
 import openai
 import pytest
@@ -41,9 +42,18 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         finally:
             hold.release()
         preview = wait_for_preview(server, url)
+        hold.release_all()  # the jobs after it run through
         for video_id in (with_image.id, text_only["id"]):
             assert server.wait_for(video_id, "completed", timeout=600)["progress"] == 100
-        frames = {video_id: server.frames(video_id) for video_id in (with_image.id, text_only["id"])}
+        # the harbour continued from its last frame: 5 new frames, the first of them its last
+        extension = server.client.post(
+            "/v1/videos/extensions",
+            json={"video": {"id": text_only["id"]}, "prompt": "the harbour at dawn", "num_frames": 5},
+        ).json()
+        assert extension["seconds"] == "0.5", extension  # 9 + 4 frames at 24 fps
+        server.wait_for(extension["id"], "completed", timeout=600)
+        ids = (with_image.id, text_only["id"], extension["id"])
+        frames = {video_id: server.frames(video_id) for video_id in ids}
     finally:
         hold.release_all()
         server.stop()
@@ -60,3 +70,18 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         assert_same_frames(
             frames[video_id], np.load(tmp_path / video_id / "frames.npy"), f"{video_id}: JAX server vs CLI"
         )
+    # the extension: the harbour's mp4 as decoded, then an I2V run's (torch, one process) from its last frame
+    source = np.stack(list(iio.imiter(tmp_path / "storage" / "videos" / f"{text_only['id']}.mp4")))
+    Image.fromarray(source[-1]).save(tmp_path / "last.png")
+    run_in_process(
+        tmp_path / "continued",
+        *START,
+        "backend=torch",
+        "prompt='the harbour at dawn'",
+        "num_frames=5",
+        "seed=6",
+        f"image={tmp_path / 'last.png'}",
+    )
+    extended = frames[extension["id"]]
+    assert extended.shape == (13, 64, 64, 3) and np.array_equal(extended[:9], source)
+    assert_same_frames(extended[9:], np.load(tmp_path / "continued" / "frames.npy")[1:], "the extension vs I2V")
