@@ -49,7 +49,7 @@ PAGE = """<!doctype html>
 "use strict";
 const $ = (id) => document.getElementById(id);
 let chosen = null;
-let canExtend = false;  // the served model continues videos (image-to-video): GET /v1/models' task
+let canExtend = false;  // the served model continues videos (image-to-video): GET /v1/models' extends
 
 async function api(path, options) {
   const answer = await fetch(path, options);
@@ -173,7 +173,7 @@ $("create").addEventListener("submit", async (event) => {
 
 api("/v1/models").then((m) => {
   $("served").textContent = "model: " + m.data[0].id;
-  canExtend = m.data[0].task !== "t2v";
+  canExtend = m.data[0].extends === true;
 }).catch(() => {});
 poll();
 setInterval(poll, 500);

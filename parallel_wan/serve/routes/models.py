@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from ...models.variants import IMAGE
 from .errors import refusal
 from .state import api_of
 
@@ -12,9 +13,10 @@ router = APIRouter()
 
 
 def _model(name: str, served) -> dict:
-    """OpenAI's Model, and what the model makes from (`task`: t2v, i2v or ti2v — whether the server
-    extends videos, which needs an image-to-video model; the page asks)."""
-    return {"id": name, "object": "model", "created": 0, "owned_by": "parallel_wan", "task": served.base.model.task}
+    """OpenAI's Model, and `extends`: whether the model takes a first frame, so that the server
+    continues videos (POST /v1/videos/extensions; the page asks)."""
+    extends = served.base.model.variant.input(IMAGE) is not None
+    return {"id": name, "object": "model", "created": 0, "owned_by": "parallel_wan", "extends": extends}
 
 
 @router.get("/v1/models")
