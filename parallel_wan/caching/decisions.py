@@ -59,18 +59,27 @@ def expert_runs(experts: list[str]) -> list[tuple[str, int]]:
 
 
 def cache_plan(
-    settings: CacheSettings, experts: list[str], split: int | None = None, expert_order: tuple[str, str] | None = None
+    settings: CacheSettings,
+    experts: list[str],
+    split: int | None = None,
+    expert_order: tuple[str, str] | None = None,
+    begin: int = 0,
 ) -> list[CacheStep]:
     """One CacheStep per step of a run whose step i runs expert `experts[i]`. `split`: for a
     two-expert MagCache curve without one, the high-noise steps of its calibration run.
     `expert_order`: a two-expert model's (high, low) names, so that a run whose steps all fall
-    on one expert reads that expert's part of a two-expert curve (not the whole curve)."""
-    runs = expert_runs(experts)
-    fresh = [i == 0 or experts[i] != experts[i - 1] for i in range(len(experts))]
+    on one expert reads that expert's part of a two-expert curve (not the whole curve).
+    `begin`: the first step that runs (video-to-video starts part-way, pipeline/steps.first_step):
+    the cache decides over the steps that run, as diffusers' hooks do — they see only those
+    calls — with MagCache's ratios read at the steps' places in the whole schedule; the steps
+    before `begin` are placeholders (compute) that never run."""
+    runs = expert_runs(experts[begin:])
+    fresh = [i == begin or (i > begin and experts[i] != experts[i - 1]) for i in range(len(experts))]
+    before = [CacheStep(COMPUTE, False)] * begin
     if not settings.skips:
         return [CacheStep(COMPUTE, f) for f in fresh]
     if settings.kind == "fbcache":
-        return [CacheStep(PROBE, f) for f in fresh]
+        return before + [CacheStep(PROBE, f) for f in fresh[begin:]]
     if settings.kind == "magcache":
         mag = MagCacheSettings(
             settings.threshold,
@@ -79,12 +88,12 @@ def cache_plan(
             settings.curve,
             settings.split if settings.split is not None else split,
         )
-        per_expert = [steps for _, steps in runs]
+        per_expert = [steps for _, steps in expert_runs(experts)]
         if expert_order is not None and mag.calibration_split is not None:
             per_expert = [experts.count(name) for name in expert_order]  # [n, 0] / [0, n] when one runs
-        skips = skip_schedule(mag, per_expert)
+        skips = skip_schedule(mag, per_expert, begin)
         return [CacheStep(REUSE if s else COMPUTE, f) for s, f in zip(skips, fresh)]
-    plan = []
+    plan = list(before)
     for _, steps in runs:
         plan += taylor_expert_plan(steps, settings.interval, settings.warmup, settings.order)
     return plan

@@ -19,7 +19,10 @@ this reproduces the official repository's and maxdiffusion's published schedules
   last compute and adds |1 − Γ| to the accumulated error E; the step is skipped while E ≤
   threshold and at most `max_skips` steps in a row were skipped, otherwise it computes and Γ, E
   and the count reset;
-- nothing carries over the expert switch (each expert has its own residual).
+- nothing carries over the expert switch (each expert has its own residual);
+- a run that begins part-way (video-to-video) decides from its first step as above, over the
+  steps each expert runs, with the ratios at those steps' places in the whole schedule — what
+  diffusers' hook does given those steps' slice of the curve.
 
 One decision per step serves both CFG rows (the curves' cond entries).
 """
@@ -88,28 +91,29 @@ def resample_nearest(ratios, steps: int) -> list[float]:
     return [ratios[round(i * scale)] for i in range(steps)]
 
 
-def expert_skips(ratios, steps: int, settings: MagCacheSettings) -> list[bool]:
-    """One expert's decisions over its own `steps` (see the module docstring)."""
+def expert_skips(ratios, steps: int, settings: MagCacheSettings, start: int = 0) -> list[bool]:
+    """One expert's decisions over its own `steps` (see the module docstring); the first `start`
+    of them do not run (False), and the decisions begin at `start`."""
     ratios = resample_nearest(ratios, steps)
-    forced = int(settings.retention * steps + 0.5)
-    skips, ratio, error, run = [], 1.0, 0.0, 0
-    for i in range(steps):
+    forced = start + int(settings.retention * (steps - start) + 0.5)
+    skips, ratio, error, run = [False] * start, 1.0, 0.0, 0
+    for i in range(start, steps):
         skip = False
         if i >= forced:
             ratio *= ratios[i]
             run += 1
             error += abs(1.0 - ratio)
-            # i > 0: a skip needs a residual, which only a computed step of this expert leaves.
-            skip = i > 0 and error <= settings.threshold and run <= settings.max_skips
+            # i > start: a skip needs a residual, which only a computed step of this expert leaves.
+            skip = i > start and error <= settings.threshold and run <= settings.max_skips
             if not skip:
                 ratio, error, run = 1.0, 0.0, 0
         skips.append(skip)
     return skips
 
 
-def skip_schedule(settings: MagCacheSettings, steps_per_expert: list[int]) -> list[bool]:
+def skip_schedule(settings: MagCacheSettings, steps_per_expert: list[int], begin: int = 0) -> list[bool]:
     """Every step's decision, in step order, for a run whose experts run `steps_per_expert`
-    steps one after the other (one entry: a single model)."""
+    steps one after the other (one entry: a single model), from step `begin` on."""
     ratios = cond_ratios(settings.curve)
     split = settings.calibration_split
     if len(steps_per_expert) == 1:
@@ -123,5 +127,6 @@ def skip_schedule(settings: MagCacheSettings, steps_per_expert: list[int]) -> li
     schedule = []
     for expert_ratios, steps in zip(slices, steps_per_expert):
         if steps > 0:
-            schedule += expert_skips(expert_ratios, steps, settings)
+            start = min(max(begin - len(schedule), 0), steps)
+            schedule += expert_skips(expert_ratios, steps, settings, start)
     return schedule

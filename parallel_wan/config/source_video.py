@@ -6,6 +6,7 @@ video, how many frames it has, and that the run can use it."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 
@@ -18,16 +19,41 @@ DEFAULT_STRENGTH = 0.8  # diffusers' WanVideoToVideoPipeline's
 
 
 def video_frames(path: str, setting: str = "video") -> int:
-    """The number of frames of the video at `path`; ConfigError for a file that is not one."""
-    import imageio.v3 as iio
-
+    """The number of frames of the video at `path`; ConfigError for a file that is not one.
+    Counted by ffmpeg (no frame comes into Python) once per process and file version: a server
+    counts a source when the request comes and again when it resolves the job's settings."""
     try:
-        return sum(1 for _ in iio.imiter(path))
-    except Exception as exc:  # imageio and ffmpeg raise many types for a bad file
+        st = os.stat(path)
+        return _counted(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    except Exception as exc:  # ffmpeg fails in many ways on a bad file
         raise ConfigError(
             f"{setting}={path} could not be read as a video ({type(exc).__name__}); give an mp4 (or another "
             "video ffmpeg reads)",
             setting=setting,
+        ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _counted(path: str, size: int, mtime_ns: int) -> int:
+    import imageio_ffmpeg
+
+    frames, _ = imageio_ffmpeg.count_frames_and_secs(path)
+    if not frames:
+        raise ValueError("no frames")
+    return frames
+
+
+def video_size(path: str, setting: str = "video") -> tuple[int, int]:
+    """(width, height) of the video at `path`, from its header; ConfigError for a file that is
+    not a video."""
+    import imageio.v3 as iio
+
+    try:
+        width, height = iio.immeta(path, plugin="FFMPEG")["size"]
+        return int(width), int(height)
+    except Exception as exc:
+        raise ConfigError(
+            f"{setting}={path} could not be read as a video ({type(exc).__name__}); give an mp4", setting=setting
         ) from None
 
 
@@ -75,10 +101,10 @@ def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, fl
             "frame: give one of video= and image=",
             setting=("video", "image"),
         )
-    cache = (cfg.get("cache") or {}).get("kind", "none")
-    if cache != "none":
+    if (cfg.get("cache") or {}).get("calibrate"):  # a curve is measured over a whole run, from step 0
         raise ConfigError(
-            f"video={path} with cache={cache}: step caching of video-to-video is not built yet; set cache=none",
+            f"video={path} runs only the last part of the schedule, and cache.calibrate=true measures a MagCache "
+            "curve over a whole run; calibrate without video= (then use the curve with it)",
             setting=("video", "cache"),
         )
     return path, strength, video_frames(path, "video")

@@ -42,9 +42,14 @@ def pick_schedule(spec: RunSpec, ckpt):
 def first_step(spec: RunSpec, schedule) -> int:
     """The first step run: 0, or with a source video (video-to-video) the step where `strength`
     of the schedule is left — diffusers' rule, steps − int(steps·strength)."""
+    return begin_step(spec, schedule.steps)
+
+
+def begin_step(spec: RunSpec, steps: int) -> int:
+    """first_step for a schedule of `steps` steps."""
     if spec.video.video is None:
         return 0
-    return schedule.steps - min(int(schedule.steps * spec.video.strength), schedule.steps)
+    return steps - min(int(steps * spec.video.strength), steps)
 
 
 def expert_for(t: float, spec: RunSpec) -> str:
@@ -142,7 +147,13 @@ def step_cache_plan(spec: RunSpec, ckpt, plan: list[Step]) -> list | None:
             )
     experts = spec.model.variant.experts
     try:
-        return cache_plan(settings, [step.expert for step in plan], split, experts if len(experts) == 2 else None)
+        return cache_plan(
+            settings,
+            [step.expert for step in plan],
+            split,
+            experts if len(experts) == 2 else None,
+            begin_step(spec, len(plan)),  # video-to-video: the cache decides from the first step run
+        )
     except ValueError as exc:
         raise ConfigError(
             f"{_curve_setting(settings)} cannot serve this run of {spec.sampling.steps} steps: {exc}"

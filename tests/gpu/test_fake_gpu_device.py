@@ -106,14 +106,18 @@ def test_cuda_on_a_machine_without_cuda_stops_in_one_line(monkeypatch, capsys):
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_video_to_video_on_two_fake_gpus(fake_gpu_checkpoints, tmp_path):
-    """video= on CUDA: the source's VAE encode on each rank's GPU, the noised tokens sharded,
-    the loop from step 1 of 2 — every collective agreeing across ranks under NCCL's rules."""
+    """video= on CUDA with a step cache: the source's VAE encode on each rank's GPU, the noised
+    tokens sharded, the loop from step 1 of 4, TaylorSeer deciding from there (it predicts step
+    2) — every collective agreeing across ranks under NCCL's rules."""
     from harness.videos import write_source_video
 
     source = tmp_path / "source.mp4"
     write_source_video(source, frames=5, height=32, width=32)
-    sim = simulate(["mesh=cp2", f"video={source}", "strength=0.5"], 2, fake_gpu_checkpoints, device="cuda")
+    taylor = ["cache=taylorseer", "cache.warmup=1", "cache.interval=2", "cache.order=1"]
+    overrides = ["mesh=cp2", f"video={source}", "strength=0.75", "steps=4", *taylor]
+    sim = simulate(overrides, 2, fake_gpu_checkpoints, device="cuda")
     assert sim.problems() == []
     assert one_gpu_per_rank(sim) == []
-    for rank in sim.ranks:  # one step of two ran (strength 0.5): the loop saw one iteration
-        assert {phase for *_, phase in rank.recorder.ops if phase.startswith("step ")} == {"step 0"}
+    for rank in sim.ranks:  # three steps of four ran (strength 0.75): the loop saw three iterations
+        assert {phase for *_, phase in rank.recorder.ops if phase.startswith("step ")} == {"step 0", "step 1", "step 2"}
+        assert rank.info["cache"]["skipped"] == {"cond": [2], "uncond": [2]}

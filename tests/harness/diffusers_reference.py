@@ -25,6 +25,22 @@ def text_and_vae(model, scheduler=None) -> dict:
     )
 
 
+def pipeline_call(steps: int) -> dict:
+    """The arguments every reference pipeline call shares: the CLI harness's prompt, size, seed."""
+    import torch
+
+    return dict(
+        prompt=PROMPT,
+        negative_prompt=NEGATIVE,
+        height=HEIGHT,
+        width=WIDTH,
+        num_inference_steps=steps,
+        max_sequence_length=512,
+        output_type="np",
+        generator=torch.Generator("cpu").manual_seed(SEED),
+    )
+
+
 def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None, boundary_ratio=None, **guidance):
     """diffusers' frames (uint8) for the tiny model; I2V pipeline when an image is given. The
     pipeline uses the model's own transformers, so caches enabled on them apply. `scheduler`:
@@ -48,18 +64,7 @@ def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None
     pipeline = WanPipeline if image is None else WanImageToVideoPipeline
     if cfg_on is not None:
         pipeline = type(pipeline.__name__, (pipeline,), {"do_classifier_free_guidance": property(lambda _: cfg_on)})
-    call = dict(
-        prompt=PROMPT,
-        negative_prompt=NEGATIVE,
-        height=HEIGHT,
-        width=WIDTH,
-        num_frames=NUM_FRAMES,
-        num_inference_steps=steps,
-        max_sequence_length=512,
-        output_type="np",
-        generator=torch.Generator("cpu").manual_seed(SEED),
-        **guidance,
-    )
+    call = dict(**pipeline_call(steps), num_frames=NUM_FRAMES, **guidance)
     if image is None:
         pipe = pipeline(**components)
     else:
@@ -70,3 +75,50 @@ def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None
     pipe.set_progress_bar_config(disable=True)
     with torch.no_grad():
         return to_uint8(pipe(**call).frames[0])
+
+
+def v2v_frames(model, frames, strength, guidance, steps=STEPS, transformer=None, lora=None):
+    """diffusers' WanVideoToVideoPipeline's uint8 frames from the source `frames` (uint8) on the
+    tiny model's low-noise expert (its one transformer; `transformer`: another, e.g. one with a
+    cache hook on it). `lora`: (file, scale) loaded with the pipeline's `load_lora_weights`
+    for this call only."""
+    import torch
+    from diffusers import WanVideoToVideoPipeline
+    from PIL import Image
+
+    pipe = WanVideoToVideoPipeline(**text_and_vae(model), transformer=transformer or model.transformer_2)
+    pipe.set_progress_bar_config(disable=True)
+    if lora is not None:
+        pipe.load_lora_weights(lora[0], adapter_name="v2v")
+        pipe.transformer.set_adapters(["v2v"], [lora[1]])
+    try:
+        with torch.no_grad():
+            video = [Image.fromarray(f) for f in frames]
+            out = pipe(video=video, strength=strength, guidance_scale=guidance, **pipeline_call(steps)).frames[0]
+    finally:  # the model is a session fixture: leave it without adapters
+        if lora is not None:
+            pipe.transformer.delete_adapters(["v2v"])
+    return to_uint8(out)
+
+
+class BranchContexts:
+    """diffusers' cache hooks keep one state per CFG branch, named by the `cache_context` the
+    pipeline enters around each transformer call — WanPipeline does, WanVideoToVideoPipeline (as
+    of diffusers 0.42) does not, and the hooks refuse to run without one. This enters "cond" and
+    "uncond" around alternate calls, as WanPipeline does (the v2v pipeline calls cond first, every
+    step), on a transformer whose cache is enabled; `remove()` puts its forward back."""
+
+    def __init__(self, transformer):
+        self.transformer, self.calls = transformer, 0
+        hooked = transformer.forward
+
+        def forward(*args, **kwargs):
+            name = ("cond", "uncond")[self.calls % 2]
+            self.calls += 1
+            with transformer.cache_context(name):
+                return hooked(*args, **kwargs)
+
+        transformer.forward = forward
+
+    def remove(self):
+        del self.transformer.forward

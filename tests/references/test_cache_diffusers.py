@@ -232,3 +232,69 @@ def test_cached_run_matches_diffusers_cache_hooks(models, ratios_path, tmp_path,
     assert record["block_forwards_dense"] == STEPS * 2 * counter.layers
     assert record["block_forwards"] == sum(counter.calls) < record["block_forwards_dense"]
     assert_frames_close(ours["frames"], ref)
+
+
+# Video-to-video (remix, edits): the steps from 8 − int(8 · 0.75) = 2 on run, all on the low-noise
+# expert (boundary 0.999), which is WanVideoToVideoPipeline's one transformer. diffusers' hooks see
+# only those 6 calls per branch; MagCache's config gets the curve's entries at those steps' places
+# in the 8-step schedule (cond ratios 2 … 7). FirstBlockCache's threshold sits mid-way in the range
+# that skips the same steps (measured: 0.85 … 1.0 all skip run steps 1 and 4 of both branches).
+V2V_STRENGTH, V2V_BEGIN = 0.75, 2
+V2V_FBC_THRESHOLD = 0.92
+
+
+@pytest.mark.parametrize("cache", ["magcache", "taylorseer", "fbcache"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_cached_video_to_video_matches_diffusers_cache_hooks(tiny_t2v, ratios_path, tmp_path, cache):
+    from types import SimpleNamespace
+
+    from diffusers import FirstBlockCacheConfig, MagCacheConfig
+    from harness.cli import common, run_in_process
+    from harness.diffusers_reference import BranchContexts, v2v_frames
+    from harness.videos import write_source_video
+
+    model, ckpt = tiny_t2v.model, tiny_t2v.diffusers
+    transformer = model.transformer_2
+    frames = write_source_video(tmp_path / "source.mp4")
+    runs = STEPS - V2V_BEGIN
+    if cache == "magcache":
+        threshold, max_skips, retention = MAG_SETTINGS["t2v"]
+        config = MagCacheConfig(
+            threshold=threshold,
+            max_skip_steps=max_skips,
+            retention_ratio=retention,
+            num_inference_steps=runs,
+            mag_ratios=[1.0, *MAG_CURVE[0::2]][V2V_BEGIN:],
+        )
+        ours = our_overrides(cache, "t2v", ratios_path)
+    elif cache == "taylorseer":
+        config = diffusers_configs(cache, "t2v", SimpleNamespace(transformer=transformer, transformer_2=None), STEPS)[0]
+        ours = our_overrides(cache, "t2v", ratios_path)
+    else:
+        config = FirstBlockCacheConfig(threshold=V2V_FBC_THRESHOLD)
+        ours = {"cache": "fbcache", "cache.threshold": V2V_FBC_THRESHOLD}
+    counter = BlockCounter(SimpleNamespace(transformer=transformer, transformer_2=None))
+    transformer.enable_cache(config)
+    contexts = BranchContexts(transformer)
+    try:
+        ref = v2v_frames(model, frames, V2V_STRENGTH, 3.0, steps=STEPS)
+    finally:
+        contexts.remove()
+        transformer.disable_cache()
+        counter.remove()
+    skipped = counter.skipped(runs)
+    assert any(skipped.values()) and sum(counter.calls) < runs * 2 * counter.layers, counter.calls
+    dense = v2v_frames(model, frames, V2V_STRENGTH, 3.0, steps=STEPS)
+    assert np.abs(ref.astype(np.int16) - dense).max() > CACHE_MATTERS  # the skips changed the video
+
+    out = tmp_path / "ours"
+    source = tmp_path / "source.mp4"
+    run_in_process(
+        out,
+        *common(ckpt, video=source, strength=V2V_STRENGTH, boundary=0.999, guidance_low=3.0, steps=STEPS, **ours),
+    )
+    record = json.loads((out / "video.json").read_text())["cache"]
+    assert {b: [s - V2V_BEGIN for s in steps] for b, steps in record["skipped"].items()} == skipped
+    assert record["block_forwards_dense"] == runs * 2 * counter.layers  # the steps run, not the schedule's
+    assert record["block_forwards"] == sum(counter.calls)
+    assert_frames_close(np.load(out / "frames.npy"), ref)

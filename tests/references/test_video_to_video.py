@@ -7,34 +7,10 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from harness.cli import HEIGHT, NEGATIVE, PROMPT, SEED, WIDTH, common, run_in_process
-from harness.frames import assert_frames_close, to_uint8
+from harness.cli import common, run_in_process
+from harness.diffusers_reference import v2v_frames
+from harness.frames import assert_frames_close
 from harness.videos import write_source_video
-
-
-def diffusers_v2v(model, frames, strength, guidance):
-    from diffusers import WanVideoToVideoPipeline
-    from harness.diffusers_reference import text_and_vae
-    from PIL import Image
-
-    pipe = WanVideoToVideoPipeline(**text_and_vae(model), transformer=model.transformer_2)
-    pipe.set_progress_bar_config(disable=True)
-    with torch.no_grad():
-        out = pipe(
-            video=[Image.fromarray(f) for f in frames],
-            prompt=PROMPT,
-            negative_prompt=NEGATIVE,
-            height=HEIGHT,
-            width=WIDTH,
-            num_inference_steps=4,
-            strength=strength,
-            guidance_scale=guidance,
-            max_sequence_length=512,
-            generator=torch.Generator("cpu").manual_seed(SEED),
-            output_type="np",
-        ).frames[0]
-    return to_uint8(out)
 
 
 @pytest.mark.parametrize("strength", [0.5, 0.75])
@@ -46,7 +22,7 @@ def test_video_to_video_matches_diffusers(tiny_t2v, tmp_path, strength):
     run_in_process(
         out, *common(ckpt, video=tmp_path / "source.mp4", strength=strength, boundary=0.999, guidance_low=3.0)
     )
-    ref = diffusers_v2v(model, frames, strength, 3.0)
+    ref = v2v_frames(model, frames, strength, 3.0)
     assert_frames_close(np.load(out / "frames.npy"), ref, max_abs=2)
     sidecar = json.loads((out / "video.json").read_text())
     assert sidecar["config"]["strength"] == strength and sidecar["config"]["video"].endswith("source.mp4")
@@ -56,3 +32,23 @@ def test_video_to_video_matches_diffusers(tiny_t2v, tmp_path, strength):
     run_in_process(t2v, *common(ckpt, boundary=0.999, guidance_low=3.0))
     ours, plain = np.load(out / "frames.npy").astype(int), np.load(t2v / "frames.npy").astype(int)
     assert np.abs(ours - plain).max() > 8
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_video_to_video_with_a_lora_matches_diffusers(tiny_t2v, tmp_path):
+    """A LoRA on the expert that runs (PEFT file, alpha ≠ rank, scale 0.5): diffusers'
+    WanVideoToVideoPipeline after load_lora_weights + set_adapters, within 2 levels; the LoRA
+    moves the frames far more than that."""
+    from harness.lora_files import lora_pairs, write_lora
+
+    from parallel_wan.builtin.tiny import transformer_config
+
+    model, ckpt = tiny_t2v.model, tiny_t2v.diffusers
+    frames = write_source_video(tmp_path / "source.mp4")
+    lora = write_lora(tmp_path / "low.safetensors", lora_pairs(transformer_config("t2v"), rank=8, seed=2), "peft", 4.0)
+    settings = dict(video=tmp_path / "source.mp4", strength=0.75, boundary=0.999, guidance_low=3.0)
+    run_in_process(tmp_path / "ours", *common(ckpt, **settings, lora_low=lora, lora_low_scale=0.5))
+    ours = np.load(tmp_path / "ours" / "frames.npy")
+    assert_frames_close(ours, v2v_frames(model, frames, 0.75, 3.0, lora=(lora, 0.5)), max_abs=2)
+    run_in_process(tmp_path / "plain", *common(ckpt, **settings))
+    assert np.abs(ours.astype(int) - np.load(tmp_path / "plain" / "frames.npy")).max() > 20  # the LoRA mattered

@@ -1225,6 +1225,8 @@ def test_a_remix_is_the_source_jobs_settings_with_a_new_prompt_from_its_video(ap
 
 
 def test_an_edit_starts_from_a_completed_job_or_an_uploaded_mp4(api, tmp_path):
+    import imageio.v3 as iio
+    import numpy as np
     from harness.videos import write_source_video
 
     from parallel_wan.serve.files import source_video_path
@@ -1240,6 +1242,13 @@ def test_an_edit_starts_from_a_completed_job_or_an_uploaded_mp4(api, tmp_path):
     settings = json.loads(api.store.get(edit.id)["settings"])
     assert settings["video"] == source_video_path(api.settings, edit.id) and "strength" not in settings
     assert api.served.spec(settings).video.num_frames == 13  # all of the upload
+    # without a size, the upload's own, each side to the nearest multiple of 16 the model takes
+    for (width, height), size in (((80, 48), "80x48"), ((74, 50), "80x48")):
+        frames = np.full((5, height, width, 3), 90, np.uint8)  # exactly this size (no padding to 16)
+        iio.imwrite(tmp_path / "own.mp4", frames, fps=16, codec="libx264", macro_block_size=1)
+        files = {"prompt": (None, "e"), "video": ("own.mp4", (tmp_path / "own.mp4").read_bytes(), "video/mp4")}
+        own = api.client.post("/v1/videos/edits", files=files).json()  # raw: the strict SDK knows Sora's sizes only
+        assert own["size"] == size and json.loads(api.store.get(own["id"])["settings"])["width"] == int(size[:2])
     before = sorted(os.listdir(api.settings.inputs_dir))
     for answer, param, words in (
         (api.client.post("/v1/videos/edits", json={"prompt": "d"}), "video", "video is required"),
@@ -1268,7 +1277,7 @@ def test_an_extension_continues_a_video_with_the_image_to_video_model(api, tmp_p
     import openai
     from harness.videos import write_source_video
 
-    from parallel_wan.serve.files import source_video_path
+    from parallel_wan.serve.files import source_video_path, video_path
 
     refused = _openai_error(api.client.post("/v1/videos/extensions", json={"prompt": "a", "video": {"id": "x"}}), 400)
     assert "image-to-video model (I2V-A14B, TI2V-5B)" in refused["message"] and "model=tiny" in refused["message"]
@@ -1286,6 +1295,12 @@ def test_an_extension_continues_a_video_with_the_image_to_video_model(api, tmp_p
     settings = json.loads(i2v.store.get(video.id)["settings"])
     assert settings["extend"] == source_video_path(i2v.settings, video.id) and settings["num_frames"] == 57
     assert "image" not in settings and i2v.served.spec(settings).video.inputs == {"image"}
+    i2v.store.register("me", "here:1")
+    i2v.store.claim("me")
+    write_source_video(video_path(i2v.settings, video.id), frames=9, height=64, width=64)
+    i2v.store.finish(video.id, "completed", record={})
+    longer = i2v.client.post("/v1/videos/extensions", json={"prompt": "on", "seconds": "5", "video": {"id": video.id}})
+    assert (longer.json()["seconds"], longer.json()["remixed_from_video_id"]) == ("5", None)  # continued, not remixed
     with pytest.raises(openai.BadRequestError, match="seconds=0.25 is the whole video's length"):
         client.videos.extend(prompt="a", seconds="0.25", video=("nine.mp4", upload, "video/mp4"))
     with pytest.raises(openai.BadRequestError, match="video could not be read as a video"):

@@ -108,3 +108,37 @@ def test_bad_settings_are_refused(kwargs, message):
     base = dict(threshold=0.06, max_skips=2, retention=0.2, curve=magcache_curves.T2V_A14B, calibration_split=26)
     with pytest.raises(ValueError, match=message):
         MagCacheSettings(**{**base, **kwargs})
+
+
+def test_a_run_that_begins_part_way_decides_from_its_first_step():
+    """Video-to-video runs steps begin … N−1: each expert's decisions start at its first step run
+    (forced zone and counters over the steps it runs, no residual before it), with the ratios at
+    those steps' places in the whole schedule — the whole run's decisions from a later start."""
+    settings = official("T2V_A14B", 1e9, 2, 0.0)
+    whole = skip_schedule(settings, [26, 14])
+    part = skip_schedule(settings, [26, 14], begin=10)
+    assert len(part) == 40 and not any(part[:10])
+    assert "".join("s" if s else "c" for s in part[10:17]) == "csscssc"  # step 10 computes: nothing cached
+    assert part[26:] == whole[26:]  # the low-noise expert is untouched by a start inside the high one's
+    late = skip_schedule(settings, [26, 14], begin=30)
+    assert not any(late[:31]) and late[30:] == expert_skips(cond_ratios(settings.curve)[26:], 14, settings, 4)[4:]
+    # the ratios read are the schedule's from the start on: with retention, the forced zone is the
+    # first round(0.25 · steps run) of the run's steps
+    ratios = [1.0, 1.0, 1.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    mine = MagCacheSettings(0.1, 3, 0.25, tuple(r for x in ratios[1:] for r in (x, x)), None)
+    assert skipped(skip_schedule(mine, [8], begin=2)) == [4, 5, 6]  # 2, 3 forced: 0.25 · 6 = 1.5 → 2
+
+
+def test_the_cache_plan_of_a_run_that_begins_part_way():
+    from parallel_wan.caching.decisions import COMPUTE, PREDICT, PROBE, cache_plan
+    from parallel_wan.caching.settings import CacheSettings
+
+    experts = ["high"] * 3 + ["low"] * 5
+    taylor = cache_plan(CacheSettings("taylorseer", interval=2, warmup=1, order=1), experts, begin=1)
+    # diffusers' rule over each expert's calls from the first run: compute, predict, (compute)…
+    assert [s.action for s in taylor] == [COMPUTE, COMPUTE, PREDICT, COMPUTE, PREDICT, COMPUTE, PREDICT, COMPUTE]
+    assert [s.fresh for s in taylor] == [False, True, False, True, False, False, False, False]
+    fb = cache_plan(CacheSettings("fbcache", threshold=0.5), experts, begin=4)
+    assert [s.action for s in fb] == [COMPUTE] * 4 + [PROBE] * 4 and [s.fresh for s in fb].index(True) == 4
+    # the steps before the start never run: the plan keeps one entry per step of the schedule
+    assert len(cache_plan(CacheSettings("none"), experts, begin=4)) == 8

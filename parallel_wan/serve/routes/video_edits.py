@@ -12,15 +12,13 @@ import os
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from ...config import ConfigError
 from ...models.variants import IMAGE
-from ..fields import RequestError, as_number, frames_for, seconds_of
+from ..fields import RequestError
 from ..files import video_path
-from ..store import IdempotencyConflict, is_id
-from .errors import error, no_retry, refusal
+from ..store import is_id
+from .errors import refusal
 from .state import api_of
-from .video_objects import video_object
-from .video_requests import VideoSource, queue_video, read_fields
+from .video_requests import VideoSource, answer, read_fields
 
 router = APIRouter()
 
@@ -39,8 +37,8 @@ async def remix(request: Request, video_id: str):
 async def edit(request: Request):
     async def source_of(api, fields, upload):
         source = await _source(api, fields, upload)
-        if source.upload is not None:  # as long as the upload (4k+1 frames) unless num_frames or seconds say otherwise
-            source = dataclasses.replace(source, settings={"num_frames": None})
+        if source.upload is not None:  # all of the upload (4k+1 frames) at its size, unless the fields say
+            source = dataclasses.replace(source, settings={"num_frames": None})  # otherwise (sources.py)
         return source
 
     return await _from_video(request, source_of)
@@ -59,7 +57,9 @@ async def extend(request: Request):
                 f"TI2V-5B); this server runs model={api.served.model}, which is text-to-video",
                 "video",
             )
-        return await run_in_threadpool(_extension_of, api, await _source(api, fields, upload), fields)
+        source = await _source(api, fields, upload)  # its length is read once stored (sources.py)
+        settings = {k: v for k, v in source.settings.items() if k != "num_frames"}
+        return dataclasses.replace(source, settings=settings, setting="extend")
 
     return await _from_video(request, source_of)
 
@@ -73,7 +73,7 @@ async def _from_video(request: Request, source_of):
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)
-    return await _queue(request, api, fields, source)
+    return await answer(request, api, fields, source=source)
 
 
 async def _source(api, fields: dict, upload: bytes | None) -> VideoSource:
@@ -89,46 +89,6 @@ async def _source(api, fields: dict, upload: bytes | None) -> VideoSource:
     )
 
 
-def _extension_of(api, source: VideoSource, fields: dict) -> VideoSource:
-    """The source as an extension's (extend=), its frame count read, and `seconds` (the whole
-    length) turned into the new part's num_frames."""
-    import tempfile
-
-    from ...config.source_video import video_frames
-    from ...models import latent
-    from ...models.registry import architecture
-
-    if source.upload is not None:
-        with tempfile.NamedTemporaryFile(suffix=".mp4") as f:
-            f.write(source.upload)
-            f.flush()
-            frames = _frames(video_frames, f.name)
-    else:
-        frames = _frames(video_frames, source.mp4)
-    settings = {k: v for k, v in source.settings.items() if k != "num_frames"}
-    seconds = fields.pop("seconds", None)
-    if seconds is not None and fields.get("num_frames") is None:  # num_frames, given too, wins
-        rate = as_number(fields.get("fps")) if fields.get("fps") is not None else api.served.base.model.fps
-        rate = rate if isinstance(rate, int) and rate > 0 else api.served.base.model.fps
-        total = frames_for(seconds, rate)
-        vae = architecture(api.served.base.model.architecture).vae
-        if total - frames + 1 < 1 + vae.scale_factor_temporal:
-            raise RequestError(
-                f"seconds={seconds} is the whole video's length, and the video already has "
-                f"{seconds_of(frames, rate)} s ({frames} frames); ask for more",
-                "seconds",
-            )
-        fields["num_frames"] = latent.frames_at_most(total - frames + 1, vae)
-    return dataclasses.replace(source, settings=settings, setting="extend", frames=frames)
-
-
-def _frames(count, path: str) -> int:
-    try:
-        return count(path, "video")
-    except ConfigError:
-        raise RequestError("video could not be read as a video; upload an mp4", "video") from None
-
-
 def _completed(api, video_id: str, param: str) -> VideoSource:
     row = api.store.get(video_id) if is_id(video_id) else None
     if row is None:
@@ -139,20 +99,3 @@ def _completed(api, video_id: str, param: str) -> VideoSource:
             f"video {video_id} is {row['status']}; a remix or an edit starts from a completed one", param
         )
     return VideoSource.of_job(row, mp4)
-
-
-async def _queue(request: Request, api, fields: dict, source: VideoSource):
-    idem = request.headers.get("idempotency-key")
-    try:
-        row, created = await run_in_threadpool(
-            queue_video, api.store, api.served, api.settings, fields, None, idem, None, source
-        )
-    except RequestError as exc:
-        api.metrics.requests.labels("refused").inc()
-        return refusal(exc)
-    except IdempotencyConflict:
-        api.metrics.requests.labels("refused").inc()
-        message = f"Idempotency-Key {idem!r} was used for another request; use a new key for a new request"
-        return no_retry(error(409, message, "Idempotency-Key"))
-    api.metrics.requests.labels("queued" if created else "repeated").inc()
-    return video_object(row, api.words)

@@ -10,14 +10,18 @@ import shutil
 from dataclasses import dataclass, field
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from ...report.outputs import commit, stage
 from ..fields import RequestError, seconds_of
 from ..files import source_video_path
 from ..references import json_image
-from ..store import new_id
+from ..sources import new_part, source_frames, upload_size
+from ..store import IdempotencyConflict, new_id
 from ..uploads import store_image
+from .errors import error, no_retry, refusal
+from .video_objects import video_object
 
 OBJECT_FIELDS = ("metadata", "extra_params")  # fields that hold an object; a form sends them as name[key]
 
@@ -94,7 +98,6 @@ class VideoSource:
     settings: dict = field(default_factory=dict)  # its run settings, prompt and first frame dropped
     upload: bytes | None = None
     setting: str = "video"  # the run setting it sets: video= (remix, edits) or extend= (extensions)
-    frames: int = 0  # an extension's: the source's frames, which come before the new ones
 
     @classmethod
     def of_job(cls, row: dict, mp4: str) -> VideoSource:
@@ -121,6 +124,32 @@ class VideoSource:
         return hashlib.sha256(self.upload if self.upload is not None else str(self.job).encode()).digest()
 
 
+async def answer(
+    request: Request,
+    api,
+    fields: dict,
+    image: bytes | None = None,
+    image_field: str | None = None,
+    source: VideoSource | None = None,
+):
+    """Queue a create, remix, edit or extension and answer: the video object, the refusal, or the
+    409 of an Idempotency-Key reused for another request (which OpenAI's SDKs must not retry)."""
+    idem = request.headers.get("idempotency-key")
+    try:
+        row, created = await run_in_threadpool(
+            queue_video, api.store, api.served, api.settings, fields, image, idem, image_field, source
+        )
+    except RequestError as exc:
+        api.metrics.requests.labels("refused").inc()
+        return refusal(exc)
+    except IdempotencyConflict:
+        api.metrics.requests.labels("refused").inc()
+        message = f"Idempotency-Key {idem!r} was used for another request; use a new key for a new request"
+        return no_retry(error(409, message, "Idempotency-Key"))
+    api.metrics.requests.labels("queued" if created else "repeated").inc()
+    return video_object(row, api.words)
+
+
 def queue_video(
     store,
     served,
@@ -134,17 +163,23 @@ def queue_video(
     """Validate (the CLI's checks) and commit the job before the reply; (its row, created).
     A refused request leaves nothing behind: no row, no file."""
     video_id, path, video, image_field = new_id(), None, None, image_field or "input_reference"
+    given, before = fields, 0  # before: an extension's source frames, which come before the new ones
     try:
         if image is not None:
             path = store_image(settings, video_id, image, image_field)
         if source is not None:
             video = source.store(settings, video_id)
+        if source is not None and source.setting == "extend":
+            before = source_frames(video)
+            fields = new_part(served, fields, before)
         base = source.settings if source is not None else None
+        if source is not None and source.upload is not None and source.setting == "video":
+            base = {**base, **upload_size(served, fields, video)}
         setting = source.setting if source is not None else "video"
         spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting)
-        frames = spec.video.num_frames + (source.frames - 1 if source is not None and source.frames else 0)
+        frames = spec.video.num_frames + max(before - 1, 0)
         digest = hashlib.sha256(
-            json.dumps(fields, sort_keys=True, default=str).encode()
+            json.dumps(given, sort_keys=True, default=str).encode()
             + hashlib.sha256(image or b"").digest()
             + (source.digest() if source is not None else b"")
         ).hexdigest()
@@ -156,7 +191,8 @@ def queue_video(
             "seconds": seconds_of(frames, spec.model.fps),  # the true duration (an extension's: the whole video)
             "settings": run_settings,
             "steps": spec.sampling.steps,
-            "remixed_from": source.job if source is not None else None,
+            # a remix's or an edit's source job; an extension continues its source, not remixes it
+            "remixed_from": source.job if source is not None and source.setting == "video" else None,
             **notes,
         }
         row, created = store.add(job, idem, digest)

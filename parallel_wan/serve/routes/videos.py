@@ -12,11 +12,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ..fields import RequestError
 from ..files import VARIANT_FILES, delete_files, variant_path, video_path
-from ..store import IdempotencyConflict, UnknownCursor, is_id
-from .errors import error, no_retry, refusal
+from ..store import UnknownCursor, is_id
+from .errors import error, refusal
 from .state import api_of
 from .video_objects import deleted_object, no_content, poll_after, video_object
-from .video_requests import queue_video, read_fields
+from .video_requests import answer, read_fields
 
 router = APIRouter()
 
@@ -29,25 +29,7 @@ async def create(request: Request):
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)
-    idem = request.headers.get("idempotency-key")
-    try:
-        row, created = await run_in_threadpool(
-            queue_video, api.store, api.served, api.settings, fields, image, idem, image_field
-        )
-    except RequestError as exc:
-        api.metrics.requests.labels("refused").inc()
-        return refusal(exc)
-    except IdempotencyConflict:
-        api.metrics.requests.labels("refused").inc()
-        return no_retry(
-            error(
-                409,
-                f"Idempotency-Key {idem!r} was used for another request; use a new key for a new request",
-                "Idempotency-Key",
-            )
-        )
-    api.metrics.requests.labels("queued" if created else "repeated").inc()
-    return video_object(row, api.words)
+    return await answer(request, api, fields, image, image_field)
 
 
 @router.get("/v1/videos")
