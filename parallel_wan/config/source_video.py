@@ -95,12 +95,6 @@ def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, fl
             f"video noised to it; {DEFAULT_STRENGTH} by default)",
             setting="strength",
         )
-    if image is not None or _needs_image(model):
-        raise ConfigError(
-            f"video={path} makes a video from a video; model={model.name} with image= makes one from a first "
-            "frame: give one of video= and image=",
-            setting=("video", "image"),
-        )
     if (cfg.get("cache") or {}).get("calibrate"):  # a curve is measured over a whole run, from step 0
         raise ConfigError(
             f"video={path} runs only the last part of the schedule, and cache.calibrate=true measures a MagCache "
@@ -108,8 +102,3 @@ def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, fl
             setting=("video", "cache"),
         )
     return path, strength, video_frames(path, "video")
-
-
-def _needs_image(model) -> bool:
-    takes = architecture(model.architecture).variant.input(IMAGE)
-    return takes is not None and takes.required

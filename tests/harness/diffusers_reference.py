@@ -41,7 +41,9 @@ def pipeline_call(steps: int) -> dict:
     )
 
 
-def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None, boundary_ratio=None, **guidance):
+def reference_frames(
+    model, image=None, steps=STEPS, scheduler=None, cfg_on=None, boundary_ratio=None, latents=None, **guidance
+):
     """diffusers' frames (uint8) for the tiny model; I2V pipeline when an image is given. The
     pipeline uses the model's own transformers, so caches enabled on them apply. `scheduler`:
     another than the checkpoint's UniPC; `cfg_on`: whether every step runs CFG (None: diffusers'
@@ -64,7 +66,7 @@ def reference_frames(model, image=None, steps=STEPS, scheduler=None, cfg_on=None
     pipeline = WanPipeline if image is None else WanImageToVideoPipeline
     if cfg_on is not None:
         pipeline = type(pipeline.__name__, (pipeline,), {"do_classifier_free_guidance": property(lambda _: cfg_on)})
-    call = dict(**pipeline_call(steps), num_frames=NUM_FRAMES, **guidance)
+    call = dict(**pipeline_call(steps), num_frames=NUM_FRAMES, latents=latents, **guidance)
     if image is None:
         pipe = pipeline(**components)
     else:
@@ -99,6 +101,61 @@ def v2v_frames(model, frames, strength, guidance, steps=STEPS, transformer=None,
         if lora is not None:
             pipe.transformer.delete_adapters(["v2v"])
     return to_uint8(out)
+
+
+def image_v2v_frames(model, image, frames, strength, steps=STEPS, **guidance):
+    """An image-conditioned video-to-video run as diffusers' pieces make it — no diffusers
+    pipeline does both: WanVideoToVideoPipeline's own `prepare_latents` (the source resized,
+    VAE-encoded, normalised and noised to the first step run, from the seeded generator), then
+    WanImageToVideoPipeline from those latents (`latents=`, which it takes as they are) with the
+    image as its condition, its loop over the last int(steps·strength) timesteps only, as the
+    video-to-video pipeline loops (the scheduler keeps the whole schedule and finds its place
+    from the first timestep it is given)."""
+    import torch
+    from diffusers import UniPCMultistepScheduler, WanVideoToVideoPipeline
+    from PIL import Image
+
+    v2v = WanVideoToVideoPipeline(**text_and_vae(model), transformer=model.transformer_2 or model.transformer)
+    # diffusers 0.42's video-to-video pipeline counts the spatial stride as 2^(temporal downsamples),
+    # 8, also for Wan 2.2's VAE (16, the I2V pipeline reads it from the VAE's config): the noise
+    # would not fit TI2V's latents. Its config's value, as the I2V pipeline takes it.
+    v2v.vae_scale_factor_spatial = model.vae.config.scale_factor_spatial
+    v2v.scheduler.set_timesteps(steps)
+    timesteps, _ = v2v.get_timesteps(steps, v2v.scheduler.timesteps, strength, "cpu")
+    video = v2v.video_processor.preprocess_video([Image.fromarray(f) for f in frames], height=HEIGHT, width=WIDTH)
+    with torch.no_grad():
+        latents = v2v.prepare_latents(
+            video.to(torch.float32),
+            1,
+            model.vae.config.z_dim,
+            HEIGHT,
+            WIDTH,
+            torch.float32,
+            "cpu",
+            torch.Generator("cpu").manual_seed(SEED),
+            None,
+            timesteps[:1],
+        )
+    scheduler = _LastSteps(UniPCMultistepScheduler.from_config(model.scheduler_config), steps - len(timesteps))
+    return reference_frames(model, image, steps, scheduler=scheduler, latents=latents, **guidance)
+
+
+class _LastSteps:
+    """A scheduler whose `timesteps`, as a pipeline reads them to loop, are the schedule's from
+    `start` on; everything else is the wrapped scheduler's (which keeps the whole schedule)."""
+
+    def __init__(self, scheduler, start: int):
+        self.__dict__.update(_inner=scheduler, _start=start)
+
+    @property
+    def timesteps(self):
+        return self._inner.timesteps[self._start :]
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
 
 
 class BranchContexts:

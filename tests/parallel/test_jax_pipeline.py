@@ -20,6 +20,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from harness.images import write_png
 from harness.jax_devices import rel_err, require_eight_devices
 from harness.jax_runs import BASE, STEP, generate, raw_config
 from harness.videos import write_source_video
@@ -251,19 +252,25 @@ def test_several_hosts_are_detected_from_the_environment_only():
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_video_to_video_renders_the_torch_video(tmp_path, monkeypatch):
-    """video= on JAX (dp2 × ulysses 2 of the 8 devices, the scanned loop, First-Block Cache): the
-    source encoded by JAX's VAE, noised, sharded, the loop started at step 1 of 4, the cache
-    deciding from there — torch's latents and skips to the fp32 bound of JAX against torch
-    (above). Threshold 5: the relative change of the first block's residual is ~1 on the random
-    model (test_jax_cache.py), so every step after the first run skips, whatever the rounding."""
+    """video= with image= on JAX, everything a remix of an image-to-video job runs at once, on
+    dp2 × ulysses 2 of the 8 devices with the scanned loop and First-Block Cache: the source
+    encoded by JAX's VAE, noised, sharded (TI2V: 18 tokens padded to 20, per-token timesteps, the
+    first frame held over the noised source), the loop started at step 1 of 4, the cache deciding
+    from there — torch's latents and skips to the fp32 bound of JAX against torch (above).
+    Threshold 5: the relative change of the first block's residual is ~1 on the random model
+    (test_jax_cache.py), so every step after the first run skips, whatever the rounding. (The
+    two-expert case of a run begun part-way: test_parallel_pipeline.py, on torch; the plan is
+    the host's, shared by both backends.)"""
     source = tmp_path / "source.mp4"
     write_source_video(source, frames=9, height=48, width=48)
-    four = [o for o in BASE if not o.startswith("steps=")] + ["steps=4"]  # runs 1 2 (high-noise) 3 (low)
-    v2v = four + [f"video={source}", "strength=0.75", "cache=fbcache", "cache.threshold=5"]
+    image = write_png(tmp_path / "first.png", 64, 96)
+    size = [o for o in BASE if not o.startswith(("height=", "width=", "steps="))] + ["height=96", "width=64"]
+    common = size + ["model=tiny_ti2v", f"image={image}", "steps=4"]
+    v2v = common + [f"video={source}", "strength=0.75", "cache=fbcache", "cache.threshold=5"]
     ref, _, _ = generate(v2v + ["backend=torch"], decode=False, monkeypatch=monkeypatch)
-    assert ref.info["cache"]["skipped"] == {"cond": [2], "uncond": [2]}
+    assert ref.info["cache"]["skipped"] == {"cond": [2, 3], "uncond": [2, 3]}
     gen, _, _ = generate(v2v + ["backend=jax", "mesh=dp2_cp2", "scan_loop=true"], decode=False, monkeypatch=monkeypatch)
     assert rel_err(gen.latents, ref.latents) <= 1e-4
     assert gen.info["cache"] == ref.info["cache"]
-    plain, _, _ = generate(BASE + ["backend=torch"], decode=False, monkeypatch=monkeypatch)
+    plain, _, _ = generate(common + ["backend=torch"], decode=False, monkeypatch=monkeypatch)
     assert rel_err(plain.latents, ref.latents) > 1e-2  # the source changed the video

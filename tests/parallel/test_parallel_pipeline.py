@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from harness.frames import RTOL, assert_same_video
 from harness.hold import Hold
+from harness.images import write_png
 from harness.ranks import PEER_TIMEOUT_S, free_port, generate_on_rank, launch_rank, rank_zero_code, run_on_ranks
 from harness.videos import write_source_video
 
@@ -67,16 +68,19 @@ def test_eight_ranks_dp2_cp4(one_device):
 def test_video_to_video_on_meshes_matches_one_device(one_device, tmp_path_factory):
     """video= (a server's remix): the source encoded on every rank, noised, each rank keeping its
     tokens, the loop started part-way — the one-device video on ulysses 2 (padded) and, with
-    TaylorSeer deciding from the first step run (it predicts the second: test_cache_plan.py), on
-    dp2 × ring 2."""
+    TaylorSeer deciding from the first step run (it predicts the second: test_magcache_schedule.py),
+    on dp2 × ring 2; TI2V with a first frame held over the noised source on ulysses 2."""
     source = tmp_path_factory.mktemp("v2v") / "source.mp4"
     write_source_video(source, frames=9, height=48, width=48)
     base = T2V + [f"video={source}", "strength=0.7"]  # steps 1 and 2 of 3
     four = [o for o in T2V if not o.startswith("steps=")] + ["steps=4", f"video={source}", "strength=0.75"]
     cached = four + ["cache=taylorseer", "cache.warmup=1", "cache.interval=2", "cache.order=1"]  # runs 1 2 | 3
+    image = write_png(source.parent / "first.png", 64, 96)
+    with_image = TI2V + [f"video={source}", "strength=0.7", f"image={image}"]  # TI2V's held first frame
     for world, mesh, overrides in (
         (2, ["mesh=cp2"], base),
         (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"], cached),
+        (2, ["mesh=cp2"], with_image),
     ):
         ref = one_device(overrides)
         assert_same_video(run_on_ranks(generate_on_rank, world, overrides + mesh, timeout_s=300)[0], ref)

@@ -52,3 +52,29 @@ def test_video_to_video_with_a_lora_matches_diffusers(tiny_t2v, tmp_path):
     assert_frames_close(ours, v2v_frames(model, frames, 0.75, 3.0, lora=(lora, 0.5)), max_abs=2)
     run_in_process(tmp_path / "plain", *common(ckpt, **settings))
     assert np.abs(ours.astype(int) - np.load(tmp_path / "plain" / "frames.npy")).max() > 20  # the LoRA mattered
+
+
+@pytest.mark.parametrize("kind", ["i2v", "ti2v"])
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_video_to_video_with_a_first_frame_matches_diffusers_pieces(kind, tmp_path_factory, tmp_path):
+    """video= with image= (a remix of an image-to-video job): the source noised as
+    WanVideoToVideoPipeline noises it, then WanImageToVideoPipeline's loop from there with the
+    image as its condition (harness: image_v2v_frames) — I2V-A14B's channel condition, TI2V-5B's
+    held first frame. Both the source and the image matter."""
+    from harness.cli import HEIGHT, WIDTH, run
+    from harness.diffusers_reference import image_v2v_frames, tiny_checkpoint
+    from harness.images import write_png
+
+    model, ckpt = tiny_checkpoint(kind, tmp_path_factory)
+    frames = write_source_video(tmp_path / "source.mp4")
+    image = write_png(tmp_path / "first.png", WIDTH, HEIGHT)
+    high, low = (3.5, 3.0) if kind == "i2v" else (5.0, 5.0)
+    guidance = dict(guidance_scale=high) | (dict(guidance_scale_2=low) if kind == "i2v" else {})
+    settings = dict(model=f"tiny_{kind}", guidance_high=high, guidance_low=low, strength=0.75)
+    ours = run(tmp_path / "ours", ckpt, **settings, image=image, video=tmp_path / "source.mp4")
+    assert_frames_close(ours["frames"], image_v2v_frames(model, image, frames, 0.75, **guidance), max_abs=2)
+    plain = run(tmp_path / "plain", ckpt, **settings, image=image)  # the same image, no source
+    assert np.abs(ours["frames"].astype(int) - plain["frames"]).max() > 8
+    other = write_png(tmp_path / "other.png", 96, 72)  # another picture once resized
+    moved = run(tmp_path / "moved", ckpt, **settings, image=other, video=tmp_path / "source.mp4")
+    assert np.abs(ours["frames"].astype(int) - moved["frames"]).max() > 8

@@ -1270,6 +1270,43 @@ def test_an_edit_starts_from_a_completed_job_or_an_uploaded_mp4(api, tmp_path):
     assert sorted(os.listdir(api.settings.inputs_dir)) == before  # a refused edit leaves no file
 
 
+def test_a_remix_of_an_image_to_video_job_keeps_its_first_frame(tmp_path):
+    """On an I2V server a remix (and an edit of a job) starts from the source job's video *and*
+    its first frame, copied (a DELETE of the source cannot take it away); an uploaded edit takes
+    the request's input_reference beside the video (two files in one form) and without one is
+    refused as a create without an image is; an extension's first frame is the source's last."""
+    import base64
+
+    from harness.videos import write_source_video
+
+    i2v = Api(tmp_path / "i2v", ["model=tiny_i2v"])
+    picture = png_bytes(48, 32)
+    url = "data:image/png;base64," + base64.b64encode(picture).decode()
+    source = _completed_job(i2v, size="64x64", input_reference={"image_url": url}, seed=9)
+    done = _completed_job(i2v, size="64x64", input_reference={"image_url": url})  # before any job is queued
+    remix = i2v.client.post(f"/v1/videos/{source}/remix", json={"prompt": "the fox at dusk"}).json()
+    settings = json.loads(i2v.store.get(remix["id"])["settings"])
+    assert (settings["seed"], remix["remixed_from_video_id"]) == (9, source)
+    assert settings["image"] != json.loads(i2v.store.get(source)["settings"])["image"]  # its own copy
+    assert open(settings["image"], "rb").read() == picture
+    spec = i2v.served.spec(settings)
+    assert (spec.video.image, spec.video.video) == (settings["image"], settings["video"])
+    i2v.client.delete(f"/v1/videos/{source}")
+    assert os.path.exists(settings["image"]) and os.path.exists(settings["video"])
+    write_source_video(tmp_path / "clip.mp4", frames=9, height=64, width=64)
+    clip = (tmp_path / "clip.mp4").read_bytes()
+    files = {"prompt": (None, "e"), "video": ("c.mp4", clip, "video/mp4"), "input_reference": ("f.png", picture)}
+    edit = i2v.client.post("/v1/videos/edits", files=files)
+    assert edit.status_code == 200, edit.text
+    settings = json.loads(i2v.store.get(edit.json()["id"])["settings"])
+    assert open(settings["image"], "rb").read() == picture and settings["video"].endswith(".mp4")
+    files.pop("input_reference")
+    refused = _openai_error(i2v.client.post("/v1/videos/edits", files=files), 400)
+    assert refused["message"] == "model=tiny_i2v generates from an image; set input_reference (a PNG/JPEG)"
+    extension = i2v.client.post("/v1/videos/extensions", json={"prompt": "on", "video": {"id": done}})
+    assert "image" not in json.loads(i2v.store.get(extension.json()["id"])["settings"])
+
+
 def test_an_extension_continues_a_video_with_the_image_to_video_model(api, tmp_path):
     """seconds is the whole video's length: the new part is the frames past the source's (its
     first frame the source's last); the answer's seconds is the whole video's. A text-to-video

@@ -277,7 +277,7 @@ def test_video_to_video_settings_are_checked_before_anything_loads(tmp_path):
         ([f"video={source}", "strength=1.5"], ["strength=1.5"]),
         ([f"video={source}", "steps=4", "strength=0.2"], ["runs no step", "strength=0.25"]),
         ([f"video={source}", "num_frames=13"], ["num_frames=13", "has 11 frames", "num_frames=9"]),
-        ([f"video={source}", "model=tiny_i2v"], ["give one of video= and image="]),
+        ([f"video={source}", "model=tiny_i2v"], ["model=tiny_i2v generates from an image; set image="]),
         ([f"video={source}", "cache=magcache", "cache.calibrate=true"], ["cache.calibrate=true", "without video="]),
     ):
         assert_refused([str(o) for o in overrides], words)

@@ -26,12 +26,21 @@ from .video_objects import video_object
 OBJECT_FIELDS = ("metadata", "extra_params")  # fields that hold an object; a form sends them as name[key]
 
 
-async def read_fields(
-    request: Request, max_bytes: int, upload: str = "input_reference"
-) -> tuple[dict, bytes | None, str | None]:
-    """(fields, the uploaded file's bytes, the field that gave them) of a JSON or form body;
-    RequestError otherwise. `upload`: the one field that may be a file (the first frame; an
-    edit's `video`). JSON gives the image inside the body (references.py), a form as a file."""
+@dataclass
+class Body:
+    """A request's body: its fields and the files it carried — the first frame (a multipart
+    `input_reference`, or inside JSON: references.py) and, for an edit or an extension, the
+    uploaded `video`."""
+
+    fields: dict
+    image: bytes | None = None
+    image_field: str | None = None  # the field that gave the image
+    video: bytes | None = None
+
+
+async def read_body(request: Request, max_bytes: int, video: bool = False) -> Body:
+    """The JSON or form body; RequestError otherwise. `video`: the route takes an uploaded
+    `video` beside the image (edits, extensions)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -40,37 +49,38 @@ async def read_fields(
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
             raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
-        return (fields, *json_image(fields)) if upload == "input_reference" else (fields, None, None)
+        return Body(fields, *json_image(fields))
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(
             f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
         )
+    uploads = ("input_reference", "video") if video else ("input_reference",)
     try:
-        form = await request.form(max_files=1, max_fields=64, max_part_size=max_bytes)
+        form = await request.form(max_files=len(uploads), max_fields=64, max_part_size=max_bytes)
     except Exception as exc:  # starlette's MultiPartException and parser errors
         raise RequestError(f"the form could not be read ({exc})") from None
-    fields, image = {}, None
+    fields, files = {}, {}
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
-            if name != upload:
-                raise RequestError(f"{name} is a file; only {upload} is an upload", name)
-            image = await value.read()
-            value = True
+            if name not in uploads:
+                only = "input_reference and video are uploads" if video else "input_reference is an upload"
+                raise RequestError(f"{name} is a file; only {only}", name)
+            if name in files:
+                raise RequestError(f"{name} was given twice; give each field once", name)
+            files[name] = await value.read()
+            continue
         _put(fields, name, value)
     await form.close()
-    if upload != "input_reference":
-        if image is not None:
-            fields.pop(upload)
-        return fields, image, upload if image is not None else None
-    if "input_reference" in fields and image is None:
+    if "input_reference" in fields:
         raise RequestError(
             "input_reference must be an image file upload, not text; URLs and server paths are not read",
             "input_reference",
         )
-    fields.pop("input_reference", None)
-    if image is not None:
-        return fields, image, "input_reference"
-    return (fields, *json_image(fields))  # a form's reference_url: a data: URL as text
+    if video and "video" in fields and "video" in files:
+        raise RequestError("video was given twice; give each field once", "video")
+    if "input_reference" in files:
+        return Body(fields, files["input_reference"], "input_reference", files.get("video"))
+    return Body(fields, *json_image(fields), files.get("video"))  # a form's reference_url: a data: URL as text
 
 
 def _put(fields: dict, name: str, value) -> None:
@@ -90,19 +100,27 @@ def _put(fields: dict, name: str, value) -> None:
 
 @dataclass(frozen=True)
 class VideoSource:
-    """What a remix or an edit starts from: a completed job (its mp4, copied, and its run
-    settings, which the request's fields override) or an uploaded video."""
+    """What a remix, an edit or an extension starts from: a completed job (its mp4, copied, its
+    run settings, which the request's fields override, and the first frame an image-to-video job
+    was made from, copied too) or an uploaded video."""
 
     job: str | None = None  # the source job's id: remixed_from_video_id
     mp4: str | None = None  # its mp4 on the server
-    settings: dict = field(default_factory=dict)  # its run settings, prompt and first frame dropped
+    settings: dict = field(default_factory=dict)  # its run settings, prompt and files dropped
     upload: bytes | None = None
     setting: str = "video"  # the run setting it sets: video= (remix, edits) or extend= (extensions)
+    first_frame: bytes | None = None  # the source job's image (a remix keeps it unless the request gives one)
 
     @classmethod
     def of_job(cls, row: dict, mp4: str) -> VideoSource:
-        settings = {k: v for k, v in json.loads(row["settings"]).items() if k not in ("prompt", "image", "video")}
-        return cls(job=row["id"], mp4=mp4, settings=settings)
+        settings = json.loads(row["settings"])
+        first_frame = None
+        if settings.get("image") and os.path.exists(settings["image"]):  # read now: a DELETE of the source
+            # removes its files
+            with open(settings["image"], "rb") as f:
+                first_frame = f.read()
+        settings = {k: v for k, v in settings.items() if k not in ("prompt", "image", "video", "extend")}
+        return cls(job=row["id"], mp4=mp4, settings=settings, first_frame=first_frame)
 
     def store(self, settings, video_id: str) -> str:
         path = source_video_path(settings, video_id)
@@ -124,16 +142,14 @@ class VideoSource:
         return hashlib.sha256(self.upload if self.upload is not None else str(self.job).encode()).digest()
 
 
-async def answer(
-    request: Request,
-    api,
-    fields: dict,
-    image: bytes | None = None,
-    image_field: str | None = None,
-    source: VideoSource | None = None,
-):
+async def answer(request: Request, api, body: Body, source: VideoSource | None = None):
     """Queue a create, remix, edit or extension and answer: the video object, the refusal, or the
-    409 of an Idempotency-Key reused for another request (which OpenAI's SDKs must not retry)."""
+    409 of an Idempotency-Key reused for another request (which OpenAI's SDKs must not retry).
+    The first frame: the request's, else (a remix or an edit of an image-to-video job) the source
+    job's."""
+    fields, image, image_field = body.fields, body.image, body.image_field
+    if image is None and source is not None and source.first_frame is not None:
+        image, image_field = source.first_frame, "input_reference"
     idem = request.headers.get("idempotency-key")
     try:
         row, created = await run_in_threadpool(

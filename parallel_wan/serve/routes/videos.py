@@ -16,7 +16,7 @@ from ..store import UnknownCursor, is_id
 from .errors import error, refusal
 from .state import api_of
 from .video_objects import deleted_object, no_content, poll_after, video_object
-from .video_requests import answer, read_fields
+from .video_requests import answer, read_body
 
 router = APIRouter()
 
@@ -25,11 +25,11 @@ router = APIRouter()
 async def create(request: Request):
     api = api_of(request)
     try:
-        fields, image, image_field = await read_fields(request, api.settings.max_body_bytes)
+        body = await read_body(request, api.settings.max_body_bytes)
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
         return refusal(exc)
-    return await answer(request, api, fields, image, image_field)
+    return await answer(request, api, body)
 
 
 @router.get("/v1/videos")
