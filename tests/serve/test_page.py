@@ -1,6 +1,7 @@
 """GET / in a real browser (Debian's chromium, headless, driven by selenium through Debian's
 chromedriver): a request submitted from the page's form, its progress moving in the queue, and
-the <video> element loading the finished mp4."""
+the <video> element loading the finished mp4, then its remix and extend buttons making new videos
+from it."""
 
 import os
 import shutil
@@ -56,7 +57,10 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
     # Then it holds again after its last step (before the decode), until the page has shown the
     # preview the loop made after one of the steps between.
     hold, decoding = Hold(tmp_path, step=3), Hold(tmp_path, step="decode", name="decoding")
-    server = Server(tmp_path / "storage", SETTINGS, env=hold.env() | decoding.env()).wait_ready()
+    # TI2V (it takes a first frame but needs none): the page's extend button shows, and its
+    # runs are text-to-video ones until then
+    ti2v = ["model=tiny_ti2v" if s == "model=tiny" else s for s in SETTINGS]
+    server = Server(tmp_path / "storage", ti2v, env=hold.env() | decoding.env()).wait_ready()
     try:
         browser.get(server.url + "/")
         for name, value in (
@@ -109,21 +113,45 @@ def test_submit_from_the_page_see_progress_move_and_play_the_video(tmp_path, bro
         prompt.clear()
         prompt.send_keys("a paper boat at dusk")
         # the page redraws its rows as it polls: find and click in one call
-        clicked = browser.execute_script(
-            "const r = document.querySelector(`#queue tr[data-id='${arguments[0]}']`);"
-            "if (!r) return null; r.querySelector('button.remix').click();"
-            "return r.querySelector('button.extend') === null",
-            video_id,
-        )
-        assert clicked is True, clicked  # clicked, and no extend button: a text-to-video server extends nothing
-        deadline, remixed = time.monotonic() + 300, None
-        while time.monotonic() < deadline and remixed is None:
-            ids = browser.execute_script("return [...document.querySelectorAll('#queue tr')].map(r => r.dataset.id)")
-            remixed = next((i for i in ids if i != video_id), None)
-            time.sleep(0.05)
+        remixed = click(browser, video_id, "remix", [video_id])
         made = server.wait_for(remixed, "completed")
         assert (made["prompt"], made["remixed_from_video_id"]) == ("a paper boat at dusk", video_id), made
+        # extend it from the page: twice as long, continued from its last frame, the stitched mp4
+        extended = click(browser, video_id, "extend", [video_id, remixed])
+        made = server.wait_for(extended, "completed")
+        # the page asks for seconds = 2 × 0.33 (the source's 9 frames at TI2V's 24 fps): 17 frames,
+        # the nearest 4k+1, whose true duration the answer says
+        assert server.video(video_id)["seconds"] == "0.33"
+        assert (made["prompt"], made["seconds"]) == ("a paper boat at dusk", "0.67"), made
+        stitched = server.client.get(f"/v1/videos/{extended}/content").content
+        assert frame_count(stitched) == 17
     finally:
         hold.release_all()
         decoding.release_all()
         server.stop()
+
+
+def click(browser, video_id: str, button: str, known: list) -> str:
+    """Click `button` on the row of `video_id` (found and clicked in one call: the page redraws
+    its rows as it polls); the id of the new job that then shows in the queue."""
+    clicked = browser.execute_script(
+        "const r = document.querySelector(`#queue tr[data-id='${arguments[0]}']`);"
+        "const b = r && r.querySelector(`button.${arguments[1]}`); if (!b) return false; b.click(); return true",
+        video_id,
+        button,
+    )
+    assert clicked is True, f"no {button} button on the row of {video_id}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ids = browser.execute_script("return [...document.querySelectorAll('#queue tr')].map(r => r.dataset.id)")
+        made = next((i for i in ids if i not in known), None)
+        if made is not None:
+            return made
+        time.sleep(0.05)
+    raise AssertionError(f"no new job showed after the {button} click: {browser.find_element('id', 'message').text}")
+
+
+def frame_count(mp4: bytes) -> int:
+    import imageio.v3 as iio
+
+    return sum(1 for _ in iio.imiter(mp4, extension=".mp4"))
