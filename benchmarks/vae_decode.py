@@ -143,7 +143,7 @@ def main(argv=None) -> None:
     import torch
     from diffusers import AutoencoderKLWan
 
-    from parallel_wan.backends.torch.vae_decode import height_bands
+    from parallel_wan.backends.torch.vae_bands import height_bands
     from parallel_wan.models.vae_config import VaeConfig
     from processes.gloo_ranks import spawn_ranks
 
@@ -245,7 +245,7 @@ def meta_params(cfg, device: str):
 def meta_table(cfg, label: str, height: int, width: int, latent_frames: int, ranks: list[int]) -> None:
     import torch
 
-    from parallel_wan.backends.torch.vae_decode import height_bands
+    from parallel_wan.backends.torch.vae_bands import height_bands
 
     params, weight_bytes = meta_params(cfg, "meta")
     h, w = height // cfg.scale_factor_spatial, width // cfg.scale_factor_spatial

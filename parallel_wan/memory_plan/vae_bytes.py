@@ -26,7 +26,7 @@ def vae_decode_bytes(vcfg, latent_shape, prompts: int, ranks: int) -> VaeBytes:
 
     from ..backends.torch import ops as torch_ops
     from ..backends.torch.collectives import NullCollectives
-    from ..backends.torch.vae_decode import HeightBandOps, height_bands
+    from ..backends.torch.vae_bands import HeightBandOps, height_bands
     from ..measure.live_bytes import LiveBytes
     from ..models import vae
     from ..models.vae_shapes import param_shapes

@@ -1,11 +1,11 @@
-"""Runs from a video (config/source_video.py). Video-to-video's start: the source video's first `num_frames` frames
-resized as diffusers' VideoProcessor.preprocess_video resizes them (PIL Lanczos to exactly
-height×width, then x/255·2 − 1 in float32), encoded by the VAE (its mean: diffusers' "argmax"),
-normalised, and mixed with the seeded noise at the first step's σ as UniPC's add_noise and the
-flow-matching scale_noise do: (1 − σ)·source + σ·noise. Every rank encodes the whole source (the
-VAE encode is not split yet) and keeps its tokens. An extension's: the last frame of the video
-it continues, prepared as an image= is, and the output — that video's frames, then the new ones
-after the shared first frame."""
+"""Runs from a video (config/source_video.py). Video-to-video's start: the source video's first
+`num_frames` frames resized as diffusers' VideoProcessor.preprocess_video resizes them (PIL
+Lanczos to exactly height×width, then x/255·2 − 1 in float32), encoded by the VAE (its mean:
+diffusers' "argmax"), normalised, and mixed with the seeded noise at the first step's σ as
+UniPC's add_noise and the flow-matching scale_noise do: (1 − σ)·source + σ·noise. The encode is
+split by height over the ranks (backend.vae_encode); every rank gets the whole latents and keeps
+its tokens. An extension's: the last frame of the video it continues, prepared as an image= is,
+and the output — that video's frames, then the new ones after the shared first frame."""
 
 from __future__ import annotations
 

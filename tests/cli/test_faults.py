@@ -241,7 +241,7 @@ def test_ctrl_c_mid_denoise_exits_130_with_nothing_written(tmp_path):
 # mid-decode, wherever the machine's speed puts the rest.
 DIE_IN_THE_DECODE = """
 import os, signal
-from parallel_wan.backends.torch.vae_decode import HeightBandOps
+from parallel_wan.backends.torch.vae_bands import HeightBandOps
 halo, exchanges = HeightBandOps._height_halo, []
 def _height_halo(self, x, w, stride, padding):
     if padding[-2]:  # the convolutions that swap rows with a neighbour

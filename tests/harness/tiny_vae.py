@@ -20,3 +20,15 @@ TINY_VAE = {
         latents_std=WAN2_2_LATENTS_STD,
     ),
 }
+
+
+def random_state(variant, seed):
+    """A tiny VAE of `variant` with random weights, as numpy arrays by diffusers' names."""
+    import torch
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(seed)
+    model = AutoencoderKLWan(**TINY_VAE[variant].to_diffusers()).eval()
+    gen = torch.Generator().manual_seed(seed)
+    # Perturb everything (norm gains too) so a row taken from the wrong place changes the output.
+    return {k: (v + 0.1 * torch.randn(v.shape, generator=gen)).numpy() for k, v in model.state_dict().items()}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from harness.ranks import run_on_ranks
-from harness.tiny_vae import TINY_VAE
+from harness.tiny_vae import TINY_VAE, random_state
 
 TINY = TINY_VAE  # tests/tiny_vae.py
 # (name, VAE, latent shape). 13 latent rows: bands 7/6 on 2 ranks, 5/4/4 on 3, 4/3/3/3 on 4 (a
@@ -37,16 +37,6 @@ MAX_LEVELS = 1
 MAX_MOVED = 1e-4  # fraction of values that may move that 1 level
 
 
-def _state(variant, seed):
-    from diffusers import AutoencoderKLWan
-
-    torch.manual_seed(seed)
-    model = AutoencoderKLWan(**TINY[variant].to_diffusers()).eval()
-    gen = torch.Generator().manual_seed(seed)
-    # Perturb everything (norm gains too) so a row taken from the wrong place changes the output.
-    return {k: (v + 0.1 * torch.randn(v.shape, generator=gen)).numpy() for k, v in model.state_dict().items()}
-
-
 def _one_process(variant, state, z):
     from parallel_wan.backends.torch import ops
     from parallel_wan.models import vae
@@ -67,7 +57,7 @@ def decode_on_rank(rank, world, cases):
     rows) and the decoder's uint8 videos (whole on rank 0, [] elsewhere)."""
     from parallel_wan.backends.torch import ops
     from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.backends.torch.vae_decode import HeightBandOps, height_bands
+    from parallel_wan.backends.torch.vae_bands import HeightBandOps, height_bands
     from parallel_wan.config import MeshSpec
     from parallel_wan.launch import Launch
     from parallel_wan.models import vae
@@ -97,7 +87,7 @@ def cases():
     built = {}
     for seed, (name, variant, shape) in enumerate(CASES):
         z = rng.standard_normal(shape).astype(np.float32)
-        state = _state(variant, seed)
+        state = random_state(variant, seed)
         built[name] = (variant, state, z, *_one_process(variant, state, z))
     return built
 
@@ -132,7 +122,7 @@ def test_height_split_decode_matches_one_process(cases, world):
 
 
 def test_bands():
-    from parallel_wan.backends.torch.vae_decode import height_bands
+    from parallel_wan.backends.torch.vae_bands import height_bands
 
     assert [b - a for a, b in height_bands(90, 8)] == [12, 12, 11, 11, 11, 11, 11, 11]
     assert height_bands(13, 3) == [(0, 5), (5, 9), (9, 13)]

@@ -10,7 +10,7 @@ import contextlib
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...errors import ConfigError
 from ...parallel.mesh import MeshSpec, check_jax_devices
@@ -18,7 +18,7 @@ from ..contract import Backend
 from . import ops, placement
 from .predictor import JaxNoisePredictor, put
 from .sequence_parallel import AXES, build_mesh
-from .vae_codec import JaxVideoDecoder, video_encoder
+from .vae_codec import JaxVideoDecoder, height_split, video_encoder
 
 _PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
 
@@ -161,7 +161,19 @@ class JaxBackend(Backend):
         return JaxVideoDecoder(vae_params, vae_config, self.mesh, self.to_host)
 
     def vae_encode(self, params, video: np.ndarray, cfg):
-        key = np.shape(video)
+        """The posterior mean, replicated over the mesh; the video enters split by height over
+        this process's devices that divide its latent rows, and XLA's partitioner runs the
+        encode on the bands (vae_codec.py), as it runs the decode. Each process encodes on its
+        own devices (every controller holds the same video), then the mean is placed on all."""
+        video = np.asarray(video, np.float32)
+        devices = [d for d in self.mesh.devices.flat if d.process_index == jax.process_index()]
+        split = height_split(video.shape[3] // cfg.spatial_stride, len(devices))
+        bands = Mesh(np.asarray(devices[:split]), ("height",))
+        key = (video.shape, split)
         if key not in self._encoders:
-            self._encoders[key] = video_encoder(cfg, self._replicated)
-        return self._encoders[key](params, self.to_device(np.asarray(video, np.float32)))
+            self._encoders[key] = video_encoder(cfg, NamedSharding(bands, P()))
+        # the encoder's weights whole on the split's devices (gathered if FSDP-sharded), for
+        # this call: they are small, and kept they would sit beside the decoder's copy
+        here = jax.device_put({k: params[k] for k in ("encoder", "quant_conv")}, NamedSharding(bands, P()))
+        mean = self._encoders[key](here, put(video, NamedSharding(bands, P(None, None, None, "height", None))))
+        return put(mean, self._replicated)

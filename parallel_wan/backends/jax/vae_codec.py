@@ -13,7 +13,9 @@ proportion to the split (benchmarks/jax_vae_decode.py: 26.2 MB on one device, 4.
 own, cpu_convs.py through spmd_ops). The split uses the largest number of devices that divides
 the latent height (all of them when it divides).
 
-Encode (the input image for I2V / TI2V) is small and runs replicated.
+Encode (a video-to-video source, I2V's [image, black frames…], TI2V's first frame) is split
+the same way: the video enters sharded by height over the devices that divide its latent rows
+(backend.vae_encode), the mean leaves replicated.
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ class JaxVideoDecoder(VideoDecoder):
 def video_encoder(cfg, sharding: NamedSharding):
     """A jitted `encode(params, video)`: (1, 3, 1 + 4k, H, W) in [-1, 1] → posterior mean
     latents, as vae.encode — the first frame alone, then a scan over chunks of
-    `temporal_stride` frames. Replicated (the input image is small)."""
+    `temporal_stride` frames; `sharding`: the mean's (replicated over the devices the video's
+    height bands sit on)."""
     stride = cfg.temporal_stride
 
     def vae_encode_video(params, video):

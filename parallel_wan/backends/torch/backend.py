@@ -234,6 +234,10 @@ class TorchBackend(Backend):
         return EagerVideoDecoder(self, vae_params, vae_config)
 
     def vae_encode(self, params, video: np.ndarray, cfg):
-        from ...models import vae
+        """The posterior mean on every rank; every rank calls it with the same video and encodes
+        a band of its rows (vae_encode.py)."""
+        if not hasattr(self, "_encoder"):
+            from .vae_encode import HeightSplitEncoder
 
-        return vae.encode(params, self.to_device(video), torch_ops, cfg)
+            self._encoder = HeightSplitEncoder(self)
+        return self._encoder(params, video, cfg)
