@@ -4,6 +4,7 @@ half-written file under the final name."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -49,10 +50,25 @@ def stage(final: str, write) -> str:
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
+    except OSError as exc:
+        # numpy reports a short write without an errno ("N requested and M written"): with the
+        # disk left without room (looked at before the partial file goes), it is ENOSPC
+        full = exc.errno is None and _no_room(tmp)
+        _remove(tmp)
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), final) from exc
+        raise
     except BaseException:
         _remove(tmp)
         raise
     return tmp
+
+
+def _no_room(path: str) -> bool:
+    try:
+        return os.statvfs(os.path.dirname(path) or ".").f_bavail == 0
+    except OSError:
+        return False
 
 
 def commit(staged: list[tuple[str, str]]) -> None:
@@ -102,8 +118,25 @@ def _mp4_writer(frames: np.ndarray, fps: int):
             macro_block_size=1,
             output_params=["-loglevel", "error"],
         )
+        _check_mp4(tmp, len(frames), fps)
 
     return write
+
+
+def _check_mp4(path: str, frames: int, fps: int) -> None:
+    """imageio does not read ffmpeg's exit status: a full disk leaves a truncated file and no
+    error. ffmpeg writes the mp4's index (moov) last, so a file whose header reads back with the
+    whole duration was written whole (a header read: no frame is decoded)."""
+    import imageio.v3 as iio
+
+    try:
+        duration = float(iio.immeta(path, plugin="FFMPEG")["duration"])
+    except Exception:  # ffmpeg cannot read it: its end is missing
+        duration = -1.0
+    if abs(duration - frames / fps) > 1.5 / fps:
+        if _no_room(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        raise OSError(errno.EIO, f"ffmpeg wrote an incomplete mp4 ({duration:.2f} of {frames / fps:.2f} s)", path)
 
 
 def _json_writer(payload, indent: int | None = 2):

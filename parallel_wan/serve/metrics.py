@@ -39,6 +39,12 @@ class LoopMetrics:
             buckets=PHASE_BUCKETS,
             registry=registry,
         )
+        self.queue_wait_seconds = Histogram(
+            "parallel_wan_queue_wait_seconds",
+            "Seconds a job waited in the queue before this server started it",
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
 
 
 class ServerMetrics:

@@ -7,9 +7,13 @@ client is looking, and one gather per step while one is."""
 
 from __future__ import annotations
 
+import logging
+
 from ..report.outputs import commit, stage
 from ..report.previews import latent_preview, spritesheet, thumbnail
 from .files import variant_path
+
+log = logging.getLogger("parallel_wan")
 
 MAKERS = {"thumbnail": thumbnail, "spritesheet": spritesheet}
 
@@ -41,5 +45,9 @@ class ServerPreview:
         return self.backend.any_rank(asked)
 
     def show(self, steps_done: int, latents) -> None:
-        write_variants(self.settings, self.video_id, latent_preview(latents[0], *self.size))
+        try:
+            write_variants(self.settings, self.video_id, latent_preview(latents[0], *self.size))
+        except OSError as exc:  # a full disk: no preview this time; the job goes on
+            log.warning("%s: a preview could not be written (%s)", self.video_id, exc.strerror or exc)
+            return
         self.store.previewed(self.video_id, steps_done)

@@ -128,7 +128,8 @@ class Http:
             )
         self.port = sock.getsockname()[1]
         os.makedirs(self.settings.videos_dir, exist_ok=True)
-        self.store = Store(self.settings.database)
+        self.store = Store(self.settings.database, keep_s=self.settings.keep_s)
+        self.store.retain()  # keep_hours= (or none) for every finished video, made before or after
         back = self.store.register(self.claimant, f"{socket.gethostname()}:{self.port}")
         if back:
             log.info(

@@ -20,6 +20,8 @@ DEFAULTS = {
     "storage_dir": "outputs/serve",
     "max_body_mb": "32",
     "served_model_names": "",
+    "max_queued": "",  # unbounded
+    "keep_hours": "",  # forever
 }
 SERVER_KEYS = SERVER_ONLY  # what the run's composition refuses, named there
 
@@ -38,6 +40,12 @@ class ServerSettings:
     max_body_mb: float  # the largest request body (an uploaded image included)
     # more names a request's `model` may give (e.g. sora-2 for apps that hard-code it): served.py names
     served_model_names: tuple = ()
+    max_queued: int | None = None  # queued jobs beyond which a new request is answered 429 (None: no bound)
+    keep_hours: float | None = None  # finished videos and their records are deleted this long after (None: kept)
+
+    @property
+    def keep_s(self) -> int | None:
+        return None if self.keep_hours is None else max(1, round(self.keep_hours * 3600))
 
     @property
     def max_body_bytes(self) -> int:
@@ -89,7 +97,29 @@ def server_settings(values: dict) -> ServerSettings:
             f"max_body_mb={values['max_body_mb']!r} must be a positive number of megabytes, e.g. max_body_mb=32"
         )
     storage = writable_folder("storage_dir", values["storage_dir"], "e.g. storage_dir=outputs/serve")
-    return ServerSettings(host, port, storage, max_body, model_names(values.get("served_model_names", "")))
+    return ServerSettings(
+        host,
+        port,
+        storage,
+        max_body,
+        model_names(values.get("served_model_names", "")),
+        _bound(values.get("max_queued", ""), "max_queued", int, "a whole number of jobs, e.g. max_queued=100"),
+        _bound(values.get("keep_hours", ""), "keep_hours", float, "a number of hours, e.g. keep_hours=24"),
+    )
+
+
+def _bound(text: str, key: str, kind, example: str):
+    """An optional positive bound: empty (or none) for no bound."""
+    text = str(text).strip()
+    if text.lower() in ("", "none", "null"):
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{key}={text!r} must be {example} (leave it out for no bound)", setting=key)
+    return value
 
 
 def model_names(text: str) -> tuple:

@@ -16,11 +16,17 @@ a running one is asked to stop (cancel_requested) and becomes `deleting` when it
 it after the step, or when it finishes: `finish` then reports the delete instead of completing,
 so a DELETE during the decode wins. `deleting` rows are the ones whose files may remain; who
 removes the files marks them `deleted` (`gone`), and a server sweeps up any left by a crash.
+
+Retention (keep_hours=): a finished job gets `expires_at`; from then on it is hidden as a deleted
+one is, and a server's sweep turns it into a tombstone and removes its files. Backpressure
+(max_queued=): `add` refuses a new job while that many wait (QueueFull), inside the same write
+transaction, so servers sharing the file never let more in between them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -29,7 +35,11 @@ import uuid
 STATUSES = ("queued", "in_progress", "completed", "failed")  # the API's; a client sees no other
 FINISHED = ("completed", "failed")
 # a row a client sees: one of the API's statuses and no DELETE asked for (deleting/deleted: tombstones)
-VISIBLE = "status IN ('queued', 'in_progress', 'completed', 'failed') AND cancel_requested = 0"
+# (retention: a finished job past its expires_at is gone at once, before the sweep removes it)
+VISIBLE = (
+    "status IN ('queued', 'in_progress', 'completed', 'failed') AND cancel_requested = 0 "
+    "AND (expires_at IS NULL OR expires_at > CAST(strftime('%s', 'now') AS INTEGER))"
+)
 # a tombstone keeps its id and place (seq) for list cursors; nothing of the request
 STRIP = (
     "prompt = '', settings = '{}', record = NULL, error = NULL, idempotency_key = NULL, request_sha256 = NULL, "
@@ -68,7 +78,8 @@ CREATE TABLE IF NOT EXISTS videos (
     metadata TEXT,
     preview_wanted INTEGER NOT NULL DEFAULT 0,
     preview_step INTEGER,
-    remixed_from TEXT
+    remixed_from TEXT,
+    expires_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
 CREATE TABLE IF NOT EXISTS servers (
@@ -89,11 +100,22 @@ COLUMNS_ADDED = {
     "preview_wanted": "INTEGER NOT NULL DEFAULT 0",
     "preview_step": "INTEGER",
     "remixed_from": "TEXT",
+    "expires_at": "INTEGER",
 }
+RECENT = 20  # finished jobs whose run time says when a place in a full queue frees up
+DEFAULT_WAIT_S = 30  # Retry-After before any job has finished
 
 
 class IdempotencyConflict(Exception):
     """An Idempotency-Key already used for another request."""
+
+
+class QueueFull(Exception):
+    """max_queued jobs wait already; `retry_after`: seconds until one likely starts."""
+
+    def __init__(self, queued: int, retry_after: int):
+        super().__init__(f"{queued} jobs are queued")
+        self.queued, self.retry_after = queued, retry_after
 
 
 class UnknownCursor(ValueError):
@@ -110,13 +132,15 @@ def is_id(text: str) -> bool:
 
 
 class Store:
-    def __init__(self, path: str, durable: bool = True):
+    def __init__(self, path: str, durable: bool = True, keep_s: int | None = None):
         """`durable=False`: commits are not synced to disk one by one (a WAL checkpoint does it) —
-        for the loop's progress, written after every step, which a crash may lose harmlessly."""
-        self.path, self.durable = path, durable
+        for the loop's progress, written after every step, which a crash may lose harmlessly.
+        `keep_s`: a job that finishes through this store expires that long after (keep_hours=)."""
+        self.path, self.durable, self.keep_s = path, durable, keep_s
         self._local = threading.local()
         self._db().executescript(SCHEMA)  # each CREATE … IF NOT EXISTS commits on its own
         self._add_columns()
+        self._db().execute("CREATE INDEX IF NOT EXISTS videos_expiry ON videos (expires_at)")  # after the column
 
     def _add_columns(self) -> None:
         """A database made before a column existed gains it (NULL in the rows it has)."""
@@ -144,12 +168,17 @@ class Store:
 
     # ------------------------------------------------------------------ requests
     def add(
-        self, video: dict, idempotency_key: str | None = None, request_sha256: str | None = None
+        self,
+        video: dict,
+        idempotency_key: str | None = None,
+        request_sha256: str | None = None,
+        max_queued: int | None = None,
     ) -> tuple[dict, bool]:
         """Queue `video` (id, model, prompt, size, seconds, settings, steps; user and metadata if
         given); (its row as queued, True). With
         an Idempotency-Key seen before: (that job's row, False), or IdempotencyConflict when the
-        key came with another request."""
+        key came with another request. QueueFull when `max_queued` jobs wait already (a retry of
+        an accepted request is still answered: it adds nothing)."""
         with self._write() as db:
             if idempotency_key is not None:
                 row = db.execute("SELECT * FROM videos WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
@@ -157,6 +186,10 @@ class Store:
                     if row["request_sha256"] != request_sha256:
                         raise IdempotencyConflict(idempotency_key)
                     return dict(row), False
+            if max_queued is not None:
+                queued = db.execute(f"SELECT COUNT(*) FROM videos WHERE status = 'queued' AND {VISIBLE}").fetchone()[0]
+                if queued >= max_queued:
+                    raise QueueFull(queued, self._wait_s(db, queued - max_queued + 1))
             db.execute(
                 "INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
                 "request_sha256, created_at, steps, user, metadata, remixed_from) "
@@ -180,6 +213,23 @@ class Store:
             # Read before the commit (get() uses this connection): after it a server may
             # already have claimed the job, and the creator's answer is the job as queued.
             return self.get(video["id"]), True
+
+    @staticmethod
+    def _wait_s(db, places: int) -> int:
+        """Seconds until `places` queued jobs have started: the recent jobs' mean run time over
+        the servers alive, per place (Retry-After; 30 s before any job finished)."""
+        runs = [
+            r[0]
+            for r in db.execute(
+                "SELECT completed_at - started_at FROM videos WHERE status IN ('completed', 'failed') "
+                "AND started_at IS NOT NULL AND completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT ?",
+                (RECENT,),
+            )
+        ]
+        if not runs:
+            return DEFAULT_WAIT_S
+        alive = db.execute("SELECT COUNT(*) FROM servers WHERE heartbeat > ?", (time.time() - LEASE_S,)).fetchone()[0]
+        return max(1, math.ceil(sum(runs) / len(runs) * places / max(alive, 1)))
 
     def get(self, video_id: str) -> dict | None:
         """The job as a client may see it (None: no such job, or deleted)."""
@@ -354,22 +404,57 @@ class Store:
         decoded or wrote its files): then it is `deleting` and False says so; the caller removes
         its files and calls `gone`."""
         assert status in FINISHED, status
+        now = int(time.time())
         with self._write() as db:
             if self._deleted_meanwhile(db, video_id):
                 return False
             db.execute(
-                "UPDATE videos SET status = ?, completed_at = ?, record = ?, error = ?, resumed_from_step = ? "
-                "WHERE id = ?",
+                "UPDATE videos SET status = ?, completed_at = ?, record = ?, error = ?, resumed_from_step = ?, "
+                "expires_at = ? WHERE id = ?",
                 (
                     status,
-                    int(time.time()),
+                    now,
                     None if record is None else json.dumps(record),
                     error,
                     resumed_from_step,
+                    None if self.keep_s is None else now + self.keep_s,
                     video_id,
                 ),
             )
         return True
+
+    # ------------------------------------------------------------------ retention
+    def retain(self) -> None:
+        """At a server's start: its keep_hours= for every finished job (kept forever without
+        one), so a changed setting applies to the videos made before it too."""
+        with self._write() as db:
+            if self.keep_s is None:
+                db.execute("UPDATE videos SET expires_at = NULL WHERE expires_at IS NOT NULL")
+            else:
+                db.execute(
+                    "UPDATE videos SET expires_at = completed_at + ? WHERE status IN ('completed', 'failed')",
+                    (self.keep_s,),
+                )
+
+    def expire(self) -> list[str]:
+        """Finished jobs past their expires_at become `deleting` tombstones (the caller removes
+        their files, then `gone`); their ids. One cheap read when none has expired."""
+        now = int(time.time())
+        if self._db().execute("SELECT 1 FROM videos WHERE expires_at <= ? LIMIT 1", (now,)).fetchone() is None:
+            return []
+        with self._write() as db:
+            ids = [
+                r["id"]
+                for r in db.execute(
+                    "SELECT id FROM videos WHERE expires_at <= ? AND status IN ('completed', 'failed')", (now,)
+                )
+            ]
+            db.execute(
+                f"UPDATE videos SET status = 'deleting', expires_at = NULL, {STRIP} "
+                "WHERE expires_at <= ? AND status IN ('completed', 'failed')",
+                (now,),
+            )
+        return ids
 
     def stopped_for_delete(self, video_id: str) -> None:
         """The loop stopped the job for its DELETE: `deleting` until its files are removed."""

@@ -21,7 +21,7 @@ import os
 import time
 
 from ..config import ConfigError
-from ..errors import RunError
+from ..errors import OutputWriteError, RunError
 from ..jobs.job import Entry, Job
 from ..jobs.keys import result_key
 from ..jobs.one_entry import check_saved_states, generate_entry, reload_experts
@@ -70,6 +70,10 @@ class Worker:
         self.check()
         for deleted in self.store.deleting():  # files a DELETE left behind (a crash in between)
             self._remove(deleted)
+        for expired in self.store.expire():  # keep_hours=: finished videos past their expires_at
+            self._remove(expired)
+            self.metrics.jobs.labels("expired").inc()
+            log.info("%s: expired (keep_hours): its video and record are deleted", expired)
         row, deadline = self.store.claim(self.claimant), time.monotonic() + IDLE_S
         while row is None and time.monotonic() < deadline:
             time.sleep(POLL_S)
@@ -77,6 +81,7 @@ class Worker:
                 row = self.store.claim(self.claimant)
         if row is None:
             return None
+        self.metrics.queue_wait_seconds.observe(max(0.0, time.time() - row["created_at"]))
         settings = json.loads(row["settings"])
         try:
             spec = self.served.spec(settings)
@@ -138,7 +143,17 @@ class Worker:
             extra["resumed_from_step"] = resumed
         try:
             paths = write_generation(spec, gen, extra, stem=video_id)
-        except RunError as exc:  # the disk: this job fails, the server goes on
+        except OutputWriteError as exc:  # a full disk: this job fails, nothing of it kept; the server goes on
+            log.error("%s: %s", video_id, exc)
+            reason = exc.__cause__.strerror if isinstance(exc.__cause__, OSError) else None
+            self._finish(
+                video_id,
+                "failed",
+                error=f"the server could not write the video ({reason or 'an I/O error'}); nothing of it was kept; "
+                "ask again once its storage has room",
+            )
+            return
+        except RunError as exc:  # another output problem: this job fails, the server goes on
             self._finish(video_id, "failed", error=str(exc))
             return
         drop_state(self.served.videos_dir, video_id)

@@ -84,6 +84,35 @@ def test_a_full_disk_leaves_no_file_and_no_temp_file(tmp_path, monkeypatch, wher
     assert not out.exists(), sorted(os.listdir(out))  # not a final file, not a temp file, not the folder
 
 
+@pytest.mark.parametrize("free_blocks", [0, 1000])
+def test_an_mp4_ffmpeg_could_not_finish_is_an_error_not_a_video(tmp_path, monkeypatch, free_blocks):
+    """What imageio really does when the disk fills under ffmpeg: ffmpeg fails writing the mp4's
+    end and imageio returns as if it had worked, leaving a truncated file. The writer reads the
+    header back: ENOSPC when the disk has no room left (the real cause), EIO otherwise; nothing
+    is kept. (A real full disk: tests/serve/test_server_limits.py, on a tmpfs.)"""
+    import imageio.v2 as imageio
+
+    from parallel_wan.report.outputs import save_generation
+
+    real = imageio.mimwrite
+
+    def truncated(path, frames, **kwargs):  # the mp4 without its last half (its index among it)
+        real(path, frames, **kwargs)
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+
+    class Stats:
+        f_bavail = free_blocks
+
+    monkeypatch.setattr(imageio, "mimwrite", truncated)
+    monkeypatch.setattr(os, "statvfs", lambda path: Stats())
+    out = tmp_path / "out"
+    with pytest.raises(OSError) as err:
+        save_generation(str(out), _frames(1), 16, {}, save_frames=True)
+    assert err.value.errno == (errno.ENOSPC if free_blocks == 0 else errno.EIO), err.value
+    assert not out.exists()
+
+
 def test_a_full_disk_keeps_an_existing_folder_and_its_other_files(tmp_path, monkeypatch):
     from parallel_wan.report.outputs import save_generation
 

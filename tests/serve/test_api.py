@@ -35,7 +35,7 @@ BIG_SEED = 2**70
 class Api:
     """An app over a fresh storage_dir, as rank 0 builds it."""
 
-    def __init__(self, storage, start=(), max_body_mb="32", key=None, world=1, served_model_names=""):
+    def __init__(self, storage, start=(), max_body_mb="32", key=None, world=1, served_model_names="", **server):
         self.settings = server_settings(
             {
                 "host": "127.0.0.1",
@@ -43,6 +43,7 @@ class Api:
                 "storage_dir": str(storage),
                 "max_body_mb": max_body_mb,
                 "served_model_names": served_model_names,
+                **server,  # max_queued, keep_hours
             }
         )
         os.makedirs(self.settings.videos_dir, exist_ok=True)
@@ -50,7 +51,7 @@ class Api:
         served = serve_start(compose_settings(self.start), world, None, self.settings.videos_dir)
         # as the HTTP process adds them (http_process.py)
         self.served = dataclasses.replace(served, aliases=self.settings.served_model_names)
-        self.store = Store(self.settings.database)
+        self.store = Store(self.settings.database, keep_s=self.settings.keep_s)
         self.store.register("test", "127.0.0.1:0")
 
         def health():
@@ -1386,3 +1387,66 @@ def test_the_async_sdk_drives_every_endpoint_in_strict_mode(tmp_path):
         return None
 
     assert asyncio.run(session()) == "not_found"
+
+
+# ------------------------------------------------------------------ backpressure and retention
+def test_a_full_queue_answers_429_with_retry_after_and_keeps_nothing(tmp_path):
+    """max_queued=2: a third waiting job is refused in OpenAI's rate-limit shape with Retry-After
+    (30 s before any job finished; then the recent jobs' mean run time per place over the
+    servers alive); an Idempotency-Key retry of an accepted request is still answered; a place
+    frees when a job starts. OpenAI's SDK raises RateLimitError once its retries are spent."""
+    import openai
+
+    api = Api(tmp_path / "storage", ["model=tiny_ti2v"], max_queued="2")  # takes an image, needs none
+    first = api.client.post("/v1/videos", json={"prompt": "a"}, headers={"Idempotency-Key": "k1"}).json()["id"]
+    api.client.post("/v1/videos", json={"prompt": "b"})
+    before = sorted(os.listdir(api.settings.inputs_dir)) if os.path.isdir(api.settings.inputs_dir) else []
+    files = {"prompt": (None, "c"), "input_reference": ("f.png", png_bytes())}
+    full = api.client.post("/v1/videos", files=files)
+    error = _openai_error(full, 429)
+    assert (error["type"], error["code"], full.headers["retry-after"]) == ("requests", "queue_full", "30")
+    assert "2 videos wait, max_queued=2" in error["message"]
+    now = sorted(os.listdir(api.settings.inputs_dir)) if os.path.isdir(api.settings.inputs_dir) else []
+    assert now == before and api.store.counts().get("queued") == 2  # nothing of the refused request
+    again = api.client.post("/v1/videos", json={"prompt": "a"}, headers={"Idempotency-Key": "k1"})
+    assert again.status_code == 200 and again.json()["id"] == first
+    with pytest.raises(openai.RateLimitError, match="the queue is full"):
+        api.sdk().with_options(max_retries=0).videos.create(prompt="d")
+    # one job ran 40 s (started and finished), one server alive: a place frees in 40 s
+    claimed = api.store.claim("test")
+    api.store._db().execute("UPDATE videos SET started_at = started_at - 40 WHERE id = ?", (claimed["id"],))
+    api.store.finish(claimed["id"], "completed", record={})
+    assert api.client.post("/v1/videos", json={"prompt": "e"}).status_code == 200  # a place was free
+    assert api.client.post("/v1/videos", json={"prompt": "f"}).headers["retry-after"] == "40"
+    assert 'parallel_wan_requests_total{answer="queue_full"} 3.0' in api.client.get("/metrics").text
+
+
+def test_finished_videos_expire_after_keep_hours(tmp_path):
+    """keep_hours=: a finished job's expires_at (completed_at + keep) in its answer; past it, GET,
+    content, lists and DELETE know it no more (before any sweep), and the sweep turns it into a
+    tombstone (a list cursor naming it stays valid) whose files the worker removes. A server
+    started without keep_hours keeps every video again."""
+    from harness.videos import write_source_video
+
+    from parallel_wan.serve.files import video_path
+
+    api = Api(tmp_path / "storage", keep_hours="2")
+    kept, gone = (api.client.post("/v1/videos", json={"prompt": p}).json()["id"] for p in ("a", "b"))
+    assert api.client.get(f"/v1/videos/{kept}").json()["expires_at"] is None  # not finished yet
+    for video_id in (kept, gone):
+        assert api.store.claim("test")["id"] == video_id
+        write_source_video(video_path(api.settings, video_id), frames=5, height=32, width=32)
+        api.store.finish(video_id, "completed", record={})
+    answer = api.client.get(f"/v1/videos/{kept}").json()
+    assert answer["expires_at"] == answer["completed_at"] + 7200
+    api.store._db().execute("UPDATE videos SET expires_at = expires_at - 7201 WHERE id = ?", (gone,))
+    assert api.client.get(f"/v1/videos/{gone}").status_code == 404
+    assert api.client.get(f"/v1/videos/{gone}/content").status_code == 404
+    assert api.client.delete(f"/v1/videos/{gone}").status_code == 404
+    assert [v["id"] for v in api.client.get("/v1/videos").json()["data"]] == [kept]
+    assert api.store.expire() == [gone] and api.store.expire() == []
+    assert api.store.row(gone)["prompt"] == ""  # a tombstone: nothing of the request
+    assert api.client.get(f"/v1/videos?after={gone}").status_code == 200
+    kept_forever = Store(api.settings.database)  # a server started without keep_hours
+    kept_forever.retain()
+    assert api.client.get(f"/v1/videos/{kept}").json()["expires_at"] is None

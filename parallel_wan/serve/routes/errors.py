@@ -24,11 +24,13 @@ CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "request_too_large",
+    429: "queue_full",
 }
 
 
 def body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
-    kind = "server_error" if status >= 500 else "invalid_request_error"
+    # 429: OpenAI's rate-limit type ("requests"), which its SDKs retry after Retry-After
+    kind = "server_error" if status >= 500 else "requests" if status == 429 else "invalid_request_error"
     return {"error": {"message": message, "type": kind, "param": param, "code": code or CODES.get(status)}}
 
 

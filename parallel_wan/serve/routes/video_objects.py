@@ -27,7 +27,7 @@ def video_object(row: dict, words, record: bool = True) -> dict:
         "progress": progress_of(row),
         "created_at": row["created_at"],
         "completed_at": row["completed_at"],
-        "expires_at": None,
+        "expires_at": row.get("expires_at"),  # keep_hours=: when the video and its record go
         "size": row["size"],
         "seconds": row["seconds"],
         "prompt": row["prompt"],

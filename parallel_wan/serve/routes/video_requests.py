@@ -18,7 +18,7 @@ from ..fields import RequestError, seconds_of
 from ..files import source_video_path
 from ..references import json_image
 from ..sources import new_part, source_frames, upload_size
-from ..store import IdempotencyConflict, new_id
+from ..store import IdempotencyConflict, QueueFull, new_id
 from ..uploads import store_image
 from .errors import error, no_retry, refusal
 from .video_objects import video_object
@@ -162,6 +162,13 @@ async def answer(request: Request, api, body: Body, source: VideoSource | None =
         api.metrics.requests.labels("refused").inc()
         message = f"Idempotency-Key {idem!r} was used for another request; use a new key for a new request"
         return no_retry(error(409, message, "Idempotency-Key"))
+    except QueueFull as full:  # max_queued=: nothing was kept; OpenAI's SDKs wait Retry-After and ask again
+        api.metrics.requests.labels("queue_full").inc()
+        message = (
+            f"the queue is full ({full.queued} videos wait, max_queued={api.settings.max_queued}); "
+            f"ask again in {full.retry_after} s"
+        )
+        return error(429, message, headers={"retry-after": str(full.retry_after)})
     api.metrics.requests.labels("queued" if created else "repeated").inc()
     return video_object(row, api.words)
 
@@ -211,7 +218,7 @@ def queue_video(
             "remixed_from": source.job if source is not None and source.setting == "video" else None,
             **notes,
         }
-        row, created = store.add(job, idem, digest)
+        row, created = store.add(job, idem, digest, settings.max_queued)
     except BaseException:
         _remove(path, video)
         raise
