@@ -12,7 +12,17 @@ from ..errors import ConfigError
 
 CONF_DIR = conf_dir()
 # The server's own settings (serve/settings.py takes them out before composing); a run refuses them.
-SERVER_ONLY = ("host", "port", "storage_dir", "max_body_mb", "served_model_names", "max_queued", "keep_hours")
+SERVER_ONLY = (
+    "host",
+    "port",
+    "storage_dir",
+    "max_body_mb",
+    "served_model_names",
+    "max_queued",
+    "keep_hours",
+    "queue_url",
+    "lease_s",
+)
 
 
 def compose_settings(overrides: list[str]) -> dict:

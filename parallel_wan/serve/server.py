@@ -128,7 +128,19 @@ class Http:
             )
         self.port = sock.getsockname()[1]
         os.makedirs(self.settings.videos_dir, exist_ok=True)
-        self.store = Store(self.settings.database, keep_s=self.settings.keep_s)
+        try:
+            self.store = Store(self.settings.database, keep_s=self.settings.keep_s)
+        except Exception as exc:
+            if not self.settings.queue_url:
+                raise
+            from .databases import queue_for
+
+            where = queue_for(self.settings.queue_url).describe()  # the URL without its password
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            return (
+                f"queue_url={where}: the server cannot use that PostgreSQL database ({reason}); check the host, "
+                "port, user, password and database name, and that the server is up"
+            )
         self.store.retain()  # keep_hours= (or none) for every finished video, made before or after
         back = self.store.register(self.claimant, f"{socket.gethostname()}:{self.port}")
         if back:
@@ -178,9 +190,7 @@ class Http:
         self.store.set_health(self.claimant, True)
 
     def _lease(self) -> None:
-        from .store import LEASE_S
-
-        while not self.stopped.wait(LEASE_S / 6):
+        while not self.stopped.wait(self.settings.lease_s / 6):
             try:
                 self.store.heartbeat(self.claimant)
             except (

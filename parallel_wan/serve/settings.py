@@ -22,6 +22,8 @@ DEFAULTS = {
     "served_model_names": "",
     "max_queued": "",  # unbounded
     "keep_hours": "",  # forever
+    "queue_url": "",  # the SQLite file in storage_dir
+    "lease_s": "60",
 }
 SERVER_KEYS = SERVER_ONLY  # what the run's composition refuses, named there
 
@@ -42,6 +44,8 @@ class ServerSettings:
     served_model_names: tuple = ()
     max_queued: int | None = None  # queued jobs beyond which a new request is answered 429 (None: no bound)
     keep_hours: float | None = None  # finished videos and their records are deleted this long after (None: kept)
+    queue_url: str | None = None  # postgresql://…: the queue of replicas on several hosts (None: SQLite)
+    lease_s: float = 60.0  # a server silent this long (no heartbeat) loses its running job to the others
 
     @property
     def keep_s(self) -> int | None:
@@ -61,7 +65,8 @@ class ServerSettings:
 
     @property
     def database(self) -> str:
-        return os.path.join(self.storage_dir, "queue.sqlite3")
+        """Where the queue is: queue_url, or the SQLite file in storage_dir."""
+        return self.queue_url or os.path.join(self.storage_dir, "queue.sqlite3")
 
 
 def split_settings(words: list[str]) -> tuple[ServerSettings, list[str]]:
@@ -105,7 +110,22 @@ def server_settings(values: dict) -> ServerSettings:
         model_names(values.get("served_model_names", "")),
         _bound(values.get("max_queued", ""), "max_queued", int, "a whole number of jobs, e.g. max_queued=100"),
         _bound(values.get("keep_hours", ""), "keep_hours", float, "a number of hours, e.g. keep_hours=24"),
+        _queue_url(values.get("queue_url", "")),
+        _bound(values.get("lease_s", "60"), "lease_s", float, "a number of seconds, e.g. lease_s=60") or 60.0,
     )
+
+
+def _queue_url(text: str) -> str | None:
+    text = str(text).strip()
+    if not text:
+        return None
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"queue_url={text.split('@')[-1]!r} is not a PostgreSQL URL; give postgresql://USER:PASSWORD@HOST:PORT/"
+            "DATABASE (leave it out for the SQLite file in storage_dir)",
+            setting="queue_url",
+        )
+    return text
 
 
 def _bound(text: str, key: str, kind, example: str):

@@ -25,12 +25,16 @@ transaction, so servers sharing the file never let more in between them.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
-import sqlite3
-import threading
 import time
 import uuid
+
+from .databases import queue_for
+
+log = logging.getLogger("parallel_wan")
 
 STATUSES = ("queued", "in_progress", "completed", "failed")  # the API's; a client sees no other
 FINISHED = ("completed", "failed")
@@ -38,12 +42,12 @@ FINISHED = ("completed", "failed")
 # (retention: a finished job past its expires_at is gone at once, before the sweep removes it)
 VISIBLE = (
     "status IN ('queued', 'in_progress', 'completed', 'failed') AND cancel_requested = 0 "
-    "AND (expires_at IS NULL OR expires_at > CAST(strftime('%s', 'now') AS INTEGER))"
+    "AND (expires_at IS NULL OR expires_at > {NOW})"
 )
 # a tombstone keeps its id and place (seq) for list cursors; nothing of the request
 STRIP = (
     "prompt = '', settings = '{}', record = NULL, error = NULL, idempotency_key = NULL, request_sha256 = NULL, "
-    "user = NULL, metadata = NULL"
+    '"user" = NULL, metadata = NULL'
 )
 LEASE_S = 60.0  # a claimant silent this long is gone (heartbeats every LEASE_S / 6)
 MAX_ATTEMPTS = 3  # a job that took its server down this often fails instead of running again
@@ -53,7 +57,7 @@ ORPHAN_UPDATE = "status = CASE cancel_requested WHEN 1 THEN 'deleting' ELSE 'que
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq {SEQ},
     id TEXT NOT NULL UNIQUE,
     status TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -63,9 +67,9 @@ CREATE TABLE IF NOT EXISTS videos (
     settings TEXT NOT NULL,
     idempotency_key TEXT UNIQUE,
     request_sha256 TEXT,
-    created_at INTEGER NOT NULL,
-    started_at INTEGER,
-    completed_at INTEGER,
+    created_at {BIG} NOT NULL,
+    started_at {BIG},
+    completed_at {BIG},
     step INTEGER NOT NULL DEFAULT 0,
     steps INTEGER NOT NULL,
     claimant TEXT,
@@ -74,19 +78,19 @@ CREATE TABLE IF NOT EXISTS videos (
     error TEXT,
     record TEXT,
     resumed_from_step INTEGER,
-    user TEXT,
+    "user" TEXT,
     metadata TEXT,
     preview_wanted INTEGER NOT NULL DEFAULT 0,
     preview_step INTEGER,
     remixed_from TEXT,
-    expires_at INTEGER
+    expires_at {BIG}
 );
 CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
 CREATE TABLE IF NOT EXISTS servers (
     claimant TEXT PRIMARY KEY,
     name TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    heartbeat REAL NOT NULL,
+    started_at {REAL} NOT NULL,
+    heartbeat {REAL} NOT NULL,
     ready INTEGER NOT NULL DEFAULT 0,
     problem TEXT
 );
@@ -95,13 +99,14 @@ CREATE TABLE IF NOT EXISTS servers (
 
 # columns newer than the first databases, added to those when a server opens them
 COLUMNS_ADDED = {
-    "user": "TEXT",
+    '"user"': "TEXT",  # quoted: a reserved word in PostgreSQL
     "metadata": "TEXT",
     "preview_wanted": "INTEGER NOT NULL DEFAULT 0",
     "preview_step": "INTEGER",
     "remixed_from": "TEXT",
-    "expires_at": "INTEGER",
+    "expires_at": "{BIG}",
 }
+RETRY_S = 120.0  # a lost database connection (PostgreSQL restarting) is tried again this long
 RECENT = 20  # finished jobs whose run time says when a place in a full queue frees up
 DEFAULT_WAIT_S = 30  # Retry-After before any job has finished
 
@@ -131,40 +136,55 @@ def is_id(text: str) -> bool:
     return len(text) == 38 and text.startswith("video_") and all(c in "0123456789abcdef" for c in text[6:])
 
 
+def _retried(method):
+    """Run a store operation again, on a new connection, while the database is out of reach
+    (queue_url: PostgreSQL restarting, the network down) — each is one transaction, so a try cut
+    off midway changed nothing — up to RETRY_S, then raise. SQLite: one try."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        deadline, pause = time.monotonic() + RETRY_S, 0.1
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except self.queue.lost as exc:
+                self.queue.forget()
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("the queue's database is out of reach (%s); trying again", str(exc).strip()[:200])
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
+
+    return run
+
+
+def _every_operation_retried(cls):
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, _retried(value))
+    return cls
+
+
+@_every_operation_retried
 class Store:
-    def __init__(self, path: str, durable: bool = True, keep_s: int | None = None):
-        """`durable=False`: commits are not synced to disk one by one (a WAL checkpoint does it) —
+    def __init__(self, location: str, durable: bool = True, keep_s: int | None = None):
+        """`location`: the SQLite file, or a queue_url (postgresql://…; databases.py).
+        `durable=False`: commits are not synced to disk one by one (a WAL checkpoint does it) —
         for the loop's progress, written after every step, which a crash may lose harmlessly.
         `keep_s`: a job that finishes through this store expires that long after (keep_hours=)."""
-        self.path, self.durable, self.keep_s = path, durable, keep_s
-        self._local = threading.local()
-        self._db().executescript(SCHEMA)  # each CREATE … IF NOT EXISTS commits on its own
-        self._add_columns()
+        self.path, self.durable, self.keep_s = location, durable, keep_s
+        self.queue = queue_for(location, durable)
+        self.queue.script(SCHEMA)  # each CREATE … IF NOT EXISTS
+        with self.queue.write() as db:  # a database made before a column existed gains it
+            for column, kind in COLUMNS_ADDED.items():
+                self.queue.add_column(db, column, kind.replace("{BIG}", self.queue.words["BIG"]))
         self._db().execute("CREATE INDEX IF NOT EXISTS videos_expiry ON videos (expires_at)")  # after the column
 
-    def _add_columns(self) -> None:
-        """A database made before a column existed gains it (NULL in the rows it has)."""
-        have = {r["name"] for r in self._db().execute("PRAGMA table_info(videos)")}
-        for column, kind in COLUMNS_ADDED.items():
-            if column not in have:
-                try:
-                    self._db().execute(f"ALTER TABLE videos ADD COLUMN {column} {kind}")
-                except sqlite3.OperationalError:  # another server added it meanwhile
-                    pass
+    def _db(self):
+        return self.queue.connection()
 
-    def _db(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")  # FULL: on disk before the reply
-            db.execute("PRAGMA busy_timeout=30000")
-            self._local.db = db
-        return db
-
-    def _write(self):
-        return _Transaction(self._db())
+    def _write(self, claim: bool = False):
+        return self.queue.write(claim)
 
     # ------------------------------------------------------------------ requests
     def add(
@@ -187,12 +207,15 @@ class Store:
                         raise IdempotencyConflict(idempotency_key)
                     return dict(row), False
             if max_queued is not None:
-                queued = db.execute(f"SELECT COUNT(*) FROM videos WHERE status = 'queued' AND {VISIBLE}").fetchone()[0]
+                waiting = f"SELECT COUNT(*) AS n FROM videos WHERE status = 'queued' AND {VISIBLE}"
+                queued = db.execute(waiting).fetchone()["n"]
                 if queued >= max_queued:
                     raise QueueFull(queued, self._wait_s(db, queued - max_queued + 1))
+            if db.execute("SELECT 1 FROM videos WHERE id = ?", (video["id"],)).fetchone() is not None:
+                return self.get(video["id"]), True  # a try whose commit was made but whose answer was lost
             db.execute(
                 "INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
-                "request_sha256, created_at, steps, user, metadata, remixed_from) "
+                'request_sha256, created_at, steps, "user", metadata, remixed_from) '
                 "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     video["id"],
@@ -219,16 +242,17 @@ class Store:
         """Seconds until `places` queued jobs have started: the recent jobs' mean run time over
         the servers alive, per place (Retry-After; 30 s before any job finished)."""
         runs = [
-            r[0]
+            r["run"]
             for r in db.execute(
-                "SELECT completed_at - started_at FROM videos WHERE status IN ('completed', 'failed') "
+                "SELECT completed_at - started_at AS run FROM videos WHERE status IN ('completed', 'failed') "
                 "AND started_at IS NOT NULL AND completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT ?",
                 (RECENT,),
             )
         ]
         if not runs:
             return DEFAULT_WAIT_S
-        alive = db.execute("SELECT COUNT(*) FROM servers WHERE heartbeat > ?", (time.time() - LEASE_S,)).fetchone()[0]
+        since = (time.time() - LEASE_S,)
+        alive = db.execute("SELECT COUNT(*) AS n FROM servers WHERE heartbeat > ?", since).fetchone()["n"]
         return max(1, math.ceil(sum(runs) / len(runs) * places / max(alive, 1)))
 
     def get(self, video_id: str) -> dict | None:
@@ -310,7 +334,9 @@ class Store:
                 db.execute(f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND claimant = ?", (old,))
                 db.execute("DELETE FROM servers WHERE claimant = ?", (old,))
             db.execute(
-                "INSERT OR REPLACE INTO servers (claimant, name, started_at, heartbeat) VALUES (?, ?, ?, ?)",
+                "INSERT INTO servers (claimant, name, started_at, heartbeat) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (claimant) DO UPDATE SET name = excluded.name, started_at = excluded.started_at, "
+                "heartbeat = excluded.heartbeat",
                 (claimant, name, now, now),
             )
         return ids
@@ -343,14 +369,16 @@ class Store:
         Jobs of claimants silent for `lease_s` go back to the queue first; a job claimed
         MAX_ATTEMPTS times already fails instead."""
         now = time.time()
-        with self._write() as db:
+        with self._write(claim=True) as db:
             db.execute(
                 f"UPDATE videos SET {ORPHAN_UPDATE} WHERE status = 'in_progress' AND (claimant IS NULL OR "
                 "claimant NOT IN (SELECT claimant FROM servers WHERE heartbeat > ?))",
                 (now - lease_s,),
             )
             while True:
-                row = db.execute("SELECT * FROM videos WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
+                row = db.execute(
+                    "SELECT * FROM videos WHERE status = 'queued' ORDER BY seq LIMIT 1 {SKIP_LOCKED}"
+                ).fetchone()
                 if row is None:
                     return None
                 if row["attempts"] < MAX_ATTEMPTS:
@@ -475,21 +503,7 @@ class Store:
         queued again: it is `deleting` (the next server's sweep removes its saved state)."""
         with self._write() as db:
             db.execute(
-                f"UPDATE videos SET {ORPHAN_UPDATE}, attempts = MAX(attempts - 1, 0) "
+                f"UPDATE videos SET {ORPHAN_UPDATE}, attempts = {{GREATEST}}(attempts - 1, 0) "
                 "WHERE id = ? AND status = 'in_progress'",
                 (video_id,),
             )
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE … COMMIT (ROLLBACK on an exception): the write lock for the whole block."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
-
-    def __exit__(self, kind, exc, tb) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")

@@ -74,11 +74,12 @@ class Worker:
             self._remove(expired)
             self.metrics.jobs.labels("expired").inc()
             log.info("%s: expired (keep_hours): its video and record are deleted", expired)
-        row, deadline = self.store.claim(self.claimant), time.monotonic() + IDLE_S
+        lease = self.settings.lease_s  # another server silent this long loses its running job to this one
+        row, deadline = self.store.claim(self.claimant, lease), time.monotonic() + IDLE_S
         while row is None and time.monotonic() < deadline:
             time.sleep(POLL_S)
             if self.store.has_queued():
-                row = self.store.claim(self.claimant)
+                row = self.store.claim(self.claimant, lease)
         if row is None:
             return None
         self.metrics.queue_wait_seconds.observe(max(0.0, time.time() - row["created_at"]))
