@@ -4,6 +4,7 @@ loop, and whether its ranks' memory stays flat (README "Serving"; BENCHMARKS.md 
     python -m benchmarks.serve throughput [--videos 20]     # server vs prompts=FILE vs one CLI per video
     python -m benchmarks.serve polling [--clients 50]        # step time, 50 clients polling every 100 ms vs none
     python -m benchmarks.serve memory [--jobs 50]            # every rank's RSS over 50 jobs of mixed shapes (4 ranks)
+    python -m benchmarks.serve lora [--jobs 10]              # a LoRA switch: seconds and bytes, against a job
 
 throughput: the same tiny jobs (64×64, 9 frames, 4 steps) through a one-process server (start to
 ready, then first POST to last completed), as one `prompts=FILE` job, and as one
@@ -17,6 +18,11 @@ rank 0 has cores to spare; `--layout shared` leaves every process free. Also pri
 process's CPU per request answered.
 memory: a 4-rank torchrun server runs `--jobs` jobs cycling through five shapes; every rank's
 VmRSS after each job; the ratio of the last to the 5th (the first ones warm allocators).
+lora: a one-process server with lora_dir= (one random LoRA on every block linear of the tiny
+model) runs `--jobs` jobs alternating with and without it, so every job but the first switches;
+the switch seconds from its own /metrics (parallel_wan_lora_switch_seconds) against the jobs'
+denoise seconds, and the bytes a switch reads (both experts' weights, from the safetensors
+headers).
 """
 
 from __future__ import annotations
@@ -199,9 +205,48 @@ def memory(jobs: int, folder: Path) -> None:
     print(f"  job {jobs} / job 5, per rank: " + "  ".join(f"{x:.3f}" for x in ratios))
 
 
+def lora(jobs: int, folder: Path) -> None:
+    sys.path.insert(0, os.path.join(REPO, "tests"))  # the tests' random LoRA files (harness/lora_files.py)
+    from harness.lora_files import lora_pairs, write_lora
+
+    from parallel_wan.builtin.tiny import transformer_config
+
+    loras = folder / "loras"
+    loras.mkdir()
+    write_lora(loras / "style.safetensors", lora_pairs(transformer_config("t2v"), rank=8, seed=2), "peft", alpha=4.0)
+    server = ServerProcesses(folder / "storage", [*TINY, f"lora_dir={loras}"])
+    try:
+        server.wait_ready()
+        for i in range(jobs):
+            named = {"loras": [{"name": "style"}]} if i % 2 else {}
+            video_id = server.post(prompt=f"job {i}", seed=i, **named)["id"]
+            server.wait_for(video_id, "completed", timeout=3600, every=0.05)
+        text = server.client.get("/metrics").text
+    finally:
+        server.stop()
+
+    def metric(name: str) -> float:
+        return float(re.search(rf"^{name} (\S+)", text, re.MULTILINE).group(1))
+
+    switches = metric("parallel_wan_lora_switch_seconds_count")
+    switch = metric("parallel_wan_lora_switch_seconds_sum") / switches
+    denoise = metric('parallel_wan_phase_seconds_sum{phase="denoise"}') / metric(
+        'parallel_wan_phase_seconds_count{phase="denoise"}'
+    )
+    from parallel_wan.builtin.tiny import build_tiny
+
+    tiny = build_tiny("t2v", seed=0)  # the experts a switch loads again (fp32 here: dtype=float32)
+    weights = sum(p.numel() * 4 for m in (tiny.transformer, tiny.transformer_2) for p in m.parameters())
+    print(f"{jobs} jobs ({' '.join(TINY)}), {int(switches)} LoRA switches:")
+    print(f"  switch (experts loaded again with the job's LoRAs): {switch:.3f} s mean")
+    print(f"  denoise of a job:                                  {denoise:.3f} s mean")
+    print(f"  switch / denoise: {switch / denoise:.2f}")
+    print(f"  bytes a switch loads (both experts, float32):      {weights / 1e6:.1f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("throughput", "polling", "memory"))
+    parser.add_argument("what", choices=("throughput", "polling", "memory", "lora"))
     parser.add_argument("--videos", type=int, default=20)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--every", type=float, default=0.1)
@@ -221,6 +266,8 @@ def main() -> None:
             throughput(opts.videos, folder)
         elif opts.what == "polling":
             polling(opts.clients, opts.every, opts.steps, folder, opts.layout)
+        elif opts.what == "lora":
+            lora(opts.jobs, folder)
         else:
             memory(opts.jobs, folder)
 

@@ -22,6 +22,7 @@ SERVER_ONLY = (
     "keep_hours",
     "queue_url",
     "lease_s",
+    "lora_dir",
 )
 
 

@@ -91,6 +91,8 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         "per device:",
         f"  one expert, whole              {_gb(p.expert.whole)}",
         f"  weights during denoise         {_gb(p.weights['denoise'])}   ({p.weights['note']})",
+        f"  a LoRA switch (lora_dir=)      {_gb(p.weights['denoise'])}   read again from the page cache: the "
+        "experts loaded with the job's LoRAs",
         f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, "
         "noise"
         f"{', step cache' if p.spec.cache.on else ''})",

@@ -45,8 +45,9 @@ RECORDED = ("user", "metadata")  # bookkeeping: stored with the job and echoed, 
 IMAGE_FIELDS = ("input_reference", "image_reference", "reference_url")  # the first frame: video_requests.py
 REFUSED = ("n", "quality", "audio_reference", "video_reference", "generate_sound")  # can't honour: refuse()
 DERIVED = ("size", "seconds", "model")  # fields read here, not copied
+LORA_FIELDS = ("loras", "lora")  # the registered LoRAs a request names (lora_registry.py; served.py reads them)
 TAKEN = (
-    tuple(SETTING_OF) + DERIVED + GUIDANCE_ALIASES + RECORDED + IMAGE_FIELDS + ("extra_params",)
+    tuple(SETTING_OF) + DERIVED + GUIDANCE_ALIASES + RECORDED + IMAGE_FIELDS + LORA_FIELDS + ("extra_params",)
 )  # what a field may be
 FIELDS = TAKEN + REFUSED  # known: the refused ones are refused with their reason, not as unknown
 # run setting → the request field that sets it: the one table by which the server's answers say

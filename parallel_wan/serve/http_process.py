@@ -34,7 +34,15 @@ def main() -> None:
     config = json.loads(sys.stdin.readline())
     setup_logging()
     settings = ServerSettings(**config["settings"])
-    served = serve_start(config["raw"], config["world"], config["node_size"], settings.videos_dir, config["device"])
+    served = serve_start(
+        config["raw"],
+        config["world"],
+        config["node_size"],
+        settings.videos_dir,
+        config["device"],
+        lora_dir=settings.lora_dir,
+        check_loras=False,  # checked by the server's start, which started this process
+    )
     served = dataclasses.replace(served, aliases=tuple(settings.served_model_names))  # the names requests may give
     store, claimant = Store(settings.database), config["claimant"]
 

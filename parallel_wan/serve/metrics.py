@@ -39,6 +39,12 @@ class LoopMetrics:
             buckets=PHASE_BUCKETS,
             registry=registry,
         )
+        self.lora_switch_seconds = Histogram(
+            "parallel_wan_lora_switch_seconds",
+            "Seconds to put a job's LoRAs into the experts (the experts loaded again with them)",
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
         self.queue_wait_seconds = Histogram(
             "parallel_wan_queue_wait_seconds",
             "Seconds a job waited in the queue before this server started it",

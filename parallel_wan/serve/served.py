@@ -5,6 +5,7 @@ job's settings itself from the same words. Cheap: no torch."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ from ..config.placeholder_image import placeholder_image
 from ..entry.entry_check import check_entry
 from ..memory_plan.fits import check_fits
 from ..pipeline.checkpoint import preflight
-from .fields import RequestError, request_settings
+from .fields import LORA_FIELDS, RequestError, present, request_settings
+from .lora_registry import lora_registry, request_loras, with_request_loras
 from .words import Words, server_paths
 
 
@@ -30,6 +32,7 @@ class RequestResolver:
     videos_dir: str
     device: tuple  # (bytes one device holds or None, where that comes from): memory_plan.fits.device_memory, once
     aliases: tuple = ()  # the operator's served_model_names (settings.py)
+    loras: dict = dataclasses.field(default_factory=dict)  # name → RegisteredLora a request may name (lora_dir=)
 
     @property
     def model(self) -> str:
@@ -91,8 +94,15 @@ class RequestResolver:
         if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
         edit = video is not None and video_setting == "video"  # strength: a remix's or an edit's
+        fields, named = _lora_fields(fields)
         settings, source, notes = request_settings(fields, self.base.model.fps, edit=edit)
-        settings = {**(base or {}), **settings}
+        loras, recipe = [], {}
+        for key, value in named.items():
+            loras, recipe = request_loras(value, self.loras, len(self.base.model.variant.experts), key)
+        lora_settings = with_request_loras(self.raw, loras)
+        for setting in lora_settings:
+            source[setting] = next(iter(named))
+        settings = {**(base or {}), **recipe, **lora_settings, **settings}
         if image is not None:
             settings["image"], source["image"] = image, image_field
         if video is not None:  # video= (a remix, an edit) or extend= (an extension): the request's `video`
@@ -103,8 +113,28 @@ class RequestResolver:
             raise RequestError(*self.words.refusal(exc, source, image)) from None
 
 
+def _lora_fields(fields: dict) -> tuple[dict, dict]:
+    """(the fields without the LoRAs they name, {"loras" or "lora": value}) — also from inside
+    vLLM-Omni's `extra_params`."""
+    named = {key: value for key, value in present(fields).items() if key in LORA_FIELDS}
+    fields = {key: value for key, value in fields.items() if key not in LORA_FIELDS}
+    extra = fields.get("extra_params")
+    if isinstance(extra, dict) and any(key in extra for key in LORA_FIELDS):
+        named |= {key: value for key, value in present(extra).items() if key in LORA_FIELDS}
+        fields["extra_params"] = {key: value for key, value in extra.items() if key not in LORA_FIELDS}
+    if len(named) > 1:
+        raise RequestError("loras and lora each name LoRAs; give one of them", "lora")
+    return fields, named
+
+
 def serve_start(
-    raw: dict, world: int, node_size: int | None, videos_dir: str, device: tuple | None = None
+    raw: dict,
+    world: int,
+    node_size: int | None,
+    videos_dir: str,
+    device: tuple | None = None,
+    lora_dir: str | None = None,
+    check_loras: bool = True,
 ) -> RequestResolver:
     """The start settings checked as run.py checks a run (the checkpoint's headers, the fit);
     the mesh (mesh=auto decides it here) then holds for every job. `device`: the device's memory
@@ -116,4 +146,12 @@ def serve_start(
     ckpt = preflight(base)
     device = tuple(device) if device is not None else device_memory(base)
     check_fits(base, ckpt, device=device)
-    return RequestResolver({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)
+    served = RequestResolver({**raw, "mesh": base.mesh.to_dict()}, base, ckpt, world, node_size, videos_dir, device)
+    registry = lora_registry(lora_dir)
+    for lora in registry.values() if check_loras else ():  # each checked as lora= is on the command line,
+        for what, settings in ((lora.path, {}), (os.path.splitext(lora.path)[0] + ".json", lora.recipe)):
+            try:  # the file, then with its recipe (which must run on this server's mesh)
+                served.spec({"lora": lora.path} | settings)
+            except ConfigError as exc:
+                raise ConfigError(f"lora_dir: {os.path.basename(what)}: {exc}", setting="lora_dir") from None
+    return dataclasses.replace(served, loras=registry)

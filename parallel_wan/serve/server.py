@@ -36,7 +36,7 @@ def serve(settings: ServerSettings, raw: dict, why: str | None = None) -> None:
     from .served import serve_start
 
     def checks(process):
-        served = serve_start(raw, process.world, process.node_size, settings.videos_dir)
+        served = serve_start(raw, process.world, process.node_size, settings.videos_dir, lora_dir=settings.lora_dir)
         check_device(served.base, process.local_rank, process.world)
         return served
 

@@ -24,6 +24,7 @@ DEFAULTS = {
     "keep_hours": "",  # forever
     "queue_url": "",  # the SQLite file in storage_dir
     "lease_s": "60",
+    "lora_dir": "",  # no LoRAs chosen per request
 }
 SERVER_KEYS = SERVER_ONLY  # what the run's composition refuses, named there
 
@@ -46,6 +47,7 @@ class ServerSettings:
     keep_hours: float | None = None  # finished videos and their records are deleted this long after (None: kept)
     queue_url: str | None = None  # postgresql://…: the queue of replicas on several hosts (None: SQLite)
     lease_s: float = 60.0  # a server silent this long (no heartbeat) loses its running job to the others
+    lora_dir: str | None = None  # the LoRAs a request may name (serve/lora_registry.py)
 
     @property
     def keep_s(self) -> int | None:
@@ -112,6 +114,7 @@ def server_settings(values: dict) -> ServerSettings:
         _bound(values.get("keep_hours", ""), "keep_hours", float, "a number of hours, e.g. keep_hours=24"),
         _queue_url(values.get("queue_url", "")),
         _bound(values.get("lease_s", "60"), "lease_s", float, "a number of seconds, e.g. lease_s=60") or 60.0,
+        str(values.get("lora_dir", "")).strip() or None,
     )
 
 

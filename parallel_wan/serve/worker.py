@@ -48,6 +48,7 @@ class Worker:
         self.store, self.claimant, self.metrics, self.check = store, claimant, metrics, check
         self.progress_store = None if store is None else Store(store.path, durable=False)
         self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
+        self.lora = lora_identity(served.base)  # the LoRAs merged into the loaded experts
         self.done = 0
         if backend.encodes_text:  # each request's texts encoded when its job runs; the encoder stays loaded
             loaded.texts = EncodedOnDemand(loaded.text_encoder)
@@ -106,8 +107,7 @@ class Worker:
                 self._finish(video_id, "failed", error=str(exc))
             return
         entry = Entry(video_id, spec, result_key(spec))
-        if self.done and spec.memory.mode == "swap":
-            self.loaded = reload_experts(self.served.base, self.backend, self.ckpt, self.loaded)
+        self._experts_for(spec, video_id)
         try:
             gen, resumed = generate_entry(
                 Job((entry,), self.served.videos_dir),
@@ -135,6 +135,28 @@ class Worker:
             log.info("%s: deleted: stopped after step %d of %d", video_id, gen.state.step, spec.sampling.steps)
             return
         self._write(spec, gen, video_id, resumed)
+
+    def _experts_for(self, spec, video_id: str) -> None:
+        """The experts as this job needs them. Its LoRAs (lora_dir=, chosen per request) differ
+        from those merged now: the experts are loaded again with them — from the page cache, by
+        the one load path, so a job renders exactly what the command line does with those LoRAs,
+        and a job without any exactly what a server that never had one does; the old experts are
+        dropped first, so the device never holds two copies. memory=swap reloads between videos
+        anyway (it freed an expert during the last one)."""
+        wanted = lora_identity(spec)
+        switch = wanted != self.lora
+        if not switch and not (self.done and spec.memory.mode == "swap"):
+            return
+        started = time.perf_counter()
+        if switch:
+            self.loaded.experts = {}  # the old weights go before the new ones come
+        self.loaded = reload_experts(spec, self.backend, self.ckpt, self.loaded)
+        self.lora = wanted
+        if switch and self.backend.leader:
+            seconds = time.perf_counter() - started
+            self.metrics.lora_switch_seconds.observe(seconds)
+            names = ", ".join(f"{os.path.basename(path)}×{scale:g} ({role})" for role, path, scale in wanted) or "none"
+            log.info("%s: LoRAs now %s (the experts loaded again in %.1f s)", video_id, names, seconds)
 
     def _write(self, spec, gen, video_id: str, resumed: int | None) -> None:
         from ..jobs.entry_outputs import write_generation
@@ -223,6 +245,11 @@ class Worker:
                 t0, i = now, next(steps, None)
 
         return watch
+
+
+def lora_identity(spec) -> tuple:
+    """What decides the merged weights: each LoRA's expert role, file and strength, in order."""
+    return tuple((role, path, scale) for role, path, scale, _ in spec.weights.loras)
 
 
 class StopServing(Exception):

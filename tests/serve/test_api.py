@@ -43,12 +43,14 @@ class Api:
                 "storage_dir": str(storage),
                 "max_body_mb": max_body_mb,
                 "served_model_names": served_model_names,
-                **server,  # max_queued, keep_hours
+                **server,  # max_queued, keep_hours, lora_dir
             }
         )
         os.makedirs(self.settings.videos_dir, exist_ok=True)
         self.start = [*SETTINGS, *start]
-        served = serve_start(compose_settings(self.start), world, None, self.settings.videos_dir)
+        served = serve_start(
+            compose_settings(self.start), world, None, self.settings.videos_dir, lora_dir=self.settings.lora_dir
+        )
         # as the HTTP process adds them (http_process.py)
         self.served = dataclasses.replace(served, aliases=self.settings.served_model_names)
         self.store = Store(self.settings.database, keep_s=self.settings.keep_s)
@@ -401,7 +403,7 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
         "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
         "guidance_scale_2, fps, flow_shift, boundary_ratio, strength, size, seconds, model, true_cfg_scale, user, "
         "metadata, "
-        "input_reference, image_reference, reference_url, extra_params"
+        "input_reference, image_reference, reference_url, loras, lora, extra_params"
     )
     for body, message in (
         (

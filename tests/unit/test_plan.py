@@ -356,6 +356,7 @@ def test_cli_a14b_720p_fits_on_eight_80gb_devices(capsys):
     assert code == 0
     assert "tokens 75,600 → 18,900 per rank" in out and "FITS" in out and "DOES NOT" not in out
     assert "one expert, whole                 28.64 GB" in out  # 14.3e9 params, bf16 with fp32 norms/tables
+    assert "a LoRA switch (lora_dir=)         57.27 GB   read again" in out  # both experts, every device (resident)
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)

@@ -14,9 +14,11 @@ router = APIRouter()
 
 def _model(name: str, served) -> dict:
     """OpenAI's Model, and `extends`: whether the model takes a first frame, so that the server
-    continues videos (POST /v1/videos/extensions; the page asks)."""
+    continues videos (POST /v1/videos/extensions; the page asks); `loras`: the LoRAs a request
+    may name (lora_dir=), each with its recipe."""
     extends = served.base.model.variant.input(IMAGE) is not None
-    return {"id": name, "object": "model", "created": 0, "owned_by": "parallel_wan", "extends": extends}
+    loras = [lora.listing() for lora in served.loras.values()]
+    return {"id": name, "object": "model", "created": 0, "owned_by": "parallel_wan", "extends": extends, "loras": loras}
 
 
 @router.get("/v1/models")
