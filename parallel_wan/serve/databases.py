@@ -32,11 +32,9 @@ class Translated:
     def execute(self, sql: str, args=()):
         for word, spelled in self.queue.words.items():
             sql = sql.replace("{" + word + "}", spelled)
-        if self.queue.placeholder != "?":
-            sql = sql.replace("?", self.queue.placeholder)
         if self.queue.placeholder == "?":
             return self.db.execute(sql, args)
-        return self.db.execute(sql, tuple(args) or None)  # psycopg: no arguments, no % parsing
+        return self.db.execute(sql.replace("?", self.queue.placeholder), tuple(args) or None)  # None: no % parsing
 
 
 class SqliteQueue:

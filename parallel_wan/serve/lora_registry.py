@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..lora.settings import ROLES
 from .fields import RequestError, _shown
 
 RECIPE_KEYS = ("recipe", "steps", "guidance_high", "guidance_low", "shift", "sampler")
@@ -137,17 +138,14 @@ def _number(value, where: str) -> float:
     return float(value)
 
 
-def with_request_loras(start: dict, loras: list) -> dict:
-    """The run settings lora / lora_high / lora_low (and their scales) of the start settings with
-    a request's LoRAs after them."""
+def with_request_loras(start: tuple, loras: list) -> dict:
+    """The run settings lora / lora_high / lora_low (and their scales) for a request's LoRAs after
+    the start's (`start`: the start settings' resolved `weights.loras`, (role, path, scale,
+    setting) each)."""
     out = {}
-    for role, key in (("all", "lora"), ("high", "lora_high"), ("low", "lora_low")):
+    for key, role in ROLES.items():
         mine = [(path, scale) for r, path, scale in loras if r == role]
-        if not mine:
-            continue
-        paths, scales = start.get(key), start.get(f"{key}_scale", 1.0)
-        paths = [] if paths in (None, "", []) else [paths] if isinstance(paths, str) else list(paths)
-        scales = list(scales) if isinstance(scales, (list, tuple)) else [scales] * len(paths)
-        out[key] = paths + [p for p, _ in mine]
-        out[f"{key}_scale"] = scales + [s for _, s in mine]
+        if mine:
+            both = [(path, scale) for r, path, scale, _ in start if r == role] + mine
+            out[key], out[f"{key}_scale"] = [p for p, _ in both], [s for _, s in both]
     return out

@@ -96,12 +96,11 @@ class RequestResolver:
         edit = video is not None and video_setting == "video"  # strength: a remix's or an edit's
         fields, named = _lora_fields(fields)
         settings, source, notes = request_settings(fields, self.base.model.fps, edit=edit)
-        loras, recipe = [], {}
-        for key, value in named.items():
+        loras, recipe, lora_settings = [], {}, {}
+        for key, value in named.items():  # at most one: loras or lora
             loras, recipe = request_loras(value, self.loras, len(self.base.model.variant.experts), key)
-        lora_settings = with_request_loras(self.raw, loras)
-        for setting in lora_settings:
-            source[setting] = next(iter(named))
+            lora_settings = with_request_loras(self.base.weights.loras, loras)
+            source |= dict.fromkeys(lora_settings, key)
         settings = {**(base or {}), **recipe, **lora_settings, **settings}
         if image is not None:
             settings["image"], source["image"] = image, image_field

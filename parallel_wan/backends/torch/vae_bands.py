@@ -40,10 +40,10 @@ def height_bands(height: int, ranks: int) -> list[tuple[int, int]]:
 
 
 class HeightBandOps:
-    """`ops` for one rank's band of rows, in a decode split over `len(band_rows)` ranks
-    (global ranks 0 … n − 1, in row order), exchanging rows through `comm`. Everything not defined here is the torch ops
-    module's; ops the decoder does not use and that would need another rank's rows
-    (height padding, a height stride) are refused rather than computed wrong."""
+    """`ops` for one rank's band of rows, in a VAE split over `len(band_rows)` ranks (global ranks
+    0 … n − 1, in row order), exchanging rows through `comm`. Everything not defined here is the
+    torch ops module's; what the VAE never does along the height and would need other rows for
+    (a padded strided convolution, a non-zero pad) is refused rather than computed wrong."""
 
     def __init__(self, band_rows: list[int], index: int, comm: Collectives, group=None, base=ops):
         # base: the ops everything else runs on (the planner's keep only a fused kernel's

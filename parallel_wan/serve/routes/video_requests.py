@@ -115,8 +115,8 @@ class VideoSource:
     def of_job(cls, row: dict, mp4: str) -> VideoSource:
         settings = json.loads(row["settings"])
         first_frame = None
-        if settings.get("image") and os.path.exists(settings["image"]):  # read now: a DELETE of the source
-            # removes its files
+        # read now: a DELETE of the source removes its files
+        if settings.get("image") and os.path.exists(settings["image"]):
             with open(settings["image"], "rb") as f:
                 first_frame = f.read()
         settings = {k: v for k, v in settings.items() if k not in ("prompt", "image", "video", "extend")}
