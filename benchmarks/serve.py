@@ -5,6 +5,7 @@ loop, and whether its ranks' memory stays flat (README "Serving"; BENCHMARKS.md 
     python -m benchmarks.serve polling [--clients 50]        # step time, 50 clients polling every 100 ms vs none
     python -m benchmarks.serve memory [--jobs 50]            # every rank's RSS over 50 jobs of mixed shapes (4 ranks)
     python -m benchmarks.serve lora [--jobs 10]              # a LoRA switch: seconds and bytes, against a job
+    python -m benchmarks.serve batch [--videos 16]           # 16 queued requests, max_batch=1 vs 4
 
 throughput: the same tiny jobs (64×64, 9 frames, 4 steps) through a one-process server (start to
 ready, then first POST to last completed), as one `prompts=FILE` job, and as one
@@ -23,6 +24,10 @@ model) runs `--jobs` jobs alternating with and without it, so every job but the 
 the switch seconds from its own /metrics (parallel_wan_lora_switch_seconds) against the jobs'
 denoise seconds, and the bytes a switch reads (both experts' weights, from the safetensors
 headers).
+batch: `--videos` small requests (the throughput jobs, each its own prompt and seed) all queued
+before a one-process server has loaded, run with max_batch=1 and with max_batch=4: wall seconds
+from ready to the last completed, videos per minute, and the transformer forwards per
+video from the server's /metrics (parallel_wan_denoise_steps: one forward per step of a batch).
 """
 
 from __future__ import annotations
@@ -244,9 +249,54 @@ def lora(jobs: int, folder: Path) -> None:
     print(f"  bytes a switch loads (both experts, float32):      {weights / 1e6:.1f} MB")
 
 
+def batch(videos: int, folder: Path, sizes=(1, 4)) -> None:
+    prompts = [{"prompt": f"video {i}: a red fox walks through fresh snow", "seed": i} for i in range(videos)]
+    rows = []
+    for size in sizes:
+        # batch_wait_s: a job claimed while the last requests are still being posted waits for them
+        server = ServerProcesses(folder / f"storage{size}", [*TINY, f"max_batch={size}", "batch_wait_s=1"])
+        try:
+            while True:  # queued while the model loads: the first claim sees all of them
+                try:
+                    answer = server.client.post("/v1/videos", json=prompts[0])
+                except Exception:
+                    answer = None
+                if answer is not None and answer.status_code == 200:
+                    break
+                if not server.alive():
+                    server.fail("the server ended before it took a request")
+                time.sleep(0.05)
+            ids = [answer.json()["id"]] + [server.post(**p)["id"] for p in prompts[1:]]
+            server.wait_ready()
+            t0 = time.perf_counter()  # the loop starts once the model is loaded
+            for video_id in ids:
+                server.wait_for(video_id, "completed", timeout=3600, every=0.05)
+            wall = time.perf_counter() - t0
+            text = server.client.get("/metrics").text
+        finally:
+            server.stop()
+        steps = float(re.search(r"^parallel_wan_denoise_steps_total (\S+)", text, re.MULTILINE).group(1))
+        sizes_seen = float(re.search(r"^parallel_wan_batch_size_sum (\S+)", text, re.MULTILINE).group(1))
+        batches = float(re.search(r"^parallel_wan_batch_size_count (\S+)", text, re.MULTILINE).group(1))
+        phases = {
+            phase: float(re.search(rf'^parallel_wan_phase_seconds_sum{{phase="{phase}"}} (\S+)', text, re.M).group(1))
+            / videos
+            for phase in ("text", "denoise", "vae_decode")
+        }
+        rows.append((size, wall, videos / wall * 60, steps / videos, sizes_seen / batches, phases))
+    print(f"{videos} queued requests ({' '.join(TINY)}), one process:")
+    print("  max_batch  wall s  videos/min  forwards/video  mean batch  per video s: text  denoise  decode")
+    for size, wall, per_min, forwards, mean, p in rows:
+        print(
+            f"  {size:9d}  {wall:6.1f}  {per_min:10.1f}  {forwards:14.2f}  {mean:10.2f}  "
+            f"{p['text']:17.3f}  {p['denoise']:7.3f}  {p['vae_decode']:6.3f}"
+        )
+    print(f"  videos/min, max_batch={sizes[-1]} / max_batch={sizes[0]}: {rows[-1][2] / rows[0][2]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("throughput", "polling", "memory", "lora"))
+    parser.add_argument("what", choices=("throughput", "polling", "memory", "lora", "batch"))
     parser.add_argument("--videos", type=int, default=20)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--every", type=float, default=0.1)
@@ -268,6 +318,8 @@ def main() -> None:
             polling(opts.clients, opts.every, opts.steps, folder, opts.layout)
         elif opts.what == "lora":
             lora(opts.jobs, folder)
+        elif opts.what == "batch":
+            batch(opts.videos, folder)
         else:
             memory(opts.jobs, folder)
 

@@ -109,6 +109,9 @@ and a restart resumes it. Rank 0 alone listens; PARALLEL_WAN_API_KEY set: every 
 /health needs Authorization: Bearer KEY.
 
 Server settings: host=127.0.0.1 port=8000 storage_dir=outputs/serve max_body_mb=32
+  served_model_names= max_queued= keep_hours= queue_url=postgresql://… lease_s=60
+  lora_dir=FOLDER (LoRAs a request names) max_batch=1 batch_wait_s=0 (compatible requests run
+  together: README "Serving")
 
 Examples:
   python -m parallel_wan.serve model=tiny steps=4

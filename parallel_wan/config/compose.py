@@ -19,6 +19,8 @@ SERVER_ONLY = (
     "max_body_mb",
     "served_model_names",
     "max_queued",
+    "max_batch",
+    "batch_wait_s",
     "keep_hours",
     "queue_url",
     "lease_s",

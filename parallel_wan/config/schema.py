@@ -93,6 +93,10 @@ class VideoSettings:
     video: str | None = None  # video-to-video: the source video (config/source_video.py)
     strength: float = 0.8  # … and how much of the schedule runs from it noised
     extend: str | None = None  # a video continued from its last frame (the first frame: config/source_video.py)
+    # A server's batch of requests (jobs/batch.py): each prompt's own seed and negative prompt.
+    # None (every run of the command line): prompt i is seeded seed + i, and one negative serves all.
+    seeds: tuple[int, ...] | None = None
+    negative_prompts: tuple[str | None, ...] | None = None
 
     @property
     def inputs(self) -> frozenset[str]:
@@ -105,8 +109,8 @@ class VideoSettings:
 
     def seed_of(self, prompt_index: int) -> int:
         """Video i of a prompt batch is seeded seed + i, so it is the same video whatever the
-        batch is split into."""
-        return self.seed + prompt_index
+        batch is split into; a batch of requests gives each prompt its own seed."""
+        return self.seed + prompt_index if self.seeds is None else self.seeds[prompt_index]
 
 
 @dataclass(frozen=True)

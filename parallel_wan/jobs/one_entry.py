@@ -68,7 +68,7 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
 
     spec = entry.spec
     start, resumed = None, None
-    stem = rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend))
+    stem = rank_stem(state_dir(job.output_dir, entry.name), state_rank(backend))
     if state_dir(job.output_dir, entry.name).is_dir():
         start, meta = load_loop_state(stem)
         resumed = start.step
@@ -90,7 +90,7 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
         preview=preview,
     )
     if gen.state is not None and backend.any_rank(flag.raised):  # stopped for a signal: save and go
-        _save_state(job, entry, gen.state, backend, flag)
+        save_state(job, entry, gen.state, backend, flag)
         raise Preempted(
             stopped_message(
                 flag,
@@ -114,14 +114,15 @@ def reload_experts(spec, backend, ckpt, loaded):
     return fresh
 
 
-def _state_rank(backend) -> int:
+def state_rank(backend) -> int:
     return 0 if backend.single_controller else backend.rank
 
 
-def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
+def save_state(job: Job, entry: Entry, state, backend, flag, preempted: bool = True) -> None:
     """Every torch rank saves its shard; JAX gathers the global arrays (a collective on several
     hosts, so every controller takes part) and process 0 writes them. Then the ranks meet, so
-    no rank exits (and no launcher requeues) before every file is on disk."""
+    no rank exits (and no launcher requeues) before every file is on disk. `preempted`: the
+    launchers' marker is written too (a server's batch saving its members for a cancel: not)."""
     key, settings = state_key(entry.spec, entry.spec.mesh.world_size)
     meta = {
         "entry": entry.name,
@@ -129,14 +130,14 @@ def _save_state(job: Job, entry: Entry, state, backend, flag) -> None:
         "state_key": key,
         "settings": settings,
         "steps": entry.spec.sampling.steps,
-        "signal": flag.name,
+        "signal": flag.name if preempted else "its batch parted (a DELETE of another job in it)",
         "saved_at": time.time(),
     }
     host = state.map(lambda a: a if isinstance(a, np.ndarray) else backend.to_host(a))
     if not backend.single_controller or backend.writes_outputs:
-        save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), _state_rank(backend)), host, meta)
+        save_loop_state(rank_stem(state_dir(job.output_dir, entry.name), state_rank(backend)), host, meta)
     backend.any_rank(False)  # a barrier
-    if backend.writes_outputs:
+    if preempted and backend.writes_outputs:
         write_marker(
             {
                 "entry": entry.name,

@@ -23,12 +23,14 @@ def guides(guidance: float) -> bool:
 
 
 def context_rows(
-    prompts: Sequence[int], n_prompts: int, uses_guidance: bool, cfg_branch: int | None = None
+    prompts: Sequence[int], n_prompts: int, uses_guidance: bool, cfg_branch: int | None = None, negatives: int = 1
 ) -> list[int]:
-    """Which row of the text context (every prompt, then the negative at index `n_prompts`)
-    each forward row reads: [prompts…], [prompts…, negative × B], or one half under CFG
-    parallel (`cfg_branch` = COND or UNCOND)."""
-    cond, uncond = list(prompts), [n_prompts] * len(prompts)
+    """Which row of the text context (every prompt, then the negative at index `n_prompts` — or,
+    with `negatives` = n_prompts (a batch of requests), prompt i's own at n_prompts + i) each
+    forward row reads: [prompts…], [prompts…, negatives…], or one half under CFG parallel
+    (`cfg_branch` = COND or UNCOND)."""
+    cond = list(prompts)
+    uncond = [n_prompts + (p if negatives > 1 else 0) for p in prompts]
     if not uses_guidance:
         return cond
     if cfg_branch is None:

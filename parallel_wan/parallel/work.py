@@ -65,10 +65,17 @@ def rank_work(mesh: MeshSpec, prompts: int, tokens: int, rank: int | None) -> Ra
     config.resolve has checked the counts fit."""
     shards = SequenceShards(tokens, mesh.cp)
     if rank is None:
-        return RankWork(shards, None, tuple(range(prompts)), None)
+        return RankWork(shards, None, prompt_rows(mesh, prompts, rank), None)
     coords = mesh.coords(rank)
-    if cfg_parallel(mesh, prompts):
-        return RankWork(shards, coords["cp"], (0,), coords["dp"])
+    branch = coords["dp"] if cfg_parallel(mesh, prompts) else None
+    return RankWork(shards, coords["cp"], prompt_rows(mesh, prompts, rank), branch)
+
+
+def prompt_rows(mesh: MeshSpec, prompts: int, rank: int | None) -> tuple[int, ...]:
+    """The prompts `rank` denoises (None: a single controller, every one): all of them under
+    CFG parallel, else its dp group's equal share."""
+    if rank is None or cfg_parallel(mesh, prompts):
+        return tuple(range(prompts))
     per = prompts // mesh.dp
-    first = coords["dp"] * per
-    return RankWork(shards, coords["cp"], tuple(range(first, first + per)), None)
+    first = mesh.coords(rank)["dp"] * per
+    return tuple(range(first, first + per))

@@ -30,7 +30,7 @@ class DenoiseTask:
     `predict(expert, x, t, guidance)` → the guided prediction, float32, shaped like x)."""
 
     experts: dict  # name → (TransformerConfig, params placed on the backend)
-    context: object  # (prompts + 1, text_len, text_dim): every prompt, then the negative prompt
+    context: object  # (prompts + negatives, text_len, text_dim): every prompt, then the negative prompt(s)
     prompts: int
     work: RankWork
     grid: tuple[int, int, int]
@@ -44,6 +44,7 @@ class DenoiseTask:
     # cond rows only. `uses_guidance` says whether any expert guides (the context then holds
     # the negative prompt after the prompts).
     unguided: frozenset = frozenset()
+    negatives: int = 1  # the context's negative rows: one for every prompt, or each prompt's own (a batch)
 
     def halves(self, expert: str) -> int:
         """CFG halves in this controller's forward for `expert` (parallel/cfg_rows.py)."""

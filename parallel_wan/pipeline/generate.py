@@ -43,11 +43,15 @@ class Generation:
 
 def texts_of(spec: RunSpec) -> list[str]:
     """What the forward reads, in order: every prompt, then the negative prompt when some
-    expert guides. No expert guiding (every guidance 1.0): no negative prompt is encoded."""
+    expert guides (a batch of requests: each prompt's own, in the prompts' order). No expert
+    guiding (every guidance 1.0): no negative prompt is encoded."""
     from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
 
-    negative = DEFAULT_NEGATIVE_PROMPT if spec.video.negative_prompt is None else spec.video.negative_prompt
-    return [*spec.video.prompts, negative] if spec.uses_guidance else list(spec.video.prompts)
+    video = spec.video
+    if not spec.uses_guidance:
+        return list(video.prompts)
+    negatives = (video.negative_prompt,) if video.negative_prompts is None else video.negative_prompts
+    return [*video.prompts, *(DEFAULT_NEGATIVE_PROMPT if n is None else n for n in negatives)]
 
 
 def encode_text(spec: RunSpec, loaded, backend):
@@ -257,6 +261,7 @@ def _denoise_task(spec: RunSpec, loaded, context, shapes: _Shapes, image: _Image
         cache=spec.cache if spec.cache.on else None,
         cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
         unguided=unguided_experts(spec),
+        negatives=1 if spec.video.negative_prompts is None else len(spec.video.negative_prompts),
     )
 
 

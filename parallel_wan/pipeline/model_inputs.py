@@ -53,7 +53,7 @@ def widest_context_rows(task) -> list[int]:
     """The rows of `task.context` (every prompt, then the negative) that the widest forward of
     this controller reads, in the CFG layout; a forward of fewer rows reads the first of them
     (an unguided expert: the prompts)."""
-    return context_rows(task.work.rows, task.prompts, task.uses_guidance, task.work.cfg_branch)
+    return context_rows(task.work.rows, task.prompts, task.uses_guidance, task.work.cfg_branch, task.negatives)
 
 
 def timestep_mask(task) -> np.ndarray | None:

@@ -14,6 +14,7 @@ import os
 # of seconds; a phase (load, text, decode) up to minutes.
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250)
 PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 FOLDER_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -43,6 +44,18 @@ class LoopMetrics:
             "parallel_wan_lora_switch_seconds",
             "Seconds to put a job's LoRAs into the experts (the experts loaded again with them)",
             buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
+        self.batch_size = Histogram(
+            "parallel_wan_batch_size",
+            "Jobs run through the denoiser together (max_batch=; 1: alone)",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.steps = Counter(
+            "parallel_wan_denoise_steps",
+            "Denoising steps run: one transformer forward each for the whole batch and both CFG halves "
+            "(a step cache's skipped steps counted too)",
             registry=registry,
         )
         self.queue_wait_seconds = Histogram(

@@ -36,18 +36,37 @@ class ServerPreview:
     """One running job's preview (the generation's `preview`): `store` is rank 0's (None on the
     other ranks, which only vote)."""
 
-    def __init__(self, backend, store, settings, video_id: str, height: int, width: int):
+    def __init__(self, backend, store, settings, video_id: str, height: int, width: int, row: int = 0):
+        """`row`: the job's prompt in its batch's latents."""
         self.backend, self.store, self.settings, self.video_id = backend, store, settings, video_id
-        self.size = (height, width)
+        self.size, self.row = (height, width), row
+
+    def asked(self) -> bool:
+        """Rank 0: a client asked for this job's preview."""
+        return self.store is not None and self.store.preview_wanted(self.video_id)
 
     def wanted(self) -> bool:
-        asked = self.store is not None and self.store.preview_wanted(self.video_id)
-        return self.backend.any_rank(asked)
+        return self.backend.any_rank(self.asked())
 
     def show(self, steps_done: int, latents) -> None:
         try:
-            write_variants(self.settings, self.video_id, latent_preview(latents[0], *self.size))
+            write_variants(self.settings, self.video_id, latent_preview(latents[self.row], *self.size))
         except OSError as exc:  # a full disk: no preview this time; the job goes on
             log.warning("%s: a preview could not be written (%s)", self.video_id, exc.strerror or exc)
             return
         self.store.previewed(self.video_id, steps_done)
+
+
+class BatchPreview:
+    """A batch's previews: one vote for all of them; rank 0 writes those that were asked for."""
+
+    def __init__(self, previews: list[ServerPreview]):
+        self.previews, self.showing = previews, []
+
+    def wanted(self) -> bool:
+        self.showing = [p for p in self.previews if p.asked()]
+        return self.previews[0].backend.any_rank(bool(self.showing))
+
+    def show(self, steps_done: int, latents) -> None:
+        for preview in self.showing:
+            preview.show(steps_done, latents)

@@ -73,6 +73,7 @@ def _serve(settings, served, backend, http) -> None:
         )
         if http:
             http.worker = worker
+            worker.say_batching()  # the planner's answer before the first job, not between jobs
             http.ready()
             count = served.base.mesh.world_size
             unit = ("device" if backend.single_controller else "rank") + ("" if count == 1 else "s")
@@ -207,7 +208,8 @@ class Http:
         try:
             self.store.set_health(self.claimant, False, problem or "the server is stopping")
             if self.worker is not None and self.worker.current is not None and problem is None:
-                self.store.requeue(self.worker.current)  # its state is saved: a restart resumes it
+                for video_id in self.worker.current:  # their states are saved: a restart resumes them
+                    self.store.requeue(video_id)
             self.store.leave(self.claimant)
         except Exception:  # the disk itself may be what failed
             pass
@@ -230,8 +232,8 @@ def _end(exc: BaseException, http: Http | None, process) -> None:
         http.stop(None if preempted else f"{type(exc).__name__}: {exc}")
         if not preempted and current is not None:  # its claim was given up with the lease (Http.stop)
             print(
-                f"parallel_wan: the server stops while running {current}; it runs again from the start at the "
-                "next claim of a server of this storage_dir (this one started again, or another)",
+                f"parallel_wan: the server stops while running {', '.join(current)}; it runs again from the start at "
+                "the next claim of a server of this storage_dir (this one started again, or another)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -25,6 +25,8 @@ DEFAULTS = {
     "queue_url": "",  # the SQLite file in storage_dir
     "lease_s": "60",
     "lora_dir": "",  # no LoRAs chosen per request
+    "max_batch": "1",  # one job at a time
+    "batch_wait_s": "0",  # a batch is what is queued when a job starts
 }
 SERVER_KEYS = SERVER_ONLY  # what the run's composition refuses, named there
 
@@ -48,6 +50,10 @@ class ServerSettings:
     queue_url: str | None = None  # postgresql://…: the queue of replicas on several hosts (None: SQLite)
     lease_s: float = 60.0  # a server silent this long (no heartbeat) loses its running job to the others
     lora_dir: str | None = None  # the LoRAs a request may name (serve/lora_registry.py)
+    max_batch: int = (
+        1  # queued jobs that differ only in prompt, negative prompt and seed run together, this many at most
+    )
+    batch_wait_s: float = 0.0  # how long a claimed job waits for more of its kind to fill its batch
 
     @property
     def keep_s(self) -> int | None:
@@ -115,7 +121,33 @@ def server_settings(values: dict) -> ServerSettings:
         _queue_url(values.get("queue_url", "")),
         _bound(values.get("lease_s", "60"), "lease_s", float, "a number of seconds, e.g. lease_s=60") or 60.0,
         str(values.get("lora_dir", "")).strip() or None,
+        _max_batch(values.get("max_batch", "1")),
+        _seconds(values.get("batch_wait_s", "0"), "batch_wait_s"),
     )
+
+
+def _max_batch(text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(
+            f"max_batch={text!r} must be a whole number of jobs ≥ 1, e.g. max_batch=4 (1: one job at a time)",
+            setting="max_batch",
+        )
+    return value
+
+
+def _seconds(text: str, key: str) -> float:
+    """A duration ≥ 0 in seconds."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{key}={text!r} must be a number of seconds ≥ 0, e.g. {key}=2", setting=key)
+    return value
 
 
 def _queue_url(text: str) -> str | None:

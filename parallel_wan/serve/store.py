@@ -83,7 +83,8 @@ CREATE TABLE IF NOT EXISTS videos (
     preview_wanted INTEGER NOT NULL DEFAULT 0,
     preview_step INTEGER,
     remixed_from TEXT,
-    expires_at {BIG}
+    expires_at {BIG},
+    batch_key TEXT
 );
 CREATE INDEX IF NOT EXISTS videos_status ON videos (status, seq);
 CREATE TABLE IF NOT EXISTS servers (
@@ -105,6 +106,7 @@ COLUMNS_ADDED = {
     "preview_step": "INTEGER",
     "remixed_from": "TEXT",
     "expires_at": "{BIG}",
+    "batch_key": "TEXT",
 }
 RETRY_S = 120.0  # a lost database connection (PostgreSQL restarting) is tried again this long
 RECENT = 20  # finished jobs whose run time says when a place in a full queue frees up
@@ -215,8 +217,8 @@ class Store:
                 return self.get(video["id"]), True  # a try whose commit was made but whose answer was lost
             db.execute(
                 "INSERT INTO videos (id, status, model, prompt, size, seconds, settings, idempotency_key, "
-                'request_sha256, created_at, steps, "user", metadata, remixed_from) '
-                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                'request_sha256, created_at, steps, "user", metadata, remixed_from, batch_key) '
+                "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     video["id"],
                     video["model"],
@@ -231,6 +233,7 @@ class Store:
                     video.get("user"),
                     None if video.get("metadata") is None else json.dumps(video["metadata"]),
                     video.get("remixed_from"),
+                    video.get("batch_key"),
                 ),
             )
             # Read before the commit (get() uses this connection): after it a server may
@@ -397,6 +400,30 @@ class Store:
                 (claimant, int(now), row["id"]),
             )
         return self.get(row["id"])
+
+    def claim_like(self, claimant: str, batch_key: str, limit: int, accept) -> list[dict]:
+        """Up to `limit` more queued jobs of `batch_key` (jobs/batch.py: they may run in one batch
+        with a job claimed already), in queue order, each one `accept(row)` takes now in progress
+        under `claimant`."""
+        now, taken = time.time(), []
+        with self._write(claim=True) as db:
+            rows = db.execute(
+                "SELECT * FROM videos WHERE status = 'queued' AND batch_key = ? AND attempts < ? ORDER BY seq "
+                "LIMIT ? {SKIP_LOCKED}",
+                (batch_key, MAX_ATTEMPTS, 4 * limit),
+            ).fetchall()
+            for row in rows:
+                if len(taken) == limit:
+                    break
+                if not accept(dict(row)):
+                    continue
+                db.execute(
+                    "UPDATE videos SET status = 'in_progress', claimant = ?, attempts = attempts + 1, "
+                    "started_at = ?, cancel_requested = 0 WHERE id = ? AND status = 'queued'",
+                    (claimant, int(now), row["id"]),
+                )
+                taken.append(row["id"])
+        return [row for row in map(self.get, taken) if row is not None]
 
     def progress(self, video_id: str, step: int) -> None:
         with self._write() as db:

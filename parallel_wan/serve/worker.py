@@ -22,13 +22,15 @@ import time
 
 from ..config import ConfigError
 from ..errors import OutputWriteError, RunError
+from ..jobs.batch import batch_key, batch_sizes, largest_batch, member
+from ..jobs.batch_run import generate_batch
 from ..jobs.job import Entry, Job
 from ..jobs.keys import result_key
-from ..jobs.one_entry import check_saved_states, generate_entry, reload_experts
+from ..jobs.one_entry import check_saved_states, generate_entry, reload_experts, save_state
 from ..jobs.resume import drop_state
 from ..pipeline.text_sources import EncodedOnDemand
 from .files import VARIANT_FILES, delete_files, variant_path
-from .previews import ServerPreview, write_variants
+from .previews import BatchPreview, ServerPreview, write_variants
 from .store import Store
 
 log = logging.getLogger("parallel_wan")
@@ -47,9 +49,10 @@ class Worker:
         self.ckpt, self.loaded = ckpt, loaded
         self.store, self.claimant, self.metrics, self.check = store, claimant, metrics, check
         self.progress_store = None if store is None else Store(store.path, durable=False)
-        self.current: str | None = None  # the job running now (rank 0 requeues it on a signal)
+        self.current: tuple | None = None  # the jobs running now (rank 0 requeues them on a signal)
         self.lora = lora_identity(served.base)  # the LoRAs merged into the loaded experts
         self.done = 0
+        self.fits: dict = {}  # (batch key, bound) → the largest batch this mesh and device run
         if backend.encodes_text:  # each request's texts encoded when its job runs; the encoder stays loaded
             loaded.texts = EncodedOnDemand(loaded.text_encoder)
 
@@ -59,14 +62,18 @@ class Worker:
         while True:
             if self.backend.any_rank(self.flag.raised):
                 raise StopServing(f"stopped ({self.flag.name}) between jobs")
-            job = self.backend.same_on_every_rank(self._next() if self.backend.leader else None)
-            if job is not None:
-                self.current = job["id"]
-                self._run(job)
+            jobs = self.backend.same_on_every_rank(self._next() if self.backend.leader else None)
+            if jobs is not None:
+                self.current = tuple(job["id"] for job in jobs)
+                if len(jobs) == 1:
+                    self._run(jobs[0])
+                else:
+                    self._run_batch(jobs)
                 self.current = None
 
-    def _next(self) -> dict | None:
-        """Rank 0: the next job claimed, or None after waiting up to IDLE_S for one (a look at the
+    def _next(self) -> list[dict] | None:
+        """Rank 0: the next job claimed — with max_batch > 1, and the jobs queued behind it that
+        may run with it (batch.py) —, or None after waiting up to IDLE_S for one (a look at the
         queue every POLL_S; a claim, which takes the write lock, only when something is there)."""
         self.check()
         for deleted in self.store.deleting():  # files a DELETE left behind (a crash in between)
@@ -85,18 +92,77 @@ class Worker:
             return None
         self.metrics.queue_wait_seconds.observe(max(0.0, time.time() - row["created_at"]))
         settings = json.loads(row["settings"])
+        spec, step = self._checked(row, settings)
+        rows = [row]
+        if spec is not None and row.get("batch_key") and self.settings.max_batch > 1:
+            rows = self._batch(row, spec, step)
+        for claimed in rows:
+            log.info("%s: started (%s)", claimed["id"], claimed["prompt"][:60])
+        if len(rows) > 1:
+            log.info("batch of %d: %s", len(rows), ", ".join(claimed["id"] for claimed in rows))
+        return [{"id": claimed["id"], "settings": json.loads(claimed["settings"])} for claimed in rows]
+
+    def _checked(self, row: dict, settings: dict):
+        """(the job's spec, the step its saved state resumes from or None); (None, None) for
+        settings that no longer resolve (every rank finds the same in _run; the job fails). A
+        state saved under other settings (another mesh) is dropped: the job starts over."""
         try:
             spec = self.served.spec(settings)
         except ConfigError:
-            spec = None  # every rank finds the same in _run, and the job fails there
-        if spec is not None:
-            try:
-                check_saved_states(Job((Entry(row["id"], spec, result_key(spec)),), self.served.videos_dir))
-            except ConfigError as exc:  # a state saved under other settings (another mesh): start over
-                log.info("%s: %s; starting it over", row["id"], exc)
-                drop_state(self.served.videos_dir, row["id"])
-        log.info("%s: started (%s)", row["id"], row["prompt"][:60])
-        return {"id": row["id"], "settings": settings}
+            return None, None
+        try:
+            found = check_saved_states(Job((Entry(row["id"], spec, result_key(spec)),), self.served.videos_dir))
+        except ConfigError as exc:
+            log.info("%s: %s; starting it over", row["id"], exc)
+            drop_state(self.served.videos_dir, row["id"])
+            found = {}
+        return spec, found.get(row["id"])
+
+    def _batch(self, first: dict, spec, step: int | None) -> list[dict]:
+        """`first` and the queued jobs of its batch key saved after the same step (or none saved),
+        in queue order, as many as the mesh and the memory take (batch_size); waiting up to
+        batch_wait_s for them. Claimed ones beyond the size go back to the queue where they stood."""
+        most = self._batch_size(first["batch_key"], spec, self.settings.max_batch)
+        rows, deadline = [first], time.monotonic() + self.settings.batch_wait_s
+
+        def same_step(row: dict) -> bool:
+            return self._checked(row, json.loads(row["settings"]))[1] == step
+
+        while len(rows) < most:
+            rows += self.store.claim_like(self.claimant, first["batch_key"], most - len(rows), same_step)
+            if len(rows) >= most or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        size = self._batch_size(first["batch_key"], spec, len(rows))
+        for extra in rows[size:]:
+            self.store.requeue(extra["id"])
+        return rows[:size]
+
+    def _batch_size(self, key: str, spec, most: int) -> int:
+        """The largest batch of at most `most` jobs like `spec` this mesh splits and this device
+        holds (batch.largest_batch), asked once per batch key and bound."""
+        if (key, most) not in self.fits:
+            self.fits[(key, most)] = largest_batch(spec, self.served.ckpt, self.served.device, most)
+        return self.fits[(key, most)]
+
+    def say_batching(self) -> None:
+        """Rank 0, once ready: what max_batch= gives jobs like the start settings."""
+        most, base = self.settings.max_batch, self.served.base
+        if most == 1:
+            return
+        key = batch_key(base)
+        if key is None:
+            log.info("max_batch=%d: the start settings run a step cache; such jobs run alone", most)
+            return
+        log.info(
+            "max_batch=%d: jobs like the start settings run together %d at most (sizes mesh=%s splits: %s; "
+            "the planner's fit on this device); batch_wait_s=%g",
+            most,
+            self._batch_size(key, base, most),
+            base.mesh.name,
+            ", ".join(map(str, batch_sizes(base.mesh, most))),
+            self.settings.batch_wait_s,
+        )
 
     def _run(self, job: dict) -> None:
         video_id, main = job["id"], self.backend.leader
@@ -108,6 +174,8 @@ class Worker:
             return
         entry = Entry(video_id, spec, result_key(spec))
         self._experts_for(spec, video_id)
+        if main:
+            self.metrics.batch_size.observe(1)
         try:
             gen, resumed = generate_entry(
                 Job((entry,), self.served.videos_dir),
@@ -118,7 +186,7 @@ class Worker:
                 self.flag,
                 self._stop_vote(video_id),
                 self._progress(video_id) if main else None,
-                ServerPreview(self.backend, self.store, self.settings, video_id, spec.video.height, spec.video.width),
+                self._preview(entry),
             )
         except RunError as exc:  # non-finite latents: this job fails, the server goes on
             if main:
@@ -135,6 +203,81 @@ class Worker:
             log.info("%s: deleted: stopped after step %d of %d", video_id, gen.state.step, spec.sampling.steps)
             return
         self._write(spec, gen, video_id, resumed)
+
+    def _run_batch(self, jobs: list[dict]) -> None:
+        """Jobs that run through the denoiser together (batch.py), each written as it would be
+        alone. A DELETE of one stops the batch after its step: the others' states are saved and
+        they go back to the queue where they stood, to resume together at once."""
+        main, entries = self.backend.leader, []
+        for job in jobs:
+            try:
+                spec = self.served.spec(job["settings"])  # every rank: the same words, the same checks
+            except ConfigError as exc:
+                if main:
+                    self._finish(job["id"], "failed", error=str(exc))
+                continue
+            entries.append(Entry(job["id"], spec, result_key(spec)))
+        if len(entries) not in batch_sizes(self.served.base.mesh, len(entries)):
+            for job in jobs:  # what is left does not split over dp: one at a time
+                if any(entry.name == job["id"] for entry in entries):
+                    self._run(job)
+            return
+        ids = tuple(entry.name for entry in entries)
+        job = Job(tuple(entries), self.served.videos_dir)
+        self._experts_for(entries[0].spec, ids[0])
+        if main:
+            self.metrics.batch_size.observe(len(entries))
+        try:
+            gen, resumed, states = generate_batch(
+                job,
+                entries,
+                self.ckpt,
+                self.loaded,
+                self.backend,
+                self.flag,
+                self._stop_vote(*ids),
+                self._progress(*ids) if main else None,
+                BatchPreview([self._preview(e, row) for row, e in enumerate(entries)]),
+            )
+        except RunError as exc:  # non-finite latents: these jobs fail, the server goes on
+            if main:
+                for video_id in ids:
+                    self._finish(video_id, "failed", error=str(exc))
+            return
+        finally:
+            self.done += 1
+        if states is not None:
+            self._part_batch(job, entries, states)
+            return
+        if main:
+            for i, entry in enumerate(entries):
+                self._write(entry.spec, member(gen, i, len(entries)), entry.name, resumed, timed=i == 0)
+
+    def _preview(self, entry: Entry, row: int = 0) -> ServerPreview:
+        video = entry.spec.video
+        return ServerPreview(self.backend, self.store, self.settings, entry.name, video.height, video.width, row)
+
+    def _part_batch(self, job: Job, entries: list, states: list) -> None:
+        """A batch stopped for the DELETE of some of its members: the others' states saved, they
+        go back to the queue; the deleted ones' files removed."""
+        cancelled = self.backend.same_on_every_rank(
+            [e.name for e in entries if self.store.cancel_requested(e.name)] if self.backend.leader else None
+        )
+        for entry, state in zip(entries, states):
+            if entry.name not in cancelled:
+                save_state(job, entry, state, self.backend, self.flag, preempted=False)
+        if not self.backend.leader:
+            return
+        step = states[0].step
+        for entry in entries:
+            if entry.name in cancelled:
+                self.store.stopped_for_delete(entry.name)
+                self._remove(entry.name)
+                self.metrics.jobs.labels("deleted").inc()
+                log.info("%s: deleted: stopped after step %d of %d", entry.name, step, entry.spec.sampling.steps)
+            else:
+                self.store.requeue(entry.name)
+                log.info("%s: a job of its batch was deleted; it goes on from step %d", entry.name, step)
 
     def _experts_for(self, spec, video_id: str) -> None:
         """The experts as this job needs them. Its LoRAs (lora_dir=, chosen per request) differ
@@ -158,7 +301,9 @@ class Worker:
             names = ", ".join(f"{os.path.basename(path)}×{scale:g} ({role})" for role, path, scale in wanted) or "none"
             log.info("%s: LoRAs now %s (the experts loaded again in %.1f s)", video_id, names, seconds)
 
-    def _write(self, spec, gen, video_id: str, resumed: int | None) -> None:
+    def _write(self, spec, gen, video_id: str, resumed: int | None, timed: bool = True) -> None:
+        """The job's files and its completion; `timed`: its phases go to the metrics (a batch's
+        once, with its first member)."""
         from ..jobs.entry_outputs import write_generation
 
         extra = {"id": video_id}
@@ -186,7 +331,7 @@ class Worker:
             log.warning("%s: the thumbnail and spritesheet could not be written (%s)", video_id, exc)
         with open(paths["sidecar"]) as f:
             record = json.load(f)
-        for phase, seconds in gen.timings.items():
+        for phase, seconds in gen.timings.items() if timed else ():
             if phase != "total":
                 self.metrics.phase_seconds.labels(phase).observe(seconds)
         self._finish(video_id, "completed", record=record, resumed_from_step=resumed)
@@ -215,19 +360,20 @@ class Worker:
         delete_files(self.settings, video_id)
         self.store.gone(video_id)
 
-    def _stop_vote(self, video_id: str):
-        """After each step: stop when any rank saw a signal or (rank 0) the job was deleted."""
+    def _stop_vote(self, *video_ids: str):
+        """After each step: stop when any rank saw a signal or (rank 0) a job was deleted."""
         backend, flag, store = self.backend, self.flag, self.store
 
         def should_stop() -> bool:
-            cancelled = store is not None and store.cancel_requested(video_id)
+            cancelled = store is not None and any(store.cancel_requested(video_id) for video_id in video_ids)
             return backend.any_rank(flag.raised or cancelled)
 
         return should_stop
 
-    def _progress(self, video_id: str):
-        """Rank 0's progress wrapper around the steps: the store learns each step as it ends."""
-        store, seconds = self.progress_store, self.metrics.step_seconds
+    def _progress(self, *video_ids: str):
+        """Rank 0's progress wrapper around the steps: the store learns each step as it ends, for
+        every job of the batch."""
+        store, seconds, counted = self.progress_store, self.metrics.step_seconds, self.metrics.steps
 
         def watch(steps):
             steps = iter(steps)
@@ -235,13 +381,16 @@ class Worker:
             if first is None:
                 return
             if first:
-                store.progress(video_id, first)  # resumed: progress starts where the state was saved
+                for video_id in video_ids:  # resumed: progress starts where the state was saved
+                    store.progress(video_id, first)
             t0, i = time.perf_counter(), first
             while i is not None:
                 yield i
                 now = time.perf_counter()
                 seconds.observe(now - t0)
-                store.progress(video_id, i + 1)
+                counted.inc()
+                for video_id in video_ids:
+                    store.progress(video_id, i + 1)
                 t0, i = now, next(steps, None)
 
         return watch

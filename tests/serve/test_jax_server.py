@@ -1,6 +1,7 @@
-"""backend=jax on 8 CPU devices (one process, mesh dp2_cp4) serves the same videos as the
-command line on one torch process — a text-only request and one whose first frame is uploaded
-as `input_reference` through the openai SDK (TI2V) — and a running job's preview."""
+"""backend=jax on 8 CPU devices (one process, mesh dp2_cp4, max_batch=2) serves the same videos as
+the command line on one torch process — a text-only request, one whose first frame is uploaded
+as `input_reference` through the openai SDK (TI2V), and two requests batched together, each with
+its own seed and negative prompt — and a running job's preview."""
 
 import io
 
@@ -13,10 +14,14 @@ from harness.frames import assert_same_frames
 from harness.hold import Hold
 from harness.images import write_png
 from harness.previews import preview_image, wait_for_preview
-from harness.serve import SETTINGS, Server
+from harness.serve import SETTINGS, Server, sidecar
 from PIL import Image
 
 START = [s for s in SETTINGS if not s.startswith("model=")] + ["model=tiny_ti2v"]
+PAIR = [
+    {"prompt": "a quay in fog", "seed": 2, "negative_prompt": "blurry"},
+    {"prompt": "boats at noon", "seed": 8, "negative_prompt": "dark"},
+]
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
@@ -26,7 +31,7 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
     process previews it."""
     image = write_png(tmp_path / "first.png", 64, 64)
     hold = Hold(tmp_path, step=2, released=1)  # the first job runs through
-    server = Server(tmp_path / "storage", [*START, "backend=jax", "mesh=dp2_cp4"], env=hold.env())
+    server = Server(tmp_path / "storage", [*START, "backend=jax", "mesh=dp2_cp4", "max_batch=2"], env=hold.env())
     server.wait_ready(timeout=600)
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
@@ -37,14 +42,16 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         text_only = server.post(prompt="a harbour at night", seed=6)
         url = f"/v1/videos/{text_only['id']}/content"
         hold.wait_held(processes=1, alive=server.alive, context=server.text)
+        pair = [server.post(**r) for r in PAIR]  # queued behind the held job: one batch (max_batch=2)
         try:
             assert server.client.get(url, params={"variant": "thumbnail"}).status_code == 404  # asks for one
         finally:
             hold.release()
         preview = wait_for_preview(server, url)
         hold.release_all()  # the jobs after it run through
-        for video_id in (with_image.id, text_only["id"]):
+        for video_id in (with_image.id, text_only["id"], *(job["id"] for job in pair)):
             assert server.wait_for(video_id, "completed", timeout=600)["progress"] == 100
+        assert [sidecar(server, job["id"])["batch"] for job in pair] == [{"size": 2, "index": i} for i in (0, 1)]
         # the harbour continued from its last frame: 5 new frames, the first of them its last
         extension = server.client.post(
             "/v1/videos/extensions",
@@ -52,7 +59,7 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         ).json()
         assert extension["seconds"] == "0.5", extension  # 9 + 4 frames at 24 fps
         server.wait_for(extension["id"], "completed", timeout=600)
-        ids = (with_image.id, text_only["id"], extension["id"])
+        ids = (with_image.id, text_only["id"], extension["id"], *(job["id"] for job in pair))
         frames = {video_id: server.frames(video_id) for video_id in ids}
     finally:
         hold.release_all()
@@ -65,6 +72,11 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
     for video_id, settings in (
         (with_image.id, ["prompt='a lighthouse'", "seed=5", f"image={image}"]),
         (text_only["id"], ["prompt='a harbour at night'", "seed=6"]),
+        # the batch's two, each with its own seed and negative prompt
+        *(
+            (job["id"], [f"prompt='{r['prompt']}'", f"seed={r['seed']}", f"negative_prompt='{r['negative_prompt']}'"])
+            for job, r in zip(pair, PAIR)
+        ),
     ):
         run_in_process(tmp_path / video_id, *START, "backend=torch", *settings)
         assert_same_frames(

@@ -13,6 +13,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from ...jobs.batch import batch_key
 from ...report.outputs import commit, stage
 from ..fields import RequestError, seconds_of
 from ..files import source_video_path
@@ -216,6 +217,8 @@ def queue_video(
             "steps": spec.sampling.steps,
             # a remix's or an edit's source job; an extension continues its source, not remixes it
             "remixed_from": source.job if source is not None and source.setting == "video" else None,
+            # what it shares with the jobs it may run beside (max_batch=); None: it runs alone
+            "batch_key": batch_key(spec) if settings.max_batch > 1 else None,
             **notes,
         }
         row, created = store.add(job, idem, digest, settings.max_queued)
