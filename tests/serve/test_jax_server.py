@@ -1,7 +1,8 @@
 """backend=jax on 8 CPU devices (one process, mesh dp2_cp4, max_batch=2) serves the same videos as
 the command line on one torch process — a text-only request, one whose first frame is uploaded
 as `input_reference` through the openai SDK (TI2V), and two requests batched together, each with
-its own seed and negative prompt — and a running job's preview."""
+its own seed and negative prompt — and a running job's preview; a DELETE of one job of a batch
+sends the other on alone from the step where the batch stopped."""
 
 import io
 
@@ -22,6 +23,7 @@ PAIR = [
     {"prompt": "a quay in fog", "seed": 2, "negative_prompt": "blurry"},
     {"prompt": "boats at noon", "seed": 8, "negative_prompt": "dark"},
 ]
+TRIO = [{"prompt": f"a gull, take {i}", "seed": 20 + i, "negative_prompt": "still"} for i in range(3)]
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
@@ -43,15 +45,23 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         url = f"/v1/videos/{text_only['id']}/content"
         hold.wait_held(processes=1, alive=server.alive, context=server.text)
         pair = [server.post(**r) for r in PAIR]  # queued behind the held job: one batch (max_batch=2)
+        trio = [server.post(**r) for r in TRIO]  # then a batch of two, then one alone
         try:
             assert server.client.get(url, params={"variant": "thumbnail"}).status_code == 404  # asks for one
         finally:
             hold.release()
         preview = wait_for_preview(server, url)
+        hold.release(3)  # the pair runs through; the trio's first two hold before their step 2
+        hold.wait_held(processes=1, arrival=4, alive=server.alive, context=server.text)
+        assert server.client.delete(f"/v1/videos/{trio[1]['id']}").status_code == 200
         hold.release_all()  # the jobs after it run through
-        for video_id in (with_image.id, text_only["id"], *(job["id"] for job in pair)):
+        for video_id in (with_image.id, text_only["id"], *(job["id"] for job in pair + trio[::2])):
             assert server.wait_for(video_id, "completed", timeout=600)["progress"] == 100
         assert [sidecar(server, job["id"])["batch"] for job in pair] == [{"size": 2, "index": i} for i in (0, 1)]
+        # the DELETE parted the trio's batch after its step 2: the first went on alone from step 3
+        assert server.client.get(f"/v1/videos/{trio[1]['id']}").status_code == 404
+        assert server.video(trio[0]["id"])["resumed_from_step"] == 3 and "batch" not in sidecar(server, trio[0]["id"])
+        assert server.video(trio[2]["id"])["resumed_from_step"] is None
         # the harbour continued from its last frame: 5 new frames, the first of them its last
         extension = server.client.post(
             "/v1/videos/extensions",
@@ -59,7 +69,7 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         ).json()
         assert extension["seconds"] == "0.5", extension  # 9 + 4 frames at 24 fps
         server.wait_for(extension["id"], "completed", timeout=600)
-        ids = (with_image.id, text_only["id"], extension["id"], *(job["id"] for job in pair))
+        ids = (with_image.id, text_only["id"], extension["id"], *(job["id"] for job in pair + trio[::2]))
         frames = {video_id: server.frames(video_id) for video_id in ids}
     finally:
         hold.release_all()
@@ -75,7 +85,7 @@ def test_a_jax_server_on_8_devices_serves_the_clis_videos(tmp_path):
         # the batch's two, each with its own seed and negative prompt
         *(
             (job["id"], [f"prompt='{r['prompt']}'", f"seed={r['seed']}", f"negative_prompt='{r['negative_prompt']}'"])
-            for job, r in zip(pair, PAIR)
+            for job, r in zip(pair + trio[::2], PAIR + TRIO[::2])
         ),
     ):
         run_in_process(tmp_path / video_id, *START, "backend=torch", *settings)

@@ -103,7 +103,9 @@ def test_a_start_lora_stays_and_a_bad_registered_file_stops_the_start(lora_dir, 
 def test_a_lora_request_renders_the_clis_video_and_the_next_one_without_is_untouched(lora_dir, tmp_path):
     # ulysses 2: a CFG-parallel mesh (dp2, what mesh=auto picks) could not run fast's recipe
     # (guidance 1: no CFG halves to split) — the start would refuse it, naming fast.json
-    server = Server(tmp_path / "storage", [*SETTINGS, "mesh=cp2", f"lora_dir={lora_dir}"], ranks=2).wait_ready()
+    # memory=sharded: each rank loads its rows of every weight again at a switch (FSDP)
+    start = [*SETTINGS, "mesh=cp2", "memory=sharded", f"lora_dir={lora_dir}"]
+    server = Server(tmp_path / "storage", start, ranks=2).wait_ready()
     try:
         request = {"prompt": "a fox in the snow", "seed": 4}
         before = server.post(**request)
@@ -133,3 +135,27 @@ def test_a_lora_request_renders_the_clis_video_and_the_next_one_without_is_untou
         assert "parallel_wan_lora_switch_seconds_count 2.0" in metrics
     finally:
         server.stop()
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_loras_switch_under_memory_swap_with_int8_weights_as_the_cli_runs_them(lora_dir, tmp_path):
+    """One process, memory=swap (the high-noise expert freed during each video) and quantize=int8
+    (each LoRA merged before the weights are quantized): a LoRA request is the CLI's video with the
+    same settings bit for bit, and the request without it after it is the first one's."""
+    quantized = [*SETTINGS, "memory=swap", "quantize=int8"]
+    server = Server(tmp_path / "storage", [*quantized, f"lora_dir={lora_dir}"]).wait_ready()
+    try:
+        request = {"prompt": "a fox in the snow", "seed": 4}
+        jobs = [server.post(**request), server.post(**request, loras=[{"name": "style", "scale": 0.8}])]
+        jobs.append(server.post(**request))
+        for job in jobs:
+            assert server.wait_for(job["id"], "completed", "failed")["status"] == "completed"
+        plain, with_lora, again = (server.frames(j["id"]) for j in jobs)
+    finally:
+        server.stop()
+    assert np.array_equal(again, plain) and np.abs(with_lora.astype(int) - plain).max() > 20
+    style = lora_dir / "style.safetensors"
+    run_in_process(
+        tmp_path / "cli", *quantized, "prompt='a fox in the snow'", "seed=4", f"lora={style}", "lora_scale=0.8"
+    )
+    assert np.array_equal(with_lora, np.load(tmp_path / "cli" / "frames.npy"))
