@@ -204,3 +204,22 @@ def test_a_two_rank_server_batches_parts_a_batch_for_a_delete_and_resumes_one_af
         assert "parallel_wan_batch_size_count 4.0" in metrics and "parallel_wan_batch_size_sum 5.0" in metrics
     finally:
         again.stop()
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_job_waits_for_its_batch_no_longer_than_batch_wait_s(tmp_path):
+    """batch_wait_s=4: a job that starts alone waits for others to join; the one posted right after
+    it joins, and a job nobody joins runs alone once the wait is over (it does not wait for ever)."""
+    server = Server(tmp_path / "storage", [*SETTINGS, "max_batch=2", "batch_wait_s=4"]).wait_ready()
+    try:
+        first, second = (server.post(**r) for r in REQUESTS[:2])
+        lone = server.post(**REQUESTS[2])
+        for job in (first, second, lone):
+            assert server.wait_for(job["id"], "completed", "failed")["status"] == "completed"
+        assert [sidecar(server, j["id"]).get("batch") for j in (first, second, lone)] == [
+            {"size": 2, "index": 0},
+            {"size": 2, "index": 1},
+            None,
+        ]
+    finally:
+        server.stop()
