@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..lora.settings import lora_settings
 from ..models import latent
 from ..models.registry import architecture
-from ..models.variants import IMAGE
+from ..models.variants import IMAGE, LAST_IMAGE
 from ..parallel.mesh import mesh_spec
 from .attention import attention_settings
 from .checks import check_known_keys, check_seed, writable_folder
@@ -82,6 +82,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
             setting=("num_frames", "video"),
         )
     image = _image(cfg, model)
+    last_image = _last_image(cfg, model, numbers.num_frames)
     if source is not None and int(numbers.steps * strength) < 1:
         raise ConfigError(
             f"strength={strength} of steps={numbers.steps} runs no step (diffusers' rule: int(steps·strength) "
@@ -99,7 +100,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     return RunSpec(
         model=model,
         mesh=mesh,
-        video=_video(cfg, numbers, image, prompts, source, strength, extend),
+        video=_video(cfg, numbers, image, prompts, source, strength, extend, last_image),
         sampling=_sampling(cfg, model, numbers),
         cache=_cache(cfg, model, image or extend, backend, numbers.guidance_high, numbers.guidance_low),
         weights=_weights(cfg, model, checkpoint_dir, files),
@@ -319,12 +320,14 @@ def _video(
     source: str | None,
     strength: float,
     extend: str | None,
+    last_image: str | None = None,
 ) -> VideoSettings:
     negative = cfg.get("negative_prompt")
     return VideoSettings(
         video=source,
         strength=strength,
         extend=extend,
+        last_image=last_image,
         prompts=prompts,
         negative_prompt=None if negative is None else _as(str, "negative_prompt", negative),
         image=image,
@@ -539,9 +542,32 @@ def _positive(key: str, value: float) -> float:
     return value
 
 
-def _check_image_readable(path: str) -> None:
+def _last_image(cfg: Mapping, model: ModelPreset, num_frames: int) -> str | None:
+    """last_image=: a model that takes a last frame (I2V-A14B: it requires the first, _image), two
+    frames at least, a readable image."""
+    last = cfg.get("last_image")
+    if not last:
+        return None
+    last = _as(str, "last_image", last)
+    if architecture(model.architecture).variant.input(LAST_IMAGE) is None:
+        raise ConfigError(
+            f"last_image={last} was given but model={model.name} takes no last frame; first-last-frame video is "
+            "I2V-A14B's (model=wan2.2_i2v_a14b); drop last_image=",
+            setting=("last_image", "model"),
+        )
+    if num_frames < 2:
+        raise ConfigError(
+            f"last_image= makes the last of num_frames={num_frames} frames, which is also the first; set num_frames=5 "
+            "or more",
+            setting=("last_image", "num_frames"),
+        )
+    _check_image_readable(last, "last_image")
+    return last
+
+
+def _check_image_readable(path: str, setting: str = "image") -> None:
     if not os.path.isfile(path):
-        raise ConfigError(f"image={path} does not exist; give the path of a PNG or JPEG file", setting="image")
+        raise ConfigError(f"{setting}={path} does not exist; give the path of a PNG or JPEG file", setting=setting)
     try:
         from PIL import Image
 
@@ -549,6 +575,6 @@ def _check_image_readable(path: str) -> None:
             im.verify()
     except Exception as exc:  # PIL raises many types for bad files
         raise ConfigError(
-            f"image={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG",
-            setting="image",
+            f"{setting}={path} could not be read as an image ({type(exc).__name__}: {exc}); give a PNG or JPEG",
+            setting=setting,
         ) from None

@@ -12,7 +12,7 @@ from typing import Any
 from ..backends.capabilities import BACKENDS as _BACKEND_CAPABILITIES
 from ..caching.settings import CacheSettings
 from ..errors import ConfigError
-from ..models.variants import IMAGE
+from ..models.variants import IMAGE, LAST_IMAGE
 from ..parallel.mesh import MeshSpec
 from .few_step import apply_recipe, schedule_values
 from .quantization import NO_QUANTIZATION, QuantSettings
@@ -93,6 +93,7 @@ class VideoSettings:
     video: str | None = None  # video-to-video: the source video (config/source_video.py)
     strength: float = 0.8  # … and how much of the schedule runs from it noised
     extend: str | None = None  # a video continued from its last frame (the first frame: config/source_video.py)
+    last_image: str | None = None  # first-last-frame video: the last frame (I2V-A14B)
     # A server's batch of requests (jobs/batch.py): each prompt's own seed and negative prompt.
     # None (every run of the command line): prompt i is seeded seed + i, and one negative serves all.
     seeds: tuple[int, ...] | None = None
@@ -101,7 +102,8 @@ class VideoSettings:
     @property
     def inputs(self) -> frozenset[str]:
         """The inputs besides the prompt that are given (models/variants.py's names)."""
-        return frozenset([IMAGE] if self.image is not None or self.extend is not None else [])
+        given = [IMAGE] if self.image is not None or self.extend is not None else []
+        return frozenset(given + ([LAST_IMAGE] if self.last_image is not None else []))
 
     @property
     def prompt(self) -> str:
@@ -248,6 +250,8 @@ class RunSpec:
             out.update(video=self.video.video, strength=self.video.strength)
         if self.video.extend is not None:
             out["extend"] = self.video.extend
+        if self.video.last_image is not None:  # first-last-frame video only: the keys of others stay
+            out["last_image"] = self.video.last_image
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
         if self.execution.sequence_parallel != "ours":
             out["sequence_parallel"] = self.execution.sequence_parallel

@@ -49,7 +49,7 @@ def deciding_settings(spec: RunSpec) -> dict:
         settings["attention_impl"] = "xfuser"
     # The image's content decides the video, not where it lies: a moved folder keeps its names.
     settings["image"] = {"sha256": file_sha256(spec.video.image)} if spec.video.image else None
-    for name in ("video", "extend"):  # the same for a source video (video-to-video, an extension)
+    for name in ("video", "extend", "last_image"):  # the same for a source video and a last frame
         if getattr(spec.video, name) is not None:
             settings[name] = {"sha256": file_sha256(getattr(spec.video, name))}
     return settings

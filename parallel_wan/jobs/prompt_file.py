@@ -22,6 +22,7 @@ ENTRY_KEYS = (
     "negative_prompt",
     "seed",
     "image",
+    "last_image",
     "num_frames",
     "height",
     "width",
@@ -98,10 +99,11 @@ def _fields(line: str, where: str, folder: str) -> dict:
             f"{where}: name={name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a "
             "letter or digit (it names NAME.mp4 and NAME.json)"
         )
-    image = fields.get("image")
-    if isinstance(image, str) and image and not os.path.isabs(image):
-        # Relative to the prompt file, so a folder of prompts and images moves as one.
-        fields = {**fields, "image": os.path.join(folder, image)}
+    for key in ("image", "last_image"):
+        image = fields.get(key)
+        if isinstance(image, str) and image and not os.path.isabs(image):
+            # Relative to the prompt file, so a folder of prompts and images moves as one.
+            fields = {**fields, key: os.path.join(folder, image)}
     return fields
 
 

@@ -8,7 +8,9 @@ never by comparing task strings. The three Wan 2.2 variants:
 - T2V-A14B: the prompt only; two experts (high-noise, low-noise).
 - I2V-A14B: a first frame, required; it enters every step as extra channels joined to the noise
   — a mask with one channel per frame of the VAE's temporal stride (which latent frames hold the
-  image) and the image's VAE latent (pipeline/conditioning.py `i2v_condition`).
+  image) and the image's VAE latent (pipeline/conditioning.py `i2v_condition`); optionally a last
+  frame, encoded in the same video as the first and marked in the same mask (first-last-frame
+  video, diffusers' `last_image`).
 - TI2V-5B: one expert; a first frame, optional, whose latent replaces the noise's first latent
   frame at every step (held tokens, timestep 0), so each token has its own timestep
   (diffusers' `expand_timesteps`).
@@ -30,8 +32,12 @@ from .experts import ONE_EXPERT, TWO_EXPERTS
 # How an input enters the model:
 JOINED_CHANNELS = "joined_channels"  # its latents (and a mask) are joined to the noise's channels every step
 HELD_FRAMES = "held_frames"  # its latents replace the noise's first latent frames, held at t = 0
+# the last frame of the joined condition: encoded with the first frame as one video, its mask
+# channel set on the last frame — no channels of its own (diffusers' `last_image`)
+LAST_FRAME = "last_frame"
 
-IMAGE = "image"  # the first frame (the `image=` setting); later: video, audio, pose, last_image
+IMAGE = "image"  # the first frame (the `image=` setting); later: video, audio, pose
+LAST_IMAGE = "last_image"  # the last frame (first-last-frame video, I2V-A14B)
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class Input:
 
     name: str  # the setting that gives it (IMAGE = `image=`)
     required: bool  # the variant cannot run without it
-    enters: str  # JOINED_CHANNELS | HELD_FRAMES
+    enters: str  # JOINED_CHANNELS | HELD_FRAMES | LAST_FRAME
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,11 @@ class Variant:
 
 
 T2V = Variant("t2v", TWO_EXPERTS)
-I2V = Variant("i2v", TWO_EXPERTS, inputs=(Input(IMAGE, required=True, enters=JOINED_CHANNELS),))
+I2V = Variant(
+    "i2v",
+    TWO_EXPERTS,
+    inputs=(Input(IMAGE, required=True, enters=JOINED_CHANNELS), Input(LAST_IMAGE, required=False, enters=LAST_FRAME)),
+)
 TI2V = Variant("ti2v", ONE_EXPERT, inputs=(Input(IMAGE, required=False, enters=HELD_FRAMES),), per_token_timestep=True)
 VARIANTS = (T2V, I2V, TI2V)
 TASKS = tuple(v.task for v in VARIANTS)  # the official configs' model_type values

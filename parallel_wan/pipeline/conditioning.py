@@ -59,16 +59,20 @@ def prepared_image(im, height: int, width: int, what: str) -> tuple[np.ndarray, 
     return (arr * 2.0 - 1.0).transpose(2, 0, 1)[None], size
 
 
-def i2v_condition(image, num_frames: int, latent_frames: int, vae_cfg, vae_params, ops, backend):
-    """I2V-A14B's 20 extra channels: a 4-channel first-frame mask (one channel per frame of
-    the temporal stride) and the VAE latent of [image, black frames…]."""
+def i2v_condition(image, num_frames: int, latent_frames: int, vae_cfg, vae_params, ops, backend, last=None):
+    """I2V-A14B's 20 extra channels: a 4-channel frame mask (one channel per frame of the
+    temporal stride) and the VAE latent of [image, black frames…] — with a last frame `last`
+    (first-last-frame video), [image, black frames…, last], as diffusers' `last_image` does."""
     _, _, h, w = image.shape  # host array (1, 3, H, W)
-    video = np.concatenate([image[:, :, None], np.zeros((1, 3, num_frames - 1, h, w), np.float32)], axis=2)
+    frames = [image[:, :, None], np.zeros((1, 3, num_frames - 1 - (last is not None), h, w), np.float32)]
+    video = np.concatenate(frames + ([last[:, :, None]] if last is not None else []), axis=2)
     latent = vae.normalize_latents(backend.vae_encode(vae_params, video, vae_cfg), vae_cfg, ops)
     stride = vae_cfg.scale_factor_temporal
     lh, lw = latent.shape[-2:]
     mask = np.zeros((1, stride, latent_frames, lh, lw), np.float32)
     mask[:, :, 0] = 1.0  # the first latent frame carries the given image (all `stride` sub-frames)
+    if last is not None:  # frame num_frames − 1: the last latent frame's last sub-frame
+        mask[:, stride - 1, latent_frames - 1] = 1.0
     return ops.concat([backend.to_device(mask), latent], axis=1)
 
 

@@ -234,7 +234,13 @@ def _image_inputs(spec: RunSpec, loaded, shapes: _Shapes, backend, timer: PhaseT
         else:  # an extension: the last frame of the video it continues
             image, record = last_frame(spec.video.extend, spec.video.height, spec.video.width)
         if spec.model.variant.input(IMAGE).enters == JOINED_CHANNELS:
-            cond = i2v_condition(image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend)
+            last = None
+            if spec.video.last_image is not None:  # first-last-frame video
+                last, last_record = load_image(spec.video.last_image, spec.video.height, spec.video.width)
+                record = {**record, "last_image": last_record}
+            cond = i2v_condition(
+                image, spec.video.num_frames, latent_frames, vcfg, loaded.vae_params, ops, backend, last
+            )
             return _ImageInputs(
                 cond_tokens=work.local(dit.patchify(cond, tcfg.patch_size, ops), backend), record=record
             )

@@ -43,11 +43,19 @@ EDIT_ONLY = ("strength",)  # fields of a remix or an edit only (a video to start
 GUIDANCE_ALIASES = ("true_cfg_scale",)
 RECORDED = ("user", "metadata")  # bookkeeping: stored with the job and echoed, never a setting
 IMAGE_FIELDS = ("input_reference", "image_reference", "reference_url")  # the first frame: video_requests.py
+LAST_IMAGE = ("last_image",)  # the last frame (first-last-frame video): video_requests.py
 REFUSED = ("n", "quality", "audio_reference", "video_reference", "generate_sound")  # can't honour: refuse()
 DERIVED = ("size", "seconds", "model")  # fields read here, not copied
 LORA_FIELDS = ("loras", "lora")  # the registered LoRAs a request names (lora_registry.py; served.py reads them)
 TAKEN = (
-    tuple(SETTING_OF) + DERIVED + GUIDANCE_ALIASES + RECORDED + IMAGE_FIELDS + LORA_FIELDS + ("extra_params",)
+    tuple(SETTING_OF)
+    + DERIVED
+    + GUIDANCE_ALIASES
+    + RECORDED
+    + IMAGE_FIELDS
+    + LAST_IMAGE
+    + LORA_FIELDS
+    + ("extra_params",)
 )  # what a field may be
 FIELDS = TAKEN + REFUSED  # known: the refused ones are refused with their reason, not as unknown
 # run setting → the request field that sets it: the one table by which the server's answers say
@@ -55,6 +63,7 @@ FIELDS = TAKEN + REFUSED  # known: the refused ones are refused with their reaso
 # a file on the server, set by the uploaded `input_reference`.
 FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {
     "image": "input_reference",
+    "last_image": "last_image",
     "video": "video",
     "extend": "video",
 }

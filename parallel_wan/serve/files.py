@@ -25,9 +25,13 @@ def variant_path(settings, video_id: str, variant: str) -> str:
     return os.path.join(settings.videos_dir, f"{video_id}.{VARIANT_FILES[variant][0]}")
 
 
-def image_path(settings, video_id: str, suffix: str) -> str:
-    assert suffix in IMAGE_SUFFIXES, suffix
-    return os.path.join(settings.inputs_dir, f"{video_id}.{suffix}")
+LAST = ".last"  # the last frame's upload beside the first's (first-last-frame video)
+
+
+def image_path(settings, video_id: str, suffix: str, part: str = "") -> str:
+    """An uploaded image: the first frame's (`part` ""), or the last frame's (LAST)."""
+    assert suffix in IMAGE_SUFFIXES and part in ("", LAST), (suffix, part)
+    return os.path.join(settings.inputs_dir, f"{video_id}{part}.{suffix}")
 
 
 def source_video_path(settings, video_id: str) -> str:
@@ -36,10 +40,10 @@ def source_video_path(settings, video_id: str) -> str:
 
 
 def delete_files(settings, video_id: str) -> None:
-    """A job's video, sidecar, frames and variants, its uploaded image and any saved loop state."""
+    """A job's video, sidecar, frames and variants, its uploaded images and any saved loop state."""
     paths = [os.path.join(settings.videos_dir, name) for name in one_video_names(video_id)]
     paths += [variant_path(settings, video_id, variant) for variant in VARIANT_FILES]
-    paths += [image_path(settings, video_id, suffix) for suffix in IMAGE_SUFFIXES]
+    paths += [image_path(settings, video_id, suffix, part) for suffix in IMAGE_SUFFIXES for part in ("", LAST)]
     paths.append(source_video_path(settings, video_id))
     for path in paths:
         try:

@@ -40,6 +40,21 @@ def json_image(fields: dict) -> tuple[bytes | None, str | None]:
     return data_url_bytes(value["image_url"], f"{key}.image_url"), key
 
 
+def json_last_image(fields: dict) -> bytes | None:
+    """The last frame's bytes of a JSON body's `last_image` (`{"image_url": "data:…"}`, as
+    input_reference), which the fields lose; None when not given."""
+    value = fields.pop("last_image", None)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"image_url"}:
+        raise RequestError(
+            f'last_image={_shown(value)} must be {{"image_url": "data:image/png;base64,…"}}; or upload it as '
+            "multipart last_image",
+            "last_image",
+        )
+    return data_url_bytes(value["image_url"], "last_image.image_url")
+
+
 def data_url_bytes(url, where: str) -> bytes:
     """The bytes of a base64 data: URL; RequestError for anything else (a URL to fetch above all)."""
     param = where.split(".")[0]

@@ -85,11 +85,12 @@ class RequestResolver:
         video: str | None = None,
         base: dict | None = None,
         video_setting: str = "video",
+        last_image: str | None = None,
     ):
         """(spec, run settings, bookkeeping: user and metadata) of a request's fields (and its
         stored image, sent as `image_field`; a remix's or an edit's stored source `video` — an
         extension's, with `video_setting="extend"` — and the source job's run settings `base`,
-        which the request's fields override); raises RequestError."""
+        which the request's fields override; `last_image`: the stored last frame); raises RequestError."""
         model = fields.get("model")
         if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
@@ -104,6 +105,8 @@ class RequestResolver:
         settings = {**(base or {}), **recipe, **lora_settings, **settings}
         if image is not None:
             settings["image"], source["image"] = image, image_field
+        if last_image is not None:  # first-last-frame video: the stored upload of `last_image`
+            settings["last_image"], source["last_image"] = last_image, "last_image"
         if video is not None:  # video= (a remix, an edit) or extend= (an extension): the request's `video`
             settings[video_setting], source[video_setting] = video, "video"
         try:

@@ -1,4 +1,4 @@
-"""An uploaded `input_reference`: decoded as an image or refused, then stored byte for byte (the
+"""An uploaded `input_reference` (or `last_image`): decoded as an image or refused, then stored byte for byte (the
 run reads the file as the command line's image= would, so the video is the CLI's) under a name
 made from the job's id and the decoded format — never a name the client chose."""
 
@@ -9,7 +9,9 @@ import os
 
 from ..report.outputs import commit, stage
 from .fields import RequestError
-from .files import image_path
+from .files import LAST, image_path
+
+LAST_IMAGE_FIELD = "last_image"  # the last frame (first-last-frame video): JSON or an upload
 
 FORMATS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp", "BMP": "bmp"}
 MAX_PIXELS = 8192 * 8192  # far above any video size; below PIL's decompression-bomb limit
@@ -44,8 +46,9 @@ def image_suffix(data: bytes, field: str = "input_reference") -> str:
 
 
 def store_image(settings, video_id: str, data: bytes, field: str = "input_reference") -> str:
-    """Write the image as storage_dir/inputs/<id>.<suffix> (atomically); returns its path."""
-    path = image_path(settings, video_id, image_suffix(data, field))
+    """Write the image as storage_dir/inputs/<id>.<suffix> — the last frame's (`last_image`) as
+    <id>.last.<suffix> — atomically; returns its path."""
+    path = image_path(settings, video_id, image_suffix(data, field), LAST if field == LAST_IMAGE_FIELD else "")
     os.makedirs(os.path.dirname(path), exist_ok=True)
 
     def write(tmp):

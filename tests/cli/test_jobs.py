@@ -67,6 +67,10 @@ def test_plain_text_and_json_lines_entries_names_and_defaults(tmp_path):
         kite.spec.video.negative_prompt,
     ) == (96, 64, 3, "blur")
     assert len({first.key, boat.key, kite.key}) == 3
+    # a first-last-frame entry (I2V): its last frame relative to the file too
+    flf = write_lines(tmp_path / "flf.jsonl", {"prompt": "a bridge", "image": "first.png", "last_image": "first.png"})
+    (entry,) = job_of(f"prompts={flf}", "model=tiny_i2v", f"output_dir={tmp_path / 'flf'}")[0].entries
+    assert entry.spec.video.last_image == str(tmp_path / "first.png") and entry.key != boat.key
     # One mesh for the job (the first entry's), every entry writes into the one output folder.
     assert {e.spec.mesh for e in job.entries} == {first.spec.mesh}
     assert {e.spec.output.dir for e in job.entries} == {str(tmp_path / "out")}
@@ -97,6 +101,7 @@ BAD_FILES = {
     "NaN guidance": ('{"prompt": "a cat", "guidance_high": NaN}\n', "line 1: NaN is not a number JSON allows"),
     "bad frames": ('a fox\n{"prompt": "a cat", "num_frames": 8}\n', "line 2: num_frames=8 must be 4k+1"),
     "missing image": ('{"prompt": "a cat", "image": "nowhere.png"}\n', "line 1: image="),
+    "a last frame on TI2V": ('{"prompt": "a cat", "last_image": "x.png"}\n', "x.png was given but model=tiny_ti2v"),
     "not an object": ('["a cat"]\n', "line 1: a JSON line must be an object"),
     "list line": ('{"prompt": ["a", "b"]}\n', 'line 1: "prompt" must be a non-empty string'),
     "duplicate names": (

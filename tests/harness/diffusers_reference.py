@@ -42,13 +42,21 @@ def pipeline_call(steps: int) -> dict:
 
 
 def reference_frames(
-    model, image=None, steps=STEPS, scheduler=None, cfg_on=None, boundary_ratio=None, latents=None, **guidance
+    model,
+    image=None,
+    steps=STEPS,
+    scheduler=None,
+    cfg_on=None,
+    boundary_ratio=None,
+    latents=None,
+    last_image=None,
+    **guidance,
 ):
     """diffusers' frames (uint8) for the tiny model; I2V pipeline when an image is given. The
     pipeline uses the model's own transformers, so caches enabled on them apply. `scheduler`:
     another than the checkpoint's UniPC; `cfg_on`: whether every step runs CFG (None: diffusers'
     rule, guidance_scale > 1 — it decides once per run, not per expert); `boundary_ratio`: another
-    than the model's."""
+    than the model's; `last_image`: I2V's last frame too (first-last-frame video)."""
     import torch
     from diffusers import UniPCMultistepScheduler, WanImageToVideoPipeline, WanPipeline
     from PIL import Image
@@ -74,6 +82,9 @@ def reference_frames(
         pipe = pipeline(**components, image_encoder=None, image_processor=None)
         with Image.open(image) as im:
             call["image"] = im.convert("RGB")
+        if last_image is not None:  # first-last-frame video
+            with Image.open(last_image) as im:
+                call["last_image"] = im.convert("RGB")
     pipe.set_progress_bar_config(disable=True)
     with torch.no_grad():
         return to_uint8(pipe(**call).frames[0])

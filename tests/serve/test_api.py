@@ -403,7 +403,7 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
         "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
         "guidance_scale_2, fps, flow_shift, boundary_ratio, strength, size, seconds, model, true_cfg_scale, user, "
         "metadata, "
-        "input_reference, image_reference, reference_url, loras, lora, extra_params"
+        "input_reference, image_reference, reference_url, last_image, loras, lora, extra_params"
     )
     for body, message in (
         (
@@ -1352,3 +1352,38 @@ def test_finished_videos_expire_after_keep_hours(tmp_path):
     kept_forever = Store(api.settings.database)  # a server started without keep_hours
     kept_forever.retain()
     assert api.client.get(f"/v1/videos/{kept}").json()["expires_at"] is None
+
+
+def test_a_last_frame_comes_as_an_upload_or_a_data_url_and_is_refused_where_it_cannot_be_used(tmp_path):
+    """First-last-frame video on an I2V server: `last_image` beside `input_reference`, uploaded
+    (multipart) or as {"image_url": data URL} (JSON), stored under the job's id and run as the
+    command line's last_image=; a text-to-video server refuses it as the CLI does, a broken one is
+    refused by name, and a refused request keeps nothing."""
+    import base64
+
+    i2v = Api(tmp_path / "i2v", ["model=tiny_i2v"])
+    first, last = png_bytes(64, 64), png_bytes(32, 32, "JPEG")
+    files = {"prompt": (None, "a"), "input_reference": ("f.png", first), "last_image": ("l.jpg", last)}
+    answer = i2v.client.post("/v1/videos", files=files)
+    assert answer.status_code == 200, answer.text
+    settings = json.loads(i2v.store.get(answer.json()["id"])["settings"])
+    assert settings["last_image"].endswith(f"{answer.json()['id']}.last.jpg")
+    assert open(settings["last_image"], "rb").read() == last and open(settings["image"], "rb").read() == first
+    assert i2v.served.spec(settings).video.last_image == settings["last_image"]
+    url = "data:image/png;base64," + base64.b64encode(first).decode()
+    answer = i2v.client.post(
+        "/v1/videos", json={"prompt": "b", "input_reference": {"image_url": url}, "last_image": {"image_url": url}}
+    )
+    assert answer.status_code == 200, answer.text
+    i2v.client.delete(f"/v1/videos/{answer.json()['id']}")
+    assert not [n for n in os.listdir(i2v.settings.inputs_dir) if n.startswith(answer.json()["id"])]
+
+    t2v = Api(tmp_path / "t2v")
+    refused = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "c", "last_image": {"image_url": url}}), 400)
+    assert "takes no last frame" in refused["message"] and refused["param"] == "last_image", refused
+    broken = {"prompt": (None, "d"), "input_reference": ("f.png", first), "last_image": ("l.png", b"not an image")}
+    refused = _openai_error(t2v.client.post("/v1/videos", files=broken), 400)
+    assert refused["param"] == "last_image" and "could not be read as an image" in refused["message"], refused
+    refused = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "e", "last_image": "a.png"}), 400)
+    assert refused["param"] == "last_image", refused
+    t2v.nothing_queued()

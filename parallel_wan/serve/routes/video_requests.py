@@ -17,10 +17,10 @@ from ...jobs.batch import batch_key
 from ...report.outputs import commit, stage
 from ..fields import RequestError, seconds_of
 from ..files import source_video_path
-from ..references import json_image
+from ..references import json_image, json_last_image
 from ..sources import new_part, source_frames, upload_size
 from ..store import IdempotencyConflict, QueueFull, new_id
-from ..uploads import store_image
+from ..uploads import LAST_IMAGE_FIELD, store_image
 from .errors import error, no_retry, refusal
 from .video_objects import video_object
 
@@ -37,6 +37,7 @@ class Body:
     image: bytes | None = None
     image_field: str | None = None  # the field that gave the image
     video: bytes | None = None
+    last_image: bytes | None = None  # the last frame (first-last-frame video)
 
 
 async def read_body(request: Request, max_bytes: int, video: bool = False) -> Body:
@@ -50,12 +51,13 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
             raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
-        return Body(fields, *json_image(fields))
+        last = json_last_image(fields)
+        return Body(fields, *json_image(fields), last_image=last)
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(
             f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
         )
-    uploads = ("input_reference", "video") if video else ("input_reference",)
+    uploads = ("input_reference", "last_image", "video") if video else ("input_reference", "last_image")
     try:
         form = await request.form(max_files=len(uploads), max_fields=64, max_part_size=max_bytes)
     except Exception as exc:  # starlette's MultiPartException and parser errors
@@ -64,24 +66,29 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
             if name not in uploads:
-                only = "input_reference and video are uploads" if video else "input_reference is an upload"
-                raise RequestError(f"{name} is a file; only {only}", name)
+                only = (
+                    "input_reference, last_image and video are uploads"
+                    if video
+                    else "input_reference and last_image are uploads"
+                )
+                raise RequestError(f"{name} is a file; only {only} are uploads", name)
             if name in files:
                 raise RequestError(f"{name} was given twice; give each field once", name)
             files[name] = await value.read()
             continue
         _put(fields, name, value)
     await form.close()
-    if "input_reference" in fields:
-        raise RequestError(
-            "input_reference must be an image file upload, not text; URLs and server paths are not read",
-            "input_reference",
-        )
+    for name in ("input_reference", "last_image"):
+        if name in fields:
+            raise RequestError(
+                f"{name} must be an image file upload, not text; URLs and server paths are not read", name
+            )
     if video and "video" in fields and "video" in files:
         raise RequestError("video was given twice; give each field once", "video")
+    last = files.get("last_image")
     if "input_reference" in files:
-        return Body(fields, files["input_reference"], "input_reference", files.get("video"))
-    return Body(fields, *json_image(fields), files.get("video"))  # a form's reference_url: a data: URL as text
+        return Body(fields, files["input_reference"], "input_reference", files.get("video"), last)
+    return Body(fields, *json_image(fields), files.get("video"), last)  # a form's reference_url: a data: URL as text
 
 
 def _put(fields: dict, name: str, value) -> None:
@@ -154,7 +161,7 @@ async def answer(request: Request, api, body: Body, source: VideoSource | None =
     idem = request.headers.get("idempotency-key")
     try:
         row, created = await run_in_threadpool(
-            queue_video, api.store, api.served, api.settings, fields, image, idem, image_field, source
+            queue_video, api.store, api.served, api.settings, fields, image, idem, image_field, source, body.last_image
         )
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
@@ -183,14 +190,18 @@ def queue_video(
     idem: str | None,
     image_field: str | None = None,
     source: VideoSource | None = None,
+    last_image: bytes | None = None,
 ):
     """Validate (the CLI's checks) and commit the job before the reply; (its row, created).
     A refused request leaves nothing behind: no row, no file."""
     video_id, path, video, image_field = new_id(), None, None, image_field or "input_reference"
+    last = None
     given, before = fields, 0  # before: an extension's source frames, which come before the new ones
     try:
         if image is not None:
             path = store_image(settings, video_id, image, image_field)
+        if last_image is not None:
+            last = store_image(settings, video_id, last_image, LAST_IMAGE_FIELD)
         if source is not None:
             video = source.store(settings, video_id)
         if source is not None and source.setting == "extend":
@@ -200,12 +211,13 @@ def queue_video(
         if source is not None and source.upload is not None and source.setting == "video":
             base = {**base, **upload_size(served, fields, video)}
         setting = source.setting if source is not None else "video"
-        spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting)
+        spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting, last)
         frames = spec.video.num_frames + max(before - 1, 0)
         digest = hashlib.sha256(
             json.dumps(given, sort_keys=True, default=str).encode()
             + hashlib.sha256(image or b"").digest()
             + (source.digest() if source is not None else b"")
+            + hashlib.sha256(last_image or b"").digest()
         ).hexdigest()
         job = {
             "id": video_id,
@@ -223,10 +235,10 @@ def queue_video(
         }
         row, created = store.add(job, idem, digest, settings.max_queued)
     except BaseException:
-        _remove(path, video)
+        _remove(path, video, last)
         raise
     if not created:
-        _remove(path, video)  # the retry's copies; the first request's files are the job's
+        _remove(path, video, last)  # the retry's copies; the first request's files are the job's
     return row, created
 
 
