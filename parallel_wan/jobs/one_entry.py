@@ -103,14 +103,11 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
 
 
 def reload_experts(spec, backend, ckpt, loaded):
-    """memory=swap frees the high-noise expert during a video: the components loaded again (from
-    the page cache) before the next one, keeping the text side as it was — the text encoder
-    (a server's, still loaded; a job's, released after its texts were encoded) and the texts
-    source. Returns the new components."""
-    fresh, _ = load(spec, backend, ckpt)
-    if fresh.text_encoder is not None:
-        fresh.text_encoder.release()
-    fresh.text_encoder, fresh.texts = loaded.text_encoder, loaded.texts
+    """memory=swap frees the high-noise expert during a video (and a server's job may want other
+    LoRAs): the experts loaded again (from the page cache) before the next one; the text side —
+    the text encoder (a server's, still loaded; a job's, released after its texts were encoded)
+    and the texts source — and the VAE stay as they were. Returns the new components."""
+    fresh, _ = load(spec, backend, ckpt, keep=loaded)
     return fresh
 
 

@@ -200,17 +200,18 @@ def check_heads(spec: RunSpec, tcfg) -> None:
     mesh_spec(spec.mesh.to_dict(), spec.mesh.world_size, heads=tcfg.num_attention_heads)
 
 
-def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None):
+def load(spec: RunSpec, backend, ckpt=None, tiny_dir: str | None = None, keep=None):
     """The one load of a run — a single generation's and a job's alike: the checkpoint (the
     built-in tiny model: the one stored on this machine, builtin/stored.py, or written to
     `tiny_dir` first), every component onto `backend`, one log line. Returns (Loaded, the
-    checkpoint description)."""
+    checkpoint description). `keep`: components loaded before, whose text side and VAE stay —
+    only the experts load again (another LoRA, memory=swap's next video)."""
     import time
 
     t0 = time.perf_counter()
     if ckpt is None:
         ckpt = builtin_checkpoint(spec, tiny_dir) if spec.weights.checkpoint_dir is None else preflight(spec)
-    loaded = load_components(spec, ckpt, backend)
+    loaded = load_components(spec, ckpt, backend, keep)
     backend.synchronize()
     log.info(
         "loaded %s (%s) in %.1f s", loaded_what(spec, ckpt), ", ".join(sorted(loaded.experts)), time.perf_counter() - t0
@@ -263,7 +264,7 @@ class Loaded:
     texts: TextSource | None = None  # where generate takes the texts' rows (text_sources.py); None: encode them
 
 
-def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
+def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
     """The experts load side by side while the text encoder and the VAE load on a background
     thread; each expert lands on the device in the run's dtype with the reference's float32
     exceptions. Only the main rank loads the text encoder (a PyTorch module on
@@ -271,7 +272,8 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
 
     These threads only orchestrate: the tensor copies of every component run on the one shared
     pool of `weights.copy_pool` (about one worker per core), so loading concurrently does not
-    oversubscribe the cores. The scheduler needs no loading: its config came with `ckpt`."""
+    oversubscribe the cores. The scheduler needs no loading: its config came with `ckpt`. With
+    `keep` (a Loaded), only the experts load; its text encoder, texts source and VAE stay."""
     from ..text.umt5 import TextEncoder
     from ..weights.loader import load_transformer, load_vae
 
@@ -313,6 +315,8 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         )
 
     def text_and_vae():
+        if keep is not None:
+            return keep.text_encoder, keep.vae_config, keep.vae_params
         text_encoder = (
             TextEncoder.load(ckpt, spec.execution.dtype, backend.text_device) if backend.encodes_text else None
         )
@@ -325,4 +329,4 @@ def load_components(spec: RunSpec, ckpt, backend) -> Loaded:
         background = pool.submit(text_and_vae)
         experts = dict(pool.map(expert, ckpt.experts))
         text_encoder, vae_cfg, vae_params = background.result()
-    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder, loras)
+    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder, loras, keep.texts if keep is not None else None)

@@ -318,9 +318,9 @@ def test_rerun_skips_verified_entries_and_redoes_a_damaged_one(ti2v_job, monkeyp
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_swap_job_loads_the_experts_again_between_videos_keeping_its_texts(tmp_path, monkeypatch):
-    """memory=swap frees the high-noise expert during each video: the experts load again before
-    the next (jobs/one_entry.py reload_experts, the server's reload too), and the texts encoded
-    once up front go on to the next video with the released encoder."""
+    """memory=swap frees the high-noise expert during each video: the experts — and only they —
+    load again before the next (jobs/one_entry.py reload_experts, the server's reload too), and
+    the texts encoded once up front go on to the next video with the released encoder."""
     from parallel_wan.jobs import runner
     from parallel_wan.pipeline.text_sources import EncodedUpFront
 
@@ -340,6 +340,7 @@ def test_a_swap_job_loads_the_experts_again_between_videos_keeping_its_texts(tmp
     assert after is not before and after.experts is not before.experts
     assert isinstance(after.texts, EncodedUpFront) and after.texts is before.texts
     assert after.text_encoder is before.text_encoder and after.text_encoder.model is None  # released, not reloaded
+    assert after.vae_params is before.vae_params  # only the experts load again: not the VAE, not the text encoder
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
