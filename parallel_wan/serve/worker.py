@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 from ..config import ConfigError
 from ..errors import OutputWriteError, RunError
@@ -52,6 +53,7 @@ class Worker:
         self.current: tuple | None = None  # the jobs running now (rank 0 requeues them on a signal)
         self.lora = lora_identity(served.base)  # the LoRAs merged into the loaded experts
         self.done = 0
+        self.filling: _Filling | None = None  # rank 0: a batch claimed and still filling (batch_wait_s)
         self.fits: dict = {}  # (batch key, bound) → the largest batch this mesh and device run
         if backend.encodes_text:  # each request's texts encoded when its job runs; the encoder stays loaded
             loaded.texts = EncodedOnDemand(loaded.text_encoder)
@@ -72,9 +74,11 @@ class Worker:
                 self.current = None
 
     def _next(self) -> list[dict] | None:
-        """Rank 0: the next job claimed — with max_batch > 1, and the jobs queued behind it that
+        """Rank 0: the next job claimed — with max_batch > 1, with the jobs queued behind it that
         may run with it (batch.py) —, or None after waiting up to IDLE_S for one (a look at the
-        queue every POLL_S; a claim, which takes the write lock, only when something is there)."""
+        queue every POLL_S; a claim, which takes the write lock, only when something is there).
+        A batch still filling (batch_wait_s) is None too: it goes on filling at the next call, so
+        the ranks' hand-over and signal vote still come every IDLE_S however long it waits."""
         self.check()
         for deleted in self.store.deleting():  # files a DELETE left behind (a crash in between)
             self._remove(deleted)
@@ -82,20 +86,35 @@ class Worker:
             self._remove(expired)
             self.metrics.jobs.labels("expired").inc()
             log.info("%s: expired (keep_hours): its video and record are deleted", expired)
+        if self.filling is None:
+            row = self._claim()
+            if row is None:
+                return None
+            settings = json.loads(row["settings"])
+            spec, step = self._checked(row, settings)
+            if spec is None or not row.get("batch_key") or self.settings.max_batch == 1:
+                return self._started([row])
+            most = self._batch_size(row["batch_key"], spec, self.settings.max_batch)
+            self.filling = _Filling([row], spec, step, most, time.monotonic() + self.settings.batch_wait_s)
+            self.current = (row["id"],)  # claimed: a signal before it runs sends it back to the queue
+        rows = self._fill(self.filling)
+        if rows is None:
+            return None
+        self.filling = None
+        return self._started(rows)
+
+    def _claim(self) -> dict | None:
         lease = self.settings.lease_s  # another server silent this long loses its running job to this one
         row, deadline = self.store.claim(self.claimant, lease), time.monotonic() + IDLE_S
         while row is None and time.monotonic() < deadline:
             time.sleep(POLL_S)
             if self.store.has_queued():
                 row = self.store.claim(self.claimant, lease)
-        if row is None:
-            return None
-        self.metrics.queue_wait_seconds.observe(max(0.0, time.time() - row["created_at"]))
-        settings = json.loads(row["settings"])
-        spec, step = self._checked(row, settings)
-        rows = [row]
-        if spec is not None and row.get("batch_key") and self.settings.max_batch > 1:
-            rows = self._batch(row, spec, step)
+        if row is not None:
+            self.metrics.queue_wait_seconds.observe(max(0.0, time.time() - row["created_at"]))
+        return row
+
+    def _started(self, rows: list[dict]) -> list[dict]:
         for claimed in rows:
             log.info("%s: started (%s)", claimed["id"], claimed["prompt"][:60])
         if len(rows) > 1:
@@ -118,25 +137,28 @@ class Worker:
             found = {}
         return spec, found.get(row["id"])
 
-    def _batch(self, first: dict, spec, step: int | None) -> list[dict]:
-        """`first` and the queued jobs of its batch key saved after the same step (or none saved),
-        in queue order, as many as the mesh and the memory take (batch_size); waiting up to
-        batch_wait_s for them. Claimed ones beyond the size go back to the queue where they stood."""
-        most = self._batch_size(first["batch_key"], spec, self.settings.max_batch)
-        rows, deadline = [first], time.monotonic() + self.settings.batch_wait_s
+    def _fill(self, filling: _Filling) -> list[dict] | None:
+        """More queued jobs of the batch's key saved after the same step (or none saved), in queue
+        order, for up to IDLE_S; the batch once it is full or its batch_wait_s is over — as many
+        as the mesh and the memory take (_batch_size), the ones beyond going back to the queue
+        where they stood — else None (still filling)."""
+        key, deadline = filling.rows[0]["batch_key"], min(filling.until, time.monotonic() + IDLE_S)
 
         def same_step(row: dict) -> bool:
-            return self._checked(row, json.loads(row["settings"]))[1] == step
+            return self._checked(row, json.loads(row["settings"]))[1] == filling.step
 
-        while len(rows) < most:
-            rows += self.store.claim_like(self.claimant, first["batch_key"], most - len(rows), same_step)
-            if len(rows) >= most or time.monotonic() >= deadline:
+        while True:
+            filling.rows += self.store.claim_like(self.claimant, key, filling.most - len(filling.rows), same_step)
+            self.current = tuple(row["id"] for row in filling.rows)
+            if len(filling.rows) >= filling.most or time.monotonic() >= filling.until:
                 break
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(POLL_S)
-        size = self._batch_size(first["batch_key"], spec, len(rows))
-        for extra in rows[size:]:
+        size = self._batch_size(key, filling.spec, len(filling.rows))
+        for extra in filling.rows[size:]:
             self.store.requeue(extra["id"])
-        return rows[:size]
+        return filling.rows[:size]
 
     def _batch_size(self, key: str, spec, most: int) -> int:
         """The largest batch of at most `most` jobs like `spec` this mesh splits and this device
@@ -394,6 +416,18 @@ class Worker:
                 t0, i = now, next(steps, None)
 
         return watch
+
+
+@dataclass
+class _Filling:
+    """A batch the leader has begun: the jobs claimed, what they share, how many it takes, and
+    until when (time.monotonic()) it waits for more."""
+
+    rows: list
+    spec: object
+    step: int | None
+    most: int
+    until: float
 
 
 def lora_identity(spec) -> tuple:

@@ -19,6 +19,7 @@ from harness.serve import SETTINGS, Server, sidecar
 from parallel_wan.jobs.batch import batch_key, batch_sizes, batched, member
 from parallel_wan.jobs.batch_states import batch_state, member_states
 from parallel_wan.run import validate_job
+from parallel_wan.serve.store import Store
 
 REQUESTS = [
     {"prompt": "a fox in the snow", "seed": 3},
@@ -208,18 +209,26 @@ def test_a_two_rank_server_batches_parts_a_batch_for_a_delete_and_resumes_one_af
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_job_waits_for_its_batch_no_longer_than_batch_wait_s(tmp_path):
-    """batch_wait_s=4: a job that starts alone waits for others to join; the one posted right after
-    it joins, and a job nobody joins runs alone once the wait is over (it does not wait for ever)."""
-    server = Server(tmp_path / "storage", [*SETTINGS, "max_batch=2", "batch_wait_s=4"]).wait_ready()
+    """A job that starts alone waits up to batch_wait_s for others to join: the one posted right
+    after it joins; a SIGTERM while a lone job waits stops the server at once (exit 75) and sends
+    the job back to the queue; with batch_wait_s=2 it then runs alone once the wait is over."""
+    storage = tmp_path / "storage"
+    server = Server(storage, [*SETTINGS, "max_batch=2", "batch_wait_s=600"], agent=False).wait_ready()
     try:
         first, second = (server.post(**r) for r in REQUESTS[:2])
-        lone = server.post(**REQUESTS[2])
-        for job in (first, second, lone):
+        for job in (first, second):
             assert server.wait_for(job["id"], "completed", "failed")["status"] == "completed"
-        assert [sidecar(server, j["id"]).get("batch") for j in (first, second, lone)] == [
-            {"size": 2, "index": 0},
-            {"size": 2, "index": 1},
-            None,
-        ]
+        lone = server.post(**REQUESTS[2])
+        server.wait_for(lone["id"], "in_progress")  # claimed, waiting for a second
+        server.signal(signal.SIGTERM)
+        assert server.wait_exit(timeout=60) == [75], server.text()[-3000:]
     finally:
         server.stop()
+    assert [sidecar(server, j["id"])["batch"] for j in (first, second)] == [{"size": 2, "index": i} for i in (0, 1)]
+    assert Store(str(storage / "queue.sqlite3")).row(lone["id"])["status"] == "queued"  # back where it stood
+    again = Server(storage, [*SETTINGS, "max_batch=2", "batch_wait_s=2"], port=server.port).wait_ready()
+    try:
+        assert again.wait_for(lone["id"], "completed", "failed")["status"] == "completed"
+        assert "batch" not in sidecar(again, lone["id"])
+    finally:
+        again.stop()
