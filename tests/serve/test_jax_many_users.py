@@ -48,9 +48,12 @@ def test_a_jax_server_switches_loras_per_request_on_a_postgresql_queue_bounded_a
             full = server.client.post("/v1/videos", json={"prompt": "one too many"})
             assert (full.status_code, full.json()["error"]["code"]) == (429, "queue_full"), full.text
             hold.release_all()
-            for job in (before, styled, after):
+            frames, records = [], []
+            for job in (before, styled, after):  # each read as it completes: it expires 4 s later
                 assert server.wait_for(job["id"], "completed", "failed", timeout=600)["status"] == "completed"
-            plain, with_lora, again = (server.frames(j["id"]) for j in (before, styled, after))
+                frames.append(server.frames(job["id"]))
+                records.append(json.loads((storage / "videos" / f"{job['id']}.json").read_text()))
+            plain, with_lora, again = frames
             metrics = server.client.get("/metrics").text
             # retention: the first video is gone for clients once past its expires_at, its files removed
             deadline = time.monotonic() + 120
@@ -82,4 +85,4 @@ def test_a_jax_server_switches_loras_per_request_on_a_postgresql_queue_bounded_a
         "lora_low_scale=0.5",
     )
     assert_same_frames(with_lora, np.load(tmp_path / "cli" / "frames.npy"), "the JAX server's LoRA request vs the CLI")
-    assert json.loads((storage / "videos" / f"{styled['id']}.json").read_text())["lora"]  # its sidecar records it
+    assert records[1]["lora"] and "lora" not in records[2]  # the sidecars record it
