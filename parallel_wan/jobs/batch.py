@@ -43,15 +43,14 @@ def largest_batch(spec: RunSpec, ckpt, device: tuple, most: int) -> int:
     from ..config import ConfigError
     from ..memory_plan.fits import check_fits
 
-    for size in batch_sizes(spec.mesh, most):
-        if size == 1:
-            return 1
+    def fits(size: int) -> bool:
         try:
             check_fits(batched([spec] * size), ckpt, device=device)
-            return size
         except ConfigError:
-            continue
-    return 1
+            return False
+        return True
+
+    return next(size for size in batch_sizes(spec.mesh, most) if size == 1 or fits(size))
 
 
 def batched(specs: list[RunSpec]) -> RunSpec:

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config import ConfigError
 from ..errors import OutputWriteError, RunError
@@ -144,12 +144,16 @@ class Worker:
         where they stood — else None (still filling)."""
         key, deadline = filling.rows[0]["batch_key"], min(filling.until, time.monotonic() + IDLE_S)
 
-        def same_step(row: dict) -> bool:
-            return self._checked(row, json.loads(row["settings"]))[1] == filling.step
+        def same_step(row: dict) -> bool:  # each candidate resolved once (the claim holds the write lock)
+            if row["id"] not in filling.steps:
+                filling.steps[row["id"]] = self._checked(row, json.loads(row["settings"]))[1]
+            return filling.steps[row["id"]] == filling.step
 
+        looked = False
         while True:
-            filling.rows += self.store.claim_like(self.claimant, key, filling.most - len(filling.rows), same_step)
-            self.current = tuple(row["id"] for row in filling.rows)
+            if not looked or self.store.has_queued():  # the write lock only when something waits
+                filling.rows += self.store.claim_like(self.claimant, key, filling.most - len(filling.rows), same_step)
+                self.current, looked = tuple(row["id"] for row in filling.rows), True
             if len(filling.rows) >= filling.most or time.monotonic() >= filling.until:
                 break
             if time.monotonic() >= deadline:
@@ -428,6 +432,7 @@ class _Filling:
     step: int | None
     most: int
     until: float
+    steps: dict = field(default_factory=dict)  # a candidate's id → the step it resumes from (None: fresh)
 
 
 def lora_identity(spec) -> tuple:

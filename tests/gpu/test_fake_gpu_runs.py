@@ -103,6 +103,33 @@ def test_memory_sharded(files):
     check(sim, at_least={"Stream": 1, "Event.record": 1, "Stream.wait_event": 1})  # FSDP2's own streams
 
 
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_batch_of_requests_on_dp2_cp2(files):
+    """A server's batch (serve/worker.py): four requests with their own seeds and negative prompts
+    as one generation, the prompts split over dp (each dp group's forward reads its prompts' own
+    negative rows), stopped after step 1 and split into the members' states — the dp exchange of
+    jobs/batch_states.py — under NCCL's rules on 4 fake GPUs."""
+    import dataclasses
+
+    from parallel_wan.jobs.batch import batched
+    from parallel_wan.jobs.batch_states import member_states
+
+    def four(spec):
+        def member(i):
+            return dataclasses.replace(spec, video=dataclasses.replace(spec.video, seed=i, negative_prompt=f"not {i}"))
+
+        return batched([member(i) for i in range(4)])
+
+    def split(gen, spec, backend):
+        return [tuple(state.latents.shape) for state in member_states(gen.state, spec, backend)]
+
+    sim = simulate(["mesh=dp2_cp2"], 4, files, decode=False, transform=four, stop_after=1, after=split)
+    check(sim)
+    assert all(sim.ledger.calls[r] for r in range(4)), "a rank issued no collective"
+    for rank in sim.ranks:  # each rank holds two prompts' tokens; split, the four members' one each
+        assert len(rank.after) == 4 and {shape[0] for shape in rank.after} == {1}, rank.after
+
+
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_memory_swap(files, prefetch):
     sim = simulate(["memory=swap", f"swap_prefetch_steps={prefetch}", "steps=6"], 1, files)

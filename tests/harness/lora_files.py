@@ -120,3 +120,9 @@ def bad_file(tmp_path, kind):
         path.write_bytes(pickle.dumps(print))
         return path, ["torch.load(weights_only=True)"]
     raise ValueError(kind)
+
+
+def expert_lora_words(path, high: float, low: float) -> list[str]:
+    """The command line's words for one LoRA file on both experts at their own strengths (what a
+    server request's {"name", "scale_high", "scale_low"} becomes)."""
+    return [f"lora_high={path}", f"lora_high_scale={high}", f"lora_low={path}", f"lora_low_scale={low}"]

@@ -13,7 +13,7 @@ import pytest
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
 from harness.hold import Hold
-from harness.lora_files import lora_pairs, write_lora
+from harness.lora_files import expert_lora_words, lora_pairs, write_lora
 from harness.postgres import running
 from harness.serve import SETTINGS, Server
 
@@ -79,10 +79,7 @@ def test_a_jax_server_switches_loras_per_request_on_a_postgresql_queue_bounded_a
         "backend=torch",
         "prompt='a fox in the snow'",
         "seed=4",
-        f"lora_high={style}",
-        "lora_high_scale=1.5",
-        f"lora_low={style}",
-        "lora_low_scale=0.5",
+        *expert_lora_words(style, 1.5, 0.5),
     )
     assert_same_frames(with_lora, np.load(tmp_path / "cli" / "frames.npy"), "the JAX server's LoRA request vs the CLI")
     assert records[1]["lora"] and "lora" not in records[2]  # the sidecars record it

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from harness.cli import run_in_process
 from harness.frames import assert_same_frames
-from harness.lora_files import bad_file, lora_pairs, write_lora
+from harness.lora_files import bad_file, expert_lora_words, lora_pairs, write_lora
 from harness.serve import SETTINGS, Server
 from test_api import Api, _openai_error
 
@@ -123,10 +123,7 @@ def test_a_lora_request_renders_the_clis_video_and_the_next_one_without_is_untou
             *SETTINGS,
             "prompt='a fox in the snow'",
             "seed=4",
-            f"lora_high={style}",
-            "lora_high_scale=1.5",
-            f"lora_low={style}",
-            "lora_low_scale=0.5",
+            *expert_lora_words(style, 1.5, 0.5),
         )
         assert_same_frames(with_lora, np.load(out / "frames.npy"), "the LoRA request on 2 ranks against the CLI")
         switches = [line for line in server.text().splitlines() if "LoRAs now" in line]

@@ -49,6 +49,7 @@ class RankRun:
     latents: tuple | None = None
     info: dict | None = None  # the generation's record (the sidecar's), e.g. info["cache"]
     preview: tuple | None = None  # (steps done, latents shape) a server's preview showed (rank 0)
+    after: object = None  # what simulate's `after` answered on this rank
     error: BaseException | None = None
 
     def describe_error(self) -> str:
@@ -147,6 +148,8 @@ def run_rank(
     first_block_metric=None,
     decode: bool = True,
     preview_at: int | None = None,
+    stop_after: int | None = None,
+    after=None,
 ) -> RankRun:
     from parallel_wan.backends import make_backend
     from parallel_wan.launch import TORCHRUN, Launch
@@ -174,8 +177,13 @@ def run_rank(
             if not decode:
                 backend.video_decoder = lambda params, cfg: NoDecode()  # the step-cache tests' subject is the loop
             preview = None if preview_at is None else _VotedPreview(preview_at, out)
-            gen = generate(spec, backend, ckpt, progress=_progress(out.recorder), preview=preview)
-            out.latents, out.info = tuple(gen.latents.shape), gen.info
+            gen = generate(
+                spec, backend, ckpt, progress=_progress(out.recorder), preview=preview, stop_after=stop_after
+            )
+            if gen.state is None:
+                out.latents, out.info = tuple(gen.latents.shape), gen.info
+            if after is not None:  # more of the rank's work on the generation, in its fake process
+                out.after = after(gen, spec, backend)
         except Exception as exc:  # noqa: BLE001 - reported by Simulation.problems
             out.error = exc
     out.init_requests, out.calls = list(requests), dict(runtime.calls)
@@ -192,19 +200,39 @@ def simulate(
     first_block_metric=None,
     decode: bool = True,
     preview_at: int | None = None,
+    transform=None,
+    stop_after: int | None = None,
+    after=None,
 ) -> Simulation:
     """`preview_at`: a server's preview asked for after that step (the vote and the gather);
     `first_block_metric(rank, step, branches)`: the (branches, 2) First-Block Cache sums
     each rank's shard gives at each step, as host values (host_side.first_block_values);
     `decode=False` leaves the VAE decode out (half a tiny run's fake ops, and the reruns its
-    shape headers cause), and in a text-to-video run the VAE's load too (host_side.without_vae)."""
+    shape headers cause), and in a text-to-video run the VAE's load too (host_side.without_vae);
+    `transform(spec)`: the spec the ranks run instead (a server's batch: jobs/batch.batched);
+    `stop_after`: the loop stops after that step (generate's); `after(gen, spec, backend)`: what
+    each rank does next, its answer kept as RankRun.after."""
     spec = spec_of([*SMALL, *overrides, f"device={device}"], world)
+    spec = spec if transform is None else transform(spec)
     checkpoints = checkpoints or Checkpoints(tempfile.mkdtemp(prefix="fakegpu_ckpt_"))
     ckpt = checkpoints.for_spec(spec)
     host_side.import_torch_side()
     ledger = Ledger()
     ranks = [
-        run_rank(spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode, preview_at)
+        run_rank(
+            spec,
+            ckpt,
+            r,
+            world,
+            ledger,
+            capability,
+            compile_backend,
+            first_block_metric,
+            decode,
+            preview_at,
+            stop_after,
+            after,
+        )
         for r in range(world)
     ]
     # A rank runs again when it received from peers that had not run yet (rank 0: the VAE's
@@ -214,7 +242,18 @@ def simulate(
     for _ in range(world):
         for r in sorted(again):
             ranks[r] = run_rank(
-                spec, ckpt, r, world, ledger, capability, compile_backend, first_block_metric, decode, preview_at
+                spec,
+                ckpt,
+                r,
+                world,
+                ledger,
+                capability,
+                compile_backend,
+                first_block_metric,
+                decode,
+                preview_at,
+                stop_after,
+                after,
             )
         again = {r for r, *_ in ledger.stale_gathers()}
         if not again:
