@@ -26,7 +26,12 @@ def make_backend(spec, launch=None, compile_backend: str = "inductor"):
     if spec.execution.backend == "jax":
         from .jax.backend import JaxBackend
 
-        return JaxBackend(spec.mesh, spec.execution.device, fsdp=spec.shards_weights_over_mesh)
+        return JaxBackend(
+            spec.mesh,
+            spec.execution.device,
+            fsdp=spec.shards_weights_over_mesh,
+            compile_cache=spec.execution.compile_cache,
+        )
     from .torch.backend import start_torch_backend
 
     backend = start_torch_backend(

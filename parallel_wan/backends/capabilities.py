@@ -65,7 +65,7 @@ BACKENDS: dict[str, Capabilities] = {
         fp8_compute=False,
         cache_rows_per_expert=False,
         processes_share_host=False,
-        own_settings=("scan_loop", "jax_fsdp"),
+        own_settings=("scan_loop", "jax_fsdp", "compile_cache"),
         package="parallel_wan.backends.jax",
     ),
 }

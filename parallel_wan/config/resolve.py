@@ -373,6 +373,7 @@ def _execution(cfg: Mapping, backend: str, dtype: str, attention) -> ExecutionSe
         sequence_parallel_set_by=attention.sequence_parallel_set_by,
         compile=_torch_compile(cfg, backend),
         scan_loop=_jax_only(cfg, backend, "scan_loop"),
+        compile_cache=_compile_cache(cfg, backend),
         dist_timeout_s=_positive("dist_timeout_s", _as(float, "dist_timeout_s", _setting(cfg, "dist_timeout_s"))),
     )
 
@@ -469,6 +470,22 @@ def _torch_compile(cfg: Mapping, backend: str) -> bool:
             setting="compile",
         )
     return value
+
+
+def _compile_cache(cfg: Mapping, backend: str) -> str:
+    """compile_cache: auto | off | a writable folder (absolute); JAX's own setting (XLA programs
+    kept between runs); on another backend only its default."""
+    value = _setting(cfg, "compile_cache")
+    value = "off" if value is False else "auto" if value is None else _as(str, "compile_cache", value)
+    if value in ("auto", "off"):  # (off means nothing to a backend without the cache)
+        return value
+    if "compile_cache" not in capabilities(backend).own_settings:
+        raise ConfigError(
+            f"compile_cache={value} keeps the JAX backend's compiled programs, but backend={backend}; "
+            "add backend=jax or drop compile_cache (torch.compile keeps its own cache: TORCHINDUCTOR_CACHE_DIR)",
+            setting="compile_cache",
+        )
+    return writable_folder("compile_cache", value, "or set compile_cache=auto (or off)")
 
 
 def _memory(cfg: Mapping, backend: str, model: ModelPreset) -> MemorySettings:

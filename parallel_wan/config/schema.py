@@ -173,6 +173,9 @@ class ExecutionSettings:
     # the setting that chose sequence_parallel, as its refusals name it: attention_impl for the
     # old attention_impl=xfuser
     sequence_parallel_set_by: str = "sequence_parallel"
+    # JAX: where compiled programs are kept between runs — auto | off | an absolute folder
+    # (backends/jax/compile_cache.py); not in the sidecar's config, as it decides nothing
+    compile_cache: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,7 @@ SECTION_OF = {
             "compile",
             "scan_loop",
             "dist_timeout_s",
+            "compile_cache",
         )
     },
     "output_dir": ("output", "dir"),

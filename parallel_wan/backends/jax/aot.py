@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ...models import latent, transformer as dit
 from ...parallel.shards import SequenceShards
 from ...report.words import counted
-from . import ops, placement, target_platform
+from . import compile_cache, ops, placement, target_platform
 from .predictor import STEP_NAME, make_step
 from .sequence_parallel import AXES, CP, build_mesh
 from .vae_codec import decode_program, height_split
@@ -201,7 +201,8 @@ def _compile(name: str, build, args, platform: str, effort: float | None = None)
     memory analysis, are those of the less optimised program."""
     options = None if effort is None else {"exec_time_optimization_effort": effort}
     t0 = time.perf_counter()
-    with target_platform.compiling_for(platform):
+    # (never through the persistent cache: the executable is only inspected, never run here)
+    with target_platform.compiling_for(platform), compile_cache.bypassed():
         compiled = build().trace(*args).lower().compile(compiler_options=options)
     return Compiled(name, compiled, time.perf_counter() - t0, effort)
 

@@ -16,6 +16,7 @@ from ...errors import ConfigError
 from ...parallel.mesh import MeshSpec, check_jax_devices
 from ..contract import Backend
 from . import ops, placement
+from .compile_cache import use as compile_cache_folder
 from .predictor import JaxNoisePredictor, put
 from .sequence_parallel import AXES, build_mesh
 from .vae_codec import JaxVideoDecoder, height_split, video_encoder
@@ -47,7 +48,14 @@ class JaxBackend(Backend):
     # controller process: each runs the same program on the global arrays.
     encodes_text = True
 
-    def __init__(self, mesh: MeshSpec | None = None, device: str = "auto", fsdp: bool = False, kernel: str = "auto"):
+    def __init__(
+        self,
+        mesh: MeshSpec | None = None,
+        device: str = "auto",
+        fsdp: bool = False,
+        kernel: str = "auto",
+        compile_cache: str = "auto",
+    ):
         mesh = mesh or MeshSpec()
         devices = visible_devices(device)
         check_jax_devices(mesh, len(devices))
@@ -64,6 +72,8 @@ class JaxBackend(Backend):
         )
         self._replicated = NamedSharding(self.mesh, P())
         self._encoders: dict = {}
+        # before anything compiles: the programs of an earlier run with the same shapes load from disk
+        self.compile_cache = compile_cache_folder(compile_cache)
 
     @property
     def rank(self) -> int:
