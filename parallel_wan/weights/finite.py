@@ -5,13 +5,18 @@ kernel return 0, not NaN, so a checkpoint with NaN in `attn1.to_k` renders a fin
 video with exit 0 (measured: 62 uint8 levels from the clean checkpoint's frames). Every weight
 is therefore checked where its bytes are copied anyway.
 
-The check rides on the loader's one casting copy: the copy runs in chunks of `CHUNK_BYTES`, and
-each chunk is summed right after it is written, while it is still in the CPU cache, so the check
-adds no pass over memory. A sum is non-finite when any term is NaN or ±inf (NaN propagates;
-inf + -inf is NaN); only then are the values counted one by one — a sum can also overflow on
-huge finite values, which the exact count then clears. The sum runs in the tensor's own dtype:
-torch's bf16 reduction with a float32 result is 10× slower than the native one on CPU, and the
-native one accumulates in float32 inside anyway. Integer tensors hold no NaN and are not summed.
+The check rides on the loader's one casting copy: right after a tensor is written (in chunks of
+`CHUNK_BYTES`, 1 GiB: every weight of a Wan model is one chunk) it is summed. A sum is
+non-finite when any term is NaN or ±inf (NaN propagates; inf + -inf is NaN); only then are the
+values counted one by one — a sum can also overflow on huge finite values, which the exact count
+then clears. The sum runs in the tensor's own dtype: torch's bf16 reduction with a float32
+result is 10× slower than the native one on CPU, and the native one accumulates in float32
+inside anyway. Integer tensors hold no NaN and are not summed.
+Why whole tensors and not small chunks summed while still in the CPU cache: measured with
+torch 2.13 on the 2-core machine (`python -m benchmarks.load --layers 1 --source-dtype float32
+--repeats 5`), 4 MiB chunks made the checked load 1.36× the unchecked one (medians), whole
+tensors 1.13×: two torch calls per 4 MiB cost more in dispatch and thread start-up than the
+cache saves (BENCHMARKS.md "What the NaN/inf check costs").
 Cost, measured against the same load without the check by `python -m benchmarks.load`:
 BENCHMARKS.md "Weight loading".
 """
@@ -25,7 +30,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import BadWeights
 
-CHUNK_BYTES = 4 << 20  # fits in the L2/L3 cache of the cores that copy
+CHUNK_BYTES = 1 << 30  # larger than any one weight of a Wan model: a tensor is copied, then summed
 
 
 def non_finite(tensor: torch.Tensor) -> int:
@@ -55,8 +60,8 @@ def _fp8_nan(tensor: torch.Tensor) -> int:
 
 
 def copy_checked(destination: torch.Tensor, source: torch.Tensor) -> int:
-    """destination ← source (the cast fused in), chunk by chunk, each chunk checked while it is
-    hot; returns the number of non-finite values written (0: all finite)."""
+    """destination ← source (the cast fused in), chunk by chunk, each chunk checked right after
+    it is written; returns the number of non-finite values written (0: all finite)."""
     if not destination.is_floating_point() or destination.is_meta or is_fake(destination):
         destination.copy_(source)  # nothing to check: no values (the fake-GPU tests, the planner), or integers
         return 0
