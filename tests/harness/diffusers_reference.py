@@ -95,22 +95,26 @@ def v2v_frames(model, frames, strength, guidance, steps=STEPS, transformer=None,
     tiny model's low-noise expert (its one transformer; `transformer`: another, e.g. one with a
     cache hook on it). `lora`: (file, scale) loaded with the pipeline's `load_lora_weights`
     for this call only."""
+    import copy
+
     import torch
     from diffusers import WanVideoToVideoPipeline
     from PIL import Image
 
-    pipe = WanVideoToVideoPipeline(**text_and_vae(model), transformer=transformer or model.transformer_2)
+    transformer = transformer or model.transformer_2
+    if lora is not None:
+        # on a copy: the model is a session fixture, and deleting the adapter afterwards would
+        # leave PEFT's wrappers in it (its state dict then names `…to_q.base_layer.weight`, and
+        # a later test that writes the expert's weights writes those names)
+        transformer = copy.deepcopy(transformer)
+    pipe = WanVideoToVideoPipeline(**text_and_vae(model), transformer=transformer)
     pipe.set_progress_bar_config(disable=True)
     if lora is not None:
         pipe.load_lora_weights(lora[0], adapter_name="v2v")
         pipe.transformer.set_adapters(["v2v"], [lora[1]])
-    try:
-        with torch.no_grad():
-            video = [Image.fromarray(f) for f in frames]
-            out = pipe(video=video, strength=strength, guidance_scale=guidance, **pipeline_call(steps)).frames[0]
-    finally:  # the model is a session fixture: leave it without adapters
-        if lora is not None:
-            pipe.transformer.delete_adapters(["v2v"])
+    with torch.no_grad():
+        video = [Image.fromarray(f) for f in frames]
+        out = pipe(video=video, strength=strength, guidance_scale=guidance, **pipeline_call(steps)).frames[0]
     return to_uint8(out)
 
 

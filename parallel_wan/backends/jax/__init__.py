@@ -12,6 +12,7 @@ programs.py          jitted programs cached by what their trace depends on
 vae_codec.py         VAE decode as a scan over latent frames, split by height; image encode
 multihost.py         `jax.distributed.initialize()` when launched on several hosts
 compile_log.py       which programs XLA compiled, from JAX's monitoring hook
+compile_cache.py     compile_cache=: JAX's persistent cache of compiled programs, on by default
 """
 
 from ...launch.backend_choice import keep_jax_off_libtpu
