@@ -56,12 +56,10 @@ def use(setting: str) -> str | None:
     from jax.experimental.compilation_cache import compilation_cache
 
     folder = folder_for(setting)
-    if folder is not None and folder == _USERS_OWN:
-        # the user's own cache (JAX_COMPILATION_CACHE_DIR): used with the thresholds they set
+    if folder is not None:
         jax.config.update("jax_compilation_cache_dir", folder)
-    elif folder is not None:
+    if folder is not None and folder != _USERS_OWN:  # (the user's own cache keeps the thresholds they set)
         os.makedirs(folder, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", folder)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)

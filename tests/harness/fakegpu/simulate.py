@@ -218,8 +218,9 @@ def simulate(
     ckpt = checkpoints.for_spec(spec)
     host_side.import_torch_side()
     ledger = Ledger()
-    ranks = [
-        run_rank(
+
+    def rank(r):
+        return run_rank(
             spec,
             ckpt,
             r,
@@ -233,28 +234,15 @@ def simulate(
             stop_after,
             after,
         )
-        for r in range(world)
-    ]
+
+    ranks = [rank(r) for r in range(world)]
     # A rank runs again when it received from peers that had not run yet (rank 0: the VAE's
     # shape headers) and so does every rank whose gathered host values are not what its peers
     # sent (First-Block Cache's sums, when not foreseen): until they are, at most `world` rounds.
     again = {r for r, *_ in ledger.stale_gathers()} | ledger.early
     for _ in range(world):
         for r in sorted(again):
-            ranks[r] = run_rank(
-                spec,
-                ckpt,
-                r,
-                world,
-                ledger,
-                capability,
-                compile_backend,
-                first_block_metric,
-                decode,
-                preview_at,
-                stop_after,
-                after,
-            )
+            ranks[r] = rank(r)
         again = {r for r, *_ in ledger.stale_gathers()}
         if not again:
             break
