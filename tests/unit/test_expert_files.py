@@ -73,13 +73,21 @@ def test_a_lora_is_merged_dequantized_then_requantized_per_channel(ckpt, tiny_t2
         name = module + ".weight"
         want = stored[name] + 0.7 * (2.0 / 4) * (up @ down)  # s·(α/r)·up·down, in float32
         q, scale = quantize_rows(want, "int8")
-        assert whole[name].dtype is torch.int8 and torch.equal(whole[name], q), name
-        assert torch.equal(whole[name + "_scale"], scale.expand_as(whole[name + "_scale"])), name
+        # The merge adds s·α/r·up·down inside one GEMM (addmm_'s alpha); `want` multiplies after
+        # the product. The two float32 sums differ by a few ulps — and which ulps depends on the
+        # GEMM's code path (it failed once in CI as an exact comparison, 1 ulp in one row's scale)
+        # — so a row's absmax, hence its scale, may move by ulps and a value on a rounding
+        # boundary by one int8 step.
+        assert whole[name].dtype is torch.int8, name
+        assert (whole[name].int() - q.int()).abs().max() <= 1, name
+        torch.testing.assert_close(whole[name + "_scale"], scale.expand_as(whole[name + "_scale"]), rtol=1e-6, atol=0)
         # one rounding more than the file's own: at most half an int8 step of each row
         step = want.abs().amax(1, keepdim=True) / 127
         assert ((dequantize(whole[name], whole[name + "_scale"]) - want).abs() <= step / 2 + 1e-7).all()
+        # a shard of the rows is the same merge on fewer rows: the whole's rows, bit for bit
         begin, end = chunk_rows(q.shape[0], 1, 2)
-        assert torch.equal(half[name], q[begin:end]) and torch.equal(half[name + "_scale"][:, :1], scale[begin:end])
+        assert torch.equal(half[name], whole[name][begin:end])
+        assert torch.equal(half[name + "_scale"][:, :1], whole[name + "_scale"][begin:end, :1])
 
 
 def test_swap_and_bf16_runs_keep_the_stored_form(ckpt, tiny_t2v, tmp_path):
