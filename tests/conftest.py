@@ -10,6 +10,13 @@ _DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICES_FLAG).strip()
 
+# The suite's XLA flags beside it (harness/xla_flags.py: LLVM -O1 for XLA:CPU's
+# compiles); a value the user set is kept.
+from harness.xla_flags import SUITE as _SUITE_XLA  # noqa: E402 (no jax import)
+
+if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " " + _SUITE_XLA
+
 # libtpu (installed for the TPU ahead-of-time tests) makes every JAX process try to open a TPU
 # first: a second of start-up, errors on stderr, and /tmp/libtpu_lockfile, which a second JAX
 # process then fails on. The tests run JAX on CPU devices; the AOT tests ask libtpu for a

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.xla_flags import host_flags
+
 # bf16 (the default dtype, named: the server tests start in fp32), the tiny model,
 # 2 steps of a 64×64×5 video on mesh cp4
 RUN = [
@@ -49,7 +51,7 @@ def one_host_video(tmp_path_factory) -> Path:
     with open(root / "one_host_jax_cp4.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits while the first one renders
         if not (out / "video.json").exists():
-            env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "OMP_NUM_THREADS": "1"}
+            env = os.environ | {"XLA_FLAGS": host_flags(4), "OMP_NUM_THREADS": "1"}
             env = {k: v for k, v in env.items() if not k.startswith("JAX_")} | {"JAX_PLATFORMS": "cpu"}
             done = subprocess.run(
                 [

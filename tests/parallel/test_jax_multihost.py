@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 from harness import one_host
+from harness.xla_flags import host_flags
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def _hosts(args: list[str], devices_each: int = 2, timeout: float = 600) -> list
             "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
             "JAX_NUM_PROCESSES": "2",
             "JAX_PROCESS_ID": str(pid),
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_each}",
+            "XLA_FLAGS": host_flags(devices_each),
             "OMP_NUM_THREADS": "1",
         }
         procs.append(
