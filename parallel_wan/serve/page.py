@@ -36,6 +36,8 @@ PAGE = """<!doctype html>
   <label for="seed">seed</label><input id="seed" name="seed" type="number" min="0">
   <label for="input_reference">image</label>
   <input id="input_reference" name="input_reference" type="file" accept="image/*">
+  <label for="last_image" hidden>last frame</label>
+  <input id="last_image" name="last_image" type="file" accept="image/*" hidden>
   <span></span><button id="submit" type="submit">make the video</button>
   <div id="message"></div>
 </form>
@@ -159,8 +161,10 @@ $("create").addEventListener("submit", async (event) => {
     const value = $(name).value.trim();
     if (value !== "") form.append(name, value);
   }
-  const file = $("input_reference").files[0];
-  if (file) form.append("input_reference", file);
+  for (const name of ["input_reference", "last_image"]) {
+    const file = $(name).files[0];
+    if (file) form.append(name, file);
+  }
   $("message").textContent = "";
   try {
     const video = await api("/v1/videos", {method: "POST", body: form});
@@ -174,6 +178,15 @@ $("create").addEventListener("submit", async (event) => {
 api("/v1/models").then((m) => {
   $("served").textContent = "model: " + m.data[0].id;
   canExtend = m.data[0].extends === true;
+  // a field per input the model takes (GET /v1/models' inputs): the last frame only where the
+  // model makes first-last-frame videos; an image the model needs is required before submitting
+  for (const input of m.data[0].inputs || []) {
+    const field = $(input.field);
+    if (!field) continue;
+    field.hidden = false;
+    document.querySelector(`label[for="${input.field}"]`).hidden = false;
+    field.required = input.required;
+  }
 }).catch(() => {});
 poll();
 setInterval(poll, 500);

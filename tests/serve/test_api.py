@@ -1362,6 +1362,11 @@ def test_a_last_frame_comes_as_an_upload_or_a_data_url_and_is_refused_where_it_c
     import base64
 
     i2v = Api(tmp_path / "i2v", ["model=tiny_i2v"])
+    # GET /v1/models says which inputs a request may give (the page shows a field per input)
+    assert i2v.client.get("/v1/models").json()["data"][0]["inputs"] == [
+        {"field": "input_reference", "required": True},
+        {"field": "last_image", "required": False},
+    ]
     first, last = png_bytes(64, 64), png_bytes(32, 32, "JPEG")
     files = {"prompt": (None, "a"), "input_reference": ("f.png", first), "last_image": ("l.jpg", last)}
     answer = i2v.client.post("/v1/videos", files=files)
@@ -1379,6 +1384,7 @@ def test_a_last_frame_comes_as_an_upload_or_a_data_url_and_is_refused_where_it_c
     assert not [n for n in os.listdir(i2v.settings.inputs_dir) if n.startswith(answer.json()["id"])]
 
     t2v = Api(tmp_path / "t2v")
+    assert t2v.client.get("/v1/models").json()["data"][0]["inputs"] == []
     refused = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "c", "last_image": {"image_url": url}}), 400)
     assert "takes no last frame" in refused["message"] and refused["param"] == "last_image", refused
     broken = {"prompt": (None, "d"), "input_reference": ("f.png", first), "last_image": ("l.png", b"not an image")}

@@ -163,3 +163,51 @@ def frame_count(mp4: bytes) -> int:
     import imageio.v3 as iio
 
     return sum(1 for _ in iio.imiter(mp4, extension=".mp4"))
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_an_i2v_page_asks_for_the_first_frame_and_takes_a_last_one(tmp_path, browser):
+    """On an I2V server (GET /v1/models' inputs: input_reference required, last_image optional)
+    the page shows a last-frame field, will not submit without the first frame, and uploads
+    both files: the job runs as the command line's image= and last_image= with those bytes."""
+    import json
+
+    from harness.images import write_png
+    from selenium.webdriver.common.by import By
+
+    first, last = write_png(tmp_path / "first.png", 64, 64), write_png(tmp_path / "last.png", 32, 32)
+    hold = Hold(tmp_path, step=1)  # the job waits before its first step: what is checked is what it was given
+    i2v = ["model=tiny_i2v" if s == "model=tiny" else s for s in SETTINGS]
+    server = Server(tmp_path / "storage", i2v, env=hold.env()).wait_ready()
+    try:
+        browser.get(server.url + "/")
+        deadline = time.monotonic() + 60  # the fields show once the page has read GET /v1/models
+        while time.monotonic() < deadline and not browser.find_element(By.ID, "last_image").is_displayed():
+            time.sleep(0.05)
+        assert browser.find_element(By.ID, "last_image").is_displayed()
+        assert browser.execute_script("return $('input_reference').required && !$('last_image').required")
+        browser.find_element(By.ID, "prompt").send_keys("a lighthouse")
+        # no first frame: the browser refuses the form itself, nothing is sent
+        assert not browser.execute_script("return $('create').checkValidity()")
+        browser.find_element(By.ID, "input_reference").send_keys(str(first))
+        browser.find_element(By.ID, "last_image").send_keys(str(last))
+        browser.find_element(By.ID, "submit").click()
+        store, deadline = Store(str(tmp_path / "storage" / "queue.sqlite3")), time.monotonic() + 60
+        while time.monotonic() < deadline and not store.page(1)[0]:
+            time.sleep(0.05)
+        (row,), _ = store.page(1)
+        settings = json.loads(store.get(row["id"])["settings"])
+        for setting, path in (("image", first), ("last_image", last)):
+            assert open(settings[setting], "rb").read() == open(path, "rb").read(), setting
+    finally:
+        hold.release_all()
+        server.stop()
+
+
+def test_a_text_to_video_page_shows_no_last_frame_field():
+    """The page is one file for every model: the last-frame field starts hidden and is shown only
+    for a model whose GET /v1/models inputs name it (the I2V test above)."""
+    from parallel_wan.serve.page import PAGE
+
+    assert '<input id="last_image" name="last_image" type="file" accept="image/*" hidden>' in PAGE
+    assert "m.data[0].inputs" in PAGE

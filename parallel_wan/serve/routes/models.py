@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ...models.variants import IMAGE
+from ..fields import FIELD_OF
 from .errors import refusal
 from .state import api_of
 
@@ -15,10 +16,22 @@ router = APIRouter()
 def _model(name: str, served) -> dict:
     """OpenAI's Model, and `extends`: whether the model takes a first frame, so that the server
     continues videos (POST /v1/videos/extensions; the page asks); `loras`: the LoRAs a request
-    may name (lora_dir=), each with its recipe."""
-    extends = served.base.model.variant.input(IMAGE) is not None
+    may name (lora_dir=), each with its recipe; `inputs`: what a request may give besides the
+    prompt, by its request field (an image's `input_reference`, a last frame's `last_image`) and
+    whether the model needs it — the page shows a field per input."""
+    variant = served.base.model.variant
+    extends = variant.input(IMAGE) is not None
     loras = [lora.listing() for lora in served.loras.values()]
-    return {"id": name, "object": "model", "created": 0, "owned_by": "parallel_wan", "extends": extends, "loras": loras}
+    inputs = [{"field": FIELD_OF[i.name], "required": i.required} for i in variant.inputs]
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "parallel_wan",
+        "extends": extends,
+        "inputs": inputs,
+        "loras": loras,
+    }
 
 
 @router.get("/v1/models")
