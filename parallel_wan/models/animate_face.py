@@ -1,0 +1,72 @@
+"""Wan2.2-Animate's face path, written once against `ops` (issue 42; not yet wired into a preset):
+the face encoder turns the motion encoder's per-frame vectors into a few face tokens per latent
+frame, and the face adapter — a residual cross-attention after every `inject_every`-th block —
+lets each latent frame's video tokens attend to that frame's face tokens only.
+
+Equal to diffusers' `WanAnimateFaceEncoder` and `WanAnimateFaceBlockCrossAttention`
+(tests/unit/test_animate_face.py), parameter names as diffusers stores them (`face_encoder.…`,
+`face_adapter.{i}.…`).
+
+Why the adapter is friendly to sequence parallelism: a token attends only to the face tokens of
+its own latent frame, so a rank holding any slice of the tokens needs just those frames' face
+tokens (they are small and every rank has them all); no exchange between ranks is needed.
+"""
+
+from __future__ import annotations
+
+# The face encoder's convolutions are causal in time: padded on the left by kernel − 1 copies of
+# the first frame (PyTorch's "replicate" padding), so frame t never sees a later frame.
+
+
+def _causal_conv1d(x, layer: dict, stride: int, ops):
+    """(B, T, C_in) → (B, T', C_out): a Conv1d over frames (weight (out, in, k)) after the causal
+    replicate padding, as a Conv2d of height 1."""
+    k = layer["weight"].shape[-1]
+    frames = x.shape[1]
+    x = ops.take(x, [0] * (k - 1) + list(range(frames)), axis=1)
+    x = ops.expand_dims(ops.transpose(x, (0, 2, 1)), 2)  # (B, C, 1, T + k − 1)
+    y = ops.conv2d(x, ops.expand_dims(layer["weight"], 2), layer.get("bias"), stride=(1, stride))
+    return ops.transpose(ops.squeeze(y, 2), (0, 2, 1))
+
+
+def face_encoder(p: dict, motion, heads: int, ops, eps: float = 1e-6):
+    """Motion vectors (B, F, motion_dim) of F face frames → face tokens (B, F', heads + 1, dim):
+    one causal conv widens each frame into `heads` streams, two stride-2 convs reduce 4k+1 frames
+    to the k+1 latent frames' rate, a projection to the transformer's width, and one learned
+    padding token per frame appended."""
+    b = motion.shape[0]
+    x = _causal_conv1d(motion, p["conv1_local"], 1, ops)  # (B, F, heads · hidden)
+    hidden = x.shape[-1] // heads
+    x = ops.reshape(
+        ops.transpose(ops.reshape(x, (b, x.shape[1], heads, hidden)), (0, 2, 1, 3)), (b * heads, -1, hidden)
+    )
+    x = ops.silu(ops.layer_norm(x, eps=eps))
+    for conv in ("conv2", "conv3"):
+        x = ops.silu(ops.layer_norm(_causal_conv1d(x, p[conv], 2, ops), eps=eps))
+    x = ops.linear(x, p["out_proj"]["weight"], p["out_proj"]["bias"])  # (B · heads, F', dim)
+    frames, dim = x.shape[1], x.shape[2]
+    x = ops.transpose(ops.reshape(x, (b, heads, frames, dim)), (0, 2, 1, 3))  # (B, F', heads, dim)
+    padding = ops.broadcast_to(ops.cast_like(p["padding_tokens"], x), (b, frames, 1, dim))
+    return ops.concat([x, padding], axis=2)
+
+
+def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6):
+    """The residual of one face block: video tokens x (B, S, dim), ordered frame by frame, and
+    face tokens (B, T, N, dim) of the T latent frames; S must be T whole frames of tokens. Each
+    frame's tokens attend to that frame's N face tokens."""
+    b, s, dim = x.shape
+    frames, n = face.shape[1], face.shape[2]
+    if s % frames:
+        raise ValueError(f"the face adapter needs whole frames: {s} tokens over {frames} latent frames")
+    head_dim = dim // heads
+    q = ops.linear(ops.layer_norm(x, eps=eps), p["to_q"]["weight"], p["to_q"]["bias"])
+    kv = ops.reshape(ops.layer_norm(face, eps=eps), (b, frames * n, dim))
+    k = ops.linear(kv, p["to_k"]["weight"], p["to_k"]["bias"])
+    v = ops.linear(kv, p["to_v"]["weight"], p["to_v"]["bias"])
+    q = ops.rms_norm(ops.reshape(q, (b, s, heads, head_dim)), p["norm_q"]["weight"], eps)
+    k = ops.rms_norm(ops.reshape(k, (b, frames, n, heads, head_dim)), p["norm_k"]["weight"], eps)
+    q = ops.reshape(q, (b * frames, s // frames, heads, head_dim))
+    k = ops.reshape(k, (b * frames, n, heads, head_dim))
+    v = ops.reshape(v, (b * frames, n, heads, head_dim))
+    out = ops.reshape(ops.attention(q, k, v), (b, s, dim))
+    return ops.linear(out, p["to_out"]["weight"], p["to_out"]["bias"])

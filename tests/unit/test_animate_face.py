@@ -1,0 +1,87 @@
+"""Wan2.2-Animate's face path (models/animate_face.py) equals diffusers' `WanAnimateFaceEncoder`
+and `WanAnimateFaceBlockCrossAttention` on the same random weights, through the torch ops and
+the JAX ops.
+
+Tolerance: fp32, relative error ≤ 1e-5 (the project's fp32 budget; the implementations differ
+only in reduction order — a Conv1d as a Conv2d of height 1, XLA's vs ATen's sums —, measured
+≤ 4.6e-7 on 2026-11-28)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from diffusers.models.transformers.transformer_wan_animate import (
+    WanAnimateFaceBlockCrossAttention,
+    WanAnimateFaceEncoder,
+)
+
+from parallel_wan.backends.jax import ops as jops
+from parallel_wan.backends.torch import ops as tops
+from parallel_wan.models.animate_face import face_adapter, face_encoder
+from parallel_wan.weights.tree import unflatten
+
+RTOL = 1e-5
+HEADS, DIM = 4, 64  # the transformer's heads and width (A14B: 40, 5120)
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def randomised(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter random (diffusers zeroes the padding tokens): no path is trivially zero."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    return module.eval()
+
+
+def both_backends(fn, params: dict, *arrays):
+    """fn through the torch ops and through the JAX ops, on the same weights and inputs."""
+    t = fn(unflatten(dict(params)), *(torch.as_tensor(a) for a in arrays), tops)
+    j = fn(unflatten({k: jnp.asarray(v.numpy()) for k, v in params.items()}), *(jnp.asarray(a) for a in arrays), jops)
+    return t.numpy(), np.asarray(j)
+
+
+@pytest.mark.parametrize("face_frames", [5, 9, 17])  # 4k+1 face frames → k+1 latent frames
+def test_the_face_encoder_equals_diffusers(face_frames):
+    reference = randomised(WanAnimateFaceEncoder(in_dim=24, out_dim=DIM, hidden_dim=32, num_heads=HEADS), 0)
+    motion = np.random.default_rng(1).standard_normal((2, face_frames, 24)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.from_numpy(motion)).numpy()
+    assert want.shape == (2, (face_frames - 1) // 4 + 1, HEADS + 1, DIM)
+    for got in both_backends(lambda p, m, ops: face_encoder(p, m, HEADS, ops), reference.state_dict(), motion):
+        assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
+
+
+def test_the_face_adapter_attends_each_frame_to_its_own_face_tokens():
+    reference = randomised(
+        WanAnimateFaceBlockCrossAttention(
+            DIM, heads=HEADS, dim_head=DIM // HEADS, cross_attention_dim_head=DIM // HEADS
+        ),
+        2,
+    )
+    rng = np.random.default_rng(3)
+    frames, per_frame, n = 3, 6, HEADS + 1
+    x = rng.standard_normal((2, frames * per_frame, DIM)).astype(np.float32)
+    face = rng.standard_normal((2, frames, n, DIM)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.from_numpy(x), torch.from_numpy(face)).numpy()
+    adapter = lambda p, a, f, ops: face_adapter(p, a, f, HEADS, ops)  # noqa: E731
+    for got in both_backends(adapter, reference.state_dict(), x, face):
+        assert rel_err(got, want) <= RTOL, rel_err(got, want)
+    # frame-local: changing frame 0's face tokens moves frame 0's tokens only
+    moved = face.copy()
+    moved[:, 0] += 1.0
+    got, _ = both_backends(adapter, reference.state_dict(), x, moved)
+    base, _ = both_backends(adapter, reference.state_dict(), x, face)
+    assert not np.allclose(got[:, :per_frame], base[:, :per_frame])
+    np.testing.assert_array_equal(got[:, per_frame:], base[:, per_frame:])
+    with pytest.raises(ValueError, match="whole frames: 17 tokens over 3 latent frames"):
+        face_adapter(
+            unflatten(dict(reference.state_dict())), torch.from_numpy(x[:, :17]), torch.from_numpy(face), HEADS, tops
+        )
