@@ -1,6 +1,6 @@
-"""Wan2.2-Animate's face path (models/animate_face.py) equals diffusers' `WanAnimateFaceEncoder`
-and `WanAnimateFaceBlockCrossAttention` on the same random weights, through the torch ops and
-the JAX ops.
+"""Wan2.2-Animate's face path (models/animate_motion.py, models/animate_face.py) equals diffusers'
+`WanAnimateMotionEncoder`, `WanAnimateFaceEncoder` and `WanAnimateFaceBlockCrossAttention` on the
+same random weights, through the torch ops and the JAX ops.
 
 Tolerance: fp32, relative error ≤ 1e-5 (the project's fp32 budget; the implementations differ
 only in reduction order — a Conv1d as a Conv2d of height 1, XLA's vs ATen's sums —, measured
@@ -85,3 +85,22 @@ def test_the_face_adapter_attends_each_frame_to_its_own_face_tokens():
         face_adapter(
             unflatten(dict(reference.state_dict())), torch.from_numpy(x[:, :17]), torch.from_numpy(face), HEADS, tops
         )
+
+
+def test_the_motion_encoder_equals_diffusers():
+    """Face crops of 16 px (A14B: 512) through two residual blocks down to 4×4, a vector, the
+    motion layers and the orthonormal basis; 20 coefficients."""
+    from diffusers.models.transformers.transformer_wan_animate import WanAnimateMotionEncoder
+
+    from parallel_wan.models.animate_motion import motion_encoder
+
+    channels = {"4": 12, "8": 10, "16": 8}
+    reference = randomised(
+        WanAnimateMotionEncoder(size=16, style_dim=24, motion_dim=20, out_dim=32, channels=channels), 4
+    )
+    faces = np.random.default_rng(5).uniform(-1, 1, (3, 3, 16, 16)).astype(np.float32)
+    with torch.no_grad():
+        want = reference(torch.from_numpy(faces)).numpy()
+    assert want.shape == (3, 32)
+    for got in both_backends(lambda p, f, ops: motion_encoder(p, f, ops), reference.state_dict(), faces):
+        assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
