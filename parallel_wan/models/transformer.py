@@ -150,13 +150,25 @@ def self_attention_block(p, x, rope, cfg: TransformerConfig, ops, attention):
     return ops.dense(out, p["to_out"][0])
 
 
-def cross_attention_block(p, x, context, cfg: TransformerConfig, ops):
-    q = ops.rms_norm(ops.dense(x, p["to_q"]), p["norm_q"]["weight"], cfg.eps)
-    k = ops.rms_norm(ops.dense(context, p["to_k"]), p["norm_k"]["weight"], cfg.eps)
-    v = ops.dense(context, p["to_v"])
+def _context_attention(q, context, to_k, to_v, norm_k, cfg: TransformerConfig, ops):
+    k = ops.rms_norm(ops.dense(context, to_k), norm_k["weight"], cfg.eps)
+    v = ops.dense(context, to_v)
     heads = cfg.num_attention_heads
     out = ops.attention(_heads(q, heads, ops), _heads(k, heads, ops), _heads(v, heads, ops))
-    out = ops.cast_like(_merge_heads(out, ops), q)
+    return ops.cast_like(_merge_heads(out, ops), q)
+
+
+def cross_attention_block(p, x, context, cfg: TransformerConfig, ops):
+    """Cross-attention to the text; with an image context as well (Wan 2.1-style image
+    conditioning, Animate-14B: `context` = (image tokens, text tokens) and the layer has
+    `add_k_proj`/`add_v_proj`), the same queries attend to each and the two results are summed."""
+    q = ops.rms_norm(ops.dense(x, p["to_q"]), p["norm_q"]["weight"], cfg.eps)
+    if isinstance(context, tuple):
+        image, text = context
+        out = _context_attention(q, text, p["to_k"], p["to_v"], p["norm_k"], cfg, ops)
+        out = out + _context_attention(q, image, p["add_k_proj"], p["add_v_proj"], p["norm_added_k"], cfg, ops)
+    else:
+        out = _context_attention(q, context, p["to_k"], p["to_v"], p["norm_k"], cfg, ops)
     return ops.dense(out, p["to_out"][0])
 
 

@@ -1,12 +1,15 @@
-"""Wan2.2-Animate's face path (models/animate_motion.py, models/animate_face.py) equals diffusers'
-`WanAnimateMotionEncoder`, `WanAnimateFaceEncoder` and `WanAnimateFaceBlockCrossAttention` on the
-same random weights, through the torch ops and the JAX ops.
+"""Wan2.2-Animate's model layer (models/animate_motion.py, animate_face.py, animate_transformer.py)
+equals diffusers' `WanAnimateMotionEncoder`, `WanAnimateFaceEncoder`,
+`WanAnimateFaceBlockCrossAttention` and the whole `WanAnimateTransformer3DModel` on the same
+random weights, through the torch ops and the JAX ops.
 
 Tolerance: fp32, relative error ≤ 1e-5 (the project's fp32 budget; the implementations differ
 only in reduction order — a Conv1d as a Conv2d of height 1, XLA's vs ATen's sums —, measured
-≤ 4.6e-7 on 2026-11-28)."""
+≤ 4.6e-7 on 2026-11-28 for each piece, and 2.3e-7 (torch) / 4.4e-7 (JAX) for the whole tiny DiT)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
@@ -104,3 +107,88 @@ def test_the_motion_encoder_equals_diffusers():
     assert want.shape == (3, 32)
     for got in both_backends(lambda p, f, ops: motion_encoder(p, f, ops), reference.state_dict(), faces):
         assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
+
+
+# JAX's eager dispatch of ten blocks: over 5 s in the suite's run (tests/README.md)
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
+def test_the_animate_dit_equals_diffusers(backend):
+    """The whole Animate DiT (models/animate_transformer.py) on a tiny random model of 10 blocks
+    (face adapters after blocks 0 and 5): pose added to frames 1…, the CLIP image context in every
+    cross-attention, the faces through the motion and face encoders."""
+    from diffusers import WanAnimateTransformer3DModel
+
+    from parallel_wan.models import transformer as dit
+    from parallel_wan.models.animate_transformer import forward
+    from parallel_wan.models.rope import rope_tables
+    from parallel_wan.models.transformer_config import TransformerConfig
+
+    reference = randomised(
+        WanAnimateTransformer3DModel(
+            num_attention_heads=2,
+            attention_head_dim=16,
+            in_channels=36,
+            latent_channels=16,
+            out_channels=16,
+            text_dim=16,
+            freq_dim=32,
+            ffn_dim=64,
+            num_layers=10,
+            image_dim=24,
+            added_kv_proj_dim=32,
+            motion_encoder_channel_sizes={"4": 12, "8": 10, "16": 8},
+            motion_encoder_size=16,
+            motion_style_dim=24,
+            motion_dim=20,
+            motion_encoder_dim=24,
+            face_encoder_hidden_dim=16,
+            face_encoder_num_heads=4,
+        ),
+        6,
+    )
+    rng = np.random.default_rng(7)
+    hidden = rng.standard_normal((1, 36, 3, 4, 4)).astype(np.float32)  # reference frame + 2 latent frames
+    pose = rng.standard_normal((1, 16, 2, 4, 4)).astype(np.float32)
+    text = rng.standard_normal((1, 512, 16)).astype(np.float32)  # diffusers splits the image off at 512
+    image = rng.standard_normal((1, 257, 24)).astype(np.float32)
+    faces = rng.uniform(-1, 1, (1, 3, 5, 16, 16)).astype(np.float32)  # 5 face frames → 2 latent frames
+    timestep = np.array([700.0], np.float32)
+    with torch.no_grad():
+        want = reference(
+            torch.from_numpy(hidden),
+            torch.from_numpy(timestep),
+            torch.from_numpy(text),
+            encoder_hidden_states_image=torch.from_numpy(image),
+            pose_hidden_states=torch.from_numpy(pose),
+            face_pixel_values=torch.from_numpy(faces),
+            return_dict=False,
+        )[0].numpy()
+
+    # the DiT's dimensions from the reference's own config (from_diffusers refuses an image branch:
+    # no Animate preset yet); the image and face parts are read from the weights
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)} - {"extra", "text_len", "image_dim"}
+    cfg = TransformerConfig(**{k: v for k, v in reference.config.items() if k in fields and k != "patch_size"})
+    ops = tops if backend == "torch" else jops
+    params = unflatten(
+        {k: (v if backend == "torch" else jnp.asarray(v.numpy())) for k, v in reference.state_dict().items()}
+    )
+    put = torch.as_tensor if backend == "torch" else jnp.asarray
+    grid = dit.patch_grid(cfg, hidden.shape)
+    tokens = dit.patchify(put(hidden), cfg.patch_size, ops)
+    pose_tokens = dit.patchify(put(pose), cfg.patch_size, ops)
+    cos, sin = rope_tables(cfg.attention_head_dim, grid)
+    out = forward(
+        params,
+        tokens,
+        pose_tokens,
+        put(timestep),
+        put(text),
+        put(image),
+        put(faces),
+        (ops.asarray(cos), ops.asarray(sin)),
+        grid[1] * grid[2],
+        cfg,
+        ops,
+        ops.attention,
+    )
+    got = np.asarray(ops.to_numpy(dit.unpatchify(out, grid, cfg.patch_size, ops)))
+    assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
