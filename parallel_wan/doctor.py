@@ -79,14 +79,22 @@ class Doctor:
 
     def say(self, line: str) -> None:
         if self.reports:
-            print(line, file=self.out, flush=True)
+            self._write(line)
+
+    def _write(self, line: str) -> None:
+        """One line in one write: under torchrun every rank shares the terminal (or pipe), and
+        print's two writes (the text, then the newline; unbuffered when PYTHONUNBUFFERED is set)
+        let another rank's line land between them — seen in CI as rank 1's PROBLEM line glued to
+        the end of rank 0's torch line. A pipe write of under PIPE_BUF bytes is never split."""
+        self.out.write(line + "\n")
+        self.out.flush()
 
     def problem(self, line: str, every_rank: bool = True) -> None:
         """Record a problem (this process exits 1). `every_rank=False`: the job's, the same on
         every rank, so only rank 0 prints it."""
         self.problems.append(line)
         if every_rank or self.reports:
-            print(f"{self.tag if not self.reports else ''}PROBLEM: {line}", file=self.out, flush=True)
+            self._write(f"{self.tag if not self.reports else ''}PROBLEM: {line}")
 
     # ------------------------------------------------------------ the checks
     def devices(self) -> torch.device | None:

@@ -87,6 +87,26 @@ def test_doctor_checks_the_attention_impl_set(impl, line, code):
     assert (got, line in out) == (code, True), out
 
 
+def test_each_line_is_one_write():
+    """Ranks share one terminal or pipe: a line written in two pieces (print's text, then its
+    newline) let rank 1's PROBLEM line land inside rank 0's line in CI. Every line is one write."""
+
+    class Writes(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def write(self, text):
+            self.calls.append(text)
+            return super().write(text)
+
+    out = Writes()
+    checks = doctor.Doctor(["model=tiny"], out=out)
+    checks.say("torch 2.x; CUDA build: False")
+    checks.problem("device=cuda but this machine has no CUDA device")
+    assert out.calls == ["torch 2.x; CUDA build: False\n", "PROBLEM: device=cuda but this machine has no CUDA device\n"]
+
+
 def test_doctor_reports_a_refused_device_setting():
     code, out = fake_doctor((9, 0), ["model=tiny", "mesh=cp2", "device=cuda:1"])
     assert code == 1
