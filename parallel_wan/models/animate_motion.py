@@ -22,11 +22,9 @@ BLUR = (1, 3, 3, 1)  # the FIR filter before every stride-2 convolution (outer p
 
 
 def _leaky(x, bias, ops):
-    """The fused leaky ReLU: per-channel bias (channel axis 1, or the last for vectors), then
+    """The fused leaky ReLU of a convolution's output (N, C, H, W): per-channel bias, then
     max(x, 0.2·x)·√2."""
-    shape = [1] * len(x.shape)
-    shape[1 if len(x.shape) > 2 else -1] = bias.shape[0]
-    x = x + ops.reshape(ops.cast_like(bias, x), shape)
+    x = x + ops.reshape(ops.cast_like(bias, x), (1, bias.shape[0], 1, 1))
     return ops.maximum(x, SLOPE * x) * GAIN
 
 
@@ -65,17 +63,17 @@ def _linear(x, p: dict, ops):
 
 def motion_basis(weight: np.ndarray) -> np.ndarray:
     """The orthonormal motion basis (out_dim, motion_dim): Q of the QR factorisation of
-    `motion_synthesis_weight` + 1e-8, in float64 on the host (a weight-only function: computed
-    once per load, not per frame; diffusers computes it in float32 — 1e-7 apart)."""
+    `motion_synthesis_weight` + 1e-8, in float64 on the host (ops has no QR; diffusers computes
+    it in float32 — 1e-7 apart)."""
     q, _ = np.linalg.qr(np.asarray(weight, np.float64) + 1e-8)
     return q
 
 
-def motion_encoder(p: dict, faces, ops, basis=None):
-    """Face crops (N, 3, size, size) in [-1, 1] → motion vectors (N, out_dim). `basis`: the
-    `motion_basis` of p's synthesis weight (given by a caller that computed it once)."""
+def motion_encoder(p: dict, faces, ops):
+    """Face crops (N, 3, size, size) in [-1, 1] → motion vectors (N, out_dim). Run once per
+    segment (models/animate_transformer.segment_inputs), so the basis's host QR is too."""
     x = _conv(faces, p["conv_in"], ops)
-    for block in _blocks(p["res_blocks"]):
+    for block in p["res_blocks"]:
         out = _conv(
             _conv(x, block["conv1"], ops, padding=block["conv1"]["weight"].shape[-1] // 2),
             block["conv2"],
@@ -87,15 +85,7 @@ def motion_encoder(p: dict, faces, ops, basis=None):
         x = (out + skip) * (1.0 / math.sqrt(2.0))
     x = _conv(x, p["conv_out"], ops, act=False)  # (N, style_dim, 1, 1)
     feat = ops.reshape(x, (x.shape[0], x.shape[1]))
-    for layer in _blocks(p["motion_network"]):
+    for layer in p["motion_network"]:
         feat = _linear(feat, layer, ops)
-    if basis is None:
-        basis = motion_basis(ops.to_numpy(p["motion_synthesis_weight"]))
-    q = ops.asarray(basis, "float32", like=feat)
+    q = ops.asarray(motion_basis(ops.to_numpy(p["motion_synthesis_weight"])), "float32", like=feat)
     return ops.cast_like(ops.matmul(ops.cast(feat, "float32"), ops.transpose(q, (1, 0))), feat)
-
-
-def _blocks(tree) -> list:
-    """A module list's entries in index order (weights.tree makes a list of one; a dict keyed
-    "0", "1", … is accepted too)."""
-    return list(tree) if isinstance(tree, (list, tuple)) else [tree[k] for k in sorted(tree, key=int)]

@@ -3,16 +3,20 @@ preset or the loop): the Wan DiT's blocks (models/transformer.py) with
 
 - the pose: the pose video's latents embedded by their own patch embedding and added to the
   tokens of every latent frame but the first (the reference image's frame);
-- the character image's CLIP features (Wan 2.1-style image context): embedded once per
-  forward, attended in every block's cross-attention beside the text (`add_k_proj`/`add_v_proj`);
+- the character image's CLIP features (Wan 2.1-style image context), attended in every block's cross-attention beside the text (`add_k_proj`/`add_v_proj`);
 - the face: the face crops through the motion encoder (models/animate_motion.py) and the face
   encoder, a zero frame prepended for the reference frame, attended frame by frame by a face
-  adapter after every `inject_every`-th block (models/animate_face.py).
+  adapter after every `INJECT_EVERY`-th block (models/animate_face.py).
+
+None of the three depends on the timestep: `segment_inputs` makes them once per segment and
+`forward` (every step) only adds and attends to them.
 
 Equal to diffusers' `WanAnimateTransformer3DModel` (tests/unit/test_animate_face.py).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from .animate_face import face_adapter, face_encoder
 from .animate_motion import motion_encoder
@@ -49,36 +53,38 @@ def face_tokens(params, faces, face_heads: int, ops):
     return ops.concat([ops.zeros_like(face[:, :1]), face], axis=1)
 
 
-def forward(
-    params,
-    tokens,
-    pose_tokens,
-    timestep,
-    context,
-    image_features,
-    faces,
-    rope,
-    frame_tokens: int,
-    cfg: TransformerConfig,
-    ops,
-    attention,
-    face_heads: int = 4,
-):
+class SegmentInputs(NamedTuple):
+    """What a segment's every step attends to but no step changes: made once per segment by
+    `segment_inputs`, not per forward (diffusers re-runs the motion and face encoders and the
+    image and pose embeddings at every step)."""
+
+    pose: object  # the pose latents' embedded tokens (B, L − frame_tokens, dim)
+    image: object  # the image context (B, 257, dim)
+    face: object  # the face tokens (B, k + 2, heads + 1, dim)
+
+
+def segment_inputs(params, pose_tokens, image_features, faces, cfg: TransformerConfig, ops, face_heads: int = 4):
+    """pose_tokens: the pose latents' patch tokens (B, L − frame_tokens, patch volume × 16);
+    image_features: CLIP's (B, 257, image_dim); faces: (B, 3, 4k+1, size, size)."""
+    return SegmentInputs(
+        embed_patches({"patch_embedding": params["pose_patch_embedding"]}, pose_tokens, cfg, ops),
+        image_context(params, image_features, ops),
+        face_tokens(params, faces, face_heads, ops),
+    )
+
+
+def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, frame_tokens: int, cfg, ops, attention):
     """Noise prediction for one segment's patch tokens (B, L, patch volume × 36: noise ‖ mask ‖
     reference latents, as the I2V join), frame by frame with `frame_tokens` tokens a frame;
-    pose_tokens: the pose latents' patch tokens (B, L − frame_tokens, patch volume × 16);
-    context: the text (B, 512, text_dim); image_features: CLIP's (B, 257, image_dim); faces:
-    (B, 3, 4k+1, size, size). Returns (B, L, patch volume × out_channels)."""
+    context: the text (B, 512, text_dim); `inputs`: the segment's `segment_inputs`.
+    Returns (B, L, patch volume × out_channels)."""
     x = embed_patches(params, tokens, cfg, ops)
-    pose = embed_patches({"patch_embedding": params["pose_patch_embedding"]}, pose_tokens, cfg, ops)
-    x = ops.concat([x[:, :frame_tokens], x[:, frame_tokens:] + pose], axis=1)
+    x = ops.concat([x[:, :frame_tokens], x[:, frame_tokens:] + inputs.pose], axis=1)
     temb, proj, text = condition(params, timestep, context, cfg, ops)
-    image = image_context(params, image_features, ops)
-    face = face_tokens(params, faces, face_heads, ops)
     for i, block in enumerate(params["blocks"]):
-        x = transformer_block(block, x, (image, text), proj, rope, cfg, ops, attention)
+        x = transformer_block(block, x, (inputs.image, text), proj, rope, cfg, ops, attention)
         if i % INJECT_EVERY == 0:
             x = x + face_adapter(
-                params["face_adapter"][i // INJECT_EVERY], x, face, cfg.num_attention_heads, ops, cfg.eps
+                params["face_adapter"][i // INJECT_EVERY], x, inputs.face, cfg.num_attention_heads, ops, cfg.eps
             )
     return output_head(params, x, temb, cfg, ops)

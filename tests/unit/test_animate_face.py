@@ -118,7 +118,7 @@ def test_the_animate_dit_equals_diffusers(backend):
     from diffusers import WanAnimateTransformer3DModel
 
     from parallel_wan.models import transformer as dit
-    from parallel_wan.models.animate_transformer import forward
+    from parallel_wan.models.animate_transformer import forward, segment_inputs
     from parallel_wan.models.rope import rope_tables
     from parallel_wan.models.transformer_config import TransformerConfig
 
@@ -176,19 +176,8 @@ def test_the_animate_dit_equals_diffusers(backend):
     tokens = dit.patchify(put(hidden), cfg.patch_size, ops)
     pose_tokens = dit.patchify(put(pose), cfg.patch_size, ops)
     cos, sin = rope_tables(cfg.attention_head_dim, grid)
-    out = forward(
-        params,
-        tokens,
-        pose_tokens,
-        put(timestep),
-        put(text),
-        put(image),
-        put(faces),
-        (ops.asarray(cos), ops.asarray(sin)),
-        grid[1] * grid[2],
-        cfg,
-        ops,
-        ops.attention,
-    )
+    inputs = segment_inputs(params, pose_tokens, put(image), put(faces), cfg, ops)
+    rope = (ops.asarray(cos), ops.asarray(sin))
+    out = forward(params, tokens, put(timestep), put(text), inputs, rope, grid[1] * grid[2], cfg, ops, ops.attention)
     got = np.asarray(ops.to_numpy(dit.unpatchify(out, grid, cfg.patch_size, ops)))
     assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
