@@ -3,7 +3,8 @@ preset or the loop): the Wan DiT's blocks (models/transformer.py) with
 
 - the pose: the pose video's latents embedded by their own patch embedding and added to the
   tokens of every latent frame but the first (the reference image's frame);
-- the character image's CLIP features (Wan 2.1-style image context), attended in every block's cross-attention beside the text (`add_k_proj`/`add_v_proj`);
+- the character image's CLIP features (Wan 2.1-style image context), attended in every
+  block's cross-attention beside the text (`add_k_proj`/`add_v_proj`);
 - the face: the face crops through the motion encoder (models/animate_motion.py) and the face
   encoder, a zero frame prepended for the reference frame, attended frame by frame by a face
   adapter after every `INJECT_EVERY`-th block (models/animate_face.py).
