@@ -35,6 +35,9 @@ class Capabilities:
     # Several processes share one host's memory (torchrun's LOCAL_WORLD_SIZE); False: one
     # process per host holds every local device.
     processes_share_host: bool
+    # Animate's per-segment forward inputs (pose, image context, face tokens) reach its noise
+    # predictor (issue 42: the torch predictor's; JAX's step programs do not take them yet).
+    segment_inputs: bool = False
     # Settings only this backend reads; set on another backend they are refused by name (torch's
     # compile=true is torch.compile of the block; JAX compiles every step with XLA anyway).
     own_settings: tuple[str, ...] = ()
@@ -53,6 +56,7 @@ BACKENDS: dict[str, Capabilities] = {
         fp8_compute=True,
         cache_rows_per_expert=True,
         processes_share_host=True,
+        segment_inputs=True,
         own_settings=("compile",),
         package="parallel_wan.backends.torch",
     ),

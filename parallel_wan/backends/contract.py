@@ -68,6 +68,12 @@ class VideoDecoder(Protocol):
         """Compile ahead of the timed decode (a backend with `compiles_ahead`); {program: seconds}."""
         return {}
 
+    def float_videos(self, latents) -> list[np.ndarray]:
+        """One (1, 3, frames, height, width) float32 array in [-1, 1] per video, on every process:
+        the decoded video before it becomes uint8 (Animate conditions each segment on the last
+        one's). Every process of the job calls it."""
+        raise NotImplementedError(f"{type(self).__name__} does not decode to floats yet (Animate, issue 42)")
+
 
 @runtime_checkable
 class Backend(Protocol):

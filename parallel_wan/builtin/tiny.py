@@ -65,6 +65,8 @@ class TinyModel:
     tokenizer: object  # transformers fast tokenizer
     scheduler_config: dict  # diffusers UniPCMultistepScheduler config (flow matching)
     boundary_ratio: float | None
+    image_encoder: object | None = None  # transformers CLIPVisionModel (Animate), else None
+    image_processor: object | None = None  # transformers CLIPImageProcessor beside it
 
 
 def vae_kind(arch: registry.Architecture) -> str:
@@ -82,11 +84,13 @@ def build_tiny(kind: str = "t2v", seed: int = 0) -> TinyModel:
 
 
 def _build(kind: str, seed: int) -> TinyModel:
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
+    import diffusers
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler
     from transformers import UMT5Config, UMT5EncoderModel
 
     arch = architecture(kind)
-    experts = [WanTransformer3DModel(**arch.transformer.to_diffusers()) for _ in arch.variant.experts]
+    transformer_class = getattr(diffusers, arch.transformer.diffusers_class)
+    experts = [transformer_class(**arch.transformer.to_diffusers()) for _ in arch.variant.experts]
     vae = AutoencoderKLWan(**arch.vae.to_diffusers())
 
     tokenizer = build_tokenizer()
@@ -103,8 +107,13 @@ def _build(kind: str, seed: int) -> TinyModel:
         )
     )
 
-    # One generator stream per component, so one component's size never shifts another's weights.
-    modules = [*experts, vae, text_encoder]
+    image_encoder = image_processor = None
+    if arch.image_encoder is not None:
+        image_encoder, image_processor = _clip(arch.image_encoder)
+
+    # One generator stream per component, so one component's size never shifts another's weights
+    # (the image encoder last: the other kinds' streams stay as they were before it existed).
+    modules = [*experts, vae, text_encoder] + ([image_encoder] if image_encoder is not None else [])
     for index, module in enumerate(modules):
         _randomize(module, torch.Generator().manual_seed(seed * 16 + index))
         module.eval().requires_grad_(False)
@@ -121,7 +130,20 @@ def _build(kind: str, seed: int) -> TinyModel:
         tokenizer=tokenizer,
         scheduler_config=scheduler_config,
         boundary_ratio=arch.boundary,
+        image_encoder=image_encoder,
+        image_processor=image_processor,
     )
+
+
+def _clip(fields: dict):
+    """A CLIP vision tower of these CLIPVisionConfig fields and the processor that feeds it
+    (resize the short side, centre-crop to the tower's image size, CLIP's mean and std — as the
+    ViT-H/14's own preprocessor_config.json says at 224)."""
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    side = fields["image_size"]
+    processor = CLIPImageProcessor(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
+    return CLIPVisionModel(CLIPVisionConfig(**fields)), processor
 
 
 @torch.no_grad()
@@ -135,6 +157,11 @@ def _randomize(module: torch.nn.Module, generator: torch.Generator) -> None:
             value = 1.0 + 0.1 * noise  # norm scales near 1, but not equal to each other
         elif leaf == "scale_shift_table":
             value = noise / math.sqrt(param.shape[-1])
+        elif name.startswith("motion_encoder.") and leaf in ("weight", "motion_synthesis_weight"):
+            # equalised learning rate: the forward scales by 1/√fan_in itself, so the stored
+            # weights are unit normal (StyleGAN's, and diffusers' own init); 1/√fan_in here
+            # too would shrink every motion vector to ~0 and the face would not matter
+            value = noise
         else:
             fan_in = param.numel() // param.shape[0] if param.ndim > 1 else param.numel()
             value = noise / math.sqrt(fan_in)
@@ -203,21 +230,35 @@ def _write_diffusers(model: TinyModel, root: Path) -> None:
     image = variant.input(IMAGE)
     image_channels = image is not None and image.enters == JOINED_CHANNELS  # diffusers' I2V pipeline
     pipeline = "WanImageToVideoPipeline" if image_channels else "WanPipeline"
+    if variant.image_features:
+        pipeline = "WanAnimatePipeline"
     index = {"_class_name": pipeline, "_diffusers_version": diffusers.__version__}
     index["vae"] = ["diffusers", "AutoencoderKLWan"]
     index["text_encoder"] = ["transformers", "UMT5EncoderModel"]
     index["tokenizer"] = ["transformers", type(model.tokenizer).__name__]
-    if image_channels:
+    if model.image_encoder is not None:
+        index["image_encoder"] = ["transformers", type(model.image_encoder).__name__]
+        index["image_processor"] = ["transformers", type(model.image_processor).__name__]
+    elif image_channels:
         # Wan 2.2 I2V has no CLIP image branch; diffusers records the absent components as nulls
         index["image_encoder"] = [None, None]
         index["image_processor"] = [None, None]
-    index["transformer"] = ["diffusers", "WanTransformer3DModel"]
+    index["transformer"] = ["diffusers", type(model.transformer).__name__]
     index["scheduler"] = ["diffusers", "UniPCMultistepScheduler"]
     second = DIFFUSERS_FOLDERS[LOW]
-    index[second] = ["diffusers", "WanTransformer3DModel"] if model.transformer_2 is not None else [None, None]
-    index["boundary_ratio"] = model.boundary_ratio
-    index["expand_timesteps"] = variant.per_token_timestep
+    if not variant.image_features:  # WanAnimatePipeline takes one transformer, no boundary, no expand
+        index[second] = ["diffusers", "WanTransformer3DModel"] if model.transformer_2 is not None else [None, None]
+        index["boundary_ratio"] = model.boundary_ratio
+        index["expand_timesteps"] = variant.per_token_timestep
     _write_json(root / "model_index.json", index)
+    if model.image_encoder is not None:
+        model.image_encoder.config.save_pretrained(root / "image_encoder")
+        save_file(
+            _plain(model.image_encoder.state_dict()),
+            root / "image_encoder" / "model.safetensors",
+            metadata={"format": "pt"},
+        )
+        model.image_processor.save_pretrained(root / "image_processor")
 
     for folder, expert in ((DIFFUSERS_FOLDERS[HIGH], model.transformer), (second, model.transformer_2)):
         if expert is not None:
@@ -245,6 +286,9 @@ def _write_diffusers(model: TinyModel, root: Path) -> None:
 
 def _write_official(model: TinyModel, root: Path) -> None:
     from parallel_wan.weights import vae_keymap
+
+    if model.image_encoder is not None:
+        raise ValueError(f"the official layout of {model.kind} is not written yet (issue 42); use layout=diffusers")
 
     experts = (
         {"": model.transformer}

@@ -20,6 +20,7 @@ from ..models import latent
 from ..models.registry import architecture
 from ..models.variants import IMAGE, LAST_IMAGE
 from ..parallel.mesh import mesh_spec
+from .animate_inputs import animate_inputs, check_animate_run, with_examples
 from .attention import attention_settings
 from .checks import check_known_keys, check_seed, writable_folder
 from .expert_files import expert_file_settings
@@ -81,8 +82,10 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
             f"{latent.frames_at_most(source_frames, architecture(model.architecture).vae)} or fewer",
             setting=("num_frames", "video"),
         )
+    cfg = with_examples(cfg, model)  # model=tiny_animate alone: the built-in example inputs
     image = _image(cfg, model)
     last_image = _last_image(cfg, model, numbers.num_frames)
+    animate = animate_inputs(cfg, model, numbers.num_frames)
     if source is not None and int(numbers.steps * strength) < 1:
         raise ConfigError(
             f"strength={strength} of steps={numbers.steps} runs no step (diffusers' rule: int(steps·strength) "
@@ -97,10 +100,10 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     quantization = quant_settings(cfg, backend, expert_files=any(files.values()))
     mesh = named_mesh or _auto_mesh(mesh_cfg, model, world_size, numbers, len(prompts), node_size, backend)
     _check_dp(mesh, model, numbers, len(prompts))
-    return RunSpec(
+    spec = RunSpec(
         model=model,
         mesh=mesh,
-        video=_video(cfg, numbers, image, prompts, source, strength, extend, last_image),
+        video=_video(cfg, numbers, image, prompts, source, strength, extend, last_image, animate),
         sampling=_sampling(cfg, model, numbers),
         cache=_cache(cfg, model, image or extend, backend, numbers.guidance_high, numbers.guidance_low),
         weights=_weights(cfg, model, checkpoint_dir, files),
@@ -109,6 +112,8 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         output=_output(cfg),
         quantization=quantization,
     )
+    check_animate_run(spec)
+    return spec
 
 
 class _Numbers(NamedTuple):
@@ -321,6 +326,7 @@ def _video(
     strength: float,
     extend: str | None,
     last_image: str | None = None,
+    animate=None,
 ) -> VideoSettings:
     negative = cfg.get("negative_prompt")
     return VideoSettings(
@@ -328,6 +334,7 @@ def _video(
         strength=strength,
         extend=extend,
         last_image=last_image,
+        animate=animate,
         prompts=prompts,
         negative_prompt=None if negative is None else _as(str, "negative_prompt", negative),
         image=image,

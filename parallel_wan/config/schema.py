@@ -94,6 +94,7 @@ class VideoSettings:
     strength: float = 0.8  # … and how much of the schedule runs from it noised
     extend: str | None = None  # a video continued from its last frame (the first frame: config/source_video.py)
     last_image: str | None = None  # first-last-frame video: the last frame (I2V-A14B)
+    animate: object | None = None  # Animate-14B: its driving videos and mode (config/animate_inputs.AnimateInputs)
     # A server's batch of requests (jobs/batch.py): each prompt's own seed and negative prompt.
     # None (every run of the command line): prompt i is seeded seed + i, and one negative serves all.
     seeds: tuple[int, ...] | None = None
@@ -103,6 +104,9 @@ class VideoSettings:
     def inputs(self) -> frozenset[str]:
         """The inputs besides the prompt that are given (models/variants.py's names)."""
         given = [IMAGE] if self.image is not None or self.extend is not None else []
+        if self.animate is not None:
+            a = self.animate
+            given += [name for name, path in vars(a).items() if name.endswith("_video") and path is not None]
         return frozenset(given + ([LAST_IMAGE] if self.last_image is not None else []))
 
     @property
@@ -255,11 +259,20 @@ class RunSpec:
             out["extend"] = self.video.extend
         if self.video.last_image is not None:  # first-last-frame video only: the keys of others stay
             out["last_image"] = self.video.last_image
+        if self.video.animate is not None:  # Animate only: its driving videos, mode and segment overlap
+            a = self.video.animate
+            out.update(
+                {k: getattr(a, k) for k in ANIMATE_SETTINGS if getattr(a, k) is not None},
+            )
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
         if self.execution.sequence_parallel != "ours":
             out["sequence_parallel"] = self.execution.sequence_parallel
         return out
 
+
+# Animate's settings as to_dict records them (config/animate_inputs.AnimateInputs' fields)
+ANIMATE_SETTINGS = ("pose_video", "face_video", "mode", "background_video", "mask_video", "prev_segment_frames")
+ANIMATE_VIDEOS = ("pose_video", "face_video", "background_video", "mask_video")
 
 # Command-line name → (section, field) for every sectioned setting.
 SECTION_OF = {

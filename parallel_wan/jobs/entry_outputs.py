@@ -54,6 +54,18 @@ def log_run(spec: RunSpec, backend) -> None:
         unit,
         memory,
     )
+    a = spec.video.animate
+    if a is not None:
+        plan = a.plan(spec.video.num_frames)
+        log.info(
+            "animate mode=%s: pose_video's %d frames in %d segment(s) of %d frames (num_frames), each after the "
+            "first continuing from the last %d (prev_segment_frames)",
+            a.mode,
+            a.frames,
+            plan.segments,
+            plan.segment_frames,
+            plan.prev_frames,
+        )
 
 
 def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = "video") -> dict:

@@ -18,6 +18,7 @@ import json
 from .. import __version__
 from ..config import RunSpec
 from ..config.quantization import DEFAULTS as QUANT_DEFAULTS
+from ..config.schema import ANIMATE_VIDEOS
 from ..report.outputs import file_sha256
 
 # Settings that change neither the frames nor the loop state's layout.
@@ -52,6 +53,9 @@ def deciding_settings(spec: RunSpec) -> dict:
     for name in ("video", "extend", "last_image"):  # the same for a source video and a last frame
         if getattr(spec.video, name) is not None:
             settings[name] = {"sha256": file_sha256(getattr(spec.video, name))}
+    for name in ANIMATE_VIDEOS:  # and Animate's driving videos
+        if settings.get(name) is not None:
+            settings[name] = {"sha256": file_sha256(settings[name])}
     return settings
 
 

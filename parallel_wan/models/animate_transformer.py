@@ -7,7 +7,7 @@ preset or the loop): the Wan DiT's blocks (models/transformer.py) with
   block's cross-attention beside the text (`add_k_proj`/`add_v_proj`);
 - the face: the face crops through the motion encoder (models/animate_motion.py) and the face
   encoder, a zero frame prepended for the reference frame, attended frame by frame by a face
-  adapter after every `INJECT_EVERY`-th block (models/animate_face.py).
+  adapter after every `inject_face_latents_blocks`-th block (models/animate_face.py).
 
 None of the three depends on the timestep: `segment_inputs` makes them once per segment and
 `forward` (every step) only adds and attends to them.
@@ -24,7 +24,6 @@ from .animate_motion import motion_encoder
 from .transformer import condition, embed_patches, output_head, transformer_block
 from .transformer_config import TransformerConfig
 
-INJECT_EVERY = 5  # a face adapter after blocks 0, 5, 10, … (diffusers' inject_face_latents_blocks)
 IMAGE_NORM_EPS = 1e-5  # the image embedder's FP32LayerNorms keep torch's default eps
 
 
@@ -59,33 +58,66 @@ class SegmentInputs(NamedTuple):
     `segment_inputs`, not per forward (diffusers re-runs the motion and face encoders and the
     image and pose embeddings at every step)."""
 
-    pose: object  # the pose latents' embedded tokens (B, L − frame_tokens, dim)
+    pose: object  # the pose embedding of each token (B, L, dim): zero on the reference frame's
     image: object  # the image context (B, 257, dim)
     face: object  # the face tokens (B, k + 2, heads + 1, dim)
 
 
-def segment_inputs(params, pose_tokens, image_features, faces, cfg: TransformerConfig, ops, face_heads: int = 4):
-    """pose_tokens: the pose latents' patch tokens (B, L − frame_tokens, patch volume × 16);
-    image_features: CLIP's (B, 257, image_dim); faces: (B, 3, 4k+1, size, size)."""
+def segment_inputs(params, pose_tokens, image_features, faces, frame_tokens: int, cfg: TransformerConfig, ops):
+    """pose_tokens: the pose latents' patch tokens (B, L − frame_tokens, patch volume × 16), the
+    frames after the reference frame; image_features: CLIP's (B, 257, image_dim); faces:
+    (B, 3, 4k+1, size, size). The pose comes back aligned to all L tokens, zero on the reference
+    frame's `frame_tokens` (diffusers adds it to latent frames 1…), so a rank holding any slice
+    of the tokens takes the same slice of it."""
+    pose = embed_patches({"patch_embedding": params["pose_patch_embedding"]}, pose_tokens, cfg, ops)
+    first = ops.zeros((pose.shape[0], frame_tokens, pose.shape[2]), ops.dtype_name(pose), like=pose)
     return SegmentInputs(
-        embed_patches({"patch_embedding": params["pose_patch_embedding"]}, pose_tokens, cfg, ops),
+        ops.concat([first, pose], axis=1),
         image_context(params, image_features, ops),
-        face_tokens(params, faces, face_heads, ops),
+        face_tokens(params, faces, cfg.animate.face_encoder_num_heads, ops),
     )
 
 
-def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, frame_tokens: int, cfg, ops, attention):
+def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg, ops, attention, run_blocks=None):
     """Noise prediction for one segment's patch tokens (B, L, patch volume × 36: noise ‖ mask ‖
-    reference latents, as the I2V join), frame by frame with `frame_tokens` tokens a frame;
-    context: the text (B, 512, text_dim); `inputs`: the segment's `segment_inputs`.
-    Returns (B, L, patch volume × out_channels)."""
-    x = embed_patches(params, tokens, cfg, ops)
-    x = ops.concat([x[:, :frame_tokens], x[:, frame_tokens:] + inputs.pose], axis=1)
+    reference latents, as the I2V join), frame by frame; context: the text (B, 512, text_dim);
+    `inputs`: the segment's `segment_inputs` for these rows and tokens.
+
+    run_blocks: a block runner with the pass protocol (backends/torch/runners/block_pass.py:
+    `open(blocks)` → a pass whose `run(block, h, stop=i)` runs blocks up to i), so the face
+    adapters run between the blocks however the runner has the blocks' weights; None walks the
+    resident list. Returns (B, L, patch volume × out_channels)."""
+    x = embed_patches(params, tokens, cfg, ops) + inputs.pose
     temb, proj, text = condition(params, timestep, context, cfg, ops)
-    for i, block in enumerate(params["blocks"]):
-        x = transformer_block(block, x, (inputs.image, text), proj, rope, cfg, ops, attention)
-        if i % INJECT_EVERY == 0:
-            x = x + face_adapter(
-                params["face_adapter"][i // INJECT_EVERY], x, inputs.face, cfg.num_attention_heads, ops, cfg.eps
-            )
+
+    def block(h, p):
+        return transformer_block(p, h, (inputs.image, text), proj, rope, cfg, ops, attention)
+
+    every = cfg.animate.inject_face_latents_blocks
+    with (run_blocks or _Resident()).open(params["blocks"]) as blocks:
+        for i, adapter in enumerate(params["face_adapter"]):
+            x = blocks.run(block, x, stop=i * every + 1)  # … up to block i·k, then its face adapter
+            x = x + face_adapter(adapter, x, inputs.face, cfg.num_attention_heads, ops, cfg.eps)
+        x = blocks.run(block, x)
     return output_head(params, x, temb, cfg, ops)
+
+
+class _Resident:
+    """The pass protocol over a resident list of blocks (what run_blocks=None means)."""
+
+    def open(self, blocks):
+        self.blocks, self.done = blocks, 0
+        return self
+
+    def run(self, block, h, stop=None):
+        stop = len(self.blocks) if stop is None else stop
+        for p in self.blocks[self.done : stop]:
+            h = block(h, p)
+        self.done = stop
+        return h
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None

@@ -29,6 +29,7 @@ def dimensions(transformer: TransformerConfig, vae: VaeConfig) -> dict:
         "freq_dim": transformer.freq_dim,
         "patch_size": tuple(transformer.patch_size),
         "vae_z_dim": vae.z_dim,
+        "animate": transformer.animate is not None,  # Animate-14B has I2V-A14B's widths
     }
 
 

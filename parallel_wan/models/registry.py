@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .animate_config import AnimateConfig
 from .transformer_config import TransformerConfig
 from .vae_config import VaeConfig
-from .variants import I2V, T2V, TI2V, Variant
+from .variants import ANIMATE, I2V, T2V, TI2V, Variant
 
 TEXT_LEN = 512  # UMT5 tokens per prompt, the references' text_len
 
@@ -52,6 +53,32 @@ TINY_UMT5 = dict(
 )
 
 
+# CLIP ViT-H/14 (laion/CLIP-ViT-H-14-laion2B-s32B-b79K, Animate's image encoder): transformers'
+# CLIPVisionConfig fields. Animate reads the penultimate layer's hidden states (257 × 1280).
+CLIP_VIT_H = dict(
+    hidden_size=1280,
+    intermediate_size=5120,
+    num_hidden_layers=32,
+    num_attention_heads=16,
+    patch_size=14,
+    image_size=224,
+    hidden_act="gelu",
+    projection_dim=1024,
+    layer_norm_eps=1e-5,
+)
+TINY_CLIP = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=3,  # the penultimate layer's output is what Animate reads: ≥ 2 layers run
+    num_attention_heads=4,
+    patch_size=14,
+    image_size=28,  # 2 × 2 patches and the class token: 5 image tokens
+    hidden_act="gelu",
+    projection_dim=16,
+    layer_norm_eps=1e-5,
+)
+
+
 @dataclass(frozen=True)
 class Architecture:
     name: str
@@ -62,6 +89,7 @@ class Architecture:
     boundary: float | None  # t ≥ boundary·1000 runs the high-noise expert (None with one expert)
     shift: float  # the flow shift the model was trained and is sampled with
     builtin: bool = False  # built in memory with random weights (builtin/tiny.py), never loaded
+    image_encoder: dict | None = None  # transformers.CLIPVisionConfig fields (variant.image_features)
 
 
 # Wan 2.2 (the official checkpoints' configs): A14B = dim 5120 = 40 heads × 128, FFN 13824, 40 layers, the
@@ -70,11 +98,31 @@ class Architecture:
 # noise (36 in: `Variant.in_channels`); 2.2 has no CLIP image branch.
 _A14B = TransformerConfig()
 _5B = TransformerConfig(num_attention_heads=24, ffn_dim=14336, num_layers=30)
+# Animate-14B: the A14B DiT with Wan 2.1's image branch (CLIP ViT-H features, 1280 wide) and the
+# motion and face encoders (diffusers' converter's config).
+_ANIMATE_14B = dataclasses.replace(_A14B, image_dim=1280, added_kv_proj_dim=5120, animate=AnimateConfig())
 
 # Tiny: 8 heads so Ulysses can split up to 8 ways; head_dim 16 still splits into the t/h/w RoPE
 # parts 8/4/4; two layers so a layer scan and a block loop both have something to iterate.
 _TINY = TransformerConfig(
     num_attention_heads=8, attention_head_dim=16, ffn_dim=256, num_layers=2, text_dim=TINY_TEXT_DIM, freq_dim=32
+)
+# A 32² face crop (three halvings to 4 × 4), a face adapter after every second block (after block
+# 0 of the two: a block without one is exercised too).
+_TINY_ANIMATE = dataclasses.replace(
+    _TINY,
+    image_dim=TINY_CLIP["hidden_size"],
+    added_kv_proj_dim=_TINY.dim,
+    animate=AnimateConfig(
+        motion_encoder_size=32,
+        motion_style_dim=32,
+        motion_dim=8,
+        motion_encoder_dim=32,
+        face_encoder_hidden_dim=32,
+        face_encoder_num_heads=4,
+        inject_face_latents_blocks=2,
+        motion_encoder_channel_sizes=((4, 32), (8, 32), (16, 16), (32, 8)),
+    ),
 )
 # Narrow VAEs with the real structure (same stages, strides, causal caches).
 _TINY_VAE_WAN21 = dataclasses.replace(VaeConfig.wan2_1(), base_dim=8, decoder_base_dim=None)
@@ -94,9 +142,11 @@ ARCHITECTURES: dict[str, Architecture] = {
         _arch("wan2.2_t2v_a14b", T2V, _A14B, VaeConfig.wan2_1(), UMT5_XXL, 0.875, 12.0),
         _arch("wan2.2_i2v_a14b", I2V, _A14B, VaeConfig.wan2_1(), UMT5_XXL, 0.900, 5.0),
         _arch("wan2.2_ti2v_5b", TI2V, _5B, VaeConfig.wan2_2(), UMT5_XXL, None, 5.0),
+        _arch("wan2.2_animate_14b", ANIMATE, _ANIMATE_14B, VaeConfig.wan2_1(), UMT5_XXL, None, 5.0, False, CLIP_VIT_H),
         _arch("tiny", T2V, _TINY, _TINY_VAE_WAN21, TINY_UMT5, 0.875, 12.0, True),
         _arch("tiny_i2v", I2V, _TINY, _TINY_VAE_WAN21, TINY_UMT5, 0.900, 5.0, True),
         _arch("tiny_ti2v", TI2V, _TINY, _TINY_VAE_WAN22, TINY_UMT5, None, 5.0, True),
+        _arch("tiny_animate", ANIMATE, _TINY_ANIMATE, _TINY_VAE_WAN21, TINY_UMT5, None, 5.0, True, TINY_CLIP),
     )
 }
 

@@ -23,8 +23,9 @@ from .rope import apply_rope
 from .transformer_config import TransformerConfig
 
 # diffusers' `_keep_in_fp32_modules`: a parameter stays float32 when any dotted part of its
-# name is one of these (the cross-attention norm is `norm2`, with affine weights).
-FP32_MODULES = frozenset({"time_embedder", "scale_shift_table", "norm1", "norm2", "norm3"})
+# name is one of these (the cross-attention norm is `norm2`, with affine weights; Animate's
+# motion basis is orthonormalised from `motion_synthesis_weight` in float32 or wider).
+FP32_MODULES = frozenset({"time_embedder", "scale_shift_table", "norm1", "norm2", "norm3", "motion_synthesis_weight"})
 
 
 def keeps_fp32(name: str) -> bool:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from .animate_config import ANIMATE_KEYS, AnimateConfig
 from .variants import TASKS
+
+DIT_CLASS = "WanTransformer3DModel"  # diffusers' class of a T2V/I2V/TI2V expert
+ANIMATE_CLASS = "WanAnimateTransformer3DModel"
 
 
 @dataclass(frozen=True)
@@ -27,30 +31,66 @@ class TransformerConfig:
     added_kv_proj_dim: int | None = None
     rope_max_seq_len: int = 1024
     text_len: int = 512
+    animate: AnimateConfig | None = None  # Animate-14B's motion and face dimensions (animate_config.py)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def dim(self) -> int:
         return self.num_attention_heads * self.attention_head_dim
 
+    @property
+    def diffusers_class(self) -> str:
+        return ANIMATE_CLASS if self.animate is not None else DIT_CLASS
+
     @classmethod
     def from_diffusers(cls, cfg: dict) -> TransformerConfig:
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "text_len"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "text_len", "animate"}
         kwargs = {k: v for k, v in cfg.items() if k in known}
         if "patch_size" in kwargs:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
-        if kwargs.get("image_dim") is not None:
+        animate = None
+        # a config.json names its class; a model's in-memory config does not, but has the motion keys
+        if cfg.get("_class_name") == ANIMATE_CLASS or "motion_encoder_size" in cfg:
+            animate = AnimateConfig.from_diffusers(cfg)
+            if kwargs.get("in_channels") is None:  # diffusers lets `latent_channels` say it
+                kwargs["in_channels"] = 2 * int(cfg["latent_channels"]) + 4
+            kwargs["out_channels"] = kwargs.get("out_channels") or (kwargs["in_channels"] - 4) // 2
+        elif kwargs.get("image_dim") is not None:
             raise ValueError(
                 "this checkpoint's transformer has an image (CLIP) branch (image_dim="
                 f"{kwargs['image_dim']}); that is Wan 2.1 I2V, which parallel_wan does not run. "
-                "Use a Wan 2.2 checkpoint (T2V-A14B, I2V-A14B or TI2V-5B)."
+                "Use a Wan 2.2 checkpoint (T2V-A14B, I2V-A14B, TI2V-5B or Animate-14B)."
             )
-        return cls(**kwargs, extra={k: v for k, v in cfg.items() if k not in known})
+        taken = known | (ANIMATE_KEYS if animate is not None else set()) | {"latent_channels"}
+        config = cls(**kwargs, animate=animate, extra={k: v for k, v in cfg.items() if k not in taken})
+        config.check_animate()
+        return config
+
+    def check_animate(self) -> None:
+        """An Animate config's image branch and motion/face dimensions are ones the forward can run."""
+        if self.animate is None:
+            return
+        if self.extra.get("pos_embed_seq_len") is not None:
+            raise ValueError(
+                f"pos_embed_seq_len={self.extra['pos_embed_seq_len']}: the image branch's position "
+                "embedding is Wan 2.1 FLF2V's; Animate-14B has none"
+            )
+        if self.image_dim is None or self.added_kv_proj_dim != self.dim:
+            raise ValueError(
+                f"an Animate transformer needs its image branch: image_dim (got {self.image_dim}) and "
+                f"added_kv_proj_dim equal to the width {self.dim} (got {self.added_kv_proj_dim})"
+            )
+        self.animate.check(self.num_layers)
 
     @classmethod
     def from_official(cls, cfg: dict) -> TransformerConfig:
         """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
         model_type = cfg.get("model_type", "t2v")
+        if model_type == "animate":
+            raise ValueError(
+                "official config model_type 'animate': the official Animate-14B folder is not read yet "
+                "(issue 42); use the diffusers layout (Wan-AI/Wan2.2-Animate-14B-Diffusers)"
+            )
         if model_type not in TASKS:
             raise ValueError(
                 f"official config model_type {model_type!r} is not a Wan 2.2 T2V/I2V/TI2V model; "
@@ -76,8 +116,13 @@ class TransformerConfig:
         )
 
     def to_diffusers(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "text_len")}
+        """The constructor's keyword arguments of `diffusers_class` (a config.json without its
+        `_class_name`)."""
+        skip = ("extra", "text_len", "animate")
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         d["patch_size"] = list(self.patch_size)
+        if self.animate is not None:
+            d.update(self.animate.to_diffusers())
         return d
 
     def to_official(self, model_type: str) -> dict:

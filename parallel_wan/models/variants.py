@@ -15,10 +15,17 @@ never by comparing task strings. The three Wan 2.2 variants:
   frame at every step (held tokens, timestep 0), so each token has its own timestep
   (diffusers' `expand_timesteps`).
 
-A new variant (Animate: a pose video and a reference image; S2V: audio) states its inputs here
-with how each enters the model; an input that reaches the forward as arrays of its own (not
-channels joined to the noise) is a `forward_inputs` name, which the step's inputs
-(pipeline/model_inputs.py) and the transformer must then know.
+- Animate-14B: one expert; a character image, required, joined as I2V's first frame is (the
+  reference latent frame before the video's) and also read by CLIP (its features attended in
+  every block); a pose video and a face video, required, that reach the forward as arrays of
+  their own (`forward_inputs`: the pose latents' tokens, the face crops' motion tokens); in
+  replace mode a background video and a mask video that fill the joined condition's frames and
+  mask. Long videos are made in segments (models/animate_segments.py).
+
+A new variant (S2V: audio) states its inputs here with how each enters the model; an input that
+reaches the forward as arrays of its own (not channels joined to the noise) is a
+`forward_inputs` name, which the step's inputs (pipeline/model_inputs.py) and the transformer
+must then know.
 
 Plain data (no torch, no jax).
 """
@@ -35,9 +42,16 @@ HELD_FRAMES = "held_frames"  # its latents replace the noise's first latent fram
 # the last frame of the joined condition: encoded with the first frame as one video, its mask
 # channel set on the last frame — no channels of its own (diffusers' `last_image`)
 LAST_FRAME = "last_frame"
+FORWARD_INPUT = "forward_input"  # arrays of its own in the forward (Animate's pose and face)
+# fills the joined condition's frames and mask where the noise's video would be (Animate's replace mode)
+SEGMENT_CONDITION = "segment_condition"
 
 IMAGE = "image"  # the first frame (the `image=` setting); later: video, audio, pose
 LAST_IMAGE = "last_image"  # the last frame (first-last-frame video, I2V-A14B)
+POSE_VIDEO = "pose_video"  # Animate: the driving poses, rendered as a video (diffusers' names)
+FACE_VIDEO = "face_video"  # Animate: the driving face, cropped square per frame
+BACKGROUND_VIDEO = "background_video"  # Animate replace mode: the video the character goes into
+MASK_VIDEO = "mask_video"  # Animate replace mode: where the person to replace is (white)
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,8 @@ class Variant:
     experts: tuple[str, ...]  # the experts' names (models/experts.py), in step order
     inputs: tuple[Input, ...] = ()  # what it takes besides the prompt
     per_token_timestep: bool = False  # one timestep per token (TI2V), else one per row
-    forward_inputs: tuple[str, ...] = ()  # arrays the forward takes besides tokens, timestep, text (none yet)
+    forward_inputs: tuple[str, ...] = ()  # arrays the forward takes besides tokens, timestep, text
+    image_features: bool = False  # the image also enters as CLIP features (an image encoder in the checkpoint)
 
     def input(self, name: str) -> Input | None:
         """The input called `name`, or None when the variant does not take it."""
@@ -83,5 +98,18 @@ I2V = Variant(
     inputs=(Input(IMAGE, required=True, enters=JOINED_CHANNELS), Input(LAST_IMAGE, required=False, enters=LAST_FRAME)),
 )
 TI2V = Variant("ti2v", ONE_EXPERT, inputs=(Input(IMAGE, required=False, enters=HELD_FRAMES),), per_token_timestep=True)
-VARIANTS = (T2V, I2V, TI2V)
+ANIMATE = Variant(
+    "animate",
+    ONE_EXPERT,
+    inputs=(
+        Input(IMAGE, required=True, enters=JOINED_CHANNELS),
+        Input(POSE_VIDEO, required=True, enters=FORWARD_INPUT),
+        Input(FACE_VIDEO, required=True, enters=FORWARD_INPUT),
+        Input(BACKGROUND_VIDEO, required=False, enters=SEGMENT_CONDITION),
+        Input(MASK_VIDEO, required=False, enters=SEGMENT_CONDITION),
+    ),
+    forward_inputs=("pose", "image", "face"),  # models/animate_transformer.SegmentInputs
+    image_features=True,
+)
+VARIANTS = (T2V, I2V, TI2V, ANIMATE)
 TASKS = tuple(v.task for v in VARIANTS)  # the official configs' model_type values

@@ -45,6 +45,9 @@ class DenoiseTask:
     # the negative prompt after the prompts).
     unguided: frozenset = frozenset()
     negatives: int = 1  # the context's negative rows: one for every prompt, or each prompt's own (a batch)
+    # Animate: this segment's (cond, uncond) models.animate_transformer.SegmentInputs, one row each,
+    # the pose already this controller's tokens (model_inputs.segment_rows lays them out per step)
+    segment_inputs: tuple | None = None
 
     def halves(self, expert: str) -> int:
         """CFG halves in this controller's forward for `expert` (parallel/cfg_rows.py)."""
@@ -197,17 +200,21 @@ class _Constant(NoisePredictor):
         return self.prediction
 
 
-def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size):
+def draw_noise(spec: RunSpec, rows, latent_shape, backend, patch_size, draw: int = 0):
     """Patch tokens of each prompt's noise, drawn as the official code draws it: a CPU
     generator seeded with the prompt's seed, float32. Every rank draws the same full noise
-    (cheap, on the host) and keeps its slice, so the video does not depend on the mesh."""
+    (cheap, on the host) and keeps its slice, so the video does not depend on the mesh.
+    `draw`: the generator's draws before this one (Animate's segment k takes draw k from the
+    one generator, as diffusers' pipeline does)."""
     import torch
 
     ops = backend.ops
-    noise = [
-        torch.randn(
-            latent_shape, generator=torch.Generator("cpu").manual_seed(spec.video.seed_of(r)), dtype=torch.float32
-        )
-        for r in rows
-    ]
+
+    def noise_of(row):
+        generator = torch.Generator("cpu").manual_seed(spec.video.seed_of(row))
+        for _ in range(draw + 1):
+            noise = torch.randn(latent_shape, generator=generator, dtype=torch.float32)
+        return noise
+
+    noise = [noise_of(r) for r in rows]
     return dit.patchify(backend.to_device(torch.cat(noise).numpy()), patch_size, ops)

@@ -90,6 +90,18 @@ def generate(
     preview (pipeline/preview.py)."""
     timer = PhaseTimer(backend.synchronize)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
+        if spec.video.animate is not None:  # Animate-14B: segment by segment (pipeline/animate.py)
+            from .animate import generate_animate
+
+            if start is not None or stop_after is not None or preview is not None:
+                raise NotImplementedError("Animate runs have no resume, stop or preview yet (issue 42)")
+            loaded, ckpt = _loaded(spec, backend, ckpt, components, timer, tiny_dir)
+            with timer.phase("text"):
+                context = encode_text(spec, loaded, backend)
+            videos, latents, info = generate_animate(
+                spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer
+            )
+            return Generation(videos=videos, latents=latents, timings=timer.as_dict(), info=info)
         run = _prepare(spec, backend, ckpt, components, start, timer, tiny_dir)
         with timer.phase("denoise"):
             watch = preview_watch(spec, run.schedule, run.shapes, backend, preview)

@@ -95,3 +95,19 @@ def guided_prediction(layout: StepRows, out, guidance):
     """The forward's float32 rows → the guided prediction: uncond + g·(cond − uncond) over the
     two halves, or the one half as it is."""
     return guided(out, layout.batch, guidance) if layout.halves == 2 else out
+
+
+def segment_rows(inputs, layout: StepRows, cfg_branch: int | None, ops):
+    """Animate's segment inputs (models/animate_transformer.SegmentInputs) for the forward's
+    rows: `inputs` = (cond, uncond) with one row each — the same pose and image, and the
+    unconditional half's face made from blank crops (diffusers' `face_pixel_values * 0 − 1`) —
+    laid out as the rows are: [cond × B, uncond × B], or the one half this controller runs
+    (its CFG branch under CFG parallel, else the cond)."""
+    cond, uncond = inputs
+    if layout.halves == 2:
+        halves = [cond] * layout.batch + [uncond] * layout.batch
+    else:
+        halves = [uncond if cfg_branch == 1 else cond] * layout.batch
+    if len(halves) == 1:
+        return halves[0]
+    return type(cond)(*(ops.concat(list(fields), axis=0) for fields in zip(*halves)))

@@ -142,7 +142,17 @@ def serve_start(
     the mesh (mesh=auto decides it here) then holds for every job. `device`: the device's memory
     as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
     from ..memory_plan.fits import device_memory
+    from ..models.registry import ARCHITECTURES
+    from ..models.variants import POSE_VIDEO
 
+    model = str((raw.get("model") or {}).get("name", ""))
+    arch = ARCHITECTURES.get(str((raw.get("model") or {}).get("architecture")))
+    if arch is not None and arch.variant.input(POSE_VIDEO) is not None:  # Animate needs videos too
+        raise ConfigError(
+            f"model={model}: serving Animate (its pose and face videos per request) is not built yet "
+            "(issue 42); run it with python -m parallel_wan.run",
+            setting="model",
+        )
     with placeholder_image(raw) as image:  # an i2v model's image comes with each request
         base = resolve({**raw, "output_dir": videos_dir, **image}, world, node_size)
     ckpt = preflight(base)

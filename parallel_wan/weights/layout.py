@@ -53,6 +53,9 @@ class Checkpoint:
     pipeline: dict | None = None  # model_index.json (boundary_ratio, expand_timesteps, …)
     # expert → weights.expert_file.ExpertFile replacing that expert's weights (weights_high= …)
     expert_files: dict = dataclasses.field(default_factory=dict)
+    # Animate: the CLIP vision tower (transformers CLIPVisionModel folder) and its processor's folder
+    image_encoder_path: Path | None = None
+    image_processor_path: Path | None = None
 
     @property
     def boundary_ratio(self) -> float | None:
@@ -126,6 +129,13 @@ def _describe_diffusers(root: Path, where: str) -> Checkpoint:
     scheduler = None
     if listed("scheduler"):
         scheduler = _read_json(folder("scheduler", "scheduler_config.json") / "scheduler_config.json", where)
+    image_encoder = image_processor = None
+    if any(cfg.image_dim is not None for cfg in configs.values()):  # Animate reads the image through CLIP
+        image_encoder = folder("image_encoder", "the CLIPVisionModel config.json and safetensors")
+        _read_json(image_encoder / "config.json", where)
+        _weights_or_error(image_encoder, where)
+        image_processor = folder("image_processor", "the CLIPImageProcessor preprocessor_config.json")
+        _read_json(image_processor / "preprocessor_config.json", where)
     return Checkpoint(
         root=root,
         layout="diffusers",
@@ -139,6 +149,8 @@ def _describe_diffusers(root: Path, where: str) -> Checkpoint:
         tokenizer_path=tokenizer_dir,
         scheduler_config=scheduler,
         pipeline={k: v for k, v in index.items() if not isinstance(v, list)},
+        image_encoder_path=image_encoder,
+        image_processor_path=image_processor,
     )
 
 
@@ -325,6 +337,13 @@ def _check_consistency(ckpt: Checkpoint, where: str) -> None:
             f"{where}: transformer in_channels {first.in_channels} fits neither text-to-video ({z}) nor "
             f"image-to-video ({2 * z + 4} = noise + mask + image latent) with a z_dim {z} VAE"
         )
+    if ckpt.image_encoder_path is not None:
+        width = _read_json(ckpt.image_encoder_path / "config.json", where).get("hidden_size")
+        if width != first.image_dim:
+            raise CheckpointError(
+                f"{where}: the image encoder's features are {width} wide but the transformer's image_dim is "
+                f"{first.image_dim}; image_encoder/ belongs to a different model"
+            )
     text_width = _text_encoder_width(ckpt, where)
     if text_width is not None and text_width != first.text_dim:
         raise CheckpointError(

@@ -66,7 +66,7 @@ SETTINGS = {
     "save_frames_not_bool": (["save_frames=2"], ["save_frames=2", "save_frames=true"]),
     "key_added_with_plus": (["+frame_count=9"], ["frame_count=9", "not a setting", "num_frames"]),
     "key_mistyped": (["frame_count=9"], ["frame_count", "not a setting", "num_frames"]),
-    "model_unknown": (["model=nope"], ["model=nope", "tiny, tiny_i2v"]),
+    "model_unknown": (["model=nope"], ["model=nope", "tiny, tiny_animate, tiny_i2v"]),
     "override_syntax": (["seed=="], ["seed==", "key=value"]),
     "interpolation_missing": (["seed=${nothing}"], ["nothing", "not found"]),
     "prompt_empty_list": (["prompt=[]"], ["prompt=[]", "non-empty list"]),

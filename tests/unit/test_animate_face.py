@@ -9,8 +9,6 @@ only in reduction order — a Conv1d as a Conv2d of height 1, XLA's vs ATen's su
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -163,10 +161,8 @@ def test_the_animate_dit_equals_diffusers(backend):
             return_dict=False,
         )[0].numpy()
 
-    # the DiT's dimensions from the reference's own config (from_diffusers refuses an image branch:
-    # no Animate preset yet); the image and face parts are read from the weights
-    fields = {f.name for f in dataclasses.fields(TransformerConfig)} - {"extra", "text_len", "image_dim"}
-    cfg = TransformerConfig(**{k: v for k, v in reference.config.items() if k in fields and k != "patch_size"})
+    cfg = TransformerConfig.from_diffusers(dict(reference.config))  # the Animate dimensions included
+    assert cfg.animate is not None and cfg.animate.inject_face_latents_blocks == 5
     ops = tops if backend == "torch" else jops
     params = unflatten(
         {k: (v if backend == "torch" else jnp.asarray(v.numpy())) for k, v in reference.state_dict().items()}
@@ -176,8 +172,8 @@ def test_the_animate_dit_equals_diffusers(backend):
     tokens = dit.patchify(put(hidden), cfg.patch_size, ops)
     pose_tokens = dit.patchify(put(pose), cfg.patch_size, ops)
     cos, sin = rope_tables(cfg.attention_head_dim, grid)
-    inputs = segment_inputs(params, pose_tokens, put(image), put(faces), cfg, ops)
+    inputs = segment_inputs(params, pose_tokens, put(image), put(faces), grid[1] * grid[2], cfg, ops)
     rope = (ops.asarray(cos), ops.asarray(sin))
-    out = forward(params, tokens, put(timestep), put(text), inputs, rope, grid[1] * grid[2], cfg, ops, ops.attention)
+    out = forward(params, tokens, put(timestep), put(text), inputs, rope, cfg, ops, ops.attention)
     got = np.asarray(ops.to_numpy(dit.unpatchify(out, grid, cfg.patch_size, ops)))
     assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)

@@ -128,15 +128,29 @@ def test_bf16_close_to_fp32():
 
 
 @pytest.mark.parametrize(
-    "name", ["wan2.2_t2v_a14b", "wan2.2_i2v_a14b", "wan2.2_ti2v_5b", "tiny", "tiny_i2v", "tiny_ti2v"]
+    "name",
+    [
+        "wan2.2_t2v_a14b",
+        "wan2.2_i2v_a14b",
+        "wan2.2_ti2v_5b",
+        "wan2.2_animate_14b",
+        "tiny",
+        "tiny_i2v",
+        "tiny_ti2v",
+        "tiny_animate",
+    ],
 )
 def test_the_models_parameter_table_is_diffusers_model(name):
     """models/transformer_shapes.py is the one source of the DiT's parameters (checkpoint checks,
-    LoRA checks, the planner, AOT compiles); it must name exactly what diffusers' model holds."""
+    LoRA checks, the planner, AOT compiles); it must name exactly what diffusers' model holds
+    (Animate's: WanAnimateTransformer3DModel, with its image branch, motion and face encoders)."""
+    import diffusers
+
     from parallel_wan.models.registry import ARCHITECTURES
     from parallel_wan.models.transformer_shapes import param_shapes
 
     cfg = ARCHITECTURES[name].transformer
     with torch.device("meta"):
-        model = WanTransformer3DModel(**cfg.to_diffusers())
+        model = getattr(diffusers, cfg.diffusers_class)(**cfg.to_diffusers())
     assert param_shapes(cfg) == {n: tuple(p.shape) for n, p in model.named_parameters()}
+    assert TransformerConfig.from_diffusers(dict(model.config)) == cfg  # the config reads back as written

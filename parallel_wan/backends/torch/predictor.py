@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ...caching.host_cache import StepCache
-from ...models import transformer as dit
+from ...models import animate_transformer as animate, transformer as dit
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
@@ -139,7 +139,11 @@ class EagerNoisePredictor(NoisePredictor):
         tokens, ts, context = model_inputs.forward_inputs(
             layout, x, t, self.context, self.cond_tokens, self.timestep_mask, ops
         )
-        out = dit.forward(params, tokens, ts, context, self.rope, tcfg, ops, self.attention, run_blocks)
+        if task.segment_inputs is not None:  # Animate: the pose, image and face of this segment
+            inputs = model_inputs.segment_rows(task.segment_inputs, layout, task.work.cfg_branch, ops)
+            out = animate.forward(params, tokens, ts, context, inputs, self.rope, tcfg, ops, self.attention, run_blocks)
+        else:
+            out = dit.forward(params, tokens, ts, context, self.rope, tcfg, ops, self.attention, run_blocks)
         out = ops.cast(out, "float32")
         if cache is not None:
             cache.computed(out)

@@ -36,6 +36,20 @@ class EagerVideoDecoder(VideoDecoder):
     def compile(self, latent_shape) -> dict:
         return {}
 
+    def float_videos(self, latents) -> list[np.ndarray]:
+        """Each video as the decoder's float output (1, 3, T, H, W) in [-1, 1] on every rank:
+        what Animate's next segment is conditioned on (both references take the decoded floats,
+        not the uint8 frames). One process only for now (issue 42: the bands' float gather)."""
+        from ...models import vae
+
+        if self.backend.mesh.world_size != 1:
+            raise NotImplementedError("Animate's segment decode on more than one process is not built yet")
+        videos = []
+        for row in range(latents.shape[0]):
+            z = vae.denormalize_latents(latents[row : row + 1], self.cfg, ops)
+            videos.append(self.backend.to_host(vae.decode(self.params, z, ops, self.cfg)).astype(np.float32))
+        return videos
+
     def __call__(self, latents) -> list[np.ndarray]:
         from ...models import vae
         from ...report.frames import to_uint8_frames

@@ -1,0 +1,1 @@
+"""Image encoders: CLIP's vision tower, whose features Animate-14B attends to (clip.py)."""

@@ -1,0 +1,69 @@
+"""Animate-14B's inputs on the host, prepared as diffusers' WanAnimatePipeline prepares them:
+
+- the character image, for the VAE: scaled bilinearly to fit height × width with its aspect
+  kept and centred on black (diffusers' WanAnimateImageProcessor, resize_mode="fill"); for CLIP:
+  as given (image/clip.py);
+- the pose and background videos: each frame resized (PIL Lanczos) to exactly height × width,
+  x/255·2 − 1 (VideoProcessor.preprocess_video); the face video: to the motion encoder's square
+  size; the mask video: resized, then grey, x/255 in [0, 1] (its mask processor: no normalising);
+- every driving video walked back and forth to the segments' padded length
+  (models/animate_segments.padded_indices).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from ..models.animate_segments import padded_indices
+
+
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def reference_image(path: str, height: int, width: int):
+    """(the letterboxed image (1, 3, H, W) in [-1, 1], the image as given (PIL, RGB), a record)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        original = im.convert("RGB")
+    src_ratio, ratio = original.width / original.height, width / height
+    fit_w = width if ratio < src_ratio else original.width * height // original.height
+    fit_h = height if ratio >= src_ratio else original.height * width // original.width
+    canvas = Image.new("RGB", (width, height), color=0)
+    canvas.paste(
+        original.resize((fit_w, fit_h), resample=Image.BILINEAR),
+        box=(width // 2 - fit_w // 2, height // 2 - fit_h // 2),
+    )
+    pixels = np.asarray(canvas, dtype=np.float32) / 255.0
+    record = {
+        "path": os.path.abspath(path),
+        "sha256": _digest(path),
+        "size": list(original.size),
+        "fitted_to": [width, height],
+    }
+    return (pixels * 2.0 - 1.0).transpose(2, 0, 1)[None], original, record
+
+
+def driving_video(path: str, height: int, width: int, padded: int, mask: bool = False):
+    """(1, C, padded, H, W) float32: the video's frames resized and walked to `padded` frames;
+    C = 3 in [-1, 1], or C = 1 in [0, 1] for a mask. And a record for the sidecar."""
+    import imageio.v3 as iio
+    from PIL import Image
+
+    frames = []
+    for frame in iio.imiter(path, plugin="FFMPEG"):
+        image = Image.fromarray(np.asarray(frame)[..., :3]).convert("RGB")
+        size = image.size
+        image = image.resize((width, height), resample=Image.LANCZOS)
+        if mask:
+            frames.append(np.asarray(image.convert("L"), dtype=np.float32)[..., None] / 255.0)
+        else:
+            frames.append(np.asarray(image, dtype=np.float32) / 255.0 * 2.0 - 1.0)
+    video = np.stack([frames[i] for i in padded_indices(len(frames), padded)]).transpose(3, 0, 1, 2)[None]
+    record = {"path": os.path.abspath(path), "sha256": _digest(path), "frames": len(frames), "size": list(size)}
+    return np.ascontiguousarray(video), record

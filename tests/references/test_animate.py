@@ -1,0 +1,179 @@
+"""Animate-14B (issue 42 part 1): `model=tiny_animate` with a character image, a pose video and a
+face video — and in replace mode a background and a mask video — renders what diffusers'
+WanAnimatePipeline renders from the same tiny checkpoint, inputs, prompt and seed: segment by
+segment (more than one here), each continuing from the last one's decoded frames, with and
+without CFG (whose unconditional half also blanks the face), sharing 1 or 5 frames between
+segments. Frames within 2 uint8 levels (harness/frames.py: fp32 end to end; measured 1 level on
+2026-11-28). The inputs matter: another face, another pose, replace against animate each change
+the video far beyond the tolerance. The run with no inputs uses the built-in examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from harness.cli import NEGATIVE, PROMPT, SEED, STEPS, run
+from harness.diffusers_reference import tiny_checkpoint
+from harness.frames import assert_frames_close, to_uint8
+
+from parallel_wan.builtin.animate_examples import write_examples
+
+FRAMES = 21  # the pose video: 3 segments of 9 frames sharing 1, or 2 of 13 sharing 5
+MATTERS = 20  # levels: an input the model reads changes the video far more than the tolerance
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    return write_examples(tmp_path_factory.mktemp("animate_inputs"), FRAMES, 64, 64, 32)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_checkpoint("tiny_animate", tmp_path_factory)
+
+
+def ours(out, ckpt, examples, mode="animate", segment=9, **extra):
+    inputs = {k: examples[k] for k in ("image", "pose_video", "face_video")}
+    if mode == "replace":
+        inputs.update(mode="replace", background_video=examples["background_video"], mask_video=examples["mask_video"])
+    return run(out, ckpt, model="tiny_animate", num_frames=segment, **inputs, **extra)
+
+
+def reference(model, examples, mode="animate", segment=9, prev=1, guidance=1.0):
+    import imageio.v3 as iio
+    import torch
+    from diffusers import UniPCMultistepScheduler, WanAnimatePipeline
+    from PIL import Image
+
+    pipe = WanAnimatePipeline(
+        tokenizer=model.tokenizer,
+        text_encoder=model.text_encoder,
+        vae=model.vae,
+        scheduler=UniPCMultistepScheduler.from_config(model.scheduler_config),
+        image_processor=model.image_processor,
+        image_encoder=model.image_encoder,
+        transformer=model.transformer,
+    )
+    pipe.set_progress_bar_config(disable=True)
+
+    def frames(key):
+        return [Image.fromarray(f) for f in iio.imiter(examples[key])]
+
+    replace = dict(background_video=frames("background_video"), mask_video=frames("mask_video"))
+    with Image.open(examples["image"]) as im:
+        image = im.convert("RGB")
+    out = pipe(
+        image=image,
+        pose_video=frames("pose_video"),
+        face_video=frames("face_video"),
+        prompt=PROMPT,
+        negative_prompt=NEGATIVE,
+        height=64,
+        width=64,
+        segment_frame_length=segment,
+        num_inference_steps=STEPS,
+        mode=mode,
+        prev_segment_conditioning_frames=prev,
+        guidance_scale=guidance,
+        generator=torch.Generator("cpu").manual_seed(SEED),
+        output_type="np",
+        **(replace if mode == "replace" else {}),
+    ).frames[0]
+    return to_uint8(out)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+@pytest.mark.parametrize(
+    "mode, guidance, segment, prev",
+    [("animate", 1.0, 9, 1), ("replace", 3.0, 9, 1), ("animate", 2.5, 13, 5), ("replace", 1.0, 13, 5)],
+)
+def test_animate_matches_diffusers_segment_by_segment(tmp_path, tiny, examples, mode, guidance, segment, prev):
+    model, ckpt = tiny
+    got = ours(
+        tmp_path, ckpt, examples, mode, segment, guidance_high=guidance, guidance_low=guidance, prev_segment_frames=prev
+    )
+    assert got["frames"].shape == (FRAMES, 64, 64, 3)  # the pose video's length, not the segments'
+    assert_frames_close(got["frames"], reference(model, examples, mode, segment, prev, guidance))
+    record = got["sidecar"]["animate"]
+    assert (record["mode"], record["segments"], record["prev_segment_frames"]) == (mode, 3 if prev == 1 else 2, prev)
+    assert got["sidecar"]["config"]["pose_video"] == examples["pose_video"]
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_the_face_the_pose_and_the_mode_each_change_the_video(tmp_path, tiny, examples):
+    _, ckpt = tiny
+    base = ours(tmp_path / "base", ckpt, examples, steps=2)["frames"].astype(int)
+    changed = {
+        # 64² pose frames as face crops (resized to 32²)
+        "face": ours(tmp_path / "face", ckpt, dict(examples, face_video=examples["pose_video"]), steps=2),
+        "pose": ours(tmp_path / "pose", ckpt, dict(examples, pose_video=examples["background_video"]), steps=2),
+        "replace": ours(tmp_path / "replace", ckpt, examples, "replace", steps=2),
+    }
+    for what, got in changed.items():
+        diff = np.abs(got["frames"] - base)
+        print(f"{what}: max {diff.max()} levels, mean {diff.mean():.1f}")
+        assert diff.max() > MATTERS, what
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_the_built_in_model_animates_its_example_inputs_when_given_none(tmp_path):
+    import json
+
+    from harness.cli import run_in_process
+
+    logged = run_in_process(tmp_path, "model=tiny_animate", "steps=2")
+    sidecar = json.loads((tmp_path / "video.json").read_text())
+    assert "the built-in example character and driving videos" in logged and (tmp_path / "video.mp4").is_file()
+    assert sidecar["animate"]["segments"] == 3 and sidecar["animate"]["pose_video"]["frames"] == 21
+
+
+def _refusal(words, world=1):
+    from harness.jax_runs import raw_config
+
+    from parallel_wan.config import ConfigError
+    from parallel_wan.run import validate_job
+
+    with pytest.raises(ConfigError) as caught:
+        validate_job(raw_config(words), world)
+    return str(caught.value)
+
+
+def test_bad_animate_inputs_are_one_line_each_before_anything_loads(tmp_path, examples):
+    import imageio.v3 as iio
+
+    given = [f"{k}={examples[k]}" for k in ("image", "pose_video", "face_video")]
+    animate = ["model=tiny_animate", *given]
+    wide_face = tmp_path / "wide_face.mp4"
+    iio.imwrite(wide_face, np.zeros((21, 32, 48, 3), np.uint8), fps=30, codec="libx264", macro_block_size=1)
+    short_face = tmp_path / "short_face.mp4"
+    iio.imwrite(short_face, np.zeros((13, 32, 32, 3), np.uint8), fps=30, codec="libx264", macro_block_size=1)
+    text = tmp_path / "pose.mp4"
+    text.write_text("not a video")
+    replace = [*animate, "mode=replace", f"background_video={examples['background_video']}"]
+    for words, message in (
+        (["model=tiny", f"pose_video={examples['pose_video']}"], "model=tiny takes no pose_video"),
+        (["model=tiny_animate", f"image={examples['image']}"], "set pose_video=PATH"),
+        ([*animate, f"mask_video={examples['mask_video']}"], "mask_video= is for mode=replace"),
+        (replace, "mode=replace needs mask_video=PATH"),
+        ([*animate, "mode=dance"], "mode=dance is not one of animate, replace"),
+        ([*animate, "prev_segment_frames=3"], "prev_segment_frames=3 must be 1 or 5"),
+        ([*animate, f"face_video={wide_face}"], "face_video is 48x32; its frames are square face crops"),
+        ([*animate, f"face_video={short_face}"], "face_video has 13 frames but pose_video has 21"),
+        ([*replace, f"mask_video={examples['background_video']}"], "is not a mask"),
+        ([*animate, f"pose_video={text}"], "could not be read as a video"),
+        ([*animate, f"pose_video={tmp_path / 'nope.mp4'}"], "nope.mp4 does not exist"),
+        ([*animate, "num_frames=1"], "num_frames=1 is Animate's segment length and must exceed"),
+        ([*animate, "cache=fbcache"], "Animate runs with cache=fbcache are not built yet"),
+        ([*animate, "backend=jax"], "Animate runs with backend=jax are not built yet"),
+    ):
+        assert message in _refusal(words), words
+    assert "not built yet" in _refusal([*animate, "mesh=cp2"], world=2)
+
+
+def test_serving_animate_is_refused_at_start_for_now():
+    from harness.jax_runs import raw_config
+
+    from parallel_wan.config import ConfigError
+    from parallel_wan.serve.served import serve_start
+
+    with pytest.raises(ConfigError, match="serving Animate .* is not built yet"):
+        serve_start(raw_config(["model=tiny_animate"]), 1, None, "/tmp/unused")
