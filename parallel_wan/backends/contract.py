@@ -68,11 +68,11 @@ class VideoDecoder(Protocol):
         """Compile ahead of the timed decode (a backend with `compiles_ahead`); {program: seconds}."""
         return {}
 
-    def float_videos(self, latents) -> list[np.ndarray]:
-        """One (1, 3, frames, height, width) float32 array in [-1, 1] per video, on every process:
-        the decoded video before it becomes uint8 (Animate conditions each segment on the last
-        one's). Every process of the job calls it."""
-        raise NotImplementedError(f"{type(self).__name__} does not decode to floats yet (Animate, issue 42)")
+    def frames_and_tail(self, latents, tail: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(the uint8 videos as calling the decoder returns them, and each video's last `tail`
+        decoded frames as float32 (1, 3, tail, height, width) in [-1, 1] on every process): Animate
+        conditions each segment on the last one's decoded floats. Every process calls it."""
+        raise NotImplementedError(f"{type(self).__name__} does not decode a segment's tail yet (Animate, issue 42)")
 
 
 @runtime_checkable

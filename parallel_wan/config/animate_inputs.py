@@ -200,8 +200,6 @@ def check_animate_run(spec) -> None:
     if spec.video.animate is None:
         return
     not_yet = []
-    if spec.mesh.world_size > 1:
-        not_yet.append((f"mesh over {spec.mesh.world_size} processes", "mesh", "run it on one process"))
     if not capabilities(spec.execution.backend).segment_inputs:
         not_yet.append((f"backend={spec.execution.backend}", "backend", "use backend=torch"))
     if spec.cache.on:

@@ -35,7 +35,9 @@ class RankShapes:
 def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     """The shapes `pipeline.generate` gives rank 0 (its work: `parallel.work.rank_work`)."""
     video = spec.video
-    latent_shape = latent.latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)
+    latent_shape = latent.latent_shape(
+        video.num_frames, video.height, video.width, tcfg.out_channels, vcfg, spec.model.variant.reference_frames
+    )
     tokens = math.prod(patch_grid(tcfg, latent_shape))
     work = rank_work(spec.mesh, len(spec.video.prompts), tokens, rank=0)
     # the widest forward: both CFG halves when any expert guides (an unguided expert runs one)

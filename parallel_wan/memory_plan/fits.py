@@ -33,7 +33,9 @@ def check_fits(spec: RunSpec, ckpt=None, budget: float | None = None, device: tu
     ss = vcfg.scale_factor_spatial
     pt, ph, pw = tcfg.patch_size
     video = spec.video
-    latent = latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)[2:]
+    latent = latent_shape(
+        video.num_frames, video.height, video.width, tcfg.out_channels, vcfg, spec.model.variant.reference_frames
+    )[2:]
     most = {
         "num_frames": video_frames(MAX_POSITIONS * pt, vcfg),
         "height": MAX_POSITIONS * ph * ss,

@@ -11,6 +11,7 @@ from ..config import RunSpec
 from ..report.words import counted
 from .architecture import architecture, transformer_shapes
 from .denoise_bytes import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
+from .image_encoder_bytes import image_encoder_bytes
 from .text_encoder_bytes import text_encoder_bytes
 from .vae_bytes import VaeBytes, vae_decode_bytes
 from .weight_bytes import ExpertBytes, expert_bytes, weight_bytes
@@ -68,10 +69,17 @@ def plan(spec: RunSpec) -> MemoryPlan:
         eb,
         weight_bytes(spec, eb),
         dn,
-        text_encoder_bytes(text_cfg, prompts, spec.uses_guidance),
+        _encoders(spec, text_encoder_bytes(text_cfg, prompts, spec.uses_guidance)),
         vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size),
         kept,
     )
+
+
+def _encoders(spec, text: tuple[int, int]) -> tuple[int, int]:
+    """The main rank's encoders while they encode: the text encoder's, and Animate's CLIP image
+    encoder's beside it (loaded together, released together)."""
+    image = image_encoder_bytes(spec)
+    return text[0] + image[0], text[1] + image[1]
 
 
 def _gb(n: int) -> str:
@@ -96,8 +104,8 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, "
         "noise"
         f"{', step cache' if p.spec.cache.on else ''})",
-        f"  text encoder (rank 0, encode)  {_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before "
-        "denoise",
+        f"  {'encoders: text + CLIP, rank 0' if image_encoder_bytes(spec)[0] else 'text encoder (rank 0, encode)'}  "
+        f"{_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
         f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
         f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over "
         f"{counted(p.vae.bands, 'rank')} of the job)",

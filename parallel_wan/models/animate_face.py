@@ -50,14 +50,19 @@ def face_encoder(p: dict, motion, heads: int, ops, eps: float = 1e-6):
     return ops.concat([x, padding], axis=2)
 
 
-def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6):
-    """The residual of one face block: video tokens x (B, S, dim), ordered frame by frame, and
-    face tokens (B, T, N, dim) of the T latent frames; S must be T whole frames of tokens. Each
-    frame's tokens attend to that frame's N face tokens."""
+def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6, runs=None):
+    """The residual of one face block: video tokens x (B, S, dim) and face tokens (B, T, N, dim)
+    of the T latent frames. Each token attends to its own frame's N face tokens.
+
+    runs: ((start, stop, frame), …) over x's S tokens, in order — which frame each stretch of
+    tokens belongs to (`face_runs`): a rank holding any slice of the sequence (sequence
+    parallelism, padding) passes its own. None: S is the T frames' tokens, frame by frame."""
     b, s, dim = x.shape
     frames, n = face.shape[1], face.shape[2]
-    if s % frames:
-        raise ValueError(f"the face adapter needs whole frames: {s} tokens over {frames} latent frames")
+    if runs is None:
+        if s % frames:
+            raise ValueError(f"the face adapter needs whole frames: {s} tokens over {frames} latent frames")
+        runs = tuple((f * (s // frames), (f + 1) * (s // frames), f) for f in range(frames))
     head_dim = dim // heads
     q = ops.linear(ops.layer_norm(x, eps=eps), p["to_q"]["weight"], p["to_q"]["bias"])
     kv = ops.reshape(ops.layer_norm(face, eps=eps), (b, frames * n, dim))
@@ -65,8 +70,41 @@ def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6):
     v = ops.linear(kv, p["to_v"]["weight"], p["to_v"]["bias"])
     q = ops.rms_norm(ops.reshape(q, (b, s, heads, head_dim)), p["norm_q"]["weight"], eps)
     k = ops.rms_norm(ops.reshape(k, (b, frames, n, heads, head_dim)), p["norm_k"]["weight"], eps)
-    q = ops.reshape(q, (b * frames, s // frames, heads, head_dim))
-    k = ops.reshape(k, (b * frames, n, heads, head_dim))
-    v = ops.reshape(v, (b * frames, n, heads, head_dim))
-    out = ops.reshape(ops.attention(q, k, v), (b, s, dim))
+    v = ops.reshape(v, (b, frames, n, heads, head_dim))
+    pieces = []
+    for start, stop, first, count in _batched(runs):  # equal runs of consecutive frames: one attention call
+        length = (stop - start) // count
+        qg = ops.reshape(q[:, start:stop], (b * count, length, heads, head_dim))
+        kg = ops.reshape(k[:, first : first + count], (b * count, n, heads, head_dim))
+        vg = ops.reshape(v[:, first : first + count], (b * count, n, heads, head_dim))
+        pieces.append(ops.reshape(ops.attention(qg, kg, vg), (b, stop - start, dim)))
+    out = pieces[0] if len(pieces) == 1 else ops.concat(pieces, axis=1)
     return ops.linear(out, p["to_out"]["weight"], p["to_out"]["bias"])
+
+
+def face_runs(token_index, frame_tokens: int, frames: int) -> tuple:
+    """The (start, stop, frame) runs of a slice of the sequence whose tokens sit at global
+    positions `token_index` (a host int array), `frame_tokens` tokens a frame; padding tokens
+    (past the last frame) count as the last frame's (their outputs are dropped)."""
+    frame = [min(int(i) // frame_tokens, frames - 1) for i in token_index]
+    runs, start = [], 0
+    for i in range(1, len(frame) + 1):
+        if i == len(frame) or frame[i] != frame[start]:
+            runs.append((start, i, frame[start]))
+            start = i
+    return tuple(runs)
+
+
+def _batched(runs):
+    """Consecutive runs of one length over consecutive frames, merged: (start, stop, first frame,
+    frames). A whole sequence is one batch; a rank's slice is at most three (a partial first
+    frame, whole frames, a partial last frame) — more only where padding lengthens the last."""
+    merged = []
+    for start, stop, frame in runs:
+        if merged:
+            m_start, m_stop, first, count = merged[-1]
+            if frame == first + count and stop - start == (m_stop - m_start) // count and start == m_stop:
+                merged[-1] = (m_start, stop, first, count + 1)
+                continue
+        merged.append((start, stop, frame, 1))
+    return merged

@@ -78,7 +78,9 @@ def segment_inputs(params, pose_tokens, image_features, faces, frame_tokens: int
     )
 
 
-def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg, ops, attention, run_blocks=None):
+def forward(
+    params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg, ops, attention, run_blocks=None, face_runs=None
+):
     """Noise prediction for one segment's patch tokens (B, L, patch volume × 36: noise ‖ mask ‖
     reference latents, as the I2V join), frame by frame; context: the text (B, 512, text_dim);
     `inputs`: the segment's `segment_inputs` for these rows and tokens.
@@ -86,7 +88,9 @@ def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg,
     run_blocks: a block runner with the pass protocol (backends/torch/runners/block_pass.py:
     `open(blocks)` → a pass whose `run(block, h, stop=i)` runs blocks up to i), so the face
     adapters run between the blocks however the runner has the blocks' weights; None walks the
-    resident list. Returns (B, L, patch volume × out_channels)."""
+    resident list. face_runs: which latent frame each stretch of these tokens is in
+    (animate_face.face_runs), for a slice of the sequence; None: the whole sequence, frame by
+    frame. Returns (B, L, patch volume × out_channels)."""
     x = embed_patches(params, tokens, cfg, ops) + inputs.pose
     temb, proj, text = condition(params, timestep, context, cfg, ops)
 
@@ -97,7 +101,7 @@ def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg,
     with (run_blocks or _Resident()).open(params["blocks"]) as blocks:
         for i, adapter in enumerate(params["face_adapter"]):
             x = blocks.run(block, x, stop=i * every + 1)  # … up to block i·k, then its face adapter
-            x = x + face_adapter(adapter, x, inputs.face, cfg.num_attention_heads, ops, cfg.eps)
+            x = x + face_adapter(adapter, x, inputs.face, cfg.num_attention_heads, ops, cfg.eps, face_runs)
         x = blocks.run(block, x)
     return output_head(params, x, temb, cfg, ops)
 

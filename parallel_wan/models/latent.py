@@ -18,10 +18,15 @@ def video_frames(frames: int, vae) -> int:
     return (frames - 1) * vae.scale_factor_temporal + 1
 
 
-def latent_shape(num_frames: int, height: int, width: int, channels: int, vae) -> tuple[int, int, int, int, int]:
-    """(1, channels, latent frames, latent height, latent width) of one video."""
+def latent_shape(
+    num_frames: int, height: int, width: int, channels: int, vae, reference_frames: int = 0
+) -> tuple[int, int, int, int, int]:
+    """(1, channels, latent frames, latent height, latent width) of one video; with
+    `reference_frames` latent frames before the video's that are denoised with it (Animate's
+    reference frame: models/variants.py `Variant.reference_frames`)."""
     stride = vae.scale_factor_spatial
-    return (1, channels, latent_frames(num_frames, vae), height // stride, width // stride)
+    frames = reference_frames + latent_frames(num_frames, vae)
+    return (1, channels, frames, height // stride, width // stride)
 
 
 def frames_fit(num_frames: int, vae) -> bool:

@@ -71,6 +71,7 @@ class Variant:
     per_token_timestep: bool = False  # one timestep per token (TI2V), else one per row
     forward_inputs: tuple[str, ...] = ()  # arrays the forward takes besides tokens, timestep, text
     image_features: bool = False  # the image also enters as CLIP features (an image encoder in the checkpoint)
+    reference_frames: int = 0  # latent frames before the video's, denoised with it (Animate: the character's)
 
     def input(self, name: str) -> Input | None:
         """The input called `name`, or None when the variant does not take it."""
@@ -110,6 +111,7 @@ ANIMATE = Variant(
     ),
     forward_inputs=("pose", "image", "face"),  # models/animate_transformer.SegmentInputs
     image_features=True,
+    reference_frames=1,
 )
 VARIANTS = (T2V, I2V, TI2V, ANIMATE)
 TASKS = tuple(v.task for v in VARIANTS)  # the official configs' model_type values

@@ -57,9 +57,9 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
         features = _image_features(loaded, original, backend)
         reference = _reference_condition(image, vcfg, loaded.vae_params, ops, backend)
 
-    # a segment's latents: its frames' and the reference frame before them
-    shape = latent.latent_shape(video.num_frames, height, width, tcfg.out_channels, vcfg)
-    shape = (shape[0], shape[1], shape[2] + 1, *shape[3:])
+    # a segment's latents: the reference frame's, then its frames'
+    reference_frames = spec.model.variant.reference_frames
+    shape = latent.latent_shape(video.num_frames, height, width, tcfg.out_channels, vcfg, reference_frames)
     grid = dit.patch_grid(tcfg, shape)
     frame_tokens = grid[1] * grid[2]
     work = local_work(spec, math.prod(grid), backend)
@@ -118,13 +118,11 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
             state = denoise(spec, schedule, x, predict, progress, ops)
             tokens = gather_latent_tokens(state.latents, work, spec, backend)
         latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
-        with timer.phase("vae_decode"):
-            previous = decoder.float_videos(latents[:, :, 1:])  # the reference frame is not decoded
-        for row, decoded in enumerate(previous):
-            outputs[row].append(decoded[:, :, plan.kept(segment) :])
-    videos = [_frames(np.concatenate(parts, axis=2)[:, :, : a.frames]) for parts in outputs]
-    if not backend.writes_outputs:
-        videos = []
+        with timer.phase("vae_decode"):  # the reference frame is not decoded
+            frames, previous = decoder.frames_and_tail(latents[:, :, 1:], a.prev_segment_frames)
+        for row, decoded in enumerate(frames):  # the writing process only
+            outputs[row].append(decoded[plan.kept(segment) :])
+    videos = [np.concatenate(parts)[: a.frames] for parts in outputs if parts]
     ran = Ran(
         ckpt=ckpt,
         schedule_kind=schedule_kind,
@@ -207,9 +205,3 @@ def _segment_condition(reference, previous, background, mask, prev: int, frames:
     per_latent = pixels.reshape(-1, stride, lh, lw).transpose(1, 0, 2, 3)[None]  # (1, stride, T', h, w)
     segment = ops.concat([backend.to_device(np.ascontiguousarray(per_latent, np.float32)), z], axis=1)
     return ops.concat([reference, segment], axis=2)
-
-
-def _frames(video: np.ndarray) -> np.ndarray:
-    """(1, 3, T, H, W) floats in [-1, 1] → (T, H, W, 3) uint8, as report/frames.to_uint8_frames."""
-    v = np.round(np.clip((video[0] + 1.0) * 127.5, 0.0, 255.0))
-    return np.ascontiguousarray(v.transpose(1, 2, 3, 0)).astype(np.uint8)

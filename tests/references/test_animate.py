@@ -166,7 +166,6 @@ def test_bad_animate_inputs_are_one_line_each_before_anything_loads(tmp_path, ex
         ([*animate, "backend=jax"], "Animate runs with backend=jax are not built yet"),
     ):
         assert message in _refusal(words), words
-    assert "not built yet" in _refusal([*animate, "mesh=cp2"], world=2)
 
 
 def test_serving_animate_is_refused_at_start_for_now():
@@ -177,3 +176,35 @@ def test_serving_animate_is_refused_at_start_for_now():
 
     with pytest.raises(ConfigError, match="serving Animate .* is not built yet"):
         serve_start(raw_config(["model=tiny_animate"]), 1, None, "/tmp/unused")
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_every_torch_mesh_renders_the_one_process_animate_video(tmp_path_factory):
+    """Sequence parallelism with the face adapters' frames split across ranks — 48² is 9 tokens a
+    frame, 13-frame segments are 4 latent frames and the reference's: 45 tokens, 23 a rank on
+    cp2 and 12 on cp4, so ranks hold partial frames and padding — and CFG parallel over dp: each
+    mesh's latents and frames equal one process's (harness/frames.py: rel ≤ 1e-5, frames ±1 on
+    a few values). mode=replace with CFG, two segments: every per-segment input is exercised."""
+    from harness.frames import assert_same_video
+    from harness.ranks import generate_on_rank, run_on_ranks
+
+    examples = write_examples(tmp_path_factory.mktemp("mesh_inputs"), FRAMES, 48, 48, 32)
+    base = [
+        "model=tiny_animate",
+        "dtype=float32",
+        "steps=3",
+        "seed=3",
+        "prompt='a dog jumps'",
+        "negative_prompt=blurry",
+        "height=48",
+        "width=48",
+        "num_frames=13",
+        "guidance_high=2.0",
+        "guidance_low=2.0",
+        "mode=replace",
+        *(f"{k}={v}" for k, v in examples.items()),
+    ]
+    ref = run_on_ranks(generate_on_rank, 1, base, timeout_s=300)[0]
+    meshes = ((2, ["mesh=cp2"]), (4, ["mesh=cp4"]), (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"]))
+    for world, mesh in meshes:
+        assert_same_video(run_on_ranks(generate_on_rank, world, base + mesh, timeout_s=300)[0], ref)

@@ -88,6 +88,33 @@ def test_the_face_adapter_attends_each_frame_to_its_own_face_tokens():
         )
 
 
+@pytest.mark.parametrize("start, stop", [(0, 18), (4, 13), (6, 12), (13, 22)])  # 22 > 18: padding tokens
+def test_a_slice_of_the_sequence_gets_its_own_tokens_of_the_whole_adapter(start, stop):
+    """Sequence parallelism: a rank's tokens — partial frames at both ends, padding past the last
+    frame — attend to their own frames' face tokens, as the whole sequence's do."""
+    from parallel_wan.models.animate_face import face_runs
+
+    torch.manual_seed(4)
+    p = {
+        "to_q": {"weight": torch.randn(DIM, DIM) * 0.1, "bias": torch.randn(DIM) * 0.1},
+        "to_k": {"weight": torch.randn(DIM, DIM) * 0.1, "bias": torch.randn(DIM) * 0.1},
+        "to_v": {"weight": torch.randn(DIM, DIM) * 0.1, "bias": torch.randn(DIM) * 0.1},
+        "to_out": {"weight": torch.randn(DIM, DIM) * 0.1, "bias": torch.randn(DIM) * 0.1},
+        "norm_q": {"weight": torch.rand(DIM // HEADS) + 0.5},
+        "norm_k": {"weight": torch.rand(DIM // HEADS) + 0.5},
+    }
+    frames, per = 3, 6
+    x = torch.randn(2, frames * per, DIM)
+    face = torch.randn(2, frames, HEADS + 1, DIM)
+    whole = face_adapter(p, x, face, HEADS, tops)
+    index = np.arange(start, stop)
+    local = torch.cat([x, torch.zeros(2, 4, DIM)], dim=1)[:, start:stop]  # zero padding past the sequence
+    got = face_adapter(p, local, face, HEADS, tops, runs=face_runs(index, per, frames))
+    real = index < frames * per
+    torch.testing.assert_close(got[:, real], whole[:, index[real]], rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(got).all()
+
+
 def test_the_motion_encoder_equals_diffusers():
     """Face crops of 16 px (A14B: 512) through two residual blocks down to 4×4, a vector, the
     motion layers and the orthonormal basis; 20 coefficients."""

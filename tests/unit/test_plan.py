@@ -456,3 +456,32 @@ def test_a_plan_whose_weights_do_not_fit_suggests_quantized_weights():
     q = planner.plan(_spec(["model=wan2.2_i2v_a14b", "memory=swap", "height=480", "width=832", "quantize=fp8"]))
     assert q.weights["denoise"] < 0.55 * p.weights["denoise"]
     assert "quantize=" not in "; ".join(planner.suggestions(q, 24e9))
+
+
+def test_the_image_encoders_parameter_count_is_transformers_clip():
+    """Animate's CLIP tower is counted in the encoders' phase: its parameter count equals
+    transformers' CLIPVisionModel's (built on meta), for ViT-H/14 and the tiny one."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from parallel_wan.memory_plan.image_encoder_bytes import clip_parameters
+    from parallel_wan.models.registry import CLIP_VIT_H, TINY_CLIP
+
+    for fields in (CLIP_VIT_H, TINY_CLIP):
+        with torch.device("meta"):
+            theirs = sum(p.numel() for p in CLIPVisionModel(CLIPVisionConfig(**fields)).parameters())
+        assert clip_parameters(fields) == theirs, fields
+    assert clip_parameters(CLIP_VIT_H) == 630_766_080
+
+
+def test_animate_720p_is_planned_with_its_reference_frame_and_clip_on_eight_devices(capsys):
+    """Animate-14B's 720p defaults on 8 GPUs (issue 42): a segment's 77 frames are 20 latent frames
+    plus the character's reference frame (21 × 3,600 = 75,600 tokens), and the encoders' phase
+    holds CLIP ViT-H (1.26 GB in bf16) beside UMT5."""
+    from parallel_wan.memory_plan.cli import main
+
+    assert main(["model=wan2.2_animate_14b", "device_memory_gb=80", "mesh=cp8"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens 75,600 → 9,450 per rank" in out and "encoders: text + CLIP, rank 0" in out
+    text_only = planner.plan(_spec(["model=wan2.2_i2v_a14b", "mesh=cp8"], world=8)).text[0]
+    animate = planner.plan(_spec(["model=wan2.2_animate_14b", "mesh=cp8"], world=8)).text[0]
+    assert animate - text_only == 630_766_080 * 2

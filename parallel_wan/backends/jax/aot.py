@@ -274,7 +274,9 @@ def run_mesh(spec, devices) -> Mesh:
 def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
     """(the latent's shape, the step's StepShapes) of a run."""
     video, variant = spec.video, spec.model.variant
-    latent_shape = latent.latent_shape(video.num_frames, video.height, video.width, tcfg.out_channels, vcfg)
+    latent_shape = latent.latent_shape(
+        video.num_frames, video.height, video.width, tcfg.out_channels, vcfg, spec.model.variant.reference_frames
+    )
     return latent_shape, StepShapes(
         math.prod(dit.patch_grid(tcfg, latent_shape)),
         spec.mesh.cp,

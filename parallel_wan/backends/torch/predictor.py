@@ -17,6 +17,7 @@ import torch
 
 from ...caching.host_cache import StepCache
 from ...models import animate_transformer as animate, transformer as dit
+from ...models.animate_face import face_runs
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
@@ -57,6 +58,10 @@ class EagerNoisePredictor(NoisePredictor):
         mask = model_inputs.timestep_mask(task)
         self.timestep_mask = None if mask is None else backend.to_device(mask)
         self.cache = None if task.cache_plan is None else self._step_cache(task, tcfg)
+        # Animate: which latent frame each of this rank's tokens is in (its face adapters attend per frame)
+        self.face_runs = None
+        if task.segment_inputs is not None:
+            self.face_runs = face_runs(work.token_index(), task.grid[1] * task.grid[2], task.grid[0])
 
     def _step_cache(self, task, tcfg) -> StepCache:
         """The step cache of this rank's rows. First-Block Cache's sums (and a calibration's)
@@ -141,7 +146,9 @@ class EagerNoisePredictor(NoisePredictor):
         )
         if task.segment_inputs is not None:  # Animate: the pose, image and face of this segment
             inputs = model_inputs.segment_rows(task.segment_inputs, layout, task.work.cfg_branch, ops)
-            out = animate.forward(params, tokens, ts, context, inputs, self.rope, tcfg, ops, self.attention, run_blocks)
+            out = animate.forward(
+                params, tokens, ts, context, inputs, self.rope, tcfg, ops, self.attention, run_blocks, self.face_runs
+            )
         else:
             out = dit.forward(params, tokens, ts, context, self.rope, tcfg, ops, self.attention, run_blocks)
         out = ops.cast(out, "float32")

@@ -36,19 +36,51 @@ class EagerVideoDecoder(VideoDecoder):
     def compile(self, latent_shape) -> dict:
         return {}
 
-    def float_videos(self, latents) -> list[np.ndarray]:
-        """Each video as the decoder's float output (1, 3, T, H, W) in [-1, 1] on every rank:
-        what Animate's next segment is conditioned on (both references take the decoded floats,
-        not the uint8 frames). One process only for now (issue 42: the bands' float gather)."""
+    def frames_and_tail(self, latents, tail: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(the uint8 videos as __call__ returns them, and every video's last `tail` decoded
+        frames as floats (1, 3, tail, H, W) on every rank): Animate's next segment is
+        conditioned on those floats (both references take them, not the uint8 frames). Each
+        band's tail is broadcast by its rank, so every rank holds the same floats."""
         from ...models import vae
+        from ...report.frames import to_uint8_frames
 
-        if self.backend.mesh.world_size != 1:
-            raise NotImplementedError("Animate's segment decode on more than one process is not built yet")
-        videos = []
+        world, rank = self.backend.mesh.world_size, self.backend.rank
+        if world == 1:
+            videos, tails = [], []
+            for row in range(latents.shape[0]):
+                video = vae.decode(
+                    self.params, vae.denormalize_latents(latents[row : row + 1], self.cfg, ops), ops, self.cfg
+                )
+                videos.append(self.backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8))
+                tails.append(self.backend.to_host(video[:, :, -tail:]).astype(np.float32))
+            return videos, tails
+        latents = self.backend.broadcast_from_main(latents if rank == 0 else None)
+        bands = height_bands(latents.shape[3], world)
+        group = self._group(len(bands), world)
+        comm, scale = self.backend.mesh.comm, self.cfg.scale_factor_spatial
+        width = latents.shape[4] * scale
+        videos, tails = [], []
         for row in range(latents.shape[0]):
-            z = vae.denormalize_latents(latents[row : row + 1], self.cfg, ops)
-            videos.append(self.backend.to_host(vae.decode(self.params, z, ops, self.cfg)).astype(np.float32))
-        return videos
+            mine = None
+            if rank < len(bands):
+                start, stop = bands[rank]
+                band_ops = HeightBandOps([b - a for a, b in bands], rank, comm, group)
+                z = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], self.cfg, ops)
+                video = vae.decode(self.params, z, band_ops, self.cfg)
+                whole = _gather_rows_to_rank0(to_uint8_frames(video, ops).contiguous(), len(bands), rank, comm)
+                if whole is not None:
+                    videos.append(self.backend.to_host(whole).astype(np.uint8))
+                mine = video[:, :, -tail:].to(torch.float32).contiguous()
+            parts = []
+            for owner, (a, b) in enumerate(bands):
+                part = mine if owner == rank else None
+                if part is None:
+                    shape = (1, 3, tail, (b - a) * scale, width)
+                    part = torch.empty(shape, dtype=torch.float32, device=self.backend.device)
+                comm.broadcast(part, src=owner)
+                parts.append(part)
+            tails.append(self.backend.to_host(torch.cat(parts, dim=3)).astype(np.float32))
+        return videos, tails
 
     def __call__(self, latents) -> list[np.ndarray]:
         from ...models import vae
