@@ -204,12 +204,8 @@ def check_animate_run(spec) -> None:
         not_yet.append((f"backend={spec.execution.backend}", "backend", "use backend=torch"))
     if spec.cache.on:
         not_yet.append((f"cache={spec.cache.kind}", "cache", "use cache=none"))
-    if spec.memory.mode != "resident":
-        not_yet.append((f"memory={spec.memory.mode}", "memory", "use memory=resident"))
-    if spec.quantization.quantize != "none" or spec.weights.expert_files():
-        not_yet.append(("quantized weights", "quantize", "use the checkpoint's weights"))
-    if spec.weights.loras:
-        not_yet.append(("LoRA", "lora", "drop lora="))
+    if spec.weights.expert_files():
+        not_yet.append(("expert files (weights=)", "weights", "use the checkpoint's weights"))
     if spec.execution.compile:
         not_yet.append(("compile=true", "compile", "use compile=false"))
     if spec.video.negative_prompts is not None or len(spec.video.prompts) > 1:

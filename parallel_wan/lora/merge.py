@@ -113,11 +113,12 @@ def expert_lora(expert: str, sources: list[tuple[str, float, str]], shapes: dict
         return None
     result = ExpertLora(expert, [])
     official = names.official_module_names(shapes)
+    image_branch = any(".add_k_proj." in name for name in shapes)  # Animate: its image keys apply
     for path, scale, setting in sources:
         lora = LoraFile(path, setting)
         result.files.append((lora, scale))
         where = f"{setting}={path}"
-        fmt, entries, dropped = names.parse_keys(list(lora.shapes), where, official)
+        fmt, entries, dropped = names.parse_keys(list(lora.shapes), where, official, image_branch)
         result.formats.append(fmt)
         result.dropped += len(dropped)
         if dropped:

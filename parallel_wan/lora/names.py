@@ -94,13 +94,16 @@ def _target(module: str, part: str, official: bool) -> str:
     return _official_module(module) if official else module
 
 
-def parse_keys(keys, where: str, official_modules: dict[str, str]) -> tuple[str, list[Entry], list[str]]:
+def parse_keys(
+    keys, where: str, official_modules: dict[str, str], image_branch: bool = False
+) -> tuple[str, list[Entry], list[str]]:
     """(format, entries, dropped keys). official_modules: "_"-joined official module name →
-    official module name, for musubi's flattened names."""
+    official module name, for musubi's flattened names. image_branch: the model has one
+    (Animate-14B), so its keys are kept; else they are Wan 2.1's and dropped."""
     fmt = detect_format(keys)
     entries, dropped = [], []
     for key in keys:
-        if any(piece in key for piece in WAN21_IMAGE_BRANCH):
+        if not image_branch and any(piece in key for piece in WAN21_IMAGE_BRANCH):
             dropped.append(key)
             continue
         if key.endswith(".dora_scale"):
@@ -139,7 +142,10 @@ def official_module_names(param_names) -> dict[str, str]:
     whose diffusers parameters are `param_names`."""
     out = {}
     for name in param_names:
-        official = transformer_keymap.diffusers_to_official_name(name)
+        try:
+            official = transformer_keymap.diffusers_to_official_name(name)
+        except KeyError:  # Animate's motion/face encoders: no official name a LoRA could use
+            continue
         module = official.rsplit(".", 1)[0] if official.endswith((".weight", ".bias")) else official
         out[module.replace(".", "_")] = module
         if official.endswith(".modulation"):  # diff_m targets the module that holds the table

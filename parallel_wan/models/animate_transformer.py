@@ -63,6 +63,29 @@ class SegmentInputs(NamedTuple):
     face: object  # the face tokens (B, k + 2, heads + 1, dim)
 
 
+class SegmentArrays(NamedTuple):
+    """A segment's raw inputs, one row each, before the weights touch them: what the pipeline
+    hands a backend's noise predictor, which makes the (cond, uncond) SegmentInputs from them
+    with the expert's weights as it holds them (`cond_and_uncond`)."""
+
+    pose_tokens: object  # (1, L − frame_tokens, patch volume × 16)
+    image_features: object  # (1, 257, image_dim)
+    faces: object  # (1, 3, 4k+1, size, size)
+    blank_faces: object  # the same shape, all −1: the unconditional half's
+    frame_tokens: int
+
+
+def cond_and_uncond(params, arrays: SegmentArrays, cfg: TransformerConfig, ops, guided: bool):
+    """(cond, uncond) SegmentInputs: the same pose and image, the face from the crops or from
+    blank crops (None when no step guides: no unconditional half runs)."""
+    a = arrays
+    cond = segment_inputs(params, a.pose_tokens, a.image_features, a.faces, a.frame_tokens, cfg, ops)
+    if not guided:
+        return cond, None
+    blank = face_tokens(params, a.blank_faces, cfg.animate.face_encoder_num_heads, ops)
+    return cond, cond._replace(face=blank)
+
+
 def segment_inputs(params, pose_tokens, image_features, faces, frame_tokens: int, cfg: TransformerConfig, ops):
     """pose_tokens: the pose latents' patch tokens (B, L − frame_tokens, patch volume × 16), the
     frames after the reference frame; image_features: CLIP's (B, 257, image_dim); faces:

@@ -41,7 +41,7 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
     """(videos, the last segment's latents on the host, the sidecar's info) of an Animate run;
     `loaded` and `context` as generate() has them."""
     ops, video, a = backend.ops, spec.video, spec.video.animate
-    tcfg, params = loaded.experts[SINGLE]
+    tcfg = loaded.experts[SINGLE][0]
     vcfg = loaded.vae_config
     plan: SegmentPlan = a.plan(video.num_frames)
     height, width, rows = video.height, video.width, len(video.prompts)
@@ -95,11 +95,8 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
             ]
             cond = ops.concat(cond, axis=0) if len(cond) > 1 else cond[0]
             face = ops.cast(backend.to_device(np.ascontiguousarray(faces[:, :, start:stop])), dtype)
-            inputs = [
-                animate.segment_inputs(params, pose_tokens, image_features, crops, frame_tokens, tcfg, ops)
-                for crops in (face, blank)
-            ]
-            inputs = tuple(i._replace(pose=work.local(i.pose, backend)) for i in inputs)
+            # raw: the predictor makes the segment's inputs with the expert's weights as it holds them
+            arrays = animate.SegmentArrays(pose_tokens, image_features, face, blank, frame_tokens)
         task = DenoiseTask(
             loaded.experts,
             context,
@@ -110,7 +107,7 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
             per_token_timestep=False,
             cond_tokens=work.local(dit.patchify(cond, tcfg.patch_size, ops), backend),
             unguided=unguided_experts(spec),
-            segment_inputs=inputs,
+            segment_inputs=arrays,
         )
         predict = backend.noise_predictor(task)
         x = predict.shard(work.local(draw_noise(spec, work.rows, shape, backend, tcfg.patch_size, segment), backend))

@@ -45,9 +45,9 @@ class DenoiseTask:
     # the negative prompt after the prompts).
     unguided: frozenset = frozenset()
     negatives: int = 1  # the context's negative rows: one for every prompt, or each prompt's own (a batch)
-    # Animate: this segment's (cond, uncond) models.animate_transformer.SegmentInputs, one row each,
-    # the pose already this controller's tokens (model_inputs.segment_rows lays them out per step)
-    segment_inputs: tuple | None = None
+    # Animate: this segment's models.animate_transformer.SegmentArrays (one row, the whole
+    # sequence); the predictor makes the (cond, uncond) inputs with its weights and keeps its tokens'
+    segment_inputs: object | None = None
 
     def halves(self, expert: str) -> int:
         """CFG halves in this controller's forward for `expert` (parallel/cfg_rows.py)."""

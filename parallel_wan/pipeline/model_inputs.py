@@ -97,6 +97,16 @@ def guided_prediction(layout: StepRows, out, guidance):
     return guided(out, layout.batch, guidance) if layout.halves == 2 else out
 
 
+def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
+    """Animate: the (cond, uncond) SegmentInputs of a segment's raw arrays
+    (models/animate_transformer.SegmentArrays) made with the expert's weights as the predictor
+    holds them, the pose cut to this controller's tokens; uncond is None when no step guides."""
+    from ..models import animate_transformer as animate
+
+    halves = animate.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
+    return tuple(None if h is None else h._replace(pose=work.local(h.pose, backend)) for h in halves)
+
+
 def segment_rows(inputs, layout: StepRows, cfg_branch: int | None, ops):
     """Animate's segment inputs (models/animate_transformer.SegmentInputs) for the forward's
     rows: `inputs` = (cond, uncond) with one row each — the same pose and image, and the

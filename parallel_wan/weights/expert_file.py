@@ -265,6 +265,12 @@ def _check_shapes(where: str, tensors: dict[str, TensorInfo], cfg: TransformerCo
             f"{', '.join(official(n) for n in missing[:3])}; the file is incomplete or for another model"
         )
     extra = [n for n in tensors if n not in expected]
+    image_branch = [n for n in extra if "image_embedder" in n or ".add_k_proj" in n or ".add_v_proj" in n]
+    if image_branch and cfg.image_dim is None:  # Wan 2.1 I2V's names, on a model without the branch
+        raise ValueError(
+            f"{where}: key {official(image_branch[0])!r} is not a Wan 2.2 transformer tensor of this model: it is "
+            "Wan 2.1 I2V's image branch (Animate-14B alone has one); this file is for another model"
+        )
     if extra:
         raise ValueError(
             f"{where}: holds tensors this model lacks, e.g. {', '.join(official(n) for n in extra[:3])}; "

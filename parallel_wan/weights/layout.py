@@ -284,6 +284,14 @@ def _check_transformer_shapes(folder: Path, part: str, cfg: TransformerConfig, w
         )
     # Parameterless norms never reach a file; anything else extra is a different model.
     extra = [n for n in stored if n not in expected]
+    image_branch = [n for n in extra if "image_embedder" in n or ".add_k_proj" in n]
+    if image_branch and cfg.animate is None:
+        names = ", ".join(_official(n, official) for n in image_branch[:2])
+        raise CheckpointError(
+            f"{where}: {part} has Wan 2.1's image branch ({names}) "
+            "without Animate's motion and face encoders: that is Wan 2.1 I2V, which parallel_wan does not run; "
+            "use a Wan 2.2 checkpoint (T2V-A14B, I2V-A14B, TI2V-5B or Animate-14B)"
+        )
     if extra:
         raise CheckpointError(
             f"{where}: {part} has tensors a Wan 2.2 transformer with this config lacks, e.g. "

@@ -25,6 +25,13 @@ _TOP = [
     ("head.head", "proj_out"),
     # the head's (1, 2, dim) table is a top-level parameter in diffusers
     ("head.modulation", "scale_shift_table"),
+    # Animate-14B's image branch and pose embedding (pure renames; its motion encoder's
+    # convolutions and the face adapters' fused k/v change shape, which a name table cannot say)
+    ("img_emb.proj.0", "condition_embedder.image_embedder.norm1"),
+    ("img_emb.proj.1", "condition_embedder.image_embedder.ff.net.0.proj"),
+    ("img_emb.proj.3", "condition_embedder.image_embedder.ff.net.2"),
+    ("img_emb.proj.4", "condition_embedder.image_embedder.norm2"),
+    ("pose_patch_embedding", "pose_patch_embedding"),
 ]
 
 _BLOCK = [
@@ -48,6 +55,10 @@ _BLOCK = [
     ("ffn.0", "ffn.net.0.proj"),
     ("ffn.2", "ffn.net.2"),
     ("modulation", "scale_shift_table"),
+    # the image tokens' keys and values (Animate-14B; Wan 2.1 I2V's names)
+    ("cross_attn.k_img", "attn2.add_k_proj"),
+    ("cross_attn.v_img", "attn2.add_v_proj"),
+    ("cross_attn.norm_k_img", "attn2.norm_added_k"),
 ]
 
 _BLOCK_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")

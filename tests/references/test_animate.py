@@ -38,11 +38,10 @@ def ours(out, ckpt, examples, mode="animate", segment=9, **extra):
     return run(out, ckpt, model="tiny_animate", num_frames=segment, **inputs, **extra)
 
 
-def reference(model, examples, mode="animate", segment=9, prev=1, guidance=1.0):
-    import imageio.v3 as iio
-    import torch
+def reference(model, examples, mode="animate", segment=9, prev=1, guidance=1.0, lora=None):
+    """diffusers' frames; `lora`: (file, scale) loaded with the pipeline's load_lora_weights for
+    this call only (the model is the module's fixture)."""
     from diffusers import UniPCMultistepScheduler, WanAnimatePipeline
-    from PIL import Image
 
     pipe = WanAnimatePipeline(
         tokenizer=model.tokenizer,
@@ -54,6 +53,20 @@ def reference(model, examples, mode="animate", segment=9, prev=1, guidance=1.0):
         transformer=model.transformer,
     )
     pipe.set_progress_bar_config(disable=True)
+    if lora is not None:
+        pipe.load_lora_weights(lora[0], adapter_name="animate")
+        pipe.transformer.set_adapters(["animate"], [lora[1]])
+    try:
+        return _reference_call(pipe, examples, mode, segment, prev, guidance)
+    finally:
+        if lora is not None:
+            pipe.transformer.delete_adapters(["animate"])
+
+
+def _reference_call(pipe, examples, mode, segment, prev, guidance):
+    import imageio.v3 as iio
+    import torch
+    from PIL import Image
 
     def frames(key):
         return [Image.fromarray(f) for f in iio.imiter(examples[key])]
@@ -205,6 +218,47 @@ def test_every_torch_mesh_renders_the_one_process_animate_video(tmp_path_factory
         *(f"{k}={v}" for k, v in examples.items()),
     ]
     ref = run_on_ranks(generate_on_rank, 1, base, timeout_s=300)[0]
-    meshes = ((2, ["mesh=cp2"]), (4, ["mesh=cp4"]), (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"]))
+    meshes = (
+        (2, ["mesh=cp2"]),
+        (4, ["mesh=cp4"]),
+        (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"]),
+        (2, ["mesh=cp2", "memory=sharded"]),  # FSDP: the motion/face encoders and adapters gathered whole
+    )
     for world, mesh in meshes:
         assert_same_video(run_on_ranks(generate_on_rank, world, base + mesh, timeout_s=300)[0], ref)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_lora_on_animate_equals_diffusers_load_lora_weights(tmp_path, tiny, examples):
+    """A PEFT LoRA on every block linear, the image branch's add_k/add_v included, merged as
+    diffusers' WanAnimatePipeline.load_lora_weights applies it (scale 0.7)."""
+    from harness.lora_files import BLOCK_MODULES, lora_pairs, write_lora
+
+    from parallel_wan.models.transformer_config import TransformerConfig
+
+    model, ckpt = tiny
+    tcfg = TransformerConfig.from_diffusers(dict(model.transformer.config))
+    modules = (*BLOCK_MODULES, "attn2.add_k_proj", "attn2.add_v_proj")
+    lora = write_lora(tmp_path / "animate_lora.safetensors", lora_pairs(tcfg, rank=4, seed=5, modules=modules), "peft")
+    got = ours(tmp_path / "ours", ckpt, examples, lora=lora, lora_scale=0.7)["frames"]
+    dense = ours(tmp_path / "dense", ckpt, examples)["frames"]
+    ref = reference(model, examples, lora=(lora, 0.7))
+    assert_frames_close(got, ref)
+    assert np.abs(got.astype(int) - dense).max() > MATTERS
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_quantized_animate_weights_stay_near_the_bf16_video(tmp_path, tiny, examples):
+    """quantize=fp8 and int8 (the block linears, image branch included) on Animate: each video
+    is nearer the bf16 one than another seed's is, by a wide margin (the FP8 path's check)."""
+    _, ckpt = tiny
+
+    def frames(name, **extra):
+        return ours(tmp_path / name, ckpt, examples, dtype="bfloat16", **extra)["frames"].astype(np.float64)
+
+    dense = frames("bf16")
+    other_seed = np.sqrt(np.mean((frames("seed", seed=SEED + 1) - dense) ** 2))
+    for quantize in ("fp8", "int8"):
+        rms = np.sqrt(np.mean((frames(quantize, quantize=quantize) - dense) ** 2))
+        print(f"quantize={quantize}: RMS {rms:.2f} levels from bf16; another seed {other_seed:.2f}")
+        assert rms < 0.25 * other_seed, quantize

@@ -58,8 +58,9 @@ class EagerNoisePredictor(NoisePredictor):
         mask = model_inputs.timestep_mask(task)
         self.timestep_mask = None if mask is None else backend.to_device(mask)
         self.cache = None if task.cache_plan is None else self._step_cache(task, tcfg)
-        # Animate: which latent frame each of this rank's tokens is in (its face adapters attend per frame)
-        self.face_runs = None
+        # Animate: which latent frame each of this rank's tokens is in (its face adapters attend
+        # per frame), and the segment's inputs, made with the weights at the first step
+        self.face_runs = self.segment = None
         if task.segment_inputs is not None:
             self.face_runs = face_runs(work.token_index(), task.grid[1] * task.grid[2], task.grid[0])
 
@@ -145,7 +146,11 @@ class EagerNoisePredictor(NoisePredictor):
             layout, x, t, self.context, self.cond_tokens, self.timestep_mask, ops
         )
         if task.segment_inputs is not None:  # Animate: the pose, image and face of this segment
-            inputs = model_inputs.segment_rows(task.segment_inputs, layout, task.work.cfg_branch, ops)
+            if self.segment is None:
+                self.segment = model_inputs.segment_inputs(
+                    params, task.segment_inputs, tcfg, task.work, self.backend, task.uses_guidance
+                )
+            inputs = model_inputs.segment_rows(self.segment, layout, task.work.cfg_branch, ops)
             out = animate.forward(
                 params, tokens, ts, context, inputs, self.rope, tcfg, ops, self.attention, run_blocks, self.face_runs
             )
