@@ -36,7 +36,7 @@ class Capabilities:
     # process per host holds every local device.
     processes_share_host: bool
     # Animate's per-segment forward inputs (pose, image context, face tokens) reach its noise
-    # predictor (issue 42: the torch predictor's; JAX's step programs do not take them yet).
+    # predictor (both backends' do; a third backend says so here when its does).
     segment_inputs: bool = False
     # Settings only this backend reads; set on another backend they are refused by name (torch's
     # compile=true is torch.compile of the block; JAX compiles every step with XLA anyway).
@@ -69,6 +69,7 @@ BACKENDS: dict[str, Capabilities] = {
         fp8_compute=False,
         cache_rows_per_expert=False,
         processes_share_host=False,
+        segment_inputs=True,
         own_settings=("scan_loop", "jax_fsdp", "compile_cache"),
         package="parallel_wan.backends.jax",
     ),

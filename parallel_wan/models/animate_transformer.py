@@ -102,7 +102,18 @@ def segment_inputs(params, pose_tokens, image_features, faces, frame_tokens: int
 
 
 def forward(
-    params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg, ops, attention, run_blocks=None, face_runs=None
+    params,
+    tokens,
+    timestep,
+    context,
+    inputs: SegmentInputs,
+    rope,
+    cfg,
+    ops,
+    attention,
+    run_blocks=None,
+    face_runs=None,
+    face_frames=None,
 ):
     """Noise prediction for one segment's patch tokens (B, L, patch volume × 36: noise ‖ mask ‖
     reference latents, as the I2V join), frame by frame; context: the text (B, 512, text_dim);
@@ -110,10 +121,12 @@ def forward(
 
     run_blocks: a block runner with the pass protocol (backends/torch/runners/block_pass.py:
     `open(blocks)` → a pass whose `run(block, h, stop=i)` runs blocks up to i), so the face
-    adapters run between the blocks however the runner has the blocks' weights; None walks the
-    resident list. face_runs: which latent frame each stretch of these tokens is in
-    (animate_face.face_runs), for a slice of the sequence; None: the whole sequence, frame by
-    frame. Returns (B, L, patch volume × out_channels)."""
+    adapters run between the blocks however the runner has the blocks' weights; or a layer
+    runner `run(block, h, layers)` (ops.scan_layers, JAX's with the FSDP gather bound), run over
+    slices of the layers; None: `ops.scan_layers`. Which latent frame each token is in, for the
+    face adapters: `face_runs` (host (start, stop, frame) runs, animate_face.face_runs) or
+    `face_frames` (a per-token int array, e.g. a traced shard's); neither: the whole sequence,
+    frame by frame. Returns (B, L, patch volume × out_channels)."""
     x = embed_patches(params, tokens, cfg, ops) + inputs.pose
     temb, proj, text = condition(params, timestep, context, cfg, ops)
 
@@ -121,25 +134,30 @@ def forward(
         return transformer_block(p, h, (inputs.image, text), proj, rope, cfg, ops, attention)
 
     every = cfg.animate.inject_face_latents_blocks
-    with (run_blocks or _Resident()).open(params["blocks"]) as blocks:
+    heads = cfg.num_attention_heads
+    # a torch block runner has passes; a layer runner is a function (duck-typed: models/ knows neither)
+    opened = run_blocks.open(params["blocks"]) if hasattr(run_blocks, "open") else None
+    with opened or _LayerPass(run_blocks or ops.scan_layers, params["blocks"], ops) as blocks:
         for i, adapter in enumerate(params["face_adapter"]):
             x = blocks.run(block, x, stop=i * every + 1)  # … up to block i·k, then its face adapter
-            x = x + face_adapter(adapter, x, inputs.face, cfg.num_attention_heads, ops, cfg.eps, face_runs)
+            x = x + face_adapter(adapter, x, inputs.face, heads, ops, cfg.eps, face_runs, face_frames)
         x = blocks.run(block, x)
     return output_head(params, x, temb, cfg, ops)
 
 
-class _Resident:
-    """The pass protocol over a resident list of blocks (what run_blocks=None means)."""
+class _LayerPass:
+    """The pass protocol over a layer runner `run(block, h, layers)`: blocks [done, stop) are
+    the layers sliced (a list of per-layer trees, or a tree of arrays stacked on a leading
+    layer axis, as JAX places them)."""
 
-    def open(self, blocks):
-        self.blocks, self.done = blocks, 0
-        return self
+    def __init__(self, runner, blocks, ops):
+        self.runner, self.blocks, self.done = runner, blocks, 0
+        self.count = ops.num_layers(blocks)
 
     def run(self, block, h, stop=None):
-        stop = len(self.blocks) if stop is None else stop
-        for p in self.blocks[self.done : stop]:
-            h = block(h, p)
+        stop = self.count if stop is None else stop
+        if stop > self.done:
+            h = self.runner(block, h, _layers(self.blocks, self.done, stop))
         self.done = stop
         return h
 
@@ -148,3 +166,18 @@ class _Resident:
 
     def __exit__(self, *exc):
         return None
+
+
+def _layers(blocks, start: int, stop: int):
+    """Layers [start, stop): a slice of a list of per-layer trees, or of every array of a stacked tree."""
+    if isinstance(blocks, list):
+        return blocks[start:stop]
+    return _stacked(blocks, start, stop)
+
+
+def _stacked(tree, start: int, stop: int):
+    if isinstance(tree, dict):
+        return {k: _stacked(v, start, stop) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):  # `to_out.0`: a numeric name becomes a list inside a layer
+        return type(tree)(_stacked(v, start, stop) for v in tree)
+    return None if tree is None else tree[start:stop]

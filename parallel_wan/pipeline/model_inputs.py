@@ -97,13 +97,18 @@ def guided_prediction(layout: StepRows, out, guidance):
     return guided(out, layout.batch, guidance) if layout.halves == 2 else out
 
 
-def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
+def cond_and_uncond_inputs(params, arrays, cfg, ops, guided: bool):
     """Animate: the (cond, uncond) SegmentInputs of a segment's raw arrays
     (models/animate_transformer.SegmentArrays) made with the expert's weights as the predictor
-    holds them, the pose cut to this controller's tokens; uncond is None when no step guides."""
+    holds them; uncond is None when no step guides."""
     from ..models import animate_transformer as animate
 
-    halves = animate.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
+    return animate.cond_and_uncond(params, arrays, cfg, ops, guided)
+
+
+def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
+    """cond_and_uncond_inputs with the pose cut to this controller's tokens (one process per device)."""
+    halves = cond_and_uncond_inputs(params, arrays, cfg, backend.ops, guided)
     return tuple(None if h is None else h._replace(pose=work.local(h.pose, backend)) for h in halves)
 
 

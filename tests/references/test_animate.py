@@ -176,7 +176,6 @@ def test_bad_animate_inputs_are_one_line_each_before_anything_loads(tmp_path, ex
         ([*animate, f"pose_video={tmp_path / 'nope.mp4'}"], "nope.mp4 does not exist"),
         ([*animate, "num_frames=1"], "num_frames=1 is Animate's segment length and must exceed"),
         ([*animate, "cache=fbcache"], "Animate runs with cache=fbcache are not built yet"),
-        ([*animate, "backend=jax"], "Animate runs with backend=jax are not built yet"),
     ):
         assert message in _refusal(words), words
 
@@ -192,13 +191,14 @@ def test_serving_animate_is_refused_at_start_for_now():
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_every_torch_mesh_renders_the_one_process_animate_video(tmp_path_factory):
+def test_every_mesh_and_jax_render_the_one_process_animate_video(tmp_path_factory):
     """Sequence parallelism with the face adapters' frames split across ranks — 48² is 9 tokens a
     frame, 13-frame segments are 4 latent frames and the reference's: 45 tokens, 23 a rank on
     cp2 and 12 on cp4, so ranks hold partial frames and padding — and CFG parallel over dp: each
     mesh's latents and frames equal one process's (harness/frames.py: rel ≤ 1e-5, frames ±1 on
     a few values). mode=replace with CFG, two segments: every per-segment input is exercised."""
     from harness.frames import assert_same_video
+    from harness.jax_runs import generate as jax_generate
     from harness.ranks import generate_on_rank, run_on_ranks
 
     examples = write_examples(tmp_path_factory.mktemp("mesh_inputs"), FRAMES, 48, 48, 32)
@@ -218,6 +218,11 @@ def test_every_torch_mesh_renders_the_one_process_animate_video(tmp_path_factory
         *(f"{k}={v}" for k, v in examples.items()),
     ]
     ref = run_on_ranks(generate_on_rank, 1, base, timeout_s=300)[0]
+    # JAX on 8 CPU devices: sequence-parallel shards with partial frames (each token's frame is an
+    # input of the traced program) and CFG parallel over dp, against the torch process
+    for mesh in (["mesh=dp2_cp4"], ["mesh=cp8", "memory=sharded"]):  # the second with the weights FSDP-sharded
+        gen, _, _ = jax_generate([*base, "backend=jax", *mesh])
+        assert_same_video((gen.latents, gen.frames, " ".join(mesh)), ref)
     meshes = (
         (2, ["mesh=cp2"]),
         (4, ["mesh=cp4"]),

@@ -113,6 +113,15 @@ def test_a_slice_of_the_sequence_gets_its_own_tokens_of_the_whole_adapter(start,
     real = index < frames * per
     torch.testing.assert_close(got[:, real], whole[:, index[real]], rtol=1e-5, atol=1e-6)
     assert torch.isfinite(got).all()
+    # the same by a per-token frame index (a JAX shard's, known only when the program runs), both backends
+    frames_of = np.minimum(index // per, frames - 1).astype(np.int32)
+    masked = face_adapter(p, local, face, HEADS, tops, frames_of=torch.from_numpy(frames_of))
+    torch.testing.assert_close(masked, got, rtol=1e-5, atol=1e-6)
+    jp = {k: {n: jnp.asarray(t.numpy()) for n, t in v.items()} for k, v in p.items()}
+    j = face_adapter(
+        jp, jnp.asarray(local.numpy()), jnp.asarray(face.numpy()), HEADS, jops, frames_of=jnp.asarray(frames_of)
+    )
+    assert rel_err(np.asarray(j), got.numpy()) <= RTOL
 
 
 def test_the_motion_encoder_equals_diffusers():

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ...models import transformer as dit
+from ...models import animate_transformer as animate, transformer as dit
 from ...models.rope import rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
@@ -44,6 +44,7 @@ def make_step(
     per_token: bool,
     kernel: str,
     cache: CacheSpec | None = None,
+    segment: bool = False,
 ):
     """The pure step: (params, x, t, guidance, context, cos, sin, cond, t_mask) → guided
     prediction, on global arrays: `shard_forward` maps the forward onto the mesh and XLA places
@@ -51,11 +52,16 @@ def make_step(
     no weights alive. With a step cache (`cache`): cached_step.py's step, which also takes the
     step's plan row and the cache arrays and returns (prediction, arrays, decisions)."""
 
-    def forward_float32(p, x, t, c, rope, attn, run_blocks):
+    def forward_float32(p, x, t, c, rope, attn, run_blocks, *segment_inputs):
         # float32 inside the mapped forward: every program keeps the last linear's float32
         # result. Cast outside, whether the bf16 rounding at the shard_map's edge happened was
         # XLA's choice per program (it allows excess precision): one device's kept float32
         # where every mesh rounded, 3.9e-3 of a step's prediction (tests/parallel/test_bf16_meshes.py)
+        if segment:  # Animate: the shard's pose, the image and face tokens, its tokens' frames
+            pose, image, face, frames_of = segment_inputs
+            inputs = animate.SegmentInputs(pose, image, face)
+            out = animate.forward(p, x, t, c, inputs, rope, tcfg, ops, attn, run_blocks, face_frames=frames_of)
+            return ops.cast(out, "float32")
         return ops.cast(dit.forward(p, x, t, c, rope, tcfg, ops, attn, run_blocks), "float32")
 
     forward = shard_forward(
@@ -67,6 +73,7 @@ def make_step(
         param_specs=param_specs,
         kernel=kernel,
         block_seam=BlockCache(cache) if cache is not None and cache.kind != "taylorseer" else None,
+        extra_specs=SEGMENT_SPECS if segment else (),
     )
 
     # The forward's inputs and the CFG combine: pipeline/model_inputs.py, as every backend's. The
@@ -78,12 +85,17 @@ def make_step(
     if cache is not None:
         return cached_step(cache, forward, layout)
 
-    def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask):
+    def noise_prediction_step(params, x, t, guidance, context, cos, sin, cond, t_mask, *segment_inputs):
         tokens, ts, context = model_inputs.forward_inputs(layout, x, t, context, cond, t_mask, ops)
-        return model_inputs.guided_prediction(layout, forward(params, tokens, ts, context, cos, sin), guidance)
+        out = forward(params, tokens, ts, context, cos, sin, *segment_inputs)
+        return model_inputs.guided_prediction(layout, out, guidance)
 
     noise_prediction_step.__name__ = STEP_NAME
     return noise_prediction_step
+
+
+# Animate's per-row pose (token-sharded), image and face tokens, and each token's frame
+SEGMENT_SPECS = (P("dp", CP, None), P("dp", None, None), P("dp", None, None, None), P(CP))
 
 
 def host_copy(array) -> np.ndarray:
@@ -130,12 +142,37 @@ class JaxNoisePredictor(NoisePredictor):
         self.cache_spec = self.cache = None
         if task.cache_plan is not None:
             self.cache_spec, self.cache = self._step_cache(task, tcfg)
+        self.segment = None if task.segment_inputs is None else self._segment_inputs(task, tcfg)
         self.programs: dict[str, object] = {}  # expert → jitted step (experts with equal shapes share one)
         self.compiled: dict[str, object] = {}  # expert → its compiled executable
         self.scanned = None  # scan_loop=true: the whole loop as one program (scan_loop.py)
         self._build_programs()
 
     # ------------------------------------------------------------ set-up
+    def _segment_inputs(self, task, tcfg) -> dict:
+        """Animate: per CFG-halves count, the step's extra inputs — the rows' pose (padded to the
+        sharded length), image and face tokens in the forward's row layout, and each token's
+        latent frame — made once per segment with the expert's weights, placed for the step."""
+        (name,) = task.experts
+        params = task.experts[name][1]
+        if self.specs[name] is not None:  # FSDP: the encoders' weights whole for this once
+            params = jax.device_put(params, NamedSharding(self.mesh, P()))
+        halves = model_inputs.cond_and_uncond_inputs(params, task.segment_inputs, tcfg, ops, task.uses_guidance)
+        pad = self.padded - self.valid
+        halves = tuple(
+            None if h is None else h._replace(pose=jnp.pad(h.pose, ((0, 0), (0, pad), (0, 0)))) for h in halves
+        )
+        frame_tokens = task.grid[1] * task.grid[2]
+        frames_of = np.minimum(np.arange(self.padded) // frame_tokens, task.grid[0] - 1).astype(np.int32)
+        specs = SEGMENT_SPECS
+        out = {}
+        for count in set(self.halves.values()):
+            layout = model_inputs.StepRows(self.batch, count, False, tuple(tcfg.patch_size))
+            rows = model_inputs.segment_rows(halves, layout, None, ops)
+            placed = [put(a, NamedSharding(self.mesh, spec)) for a, spec in zip(rows, specs)]
+            out[count] = (*placed, put(frames_of, NamedSharding(self.mesh, specs[3])))
+        return out
+
     def _forward_rows(self, task, halves: int) -> np.ndarray:
         """Context rows of a forward batch with `halves` CFG halves, in the one CFG layout:
         [prompts…, negative × B], or [prompts…] (the widest forward's first rows)."""
@@ -200,6 +237,7 @@ class JaxNoisePredictor(NoisePredictor):
             self.kernel,
             self.cache_spec,
             stored,
+            self.segment is not None,
         )
 
     def step_function(self, expert: str):
@@ -214,6 +252,7 @@ class JaxNoisePredictor(NoisePredictor):
             self.task.per_token_timestep,
             self.kernel,
             self.cache_spec,
+            self.segment is not None,
         )
 
     def out_shardings(self):
@@ -243,6 +282,8 @@ class JaxNoisePredictor(NoisePredictor):
             self.cond,
             self.t_mask,
         )
+        if self.segment is not None:
+            inputs = inputs + self.segment[self.halves[expert]]
         return inputs if self.cache is None else inputs + (self.cache.row(), self.cache.arrays)
 
     def token_sharding(self, rows: int) -> NamedSharding:

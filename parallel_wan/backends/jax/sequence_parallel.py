@@ -173,6 +173,7 @@ def shard_forward(
     param_specs=None,
     kernel: str = "auto",
     block_seam=None,
+    extra_specs: tuple = (),
 ) -> Callable:
     """Wrap `forward(params, tokens, timestep, context, rope, attention, run_blocks) → tokens`
     (e.g. `lambda p, x, t, c, rope, attn, run: transformer.forward(p, x, t, c, rope, cfg, ops,
@@ -192,6 +193,10 @@ def shard_forward(
     `block_seam` (a step cache, cached_blocks.BlockCache) takes over the block runner: the
     result then takes one more argument, the seam's inputs (`block_seam.in_specs`), and returns
     (tokens, the seam's outputs) (`block_seam.out_specs`).
+
+    `extra_specs`: the PartitionSpecs of more inputs the forward takes after the block runner
+    (Animate's per-token pose and frame index, its image and face tokens); the result takes them
+    after `sin`.
     """
     rows = None if shared_timestep else "dp"
     in_specs = (
@@ -203,17 +208,20 @@ def shard_forward(
         P(CP, None),
     )
     out_specs = P("dp", CP, None)
+    in_specs = in_specs + tuple(extra_specs)
     if block_seam is not None:
         in_specs, out_specs = in_specs + (block_seam.in_specs,), (out_specs, block_seam.out_specs)
     attend = sequence_parallel_attention(mesh, valid_tokens, kernel=kernel)
+    extras = len(extra_specs)
 
-    def on_shard(params, tokens, timestep, context, cos, sin, *seam_inputs):
+    def on_shard(params, tokens, timestep, context, cos, sin, *rest):
         run_blocks = gather_layer = None  # None: the forward's default, its ops' scan over resident layers
         if param_specs is not None:
             params, gather_layer = all_gather_params(params, param_specs)
             run_blocks = functools.partial(ops.scan_layers, gather=gather_layer)
+        extra, seam_inputs = rest[:extras], rest[extras:]
         if block_seam is None:
-            return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks)
+            return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks, *extra)
         run_blocks, results = block_seam.bind(gather_layer, *seam_inputs)
         return forward(params, tokens, timestep, context, (cos, sin), attend, run_blocks), results()
 
@@ -222,7 +230,7 @@ def shard_forward(
     )
     dp, cp = mesh.shape["dp"], cp_size(mesh)
 
-    def step(params, tokens, timestep, context, cos, sin, *seam_inputs):
+    def step(params, tokens, timestep, context, cos, sin, *rest):
         batch, length = tokens.shape[0], tokens.shape[1]
         if batch % dp:
             raise ValueError(
@@ -234,7 +242,7 @@ def shard_forward(
                 f"tokens must be the {valid_tokens} valid tokens padded at the end to a multiple of "
                 f"cp={cp} (e.g. {cp * local_tokens(valid_tokens, cp)}), got {length}"
             )
-        return mapped(params, tokens, timestep, context, cos, sin, *seam_inputs)
+        return mapped(params, tokens, timestep, context, cos, sin, *rest)
 
     step.lower = mapped.lower  # for inspecting or AOT-compiling the program
     return step

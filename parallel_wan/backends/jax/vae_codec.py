@@ -71,6 +71,7 @@ def height_split(latent_height: int, devices: int) -> int:
 
 
 _DECODERS: dict = {}  # (VAE config, latent shape, devices) → jitted decode, shared by generations
+_TAIL_DECODERS: dict = {}  # … and Animate's, which also returns the last frames as floats
 
 
 class JaxVideoDecoder(VideoDecoder):
@@ -110,6 +111,26 @@ class JaxVideoDecoder(VideoDecoder):
         z = jax.ShapeDtypeStruct(tuple(latent_shape), jnp.float32, sharding=entry["z"])
         entry["compiled"] = entry["program"].lower(entry["params"], z).compile()
         return {f"vae_decode[{counted(entry['split'], 'device')} by height]": time.perf_counter() - t0}
+
+    def frames_and_tail(self, latents, tail: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The uint8 videos and each one's last `tail` decoded frames as float32 (Animate's next
+        segment's condition), from one decode: the program returns both."""
+        videos, tails = [], []
+        for row in range(latents.shape[0]):
+            z = latents[row : row + 1]
+            entry = self._program(z.shape)
+            key = (repr(self.cfg), tuple(z.shape), tail, entry["split"])
+            if key not in _TAIL_DECODERS:
+
+                def decode_with_tail(params, z):
+                    video = decode_video(params, vae.denormalize_latents(z, self.cfg, ops), self.cfg)
+                    return to_uint8_frames(video, ops), video[:, :, -tail:]
+
+                _TAIL_DECODERS[key] = jax.jit(decode_with_tail)
+            frames, last = _TAIL_DECODERS[key](entry["params"], jax.device_put(z, entry["z"]))
+            videos.append(self.to_host(frames).astype(np.uint8))
+            tails.append(self.to_host(last).astype(np.float32))
+        return videos, tails
 
     def __call__(self, latents) -> list[np.ndarray]:
         videos = []
