@@ -69,12 +69,8 @@ def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6, runs=None
             raise ValueError(f"the face adapter needs whole frames: {s} tokens over {frames} latent frames")
         runs = tuple((f * (s // frames), (f + 1) * (s // frames), f) for f in range(frames))
     head_dim = dim // heads
-    q = ops.linear(ops.layer_norm(x, eps=eps), p["to_q"]["weight"], p["to_q"]["bias"])
-    kv = ops.reshape(ops.layer_norm(face, eps=eps), (b, frames * n, dim))
-    k = ops.linear(kv, p["to_k"]["weight"], p["to_k"]["bias"])
-    v = ops.linear(kv, p["to_v"]["weight"], p["to_v"]["bias"])
-    q = ops.rms_norm(ops.reshape(q, (b, s, heads, head_dim)), p["norm_q"]["weight"], eps)
-    k = ops.rms_norm(ops.reshape(k, (b, frames, n, heads, head_dim)), p["norm_k"]["weight"], eps)
+    q, k, v = _projections(p, x, face, heads, ops, eps)
+    k = ops.reshape(k, (b, frames, n, heads, head_dim))
     v = ops.reshape(v, (b, frames, n, heads, head_dim))
     pieces = []
     for start, stop, first, count in _batched(runs):  # equal runs of consecutive frames: one attention call
@@ -87,6 +83,21 @@ def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6, runs=None
     return ops.linear(out, p["to_out"]["weight"], p["to_out"]["bias"])
 
 
+def _projections(p: dict, x, face, heads: int, ops, eps: float):
+    """q (B, S, heads, head_dim) of the video tokens and k, v (B, T·N, heads, head_dim) of every
+    frame's face tokens, normed as diffusers' face block does (LayerNorm before, per-head RMS
+    norms on q and k)."""
+    b, s, dim = x.shape
+    keys, head_dim = face.shape[1] * face.shape[2], dim // heads
+    q = ops.linear(ops.layer_norm(x, eps=eps), p["to_q"]["weight"], p["to_q"]["bias"])
+    kv = ops.reshape(ops.layer_norm(face, eps=eps), (b, keys, dim))
+    k = ops.linear(kv, p["to_k"]["weight"], p["to_k"]["bias"])
+    v = ops.linear(kv, p["to_v"]["weight"], p["to_v"]["bias"])
+    q = ops.rms_norm(ops.reshape(q, (b, s, heads, head_dim)), p["norm_q"]["weight"], eps)
+    k = ops.rms_norm(ops.reshape(k, (b, keys, heads, head_dim)), p["norm_k"]["weight"], eps)
+    return q, k, ops.reshape(v, (b, keys, heads, head_dim))
+
+
 def _masked_face_adapter(p: dict, x, face, heads: int, ops, eps: float, frames_of):
     """face_adapter with a per-token frame index: the scores against all T·N face tokens, those
     of other frames set to −inf before the softmax (float32), so each token's weights are its
@@ -94,13 +105,7 @@ def _masked_face_adapter(p: dict, x, face, heads: int, ops, eps: float, frames_o
     b, s, dim = x.shape
     frames, n = face.shape[1], face.shape[2]
     head_dim = dim // heads
-    q = ops.linear(ops.layer_norm(x, eps=eps), p["to_q"]["weight"], p["to_q"]["bias"])
-    kv = ops.reshape(ops.layer_norm(face, eps=eps), (b, frames * n, dim))
-    k = ops.linear(kv, p["to_k"]["weight"], p["to_k"]["bias"])
-    v = ops.linear(kv, p["to_v"]["weight"], p["to_v"]["bias"])
-    q = ops.rms_norm(ops.reshape(q, (b, s, heads, head_dim)), p["norm_q"]["weight"], eps)
-    k = ops.rms_norm(ops.reshape(k, (b, frames * n, heads, head_dim)), p["norm_k"]["weight"], eps)
-    v = ops.reshape(v, (b, frames * n, heads, head_dim))
+    q, k, v = _projections(p, x, face, heads, ops, eps)
     scores = ops.einsum("bshd,bkhd->bhsk", ops.cast(q, "float32"), ops.cast(k, "float32")) * (head_dim**-0.5)
     key_frame = ops.asarray([f for f in range(frames) for _ in range(n)], "int32", like=frames_of)
     same = ops.expand_dims(frames_of, 1) == ops.expand_dims(key_frame, 0)  # (S, T·N)
