@@ -25,10 +25,11 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ...models import latent, transformer as dit
+from ...models.registry import architecture
 from ...parallel.shards import SequenceShards
 from ...report.words import counted
 from . import compile_cache, ops, placement, target_platform
-from .predictor import STEP_NAME, make_step
+from .predictor import SEGMENT_SPECS, STEP_NAME, make_step
 from .sequence_parallel import AXES, CP, build_mesh
 from .vae_codec import decode_program, height_split
 
@@ -133,6 +134,10 @@ class StepShapes:
     per_token_timestep: bool  # TI2V
     cond_channels: int  # I2V: the condition's channels per token (0 otherwise)
     held_frames: bool = False  # TI2V with an image: the step takes the timestep mask of the held tokens
+    # Animate: the step also takes each row's pose, image and face tokens and each token's frame
+    # (JaxNoisePredictor._segment_inputs): (image tokens, latent frames with the reference's,
+    # face tokens a frame); None otherwise
+    segment: tuple[int, int, int] | None = None
 
     @property
     def padded(self) -> int:
@@ -166,6 +171,15 @@ def step_arguments(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str):
         cond,
         t_mask,
     )
+    if shapes.segment is not None:  # Animate: the segment's inputs, as JaxNoisePredictor._segment_inputs places them
+        image_tokens, frames, per_frame = shapes.segment
+        pose_spec, image_spec, face_spec, frame_spec = SEGMENT_SPECS
+        args += (
+            _struct((rows, padded, tcfg.dim), dtype, mesh, pose_spec),
+            _struct((rows, image_tokens, tcfg.dim), dtype, mesh, image_spec),
+            _struct((rows, frames, per_frame, tcfg.dim), dtype, mesh, face_spec),
+            _struct((padded,), "int32", mesh, frame_spec),
+        )
     return args, NamedSharding(mesh, x_spec)
 
 
@@ -233,6 +247,7 @@ def compile_step(
             2 if shapes.uses_guidance else 1,
             shapes.per_token_timestep,
             kernel,
+            segment=shapes.segment is not None,
         )
         return jax.jit(step, out_shardings=x_sharding)
 
@@ -277,6 +292,11 @@ def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
     latent_shape = latent.latent_shape(
         video.num_frames, video.height, video.width, tcfg.out_channels, vcfg, spec.model.variant.reference_frames
     )
+    segment = None
+    if variant.forward_inputs:  # Animate: CLIP's image tokens, every latent frame's face tokens
+        clip = architecture(spec.model.architecture).image_encoder
+        image_tokens = (clip["image_size"] // clip["patch_size"]) ** 2 + 1
+        segment = (image_tokens, latent_shape[2], tcfg.animate.face_encoder_num_heads + 1)
     return latent_shape, StepShapes(
         math.prod(dit.patch_grid(tcfg, latent_shape)),
         spec.mesh.cp,
@@ -285,7 +305,15 @@ def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
         variant.per_token_timestep,
         tcfg.in_channels - tcfg.out_channels,
         variant.holds_frames(video.inputs),
+        segment,
     )
+
+
+def decoded_shape(spec, latent_shape) -> tuple:
+    """The latents the VAE decodes: without the reference frames denoised before the video's
+    (Animate's character frame is not decoded)."""
+    reference = spec.model.variant.reference_frames
+    return (*latent_shape[:2], latent_shape[2] - reference, *latent_shape[3:])
 
 
 def compile_generation(
@@ -317,7 +345,9 @@ def compile_generation(
         "step": compile_step(
             tcfg, params, mesh, shapes, spec.execution.dtype, spec.shards_weights_over_mesh, effort=step_effort
         ),
-        "vae_decode": compile_vae_decode(vcfg, vae_shapes, latent_shape, mesh.devices.flat, effort=vae_effort),
+        "vae_decode": compile_vae_decode(
+            vcfg, vae_shapes, decoded_shape(spec, latent_shape), mesh.devices.flat, effort=vae_effort
+        ),
         "vae_params": vae_params(vae_shapes, mesh, spec.shards_weights_over_mesh),
     }
 
