@@ -23,18 +23,9 @@ log = logging.getLogger("parallel_wan")
 class ClipImageEncoder:
     def __init__(self, encoder_dir: Path, processor_dir: Path, dtype, device):
         import torch
-        from transformers import CLIPVisionModel
-        from transformers.utils import logging as hf_logging
 
         self.processor = _processor_class().from_pretrained(processor_dir)
-        # one log line for the whole load (pipeline/checkpoint.py), not transformers' progress bar
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
-            self.model = CLIPVisionModel.from_pretrained(encoder_dir, dtype=dtype).to(device).eval()
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
+        self.model = load_clip(Path(encoder_dir), dtype).to(device)
         self.device, self.torch = device, torch
 
     def features(self, image) -> np.ndarray:
@@ -47,6 +38,38 @@ class ClipImageEncoder:
 
     def release(self) -> None:
         self.model = None
+
+
+def load_clip(folder: Path, dtype):
+    """transformers' CLIPVisionModel with the folder's weights, as the text encoder is loaded
+    (text/umt5.py): built on the meta device and assigned the tensors our reader gives (cast in
+    their one copy, checked for NaN/inf: checkpoints are untrusted), not `from_pretrained`
+    (which would read the file a second way and cannot run on the fake-GPU harness's devices)."""
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from ..weights.safetensors_io import read_safetensors
+
+    config = CLIPVisionConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = CLIPVisionModel(config)
+    state = read_safetensors(folder, dtype=dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if missing or unexpected:
+        raise ValueError(
+            f"image encoder at {folder}: weights do not fit CLIPVisionModel (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}); expected a CLIP vision tower (Animate: ViT-H/14)"
+        )
+    # the one buffer the file has no copy of (transformers registers it non-persistent; where its
+    # module sits moved between transformers versions)
+    for name, buffer in list(model.named_buffers()):
+        if name.endswith("position_ids") and buffer.is_meta:
+            owner = model.get_submodule(name.rpartition(".")[0])
+            owner.position_ids = torch.arange(buffer.shape[-1]).expand((1, -1))
+    left = [name for name, b in model.named_buffers() if b.is_meta]
+    if left:
+        raise ValueError(f"image encoder at {folder}: buffers {left} have no values (another transformers version?)")
+    return model.eval().requires_grad_(False)
 
 
 def _processor_class():

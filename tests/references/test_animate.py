@@ -267,3 +267,25 @@ def test_quantized_animate_weights_stay_near_the_bf16_video(tmp_path, tiny, exam
         rms = np.sqrt(np.mean((frames(quantize, quantize=quantize) - dense) ** 2))
         print(f"quantize={quantize}: RMS {rms:.2f} levels from bf16; another seed {other_seed:.2f}")
         assert rms < 0.25 * other_seed, quantize
+
+
+def test_a_damaged_image_encoder_is_one_line_and_writes_nothing(tmp_path, tiny):
+    """The CLIP tower is untrusted input like every weight: read by our reader, NaN/inf refused."""
+    import shutil
+
+    from harness.cli import run_in_process
+    from safetensors.torch import load_file, save_file
+
+    from parallel_wan.errors import RunError
+
+    _, ckpt = tiny
+    damaged = tmp_path / "ckpt"
+    shutil.copytree(ckpt, damaged)
+    path = damaged / "image_encoder" / "model.safetensors"
+    state = load_file(path)
+    name = next(k for k in state if k.endswith("q_proj.weight"))
+    state[name][0, 0] = float("nan")
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(RunError, match=f"{name} holds 1 non-finite value"):
+        run_in_process(tmp_path / "out", "model=tiny_animate", f"checkpoint_dir={damaged}", "steps=1")
+    assert not (tmp_path / "out" / "video.mp4").exists()
