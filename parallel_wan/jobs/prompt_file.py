@@ -23,6 +23,11 @@ ENTRY_KEYS = (
     "seed",
     "image",
     "last_image",
+    "pose_video",  # Animate-14B's driving videos and mode, per entry (config/animate_inputs.py)
+    "face_video",
+    "background_video",
+    "mask_video",
+    "mode",
     "num_frames",
     "height",
     "width",
@@ -99,7 +104,7 @@ def _fields(line: str, where: str, folder: str) -> dict:
             f"{where}: name={name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a "
             "letter or digit (it names NAME.mp4 and NAME.json)"
         )
-    for key in ("image", "last_image"):
+    for key in ("image", "last_image", "pose_video", "face_video", "background_video", "mask_video"):
         image = fields.get(key)
         if isinstance(image, str) and image and not os.path.isabs(image):
             # Relative to the prompt file, so a folder of prompts and images moves as one.

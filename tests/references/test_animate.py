@@ -289,3 +289,47 @@ def test_a_damaged_image_encoder_is_one_line_and_writes_nothing(tmp_path, tiny):
     with pytest.raises(RunError, match=f"{name} holds 1 non-finite value"):
         run_in_process(tmp_path / "out", "model=tiny_animate", f"checkpoint_dir={damaged}", "steps=1")
     assert not (tmp_path / "out" / "video.mp4").exists()
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_prompt_file_gives_each_entry_its_own_driving_videos(tmp_path, tiny, examples):
+    """prompts=FILE with Animate: each line its own pose and face videos (paths relative to the
+    file) and mode; each entry's video equals the single run with its inputs, frame for frame."""
+    import json
+    import shutil
+
+    from harness.cli import common, run_in_process
+
+    _, ckpt = tiny
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for key in ("image", "pose_video", "face_video", "background_video", "mask_video"):
+        shutil.copy(examples[key], folder / f"{key}{examples[key][-4:]}")
+    lines = [
+        {"prompt": PROMPT, "image": "image.png", "pose_video": "pose_video.mp4", "face_video": "face_video.mp4"},
+        {
+            "prompt": PROMPT,
+            "image": "image.png",
+            "pose_video": "background_video.mp4",  # another driving video
+            "face_video": "face_video.mp4",
+            "mode": "replace",
+            "background_video": "background_video.mp4",
+            "mask_video": "mask_video.mp4",
+            "name": "replaced",
+        },
+    ]
+    (folder / "prompts.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    words = [w for w in common(ckpt, steps=2) if not w.startswith("prompt=")]
+    run_in_process(tmp_path / "out", *words, "model=tiny_animate", f"prompts={folder / 'prompts.jsonl'}")
+    other_pose = dict(examples, pose_video=examples["background_video"])
+    single = ours(tmp_path / "single", ckpt, other_pose, "replace", steps=2)
+    job = json.loads((tmp_path / "out" / "replaced.json").read_text())
+    assert (
+        job["animate"]["mode"] == "replace"
+        and job["animate"]["pose_video"]["sha256"] == (single["sidecar"]["animate"]["pose_video"]["sha256"])
+    )
+    import imageio.v3 as iio
+
+    got = np.stack(list(iio.imiter(tmp_path / "out" / "replaced.mp4")))
+    want = np.stack(list(iio.imiter(tmp_path / "single" / "video.mp4")))
+    assert np.array_equal(got, want)
