@@ -109,7 +109,8 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
             unguided=unguided_experts(spec),
             segment_inputs=arrays,
         )
-        predict = backend.noise_predictor(task)
+        with timer.phase("segment_inputs"):  # JAX makes the pose, image and face tokens here; torch at step 1
+            predict = backend.noise_predictor(task)
         x = predict.shard(work.local(draw_noise(spec, work.rows, shape, backend, tcfg.patch_size, segment), backend))
         with timer.phase("denoise"):
             state = denoise(spec, schedule, x, predict, progress, ops)
