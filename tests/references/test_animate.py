@@ -333,3 +333,27 @@ def test_a_prompt_file_gives_each_entry_its_own_driving_videos(tmp_path, tiny, e
     got = np.stack(list(iio.imiter(tmp_path / "out" / "replaced.mp4")))
     want = np.stack(list(iio.imiter(tmp_path / "single" / "video.mp4")))
     assert np.array_equal(got, want)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_compile_true_runs_the_blocks_compiled_between_the_face_adapters(tmp_path, tiny, examples):
+    """compile=true on Animate: the block function compiled (the "aot_eager" capture, as the hot
+    path's fp32 test: inductor's C++ build is a minute here) and run through the block pass
+    between the eager face adapters; fp32 latents equal eager's (measured 0.0 relative)."""
+    import torch._dynamo.utils as dynamo_utils
+
+    from parallel_wan.backends import make_backend
+    from parallel_wan.config.compose import compose_spec
+    from parallel_wan.pipeline import generate, preflight
+
+    _, ckpt = tiny
+    words = [f"checkpoint_dir={ckpt}", "model=tiny_animate", "dtype=float32", "steps=2", "height=48", "width=48"]
+    words += [f"{k}={examples[k]}" for k in ("image", "pose_video", "face_video")]
+    latents = []
+    for extra, compile_backend in (([], "inductor"), (["compile=true"], "aot_eager")):
+        spec = compose_spec(words + extra, output_dir=str(tmp_path))
+        before = dynamo_utils.counters["stats"]["unique_graphs"]
+        latents.append(generate(spec, make_backend(spec, compile_backend=compile_backend), preflight(spec)).latents)
+        compiled = dynamo_utils.counters["stats"]["unique_graphs"] - before
+    assert compiled >= 1  # the compiled run captured graphs (the eager one none)
+    assert np.linalg.norm(latents[1] - latents[0]) <= 1e-6 * np.linalg.norm(latents[0])
