@@ -25,7 +25,7 @@ class ClipImageEncoder:
         import torch
 
         self.processor = _processor_class().from_pretrained(processor_dir)
-        self.model = load_clip(Path(encoder_dir), dtype).to(device)
+        self.model = load_clip(Path(encoder_dir), dtype, device)
         self.device, self.torch = device, torch
 
     def features(self, image) -> np.ndarray:
@@ -40,7 +40,7 @@ class ClipImageEncoder:
         self.model = None
 
 
-def load_clip(folder: Path, dtype):
+def load_clip(folder: Path, dtype, device="cpu"):
     """transformers' CLIPVisionModel with the folder's weights, as the text encoder is loaded
     (text/umt5.py): built on the meta device and assigned the tensors our reader gives (cast in
     their one copy, checked for NaN/inf: checkpoints are untrusted), not `from_pretrained`
@@ -51,9 +51,10 @@ def load_clip(folder: Path, dtype):
     from ..weights.safetensors_io import read_safetensors
 
     config = CLIPVisionConfig.from_pretrained(folder)
-    with torch.device("meta"):
+    with torch.device("meta"), _no_init():  # every weight comes from the file: no init ops run
         model = CLIPVisionModel(config)
-    state = read_safetensors(folder, dtype=dtype)
+    # onto the device tensor by tensor before assigning (no module-wide move afterwards)
+    state = {name: t.to(device) for name, t in read_safetensors(folder, dtype=dtype).items()}
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:
         raise ValueError(
@@ -65,11 +66,24 @@ def load_clip(folder: Path, dtype):
     for name, buffer in list(model.named_buffers()):
         if name.endswith("position_ids") and buffer.is_meta:
             owner = model.get_submodule(name.rpartition(".")[0])
-            owner.position_ids = torch.arange(buffer.shape[-1]).expand((1, -1))
+            owner.position_ids = torch.arange(buffer.shape[-1], device=device).expand((1, -1))
     left = [name for name, b in model.named_buffers() if b.is_meta]
     if left:
         raise ValueError(f"image encoder at {folder}: buffers {left} have no values (another transformers version?)")
     return model.eval().requires_grad_(False)
+
+
+def _no_init():
+    """transformers' context that skips its weight initialisers (they would run in-place ops
+    on meta tensors for nothing, which a fake-tensor harness refuses); a null context on a
+    transformers without one."""
+    import contextlib
+
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        return contextlib.nullcontext()
+    return no_init_weights()
 
 
 def _processor_class():
