@@ -69,9 +69,11 @@ def motion_basis(weight: np.ndarray) -> np.ndarray:
     return q
 
 
-def motion_encoder(p: dict, faces, ops):
+def motion_encoder(p: dict, faces, ops, basis=None):
     """Face crops (N, 3, size, size) in [-1, 1] → motion vectors (N, out_dim). Run once per
-    segment (models/animate_transformer.segment_inputs), so the basis's host QR is too."""
+    segment (models/animate_transformer.segment_inputs), so the basis's host QR is too.
+    `basis`: `motion_basis` of the weight made beforehand (a compiled program cannot take the
+    weight to the host); None: made here."""
     x = _conv(faces, p["conv_in"], ops)
     for block in p["res_blocks"]:
         out = _conv(
@@ -87,5 +89,7 @@ def motion_encoder(p: dict, faces, ops):
     feat = ops.reshape(x, (x.shape[0], x.shape[1]))
     for layer in p["motion_network"]:
         feat = _linear(feat, layer, ops)
-    q = ops.asarray(motion_basis(ops.to_numpy(p["motion_synthesis_weight"])), "float32", like=feat)
+    if basis is None:
+        basis = motion_basis(ops.to_numpy(p["motion_synthesis_weight"]))
+    q = ops.cast(ops.asarray(basis, "float32", like=feat), "float32")
     return ops.cast_like(ops.matmul(ops.cast(feat, "float32"), ops.transpose(q, (1, 0))), feat)

@@ -43,12 +43,12 @@ def image_context(params, features, ops):
     return norm(h, p["norm2"])
 
 
-def face_tokens(params, faces, face_heads: int, ops):
+def face_tokens(params, faces, face_heads: int, ops, basis=None):
     """Face crops (B, 3, F, size, size) of 4k+1 frames → face tokens (B, k + 2, heads + 1, dim):
     the k + 1 latent frames' tokens after a zero frame for the reference frame."""
     b, c, f, h, w = faces.shape
     crops = ops.reshape(ops.transpose(faces, (0, 2, 1, 3, 4)), (b * f, c, h, w))
-    motion = motion_encoder(params["motion_encoder"], crops, ops)
+    motion = motion_encoder(params["motion_encoder"], crops, ops, basis)
     face = face_encoder(params["face_encoder"], ops.reshape(motion, (b, f, motion.shape[-1])), face_heads, ops)
     return ops.concat([ops.zeros_like(face[:, :1]), face], axis=1)
 
@@ -75,18 +75,21 @@ class SegmentArrays(NamedTuple):
     frame_tokens: int
 
 
-def cond_and_uncond(params, arrays: SegmentArrays, cfg: TransformerConfig, ops, guided: bool):
+def cond_and_uncond(params, arrays: SegmentArrays, cfg: TransformerConfig, ops, guided: bool, basis=None):
     """(cond, uncond) SegmentInputs: the same pose and image, the face from the crops or from
-    blank crops (None when no step guides: no unconditional half runs)."""
+    blank crops (None when no step guides: no unconditional half runs). `basis`: the motion
+    basis made beforehand (animate_motion.motion_basis), for a compiled caller."""
     a = arrays
-    cond = segment_inputs(params, a.pose_tokens, a.image_features, a.faces, a.frame_tokens, cfg, ops)
+    cond = segment_inputs(params, a.pose_tokens, a.image_features, a.faces, a.frame_tokens, cfg, ops, basis)
     if not guided:
         return cond, None
-    blank = face_tokens(params, a.blank_faces, cfg.animate.face_encoder_num_heads, ops)
+    blank = face_tokens(params, a.blank_faces, cfg.animate.face_encoder_num_heads, ops, basis)
     return cond, cond._replace(face=blank)
 
 
-def segment_inputs(params, pose_tokens, image_features, faces, frame_tokens: int, cfg: TransformerConfig, ops):
+def segment_inputs(
+    params, pose_tokens, image_features, faces, frame_tokens: int, cfg: TransformerConfig, ops, basis=None
+):
     """pose_tokens: the pose latents' patch tokens (B, L − frame_tokens, patch volume × 16), the
     frames after the reference frame; image_features: CLIP's (B, 257, image_dim); faces:
     (B, 3, 4k+1, size, size). The pose comes back aligned to all L tokens, zero on the reference
@@ -97,7 +100,7 @@ def segment_inputs(params, pose_tokens, image_features, faces, frame_tokens: int
     return SegmentInputs(
         ops.concat([first, pose], axis=1),
         image_context(params, image_features, ops),
-        face_tokens(params, faces, cfg.animate.face_encoder_num_heads, ops),
+        face_tokens(params, faces, cfg.animate.face_encoder_num_heads, ops, basis),
     )
 
 

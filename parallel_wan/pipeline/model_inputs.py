@@ -97,13 +97,13 @@ def guided_prediction(layout: StepRows, out, guidance):
     return guided(out, layout.batch, guidance) if layout.halves == 2 else out
 
 
-def cond_and_uncond_inputs(params, arrays, cfg, ops, guided: bool):
+def cond_and_uncond_inputs(params, arrays, cfg, ops, guided: bool, basis=None):
     """Animate: the (cond, uncond) SegmentInputs of a segment's raw arrays
     (models/animate_transformer.SegmentArrays) made with the expert's weights as the predictor
     holds them; uncond is None when no step guides."""
     from ..models import animate_transformer as animate
 
-    return animate.cond_and_uncond(params, arrays, cfg, ops, guided)
+    return animate.cond_and_uncond(params, arrays, cfg, ops, guided, basis)
 
 
 def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
