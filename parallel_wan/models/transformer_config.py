@@ -86,7 +86,7 @@ class TransformerConfig:
     def from_official(cls, cfg: dict) -> TransformerConfig:
         """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
         model_type = cfg.get("model_type", "t2v")
-        if model_type == "animate":
+        if model_type == "animate" or cfg.get("_class_name") == "WanAnimateModel":  # its config has no model_type
             raise ValueError(
                 "official config model_type 'animate': the official Animate-14B folder is not read yet "
                 "(issue 42); use the diffusers layout (Wan-AI/Wan2.2-Animate-14B-Diffusers)"

@@ -88,6 +88,10 @@ def test_a_wan21_image_branch_is_still_refused():
 def test_the_official_animate_layout_says_it_is_not_read_yet():
     with pytest.raises(ValueError, match="use the diffusers layout"):
         TransformerConfig.from_official({"model_type": "animate", "dim": 5120, "num_heads": 40})
+    # the official Wan2.2-Animate-14B config.json names its class and no model_type
+    official = {"_class_name": "WanAnimateModel", "in_dim": 36, "dim": 5120, "num_heads": 40, "use_img_emb": True}
+    with pytest.raises(ValueError, match="official Animate-14B folder is not read yet"):
+        TransformerConfig.from_official(official)
 
 
 def test_the_channel_table_round_trips_as_diffusers_writes_it():
