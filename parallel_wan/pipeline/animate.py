@@ -76,14 +76,14 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
         start, stop = plan.window(segment)
         with timer.phase("vae_encode"):
             pose_tokens = ops.cast(
-                _latent_tokens(pose[:, :, start:stop], vcfg, tcfg, loaded.vae_params, ops, backend), dtype
+                _latent_tokens(pose.window(start, stop), vcfg, tcfg, loaded.vae_params, ops, backend), dtype
             )
             cond = [
                 _segment_condition(
                     reference,
                     previous[row][:, :, -a.prev_segment_frames :] if previous is not None else None,
-                    None if background is None else background[:, :, start:stop],
-                    None if mask is None else mask[:, :, start:stop],
+                    None if background is None else background.window(start, stop),
+                    None if mask is None else mask.window(start, stop),
                     a.prev_segment_frames,
                     video.num_frames,
                     vcfg,
@@ -94,7 +94,7 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
                 for row in range(rows if previous is not None else 1)
             ]
             cond = ops.concat(cond, axis=0) if len(cond) > 1 else cond[0]
-            face = ops.cast(backend.to_device(np.ascontiguousarray(faces[:, :, start:stop])), dtype)
+            face = ops.cast(backend.to_device(faces.window(start, stop)), dtype)
             # raw: the predictor makes the segment's inputs with the expert's weights as it holds them
             arrays = animate.SegmentArrays(pose_tokens, image_features, face, blank, frame_tokens)
         task = DenoiseTask(
