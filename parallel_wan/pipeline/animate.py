@@ -22,6 +22,7 @@ refused at the start.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -35,6 +36,8 @@ from .denoise import DenoiseTask, denoise, draw_noise
 from .local_work import gather_latent_tokens, local_work
 from .sidecar import Ran, sidecar_info
 from .steps import pick_schedule, step_plan, unguided_experts
+
+log = logging.getLogger("parallel_wan")
 
 
 def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: PhaseTimer):
@@ -74,6 +77,15 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
     outputs, previous, latents = [[] for _ in range(rows)], None, None
     for segment in range(plan.segments):
         start, stop = plan.window(segment)
+        if plan.segments > 1:
+            log.info(
+                "segment %d/%d: driving frames %d–%d%s",
+                segment + 1,
+                plan.segments,
+                start,
+                stop - 1,
+                f" (continuing from the last {a.prev_segment_frames} decoded)" if segment else "",
+            )
         with timer.phase("vae_encode"):
             pose_tokens = ops.cast(
                 _latent_tokens(pose.window(start, stop), vcfg, tcfg, loaded.vae_params, ops, backend), dtype

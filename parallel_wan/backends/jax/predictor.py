@@ -99,6 +99,24 @@ def make_step(
 SEGMENT_SPECS = (P("dp", CP, None), P("dp", None, None), P("dp", None, None, None), P(CP))
 
 
+_SEGMENT_PROGRAMS: dict = {}  # (config, guided, frame tokens) → the jitted maker, shared by segments
+
+
+def _segment_program(tcfg, guided: bool, frame_tokens: int):
+    """Animate's (cond, uncond) segment inputs as one jitted program, made once per model and
+    layout: every segment of a video (and every video of a job) reuses its compiled executable
+    (a 512² StyleGAN encoder per segment would otherwise compile again each time)."""
+    key = (tcfg, guided, frame_tokens)
+    if key not in _SEGMENT_PROGRAMS:
+
+        def make(p, pose, image, faces, blank, q):
+            a = animate.SegmentArrays(pose, image, faces, blank, frame_tokens)
+            return model_inputs.cond_and_uncond_inputs(p, a, tcfg, ops, guided, q)
+
+        _SEGMENT_PROGRAMS[key] = jax.jit(make)
+    return _SEGMENT_PROGRAMS[key]
+
+
 def host_copy(array) -> np.ndarray:
     """A host copy of a host array, or of a device array this process can see whole (a
     replicated global array is read from one local shard, which also works across hosts)."""
@@ -163,13 +181,8 @@ class JaxNoisePredictor(NoisePredictor):
         # basis's QR on the host first, as the eager path makes it
         basis = motion_basis(host_copy(params["motion_encoder"]["motion_synthesis_weight"]))
 
-        def make(p, pose, image, faces, blank, q):
-            a = arrays._replace(pose_tokens=pose, image_features=image, faces=faces, blank_faces=blank)
-            return model_inputs.cond_and_uncond_inputs(p, a, tcfg, ops, guided, q)
-
-        halves = jax.jit(make)(
-            params, arrays.pose_tokens, arrays.image_features, arrays.faces, arrays.blank_faces, basis
-        )
+        program = _segment_program(tcfg, guided, arrays.frame_tokens)
+        halves = program(params, arrays.pose_tokens, arrays.image_features, arrays.faces, arrays.blank_faces, basis)
         pad = self.padded - self.valid
         halves = tuple(
             None if h is None else h._replace(pose=jnp.pad(h.pose, ((0, 0), (0, pad), (0, 0)))) for h in halves
