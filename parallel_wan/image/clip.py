@@ -12,25 +12,21 @@ second copy of a network a dependency already carries.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
 
-log = logging.getLogger("parallel_wan")
-
 
 class ClipImageEncoder:
     def __init__(self, encoder_dir: Path, processor_dir: Path, dtype, device):
-        import torch
-
         self.processor = _processor_class().from_pretrained(processor_dir)
         self.model = load_clip(Path(encoder_dir), dtype, device)
-        self.device, self.torch = device, torch
+        self.device = device
 
     def features(self, image) -> np.ndarray:
         """A PIL image → (1, tokens, hidden) float32: the penultimate layer's hidden states."""
-        torch = self.torch
+        import torch
+
         pixels = self.processor(images=image, return_tensors="pt")["pixel_values"]
         with torch.inference_mode():
             out = self.model(pixel_values=pixels.to(self.device, self.model.dtype), output_hidden_states=True)

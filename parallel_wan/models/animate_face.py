@@ -1,4 +1,4 @@
-"""Wan2.2-Animate's face path, written once against `ops` (issue 42; not yet wired into a preset):
+"""Wan2.2-Animate's face path, written once against `ops` (issue 42):
 the face encoder turns the motion encoder's per-frame vectors into a few face tokens per latent
 frame, and the face adapter — a residual cross-attention after every `inject_every`-th block —
 lets each latent frame's video tokens attend to that frame's face tokens only.

@@ -1,9 +1,9 @@
-"""Wan2.2-Animate's motion encoder, written once against `ops` (issue 42; not yet wired into a
-preset): each face crop (a square `size` × `size` RGB image of the driving video's face) becomes
-one motion vector. A StyleGAN-style appearance encoder (equalised-learning-rate convolutions,
-blurred stride-2 downsampling, scaled leaky ReLUs, residual blocks halving the size down to 4×4,
-a 4×4 convolution to a vector), then `motion_blocks` linear layers to `motion_dim` coefficients,
-and the coefficients as the weights of an orthonormal motion basis (the QR factor of
+"""Wan2.2-Animate's motion encoder, written once against `ops` (issue 42): each face crop (a
+square `size` × `size` RGB image of the driving video's face) becomes one motion vector. A
+StyleGAN-style appearance encoder (equalised-learning-rate convolutions, blurred stride-2
+downsampling, scaled leaky ReLUs, residual blocks halving the size down to 4×4, a 4×4
+convolution to a vector), then `motion_blocks` linear layers to `motion_dim` coefficients, and
+the coefficients as the weights of an orthonormal motion basis (the QR factor of
 `motion_synthesis_weight`).
 
 Equal to diffusers' `WanAnimateMotionEncoder` (tests/unit/test_animate_face.py), parameter names

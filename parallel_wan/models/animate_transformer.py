@@ -1,5 +1,5 @@
-"""Wan2.2-Animate-14B's DiT forward, written once against `ops` (issue 42; not yet wired into a
-preset or the loop): the Wan DiT's blocks (models/transformer.py) with
+"""Wan2.2-Animate-14B's DiT forward, written once against `ops` (issue 42; run segment by segment
+by pipeline/animate.py): the Wan DiT's blocks (models/transformer.py) with
 
 - the pose: the pose video's latents embedded by their own patch embedding and added to the
   tokens of every latent frame but the first (the reference image's frame);
@@ -71,7 +71,7 @@ class SegmentArrays(NamedTuple):
     pose_tokens: object  # (1, L − frame_tokens, patch volume × 16)
     image_features: object  # (1, 257, image_dim)
     faces: object  # (1, 3, 4k+1, size, size)
-    blank_faces: object  # the same shape, all −1: the unconditional half's
+    blank_faces: object  # the same shape, all −1: the unconditional half's (None when nothing guides)
     frame_tokens: int
 
 
@@ -125,11 +125,11 @@ def forward(
     run_blocks: a block runner with the pass protocol (backends/torch/runners/block_pass.py:
     `open(blocks)` → a pass whose `run(block, h, stop=i)` runs blocks up to i), so the face
     adapters run between the blocks however the runner has the blocks' weights; or a layer
-    runner `run(block, h, layers)` (ops.scan_layers, JAX's with the FSDP gather bound), run over
-    slices of the layers; None: `ops.scan_layers`. Which latent frame each token is in, for the
-    face adapters: `face_runs` (host (start, stop, frame) runs, animate_face.face_runs) or
-    `face_frames` (a per-token int array, e.g. a traced shard's); neither: the whole sequence,
-    frame by frame. Returns (B, L, patch volume × out_channels)."""
+    runner `run(block, h, layers)` (ops.scan_layers, JAX's with the FSDP gather bound), which
+    runs every block in one scan with the adapters chosen by layer; None: `ops.scan_layers`.
+    Which latent frame each token is in, for the face adapters: `face_runs` (host (start, stop,
+    frame) runs, animate_face.face_runs) or `face_frames` (a per-token int array, e.g. a traced
+    shard's); neither: the whole sequence, frame by frame. Returns (B, L, patch volume × out_channels)."""
     x = embed_patches(params, tokens, cfg, ops) + inputs.pose
     temb, proj, text = condition(params, timestep, context, cfg, ops)
 
@@ -138,55 +138,33 @@ def forward(
 
     every = cfg.animate.inject_face_latents_blocks
     heads = cfg.num_attention_heads
-    # a torch block runner has passes; a layer runner is a function (duck-typed: models/ knows neither)
-    opened = run_blocks.open(params["blocks"]) if hasattr(run_blocks, "open") else None
-    if opened is None and not isinstance(params["blocks"], list):
-        # layers stacked for one scan (JAX): slicing them between the adapters would copy every
-        # layer's weights per step (28 GB a chip at A14B 720p, the v5p AOT compile showed), so
-        # one scan runs every block and, after block i, adds its adapter where i % k == 0 (each
-        # layer computes the adapter of its group and keeps it or not: ~5 % more FLOPs at 720p)
-        adapters = {k: v for k, v in _stack(params["face_adapter"], ops).items()}
 
-        def block_then_adapter(carry, p):
-            h, i = carry
-            h = block(h, p)
-            adapter = _index(adapters, i // every, ops)
-            added = h + face_adapter(adapter, h, inputs.face, heads, ops, cfg.eps, face_runs, face_frames)
-            return ops.where(i % every == 0, added, h), i + 1
+    def adapt(adapter, h):
+        return face_adapter(adapter, h, inputs.face, heads, ops, cfg.eps, face_runs, face_frames)
 
-        x, _ = (run_blocks or ops.scan_layers)(
-            block_then_adapter, (x, ops.zeros((), "int32", like=x)), params["blocks"]
-        )
+    if hasattr(run_blocks, "open"):  # a torch block runner (duck-typed: models/ knows no backend)
+        with run_blocks.open(params["blocks"]) as blocks:
+            for i, adapter in enumerate(params["face_adapter"]):
+                x = blocks.run(block, x, stop=i * every + 1)  # … up to block i·k, then its face adapter
+                x = x + adapt(adapter, x)
+            x = blocks.run(block, x)
         return output_head(params, x, temb, cfg, ops)
-    with opened or _LayerPass(run_blocks or ops.scan_layers, params["blocks"], ops) as blocks:
-        for i, adapter in enumerate(params["face_adapter"]):
-            x = blocks.run(block, x, stop=i * every + 1)  # … up to block i·k, then its face adapter
-            x = x + face_adapter(adapter, x, inputs.face, heads, ops, cfg.eps, face_runs, face_frames)
-        x = blocks.run(block, x)
+
+    # A layer runner (ops.scan_layers; JAX's with the FSDP gather bound) runs every block in one
+    # scan, adding after block i its group's adapter where i % k == 0. Scanning slices of the
+    # stacked layers between the adapters would copy every layer's weights each step (31 GB of
+    # temporaries a v5p chip at A14B 720p, the AOT compile showed); here each layer computes the
+    # adapter of its group and keeps it or not: ~5 % more FLOPs at 720p.
+    adapters = _stack(params["face_adapter"], ops)
+
+    def block_then_adapter(carry, p):
+        h, i = carry
+        h = block(h, p)
+        added = h + adapt(_index(adapters, i // every, ops), h)
+        return ops.where(i % every == 0, added, h), i + 1
+
+    x, _ = (run_blocks or ops.scan_layers)(block_then_adapter, (x, ops.zeros((), "int32", like=x)), params["blocks"])
     return output_head(params, x, temb, cfg, ops)
-
-
-class _LayerPass:
-    """The pass protocol over a layer runner `run(block, h, layers)`: blocks [done, stop) are
-    the layers sliced (a list of per-layer trees, or a tree of arrays stacked on a leading
-    layer axis, as JAX places them)."""
-
-    def __init__(self, runner, blocks, ops):
-        self.runner, self.blocks, self.done = runner, blocks, 0
-        self.count = ops.num_layers(blocks)
-
-    def run(self, block, h, stop=None):
-        stop = self.count if stop is None else stop
-        if stop > self.done:
-            h = self.runner(block, h, _layers(self.blocks, self.done, stop))
-        self.done = stop
-        return h
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 def _stack(trees: list, ops):
@@ -212,18 +190,3 @@ def _index(tree, i, ops):
     one_hot = ops.cast(ops.asarray(list(range(count)), "int32", like=tree) == i, ops.dtype_name(tree))
     flat = ops.reshape(tree, (count, -1))
     return ops.reshape(ops.matmul(ops.expand_dims(one_hot, 0), flat), shape)
-
-
-def _layers(blocks, start: int, stop: int):
-    """Layers [start, stop): a slice of a list of per-layer trees, or of every array of a stacked tree."""
-    if isinstance(blocks, list):
-        return blocks[start:stop]
-    return _stacked(blocks, start, stop)
-
-
-def _stacked(tree, start: int, stop: int):
-    if isinstance(tree, dict):
-        return {k: _stacked(v, start, stop) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):  # `to_out.0`: a numeric name becomes a list inside a layer
-        return type(tree)(_stacked(v, start, stop) for v in tree)
-    return None if tree is None else tree[start:stop]

@@ -16,8 +16,8 @@ end     the segments' frames joined — each after the first without the frames 
         the one before — and cut to the pose video's length.
 
 With guidance above 1 the unconditional half sees blank face crops (−1) as well as the negative
-prompt (both references). One process and the torch backend for now (issue 42): the others are
-refused at the start.
+prompt (both references). Every mesh and both backends; what is not built yet (step caches, a
+server, several prompts in one run) is refused at the start (config/animate_inputs.py).
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
     # what the transformer reads goes in its dtype, as diffusers casts the image embeddings, pose
     # latents and face crops (the latents and the joined condition stay float32 until the forward)
     dtype = spec.execution.dtype
-    image_features = ops.cast(backend.to_device(features), dtype)
-    blank = ops.cast(backend.to_device(np.full((1, 3, video.num_frames, side, side), -1.0, np.float32)), dtype)
+    image_features = ops.cast(features, dtype)
+    blank = None  # the unconditional half's face crops, when some step guides
+    if spec.uses_guidance:
+        blank = ops.cast(backend.to_device(np.full((1, 3, video.num_frames, side, side), -1.0, np.float32)), dtype)
 
     outputs, previous, latents = [[] for _ in range(rows)], None, None
     for segment in range(plan.segments):
@@ -161,14 +163,14 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
 
 def _image_features(loaded, original, backend):
     """CLIP's penultimate hidden states of the image as given, on the text-encoding process,
-    broadcast; the encoder is released after a single generation (a job keeps it for its next
+    broadcast to every process's device; the encoder is released after a single generation (a job keeps it for its next
     entries: 1.3 GB in bf16 at ViT-H on that process)."""
     features = None
     if backend.encodes_text:
         features = loaded.image_encoder.features(original)
         if loaded.texts is None:  # a single generation; a job's next entries need the encoder again
             loaded.image_encoder.release()
-    return backend.to_host(backend.broadcast_from_main(None if features is None else backend.to_device(features)))
+    return backend.broadcast_from_main(None if features is None else backend.to_device(features))
 
 
 def _encoded(video, vcfg, vae_params, ops, backend):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..models import transformer as dit
+from ..models import animate_transformer as animate, transformer as dit
 from ..parallel.cfg_rows import both_halves, context_rows, guided
 
 
@@ -97,18 +97,12 @@ def guided_prediction(layout: StepRows, out, guidance):
     return guided(out, layout.batch, guidance) if layout.halves == 2 else out
 
 
-def cond_and_uncond_inputs(params, arrays, cfg, ops, guided: bool, basis=None):
+def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
     """Animate: the (cond, uncond) SegmentInputs of a segment's raw arrays
     (models/animate_transformer.SegmentArrays) made with the expert's weights as the predictor
-    holds them; uncond is None when no step guides."""
-    from ..models import animate_transformer as animate
-
-    return animate.cond_and_uncond(params, arrays, cfg, ops, guided, basis)
-
-
-def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
-    """cond_and_uncond_inputs with the pose cut to this controller's tokens (one process per device)."""
-    halves = cond_and_uncond_inputs(params, arrays, cfg, backend.ops, guided)
+    holds them, the pose cut to this controller's tokens (one process per device); uncond is
+    None when no step guides."""
+    halves = animate.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
     return tuple(None if h is None else h._replace(pose=work.local(h.pose, backend)) for h in halves)
 
 

@@ -111,7 +111,7 @@ def _segment_program(tcfg, guided: bool, frame_tokens: int):
 
         def make(p, pose, image, faces, blank, q):
             a = animate.SegmentArrays(pose, image, faces, blank, frame_tokens)
-            return model_inputs.cond_and_uncond_inputs(p, a, tcfg, ops, guided, q)
+            return animate.cond_and_uncond(p, a, tcfg, ops, guided, q)
 
         _SEGMENT_PROGRAMS[key] = jax.jit(make)
     return _SEGMENT_PROGRAMS[key]

@@ -65,6 +65,16 @@ def decode_program(cfg):
     return vae_decode_video
 
 
+def _decode_with_tail(cfg, tail: int):
+    """Normalised latents → (uint8 frames, the last `tail` decoded frames as floats): Animate's."""
+
+    def decode_with_tail(params, z):
+        video = decode_video(params, vae.denormalize_latents(z, cfg, ops), cfg)
+        return to_uint8_frames(video, ops), video[:, :, -tail:]
+
+    return decode_with_tail
+
+
 def height_split(latent_height: int, devices: int) -> int:
     """How many devices share the decode: the largest count ≤ devices dividing the height."""
     return max(d for d in range(1, devices + 1) if latent_height % d == 0)
@@ -120,13 +130,8 @@ class JaxVideoDecoder(VideoDecoder):
             z = latents[row : row + 1]
             entry = self._program(z.shape)
             key = (repr(self.cfg), tuple(z.shape), tail, entry["split"])
-            if key not in _TAIL_DECODERS:
-
-                def decode_with_tail(params, z):
-                    video = decode_video(params, vae.denormalize_latents(z, self.cfg, ops), self.cfg)
-                    return to_uint8_frames(video, ops), video[:, :, -tail:]
-
-                _TAIL_DECODERS[key] = jax.jit(decode_with_tail)
+            if key not in _TAIL_DECODERS:  # closes over the config alone: the cache keeps no decoder alive
+                _TAIL_DECODERS[key] = jax.jit(_decode_with_tail(self.cfg, tail))
             frames, last = _TAIL_DECODERS[key](entry["params"], jax.device_put(z, entry["z"]))
             videos.append(self.to_host(frames).astype(np.uint8))
             tails.append(self.to_host(last).astype(np.float32))

@@ -61,6 +61,7 @@ class EagerNoisePredictor(NoisePredictor):
         # Animate: which latent frame each of this rank's tokens is in (its face adapters attend
         # per frame), and the segment's inputs, made with the weights at the first step
         self.face_runs = self.segment = None
+        self.segment_rows: dict = {}  # CFG halves in the forward → the segment's inputs for its rows
         if task.segment_inputs is not None:
             self.face_runs = face_runs(work.token_index(), task.grid[1] * task.grid[2], task.grid[0])
 
@@ -150,7 +151,11 @@ class EagerNoisePredictor(NoisePredictor):
                 self.segment = model_inputs.segment_inputs(
                     params, task.segment_inputs, tcfg, task.work, self.backend, task.uses_guidance
                 )
-            inputs = model_inputs.segment_rows(self.segment, layout, task.work.cfg_branch, ops)
+            if layout.halves not in self.segment_rows:  # laid out once, not joined again every step
+                self.segment_rows[layout.halves] = model_inputs.segment_rows(
+                    self.segment, layout, task.work.cfg_branch, ops
+                )
+            inputs = self.segment_rows[layout.halves]
             out = animate.forward(
                 params, tokens, ts, context, inputs, self.rope, tcfg, ops, self.attention, run_blocks, self.face_runs
             )

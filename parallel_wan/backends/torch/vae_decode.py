@@ -39,61 +39,28 @@ class EagerVideoDecoder(VideoDecoder):
     def frames_and_tail(self, latents, tail: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(the uint8 videos as __call__ returns them, and every video's last `tail` decoded
         frames as floats (1, 3, tail, H, W) on every rank): Animate's next segment is
-        conditioned on those floats (both references take them, not the uint8 frames). Each
-        band's tail is broadcast by its rank, so every rank holds the same floats."""
-        from ...models import vae
-        from ...report.frames import to_uint8_frames
-
-        world, rank = self.backend.mesh.world_size, self.backend.rank
-        if world == 1:
-            videos, tails = [], []
-            for row in range(latents.shape[0]):
-                video = vae.decode(
-                    self.params, vae.denormalize_latents(latents[row : row + 1], self.cfg, ops), ops, self.cfg
-                )
-                videos.append(self.backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8))
-                tails.append(self.backend.to_host(video[:, :, -tail:]).astype(np.float32))
-            return videos, tails
-        latents = self.backend.broadcast_from_main(latents if rank == 0 else None)
-        bands = height_bands(latents.shape[3], world)
-        group = self._group(len(bands), world)
-        comm, scale = self.backend.mesh.comm, self.cfg.scale_factor_spatial
-        width = latents.shape[4] * scale
-        videos, tails = [], []
-        for row in range(latents.shape[0]):
-            mine = None
-            if rank < len(bands):
-                start, stop = bands[rank]
-                band_ops = HeightBandOps([b - a for a, b in bands], rank, comm, group)
-                z = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], self.cfg, ops)
-                video = vae.decode(self.params, z, band_ops, self.cfg)
-                whole = _gather_rows_to_rank0(to_uint8_frames(video, ops).contiguous(), len(bands), rank, comm)
-                if whole is not None:
-                    videos.append(self.backend.to_host(whole).astype(np.uint8))
-                mine = video[:, :, -tail:].to(torch.float32).contiguous()
-            parts = []
-            for owner, (a, b) in enumerate(bands):
-                part = mine if owner == rank else None
-                if part is None:
-                    shape = (1, 3, tail, (b - a) * scale, width)
-                    part = torch.empty(shape, dtype=torch.float32, device=self.backend.device)
-                comm.broadcast(part, src=owner)
-                parts.append(part)
-            tails.append(self.backend.to_host(torch.cat(parts, dim=3)).astype(np.float32))
-        return videos, tails
+        conditioned on those floats (both references take them, not the uint8 frames)."""
+        return self._decode(latents, tail)
 
     def __call__(self, latents) -> list[np.ndarray]:
+        return self._decode(latents, None)[0]
+
+    def _decode(self, latents, tail: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(uint8 videos on rank 0, [] elsewhere; with `tail`, each video's last `tail` decoded
+        frames as floats on every rank, each band's broadcast by the rank that decoded it)."""
         from ...models import vae
         from ...report.frames import to_uint8_frames
 
         world, rank = self.backend.mesh.world_size, self.backend.rank
+        videos, tails = [], []
         if world == 1:
-            videos = []
             for row in range(latents.shape[0]):
                 z = vae.denormalize_latents(latents[row : row + 1], self.cfg, ops)
                 video = vae.decode(self.params, z, ops, self.cfg)
                 videos.append(self.backend.to_host(to_uint8_frames(video, ops)).astype(np.uint8))
-            return videos
+                if tail:
+                    tails.append(self.backend.to_host(video[:, :, -tail:]).astype(np.float32))
+            return videos, tails
 
         # Every rank holds every prompt's latents (pipeline.work.gather_latent_tokens); bands
         # are cut from rank 0's copy so the seams agree to the bit by construction (the CFG
@@ -101,19 +68,36 @@ class EagerVideoDecoder(VideoDecoder):
         latents = self.backend.broadcast_from_main(latents if rank == 0 else None)
         bands = height_bands(latents.shape[3], world)
         group = self._group(len(bands), world)
-        if rank >= len(bands):
-            return []
-        start, stop = bands[rank]
         comm = self.backend.mesh.comm
-        band_ops = HeightBandOps([b - a for a, b in bands], rank, comm, group)
-        videos = []
+        band_ops = None
+        if rank < len(bands):  # a rank past the bands decodes nothing (it still takes the tails)
+            band_ops = HeightBandOps([b - a for a, b in bands], rank, comm, group)
         for row in range(latents.shape[0]):
-            z = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], self.cfg, ops)
-            frames = to_uint8_frames(vae.decode(self.params, z, band_ops, self.cfg), ops).contiguous()
-            whole = _gather_rows_to_rank0(frames, len(bands), rank, comm)
-            if whole is not None:
-                videos.append(self.backend.to_host(whole).astype(np.uint8))
-        return videos
+            mine = None
+            if band_ops is not None:
+                start, stop = bands[rank]
+                z = vae.denormalize_latents(latents[row : row + 1, :, :, start:stop], self.cfg, ops)
+                video = vae.decode(self.params, z, band_ops, self.cfg)
+                whole = _gather_rows_to_rank0(to_uint8_frames(video, ops).contiguous(), len(bands), rank, comm)
+                if whole is not None:
+                    videos.append(self.backend.to_host(whole).astype(np.uint8))
+                mine = video[:, :, -tail:].to(torch.float32).contiguous() if tail else None
+            if tail:
+                tails.append(self._tail(mine, bands, tail, latents.shape[4]))
+        return videos, tails
+
+    def _tail(self, mine, bands, tail: int, latent_width: int) -> np.ndarray:
+        """Every band's last `tail` float frames, broadcast by its owner, joined by rows."""
+        comm, scale = self.backend.mesh.comm, self.cfg.scale_factor_spatial
+        parts = []
+        for owner, (a, b) in enumerate(bands):
+            part = mine if owner == self.backend.rank else None
+            if part is None:
+                shape = (1, 3, tail, (b - a) * scale, latent_width * scale)
+                part = torch.empty(shape, dtype=torch.float32, device=self.backend.device)
+            comm.broadcast(part, src=owner)
+            parts.append(part)
+        return self.backend.to_host(torch.cat(parts, dim=3)).astype(np.float32)
 
 
 def _gather_rows_to_rank0(frames: torch.Tensor, ranks: int, rank: int, comm: Collectives) -> torch.Tensor | None:
