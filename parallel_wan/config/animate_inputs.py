@@ -48,7 +48,7 @@ def with_examples(cfg: Mapping, model) -> Mapping:
     too), so `python -m parallel_wan.run model=tiny_animate` makes a video on a fresh machine.
     Any of them given: nothing is filled in (a half-given set is refused as usual)."""
     arch = architecture(model.architecture)
-    if not model.builtin or arch.variant.input(POSE_VIDEO) is None:
+    if not model.builtin or arch.variant.input(FACE_VIDEO) is None:
         return cfg
     if any(cfg.get(k) for k in ("image", *VIDEO_INPUTS)):
         return cfg
@@ -72,7 +72,7 @@ def animate_inputs(cfg: Mapping, model, num_frames: int) -> AnimateInputs | None
     be given)."""
     given = {k: _as(str, k, cfg[k]) for k in VIDEO_INPUTS if cfg.get(k)}
     variant = architecture(model.architecture).variant
-    if variant.input(POSE_VIDEO) is None:
+    if variant.input(FACE_VIDEO) is None:
         if given:
             key = next(iter(given))
             raise ConfigError(

@@ -18,7 +18,7 @@ from __future__ import annotations
 # the first frame (PyTorch's "replicate" padding), so frame t never sees a later frame.
 
 
-def _causal_conv1d(x, layer: dict, stride: int, ops):
+def causal_conv1d(x, layer: dict, stride: int, ops):
     """(B, T, C_in) → (B, T', C_out): a Conv1d over frames (weight (out, in, k)) after the causal
     replicate padding, as a Conv2d of height 1."""
     k = layer["weight"].shape[-1]
@@ -35,15 +35,16 @@ def face_encoder(p: dict, motion, heads: int, ops, eps: float = 1e-6):
     to the k+1 latent frames' rate, a projection to the transformer's width, and one learned
     padding token per frame appended."""
     b = motion.shape[0]
-    x = _causal_conv1d(motion, p["conv1_local"], 1, ops)  # (B, F, heads · hidden)
+    x = causal_conv1d(motion, p["conv1_local"], 1, ops)  # (B, F, heads · hidden)
     hidden = x.shape[-1] // heads
     x = ops.reshape(
         ops.transpose(ops.reshape(x, (b, x.shape[1], heads, hidden)), (0, 2, 1, 3)), (b * heads, -1, hidden)
     )
     x = ops.silu(ops.layer_norm(x, eps=eps))
     for conv in ("conv2", "conv3"):
-        x = ops.silu(ops.layer_norm(_causal_conv1d(x, p[conv], 2, ops), eps=eps))
-    x = ops.linear(x, p["out_proj"]["weight"], p["out_proj"]["bias"])  # (B · heads, F', dim)
+        x = ops.silu(ops.layer_norm(causal_conv1d(x, p[conv], 2, ops), eps=eps))
+    if "out_proj" in p:  # Animate's face encoder projects to the transformer's width; S2V's audio encoder is that wide
+        x = ops.linear(x, p["out_proj"]["weight"], p["out_proj"]["bias"])  # (B · heads, F', dim)
     frames, dim = x.shape[1], x.shape[2]
     x = ops.transpose(ops.reshape(x, (b, heads, frames, dim)), (0, 2, 1, 3))  # (B, F', heads, dim)
     padding = ops.broadcast_to(ops.cast_like(p["padding_tokens"], x), (b, frames, 1, dim))

@@ -61,3 +61,18 @@ def apply_rope(x, cos, sin, ops):
     odd = x1 * sin + x2 * cos
     out = ops.reshape(ops.stack([even, odd], axis=-1), (b, l, heads, d))
     return ops.cast_like(out, x)
+
+
+def rope_at(head_dim: int, positions: np.ndarray, theta: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (N, head_dim // 2) float32 for tokens at explicit (frame, row, column)
+    positions (N, 3) — any integers, negative frames included (S2V's motion tokens sit before
+    frame 0; a negative angle is the conjugate rotation, as the official table's `.conj()`)."""
+    positions = np.asarray(positions)
+    if positions.size and np.abs(positions).max() >= MAX_POSITIONS:
+        raise ValueError(f"a RoPE position of {int(np.abs(positions).max())} exceeds the {MAX_POSITIONS} positions")
+    dt, dh, dw = axis_dims(head_dim)
+    angles = np.concatenate(
+        [_angles(dt, positions[:, 0], theta), _angles(dh, positions[:, 1], theta), _angles(dw, positions[:, 2], theta)],
+        axis=1,
+    )
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

@@ -16,6 +16,7 @@ model's; the embedders and the head keep `ops.linear` (never quantized, as the r
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -109,14 +110,52 @@ def condition(params, timestep, context, cfg: TransformerConfig, ops):
     return temb, proj, ctx
 
 
+class TokenParts(NamedTuple):
+    """Modulation rows for two stretches of the sequence (S2V): tokens [0, first) take row 0 of
+    `proj` (B = 2, 6, dim) — the timestep's — and the rest row 1 (t = 0: the reference and
+    motion tokens, which are never denoised). Applied stretch by stretch, as the official model
+    does: no (L, 6, dim) per-token table."""
+
+    proj: object
+    first: int
+
+
 def _modulation(table, proj, ops):
     """table (1, n, dim) + proj (B, n, dim) or per-token (B, L, n, dim) → n vectors, each
-    broadcastable against hidden states (B, L, dim)."""
+    broadcastable against hidden states (B, L, dim); with TokenParts, n pairs of vectors
+    (TokenParts of (1, 1, dim) rows) that `_modulate` and `_gated` apply stretch by stretch."""
+    if isinstance(proj, TokenParts):
+        rows = [table + ops.cast(proj.proj[r : r + 1], "float32") for r in range(2)]
+        return [TokenParts((rows[0][:, i : i + 1], rows[1][:, i : i + 1]), proj.first) for i in range(table.shape[1])]
     if proj.ndim == 4:
         mod = ops.expand_dims(table, 0) + ops.cast(proj, "float32")
         return [mod[:, :, i] for i in range(table.shape[1])]
     mod = table + ops.cast(proj, "float32")
     return [mod[:, i : i + 1] for i in range(table.shape[1])]
+
+
+def _stretches(x, parts: TokenParts, fn, ops):
+    """fn(stretch of x, row) for the two stretches of TokenParts, joined along the tokens."""
+    first = parts.first
+    if first >= x.shape[1]:
+        return fn(x, 0)
+    if first <= 0:
+        return fn(x, 1)
+    return ops.concat([fn(x[:, :first], 0), fn(x[:, first:], 1)], axis=1)
+
+
+def _modulate(h, scale, shift, ops):
+    """h · (1 + scale) + shift, per stretch under TokenParts."""
+    if isinstance(scale, TokenParts):
+        return _stretches(h, scale, lambda part, r: part * (1 + scale.proj[r]) + shift.proj[r], ops)
+    return h * (1 + scale) + shift
+
+
+def _gated(y, gate, ops):
+    """y · gate, per stretch under TokenParts."""
+    if isinstance(gate, TokenParts):
+        return _stretches(y, gate, lambda part, r: part * gate.proj[r], ops)
+    return y * gate
 
 
 # ---------------------------------------------------------------- attention
@@ -177,8 +216,8 @@ def cross_attention_block(p, x, context, cfg: TransformerConfig, ops):
 def transformer_block(p, x, context, proj, rope, cfg: TransformerConfig, ops, attention):
     shift, scale, gate, c_shift, c_scale, c_gate = _modulation(p["scale_shift_table"], proj, ops)
     x32 = ops.cast(x, "float32")
-    h = ops.cast_like(ops.layer_norm(x32, eps=cfg.eps) * (1 + scale) + shift, x)
-    x = ops.cast_like(x32 + self_attention_block(p["attn1"], h, rope, cfg, ops, attention) * gate, x)
+    h = ops.cast_like(_modulate(ops.layer_norm(x32, eps=cfg.eps), scale, shift, ops), x)
+    x = ops.cast_like(x32 + _gated(self_attention_block(p["attn1"], h, rope, cfg, ops, attention), gate, ops), x)
 
     if cfg.cross_attn_norm:
         h = ops.cast_like(ops.layer_norm(ops.cast(x, "float32"), p["norm2"]["weight"], p["norm2"]["bias"], cfg.eps), x)
@@ -187,11 +226,11 @@ def transformer_block(p, x, context, proj, rope, cfg: TransformerConfig, ops, at
     x = x + cross_attention_block(p["attn2"], h, context, cfg, ops)
 
     x32 = ops.cast(x, "float32")
-    h = ops.cast_like(ops.layer_norm(x32, eps=cfg.eps) * (1 + c_scale) + c_shift, x)
+    h = ops.cast_like(_modulate(ops.layer_norm(x32, eps=cfg.eps), c_scale, c_shift, ops), x)
     ffn = p["ffn"]["net"]
     ff = ops.gelu(ops.dense(h, ffn[0]["proj"]), approximate=True)
     ff = ops.dense(ff, ffn[2])
-    return ops.cast_like(x32 + ops.cast(ff, "float32") * c_gate, x)
+    return ops.cast_like(x32 + _gated(ops.cast(ff, "float32"), c_gate, ops), x)
 
 
 def output_head(params, x, temb, cfg: TransformerConfig, ops):

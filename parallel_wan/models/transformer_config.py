@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .animate_config import ANIMATE_KEYS, AnimateConfig
+from .s2v_config import S2VConfig
 from .variants import TASKS
 
 DIT_CLASS = "WanTransformer3DModel"  # diffusers' class of a T2V/I2V/TI2V expert
@@ -32,6 +33,7 @@ class TransformerConfig:
     rope_max_seq_len: int = 1024
     text_len: int = 512
     animate: AnimateConfig | None = None  # Animate-14B's motion and face dimensions (animate_config.py)
+    s2v: S2VConfig | None = None  # S2V-14B's audio and motion-frame dimensions (s2v_config.py)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -44,7 +46,7 @@ class TransformerConfig:
 
     @classmethod
     def from_diffusers(cls, cfg: dict) -> TransformerConfig:
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "text_len", "animate"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "text_len", "animate", "s2v"}
         kwargs = {k: v for k, v in cfg.items() if k in known}
         if "patch_size" in kwargs:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
@@ -86,6 +88,10 @@ class TransformerConfig:
     def from_official(cls, cfg: dict) -> TransformerConfig:
         """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
         model_type = cfg.get("model_type", "t2v")
+        s2v = None
+        if model_type == "s2v" or cfg.get("_class_name") == "WanModel_S2V":
+            s2v = S2VConfig.from_official(cfg)
+            model_type = "s2v"
         if model_type == "animate" or cfg.get("_class_name") == "WanAnimateModel":  # its config has no model_type
             raise ValueError(
                 "official config model_type 'animate': the official Animate-14B folder is not read yet "
@@ -93,13 +99,13 @@ class TransformerConfig:
             )
         if model_type not in TASKS:
             raise ValueError(
-                f"official config model_type {model_type!r} is not a Wan 2.2 T2V/I2V/TI2V model; "
-                "parallel_wan runs t2v, i2v and ti2v checkpoints"
+                f"official config model_type {model_type!r} is not a Wan 2.2 T2V/I2V/TI2V/S2V model; "
+                "parallel_wan runs t2v, i2v, ti2v and s2v checkpoints"
             )
         dim, heads = int(cfg["dim"]), int(cfg["num_heads"])
         if dim % heads:
             raise ValueError(f"official config: dim {dim} is not divisible by num_heads {heads}")
-        return cls(
+        config = cls(
             patch_size=tuple(cfg.get("patch_size", (1, 2, 2))),
             num_attention_heads=heads,
             attention_head_dim=dim // heads,
@@ -113,12 +119,16 @@ class TransformerConfig:
             qk_norm="rms_norm_across_heads" if cfg.get("qk_norm", True) else None,
             eps=float(cfg.get("eps", 1e-6)),
             text_len=int(cfg.get("text_len", 512)),
+            s2v=s2v,
         )
+        if s2v is not None:
+            s2v.check(config.num_layers, config.dim)
+        return config
 
     def to_diffusers(self) -> dict:
         """The constructor's keyword arguments of `diffusers_class` (a config.json without its
         `_class_name`)."""
-        skip = ("extra", "text_len", "animate")
+        skip = ("extra", "text_len", "animate", "s2v")
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         d["patch_size"] = list(self.patch_size)
         if self.animate is not None:
@@ -126,9 +136,11 @@ class TransformerConfig:
         return d
 
     def to_official(self, model_type: str) -> dict:
-        """The official `config.json` of a model of this variant's task (`model_type`: t2v, i2v, ti2v)."""
+        """The official `config.json` of a model of this variant's task (`model_type`: t2v, i2v,
+        ti2v, s2v)."""
+        extra = {} if self.s2v is None else self.s2v.to_official()
         return {
-            "_class_name": "WanModel",
+            "_class_name": "WanModel_S2V" if self.s2v is not None else "WanModel",
             "model_type": model_type,
             "patch_size": list(self.patch_size),
             "text_len": self.text_len,
@@ -143,4 +155,5 @@ class TransformerConfig:
             "qk_norm": self.qk_norm is not None,
             "cross_attn_norm": self.cross_attn_norm,
             "eps": self.eps,
+            **extra,
         }

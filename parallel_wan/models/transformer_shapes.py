@@ -60,4 +60,8 @@ def param_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
         from .animate_shapes import animate_shapes
 
         shapes.update(animate_shapes(cfg))
+    if cfg.s2v is not None:
+        from .s2v_shapes import s2v_shapes
+
+        shapes.update(s2v_shapes(cfg))
     return shapes

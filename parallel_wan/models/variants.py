@@ -22,7 +22,13 @@ never by comparing task strings. The three Wan 2.2 variants:
   replace mode a background video and a mask video that fill the joined condition's frames and
   mask. Long videos are made in segments (models/animate_segments.py).
 
-A new variant (S2V: audio) states its inputs here with how each enters the model; an input that
+- S2V-14B: one expert; a portrait image, required, whose latent enters as tokens of its own after
+  the video's (at RoPE frame 30, modulated at t = 0, never denoised); speech audio, required,
+  whose wav2vec2 features reach the forward as per-frame audio tokens injected after some blocks;
+  a pose video, optional, whose latents are embedded and added to the video's tokens. Long audio
+  is made in clips, each continuing from the previous clip's last frames (motion tokens).
+
+A new variant states its inputs here with how each enters the model; an input that
 reaches the forward as arrays of its own (not channels joined to the noise) is a
 `forward_inputs` name, which the step's inputs (pipeline/model_inputs.py) and the transformer
 must then know.
@@ -45,6 +51,8 @@ LAST_FRAME = "last_frame"
 FORWARD_INPUT = "forward_input"  # arrays of its own in the forward (Animate's pose and face)
 # fills the joined condition's frames and mask where the noise's video would be (Animate's replace mode)
 SEGMENT_CONDITION = "segment_condition"
+# its latent's tokens follow the video's in the sequence, at fixed positions and t = 0 (S2V's image)
+REFERENCE_TOKENS = "reference_tokens"
 
 IMAGE = "image"  # the first frame (the `image=` setting); later: video, audio, pose
 LAST_IMAGE = "last_image"  # the last frame (first-last-frame video, I2V-A14B)
@@ -52,6 +60,7 @@ POSE_VIDEO = "pose_video"  # Animate: the driving poses, rendered as a video (di
 FACE_VIDEO = "face_video"  # Animate: the driving face, cropped square per frame
 BACKGROUND_VIDEO = "background_video"  # Animate replace mode: the video the character goes into
 MASK_VIDEO = "mask_video"  # Animate replace mode: where the person to replace is (white)
+AUDIO = "audio"  # S2V: the speech (a WAV/FLAC/MP3 file) the portrait speaks
 
 
 @dataclass(frozen=True)
@@ -113,5 +122,15 @@ ANIMATE = Variant(
     image_features=True,
     reference_frames=1,
 )
-VARIANTS = (T2V, I2V, TI2V, ANIMATE)
+S2V = Variant(
+    "s2v",
+    ONE_EXPERT,
+    inputs=(
+        Input(IMAGE, required=True, enters=REFERENCE_TOKENS),
+        Input(AUDIO, required=True, enters=FORWARD_INPUT),
+        Input(POSE_VIDEO, required=False, enters=FORWARD_INPUT),
+    ),
+    forward_inputs=("pose", "extra", "audio"),  # models/s2v_transformer.SegmentInputs
+)
+VARIANTS = (T2V, I2V, TI2V, ANIMATE, S2V)
 TASKS = tuple(v.task for v in VARIANTS)  # the official configs' model_type values

@@ -143,14 +143,20 @@ def serve_start(
     as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
     from ..memory_plan.fits import device_memory
     from ..models.registry import ARCHITECTURES
-    from ..models.variants import POSE_VIDEO
+    from ..models.variants import AUDIO, FACE_VIDEO
 
     model = str((raw.get("model") or {}).get("name", ""))
     arch = ARCHITECTURES.get(str((raw.get("model") or {}).get("architecture")))
-    if arch is not None and arch.variant.input(POSE_VIDEO) is not None:  # Animate needs videos too
+    if arch is not None and arch.variant.input(FACE_VIDEO) is not None:  # Animate needs videos too
         raise ConfigError(
             f"model={model}: serving Animate (its pose and face videos per request) is not built yet "
             "(issue 42); run it with python -m parallel_wan.run",
+            setting="model",
+        )
+    if arch is not None and arch.variant.input(AUDIO) is not None:
+        raise ConfigError(
+            f"model={model}: serving S2V (an audio file per request) is not built yet (issue 42); run it "
+            "with python -m parallel_wan.run",
             setting="model",
         )
     with placeholder_image(raw) as image:  # an i2v model's image comes with each request

@@ -32,6 +32,12 @@ _TOP = [
     ("img_emb.proj.3", "condition_embedder.image_embedder.ff.net.2"),
     ("img_emb.proj.4", "condition_embedder.image_embedder.norm2"),
     ("pose_patch_embedding", "pose_patch_embedding"),
+    # S2V-14B's additions keep their official names (there is no diffusers S2V model)
+    ("cond_encoder", "cond_encoder"),
+    ("trainable_cond_mask", "trainable_cond_mask"),
+    ("casual_audio_encoder", "casual_audio_encoder"),
+    ("audio_injector", "audio_injector"),
+    ("frame_packer", "frame_packer"),
 ]
 
 _BLOCK = [

@@ -1,0 +1,204 @@
+"""Wan2.2-S2V-14B's DiT forward, written once against `ops` (issue 42; run clip by clip by
+pipeline/s2v.py): the Wan DiT's blocks (models/transformer.py) over a longer sequence —
+
+- the video's noisy tokens, plus the pose condition's embedding (its own patch embedding of the
+  pose video's latents; all zeros when no pose video is given, which leaves its bias);
+- then the reference image's latent tokens (at RoPE frame 30) and, after the first clip, the
+  motion tokens: the previous clip's last 19 latent frames packed 1 / 2 / 16 frames to full /
+  half / quarter token resolution (the frame packer). Neither is denoised: they are modulated
+  at t = 0 (the blocks' TokenParts) and dropped before the head;
+- a learned embedding per token kind (video 0, reference 1, motion 2) added to all of them;
+- the audio: wav2vec2's 25 hidden states weighed into one feature per video frame, a causal
+  convolution encoder down to the latent frame rate (4 audio tokens and a padding token per
+  latent frame, and a global vector per frame), and after each of `audio_inject_layers` blocks
+  every video token attends to its own frame's audio tokens after an AdaIN by the frame's
+  global vector.
+
+None of the extra tokens or audio tokens depends on the timestep: `segment_inputs` makes them
+once per clip and `forward` (every step) only joins and attends to them.
+
+Equal to the official `WanModel_S2V` (tests/unit/test_s2v_model.py). Parameter names are the
+official ones for what S2V adds (s2v_shapes.py), diffusers' for the DiT they share.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .animate_face import _batched, causal_conv1d, face_encoder
+from .s2v_config import ZIP_FRAME_BUCKETS
+from .s2v_shapes import FRAME_PACKER
+from .transformer import TokenParts, condition, embed_patches, output_head, patchify, transformer_block
+from .transformer_config import TransformerConfig
+
+ADAIN_EPS = 1e-5  # the injectors' AdaLayerNorm keeps diffusers' default eps
+
+
+class SegmentInputs(NamedTuple):
+    """What a clip's every step joins or attends to but no step changes (per CFG half)."""
+
+    pose: object  # the pose condition's embedding of each video token (B, Lv, dim)
+    extra: object  # the reference and motion tokens, embedded, kinds added (B, Le, dim)
+    audio: object  # each latent frame's audio tokens (B, T, heads + 1, dim)
+    audio_global: object  # each latent frame's global audio vector (B, T, dim)
+
+
+class SegmentArrays(NamedTuple):
+    """A clip's raw inputs, one row each, before the weights touch them: what the pipeline hands
+    the noise predictor, which makes the (cond, uncond) SegmentInputs with the expert's weights
+    as it holds them (`cond_and_uncond`)."""
+
+    pose_tokens: object  # the pose latents' patch tokens (1, Lv, patch volume × 16); zeros without a pose video
+    reference_tokens: object  # the reference latent's patch tokens (1, h·w, patch volume × 16)
+    motion_latents: object  # the previous clip's last latent frames (1, 16, Tm, lh, lw); None: dropped (clip 1)
+    audio: object  # the clip's audio features (1, 25, audio_dim, frames), one per video frame
+
+
+def cond_and_uncond(params, arrays: SegmentArrays, cfg: TransformerConfig, ops, guided: bool):
+    """(cond, uncond) SegmentInputs: the same pose, reference and motion; the unconditional half
+    hears silence — features × 0, as the official code — (None when no step guides)."""
+    cond = segment_inputs(params, arrays, cfg, ops)
+    if not guided:
+        return cond, None
+    audio, glob = audio_tokens(params, arrays.audio * 0.0, cfg, ops)
+    return cond, cond._replace(audio=audio, audio_global=glob)
+
+
+def segment_inputs(params, arrays: SegmentArrays, cfg: TransformerConfig, ops) -> SegmentInputs:
+    kinds = params["trainable_cond_mask"]["weight"]  # (3, dim)
+    pose = embed_patches({"patch_embedding": params["cond_encoder"]}, arrays.pose_tokens, cfg, ops)
+    reference = embed_patches(params, arrays.reference_tokens, cfg, ops)
+    extra = reference + ops.cast_like(kinds[1], reference)
+    if arrays.motion_latents is not None:
+        motion = frame_packer(params["frame_packer"], arrays.motion_latents, ops)
+        extra = ops.concat([extra, motion + ops.cast_like(kinds[2], motion)], axis=1)
+    audio, glob = audio_tokens(params, arrays.audio, cfg, ops)
+    return SegmentInputs(pose, extra, audio, glob)
+
+
+def frame_packer(p, motion_latents, ops):
+    """The previous clip's latent frames (B, 16, Tm, lh, lw) → motion tokens (B, N, dim): the last
+    19 frames (zeros before the first when fewer), the nearest by the (1, 2, 2) patch embedding,
+    the 2 before by (2, 4, 4), the 16 before those by (4, 8, 8); nearest group first."""
+    b, c, frames, lh, lw = motion_latents.shape
+    total = sum(ZIP_FRAME_BUCKETS)
+    kept = motion_latents[:, :, max(0, frames - total) :]
+    if kept.shape[2] < total:
+        pad = ops.zeros((b, c, total - kept.shape[2], lh, lw), ops.dtype_name(kept), like=kept)
+        kept = ops.concat([pad, kept], axis=2)
+    near, mid, _ = ZIP_FRAME_BUCKETS
+    groups = {  # the frames each projection sees, nearest first
+        "proj": kept[:, :, total - near :],
+        "proj_2x": kept[:, :, total - near - mid : total - near],
+        "proj_4x": kept[:, :, : total - near - mid],
+    }
+    out = []
+    for name, kernel in FRAME_PACKER:
+        w = p[name]["weight"]  # (dim, 16, kt, kh, kw): a Conv3d with stride = kernel, as a matmul
+        dim = w.shape[0]
+        flat = ops.reshape(ops.transpose(w, (0, 2, 3, 4, 1)), (dim, math.prod(kernel) * w.shape[1]))
+        tokens = patchify(ops.cast_like(groups[name], w), kernel, ops)
+        out.append(ops.linear(tokens, flat, p[name]["bias"]))
+    return ops.concat(out, axis=1)
+
+
+def audio_tokens(params, features, cfg: TransformerConfig, ops):
+    """A clip's audio features (B, 25, audio_dim, F) of its F video frames → the audio tokens
+    (B, T, heads + 1, dim) and global vectors (B, T, dim) of its T latent frames.
+
+    As the official forward: the first feature repeated for the motion frames before the clip,
+    the 25 layers weighed by softmax-free positive weights (SiLU, normalised by their sum), the
+    causal encoder (two stride-2 convolutions: 4 frames a latent frame), and the motion frames'
+    latent frames dropped again. Float32 throughout (the official code disables autocast here)."""
+    s = cfg.s2v
+    p = params["casual_audio_encoder"]
+    x = ops.cast(features, "float32")
+    x = ops.concat([ops.repeat(x[..., :1], s.motion_frames, axis=-1), x], axis=-1)
+    weights = ops.silu(ops.cast(p["weights"], "float32"))  # (1, 25, 1, 1)
+    x = ops.sum((x * weights) / ops.sum(weights, axis=1, keepdims=True), axis=1)  # (B, audio_dim, frames)
+    x = ops.transpose(x, (0, 2, 1))  # (B, frames, audio_dim)
+    e = _float32({k: v["conv"] if isinstance(v, dict) and "conv" in v else v for k, v in p["encoder"].items()}, ops)
+    local = face_encoder(e, x, s.num_audio_token, ops)
+    g = x
+    for name, stride in (("conv1_global", 1), ("conv2", 2), ("conv3", 2)):
+        g = ops.silu(ops.layer_norm(causal_conv1d(g, e[name], stride, ops), eps=cfg.eps))
+    g = ops.linear(g, ops.cast(e["final_linear"]["weight"], "float32"), ops.cast(e["final_linear"]["bias"], "float32"))
+    skip = s.motion_latent_frames
+    return local[:, skip:], g[:, skip:]
+
+
+def _float32(tree, ops):
+    if isinstance(tree, dict):
+        return {k: _float32(v, ops) for k, v in tree.items()}
+    return ops.cast(tree, "float32")
+
+
+def audio_injection(inj, adain, x, audio, audio_global, heads: int, ops, eps: float, runs):
+    """The residual of one audio injector on the video tokens x (B, S, dim): each token AdaIN'd
+    by its frame's global vector, then attending to its frame's audio tokens (a Wan
+    cross-attention: q/k RMS-normed across heads). `runs`: the (start, stop, frame) runs of x's
+    tokens (animate_face.face_runs)."""
+    b, s, dim = x.shape
+    n = audio.shape[2]
+    head_dim = dim // heads
+    emb = ops.linear(ops.silu(audio_global), adain["linear"]["weight"], adain["linear"]["bias"])  # (B, T, 2·dim)
+    shift, scale = emb[..., :dim], emb[..., dim:]
+    normed = ops.layer_norm(ops.cast(x, "float32"), eps=ADAIN_EPS)
+    k = ops.rms_norm(ops.dense(audio, inj["k"]), inj["norm_k"]["weight"], eps)
+    v = ops.dense(audio, inj["v"])
+    pieces = []
+    for start, stop, first, count in _batched(runs):  # equal runs of consecutive frames: one attention call
+        length = (stop - start) // count
+        part = ops.reshape(normed[:, start:stop], (b, count, length, dim))
+        sc = ops.expand_dims(ops.cast(scale[:, first : first + count], "float32"), 2)
+        sh = ops.expand_dims(ops.cast(shift[:, first : first + count], "float32"), 2)
+        h = ops.cast_like(ops.reshape(part * (1 + sc) + sh, (b, stop - start, dim)), x)
+        q = ops.rms_norm(ops.dense(h, inj["q"]), inj["norm_q"]["weight"], eps)
+        qg = ops.reshape(q, (b * count, length, heads, head_dim))
+        kg = ops.reshape(k[:, first : first + count], (b * count, n, heads, head_dim))
+        vg = ops.reshape(v[:, first : first + count], (b * count, n, heads, head_dim))
+        pieces.append(ops.reshape(ops.attention(qg, kg, vg), (b, stop - start, dim)))
+    out = pieces[0] if len(pieces) == 1 else ops.concat(pieces, axis=1)
+    return ops.dense(ops.cast_like(out, x), inj["o"])
+
+
+def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg, ops, attention, run_blocks, runs):
+    """Noise prediction for one clip's video patch tokens (B, Lv, patch volume × 16); `inputs`:
+    the clip's segment_inputs for these rows; rope: (cos, sin) for the video's tokens then the
+    extra ones; `runs`: the video tokens' (start, stop, latent frame) runs. run_blocks: a torch
+    block runner with the pass protocol (backends/torch/runners/block_pass.py), so the audio
+    injectors run between the blocks however the runner holds their weights.
+    Returns (B, Lv, patch volume × out_channels)."""
+    kinds = params["trainable_cond_mask"]["weight"]
+    x = embed_patches(params, tokens, cfg, ops) + inputs.pose
+    x = x + ops.cast_like(kinds[0], x)
+    video = x.shape[1]
+    x = ops.concat([x, ops.cast_like(inputs.extra, x)], axis=1)
+    # the time embedding of t and of 0 (the reference and motion tokens' modulation)
+    both = ops.concat([ops.reshape(ops.cast(timestep, "float32"), (1,)), ops.zeros((1,), "float32", like=timestep)], 0)
+    temb, proj, text = condition(params, both, context, cfg, ops)
+    mod = TokenParts(proj, video)
+
+    def block(h, p):
+        return transformer_block(p, h, text, mod, rope, cfg, ops, attention)
+
+    heads = cfg.num_attention_heads
+    injectors = params["audio_injector"]
+    with run_blocks.open(params["blocks"]) as blocks:
+        for i, layer in enumerate(cfg.s2v.audio_inject_layers):
+            x = blocks.run(block, x, stop=layer + 1)
+            residual = audio_injection(
+                injectors["injector"][i],
+                injectors["injector_adain_layers"][i],
+                x[:, :video],
+                inputs.audio,
+                inputs.audio_global,
+                heads,
+                ops,
+                cfg.eps,
+                runs,
+            )
+            x = ops.concat([x[:, :video] + residual, x[:, video:]], axis=1)
+        x = blocks.run(block, x)
+    return output_head(params, x[:, :video], temb[0:1], cfg, ops)
