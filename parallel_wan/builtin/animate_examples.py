@@ -120,32 +120,16 @@ EXAMPLE_FRAMES, EXAMPLE_SIZE = 21, 64  # three 9-frame segments of the tiny pres
 
 
 def stored_examples(face_size: int) -> dict[str, str]:
-    """The example inputs, written once per machine under the cache home (as the built-in model
-    is, builtin/stored.py: atomically, one writer at a time); {setting: path}."""
+    """The example inputs, written once per machine under the cache home (builtin/stored.py);
+    {setting: path}."""
     import hashlib
-    import os
-    import shutil
-    import tempfile
 
-    from parallel_wan.builtin.stored import _turn, cache_home
+    from parallel_wan.builtin.stored import stored_inputs
 
     key = hashlib.sha256(Path(__file__).read_bytes() + f"{face_size}".encode()).hexdigest()[:16]
-    folder = cache_home() / "builtin" / f"animate_examples-{key}"
-    try:
-        if not folder.is_dir():
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            with _turn(folder.parent):
-                if not folder.is_dir():
-                    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-                    try:
-                        write_examples(partial, EXAMPLE_FRAMES, EXAMPLE_SIZE, EXAMPLE_SIZE, face_size)
-                        os.rename(partial, folder)
-                    finally:
-                        shutil.rmtree(partial, ignore_errors=True)
-    except OSError:  # no writable cache home: this run's own copy in a temporary folder
-        if not folder.is_dir():
-            folder = Path(tempfile.mkdtemp(prefix="parallel_wan_animate_examples_"))
-            write_examples(folder, EXAMPLE_FRAMES, EXAMPLE_SIZE, EXAMPLE_SIZE, face_size)
+    folder = stored_inputs(
+        "animate_examples", key, lambda f: write_examples(f, EXAMPLE_FRAMES, EXAMPLE_SIZE, EXAMPLE_SIZE, face_size)
+    )
     names = ("character.png", "pose.mp4", "face.mp4", "background.mp4", "mask.mp4")
     settings = ("image", "pose_video", "face_video", "background_video", "mask_video")
     return {k: str(folder / n) for k, n in zip(settings, names)}

@@ -40,6 +40,9 @@ _SOURCES = [
     "models/experts.py",
     "models/transformer_config.py",
     "models/vae_config.py",
+    "models/s2v_config.py",
+    "models/s2v_shapes.py",
+    "models/transformer_shapes.py",
     "weights/t5_keymap.py",
     "weights/transformer_keymap.py",
     "weights/vae_keymap.py",
@@ -93,7 +96,7 @@ def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:
                 return folder
             partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
             try:
-                write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout="diffusers")
+                write_checkpoint(build_tiny(kind=kind, seed=SEED), partial, layout=layout_of(kind))
                 os.rename(partial, folder)  # atomic; fails if another process got there first
             except OSError:
                 if not folder.is_dir():
@@ -103,9 +106,40 @@ def tiny_checkpoint_folder(kind: str, fallback: str | os.PathLike) -> Path:
     except OSError:
         if folder.is_dir():
             return folder
-        write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout="diffusers")
+        write_checkpoint(build_tiny(kind=kind, seed=SEED), fallback, layout=layout_of(kind))
         return Path(fallback)
     return folder
+
+
+def stored_inputs(name: str, key: str, write) -> Path:
+    """A folder of example inputs written once per machine by `write(folder)` under the cache
+    home as `<name>-<key>` (as the built-in model is: atomically, one writer at a time); where the
+    cache home cannot be written, this run's own copy in a temporary folder."""
+    folder = cache_home() / "builtin" / f"{name}-{key}"
+    try:
+        if not folder.is_dir():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            with _turn(folder.parent):
+                if not folder.is_dir():
+                    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+                    try:
+                        write(partial)
+                        os.rename(partial, folder)
+                    finally:
+                        shutil.rmtree(partial, ignore_errors=True)
+    except OSError:
+        if not folder.is_dir():
+            folder = Path(tempfile.mkdtemp(prefix=f"parallel_wan_{name}_"))
+            write(folder)
+    return folder
+
+
+def layout_of(kind: str) -> str:
+    """The layout the built-in model is stored in: diffusers', or the official one for a model
+    diffusers has no pipeline for (S2V)."""
+    from parallel_wan.builtin.kinds import architecture
+
+    return "official" if architecture(kind).transformer.s2v is not None else "diffusers"
 
 
 @contextlib.contextmanager

@@ -67,6 +67,8 @@ class TinyModel:
     boundary_ratio: float | None
     image_encoder: object | None = None  # transformers CLIPVisionModel (Animate), else None
     image_processor: object | None = None  # transformers CLIPImageProcessor beside it
+    audio_encoder: object | None = None  # transformers Wav2Vec2ForCTC (S2V), else None
+    audio_processor: object | None = None  # transformers Wav2Vec2Processor beside it
 
 
 def vae_kind(arch: registry.Architecture) -> str:
@@ -89,8 +91,11 @@ def _build(kind: str, seed: int) -> TinyModel:
     from transformers import UMT5Config, UMT5EncoderModel
 
     arch = architecture(kind)
-    transformer_class = getattr(diffusers, arch.transformer.diffusers_class)
-    experts = [transformer_class(**arch.transformer.to_diffusers()) for _ in arch.variant.experts]
+    if arch.transformer.s2v is not None:  # no diffusers class: a module of the parameter table
+        experts = [ParamTree(arch.transformer)]
+    else:
+        transformer_class = getattr(diffusers, arch.transformer.diffusers_class)
+        experts = [transformer_class(**arch.transformer.to_diffusers()) for _ in arch.variant.experts]
     vae = AutoencoderKLWan(**arch.vae.to_diffusers())
 
     tokenizer = build_tokenizer()
@@ -111,9 +116,13 @@ def _build(kind: str, seed: int) -> TinyModel:
     if arch.image_encoder is not None:
         image_encoder, image_processor = _clip(arch.image_encoder)
 
+    audio_encoder = audio_processor = None
+    if arch.audio_encoder is not None:
+        audio_encoder, audio_processor = _wav2vec(arch.audio_encoder)
+
     # One generator stream per component, so one component's size never shifts another's weights
-    # (the image encoder last: the other kinds' streams stay as they were before it existed).
-    modules = [*experts, vae, text_encoder] + ([image_encoder] if image_encoder is not None else [])
+    # (the image and audio encoders last: the other kinds' streams stay as they were before).
+    modules = [*experts, vae, text_encoder] + [m for m in (image_encoder, audio_encoder) if m is not None]
     for index, module in enumerate(modules):
         _randomize(module, torch.Generator().manual_seed(seed * 16 + index))
         module.eval().requires_grad_(False)
@@ -132,7 +141,56 @@ def _build(kind: str, seed: int) -> TinyModel:
         boundary_ratio=arch.boundary,
         image_encoder=image_encoder,
         image_processor=image_processor,
+        audio_encoder=audio_encoder,
+        audio_processor=audio_processor,
     )
+
+
+class ParamTree(torch.nn.Module):
+    """A module holding exactly the parameters of a transformer config's table (models/
+    transformer_shapes.param_shapes), nested by their dotted names: a model with no library
+    class (S2V-14B's official WanModel_S2V lives only in the official package) built and written
+    like the others. `config` is its official config.json."""
+
+    def __init__(self, cfg: TransformerConfig):
+        from parallel_wan.models.transformer_shapes import param_shapes
+
+        super().__init__()
+        self.transformer_config = cfg
+        self.config = cfg.to_official("s2v" if cfg.s2v is not None else "t2v")
+        for name, shape in param_shapes(cfg).items():
+            owner = self
+            *path, leaf = name.split(".")
+            for part in path:
+                if not hasattr(owner, part):
+                    owner.add_module(part, torch.nn.Module())
+                owner = getattr(owner, part)
+            owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
+
+
+def _wav2vec(fields: dict):
+    """A wav2vec2 CTC model of these Wav2Vec2Config fields and its processor (the feature
+    extractor normalising 16 kHz samples, and a character vocabulary): the folder S2V ships."""
+    from transformers import (
+        Wav2Vec2Config,
+        Wav2Vec2CTCTokenizer,
+        Wav2Vec2FeatureExtractor,
+        Wav2Vec2ForCTC,
+        Wav2Vec2Processor,
+    )
+
+    config = Wav2Vec2Config(**fields)
+    letters = ["<pad>", "<s>", "</s>", "<unk>", "|"] + list("ETAONIRSHDLUCMFWGYPBVKXJQZ'")
+    vocab = {c: i for i, c in enumerate(letters[: config.vocab_size])}
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "vocab.json").write_text(json.dumps(vocab))
+        tokenizer = Wav2Vec2CTCTokenizer(str(Path(folder) / "vocab.json"))
+    extractor = Wav2Vec2FeatureExtractor(
+        feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=True, return_attention_mask=True
+    )
+    return Wav2Vec2ForCTC(config), Wav2Vec2Processor(feature_extractor=extractor, tokenizer=tokenizer)
 
 
 def _clip(fields: dict):
@@ -215,6 +273,10 @@ def write_checkpoint(model: TinyModel, directory: str | Path, layout: str = "dif
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if layout == "diffusers":
+        if model.audio_encoder is not None:
+            raise ValueError(
+                f"{model.kind} has no diffusers layout (there is no diffusers S2V pipeline); use layout=official"
+            )
         _write_diffusers(model, directory)
     elif layout == "official":
         _write_official(model, directory)
@@ -297,7 +359,10 @@ def _write_official(model: TinyModel, root: Path) -> None:
     )
     task = architecture(model.kind).variant.task
     for folder, expert in experts.items():
-        config = TransformerConfig.from_diffusers(dict(expert.config)).to_official(task)
+        if isinstance(expert, ParamTree):
+            config = expert.config
+        else:
+            config = TransformerConfig.from_diffusers(dict(expert.config)).to_official(task)
         _write_json(root / folder / "config.json", config)
         _write_shards(transformer_keymap.diffusers_to_official(expert.state_dict()), root / folder)
     vae_file = "Wan2.2_VAE.pth" if model.vae_kind == "wan2.2" else "Wan2.1_VAE.pth"
@@ -306,6 +371,16 @@ def _write_official(model: TinyModel, root: Path) -> None:
     t5 = t5_keymap.transformers_to_official(model.text_encoder.state_dict())
     torch.save(_plain(t5), root / "models_t5_umt5-xxl-enc-bf16.pth")
     model.tokenizer.save_pretrained(root / "google" / "umt5-xxl")
+    if model.audio_encoder is not None:  # S2V: the wav2vec2 folder, as transformers writes it
+        from parallel_wan.weights.layout import OFFICIAL_WAV2VEC
+
+        folder = root / OFFICIAL_WAV2VEC
+        model.audio_encoder.config.save_pretrained(folder)
+        save_file(_plain(model.audio_encoder.state_dict()), folder / "model.safetensors", metadata={"format": "pt"})
+        # the feature extractor's own preprocessor_config.json and the tokenizer's files, as the
+        # released folder has them (a processor's save may fold them into one file)
+        model.audio_processor.feature_extractor.save_pretrained(folder)
+        model.audio_processor.tokenizer.save_pretrained(folder)
 
 
 def _write_shards(state_dict: dict, folder: Path, shards: int = 2) -> None:

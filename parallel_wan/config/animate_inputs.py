@@ -73,8 +73,9 @@ def animate_inputs(cfg: Mapping, model, num_frames: int) -> AnimateInputs | None
     given = {k: _as(str, k, cfg[k]) for k in VIDEO_INPUTS if cfg.get(k)}
     variant = architecture(model.architecture).variant
     if variant.input(FACE_VIDEO) is None:
-        if given:
-            key = next(iter(given))
+        refused = [k for k in given if variant.input(k) is None]  # S2V takes a pose video (config/s2v_inputs.py)
+        if refused:
+            key = refused[0]
             raise ConfigError(
                 f"{key}={given[key]} was given but model={model.name} takes no {key}; driving videos are "
                 "Animate-14B's (model=wan2.2_animate_14b); drop it",

@@ -1,7 +1,8 @@
 """A stand-in first frame for checking the settings of an image-to-video model that has no
 image yet: a server's start settings (every request brings its own image) and a memory plan
 (planning reads no image: the video's size decides the bytes, not the picture). For Animate the
-same for its driving videos: a memory plan reads none (a segment's size decides the bytes)."""
+same for its driving videos, and for S2V its speech: a memory plan reads none (a segment's size
+decides the bytes)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ def placeholder_image(raw: dict):
     """{"image": a small PNG} while the settings `raw` of an image-to-video model without
     image= are checked; {} otherwise. The file is gone once the block ends: nothing may read it
     later."""
-    videos = [k for k in ("pose_video", "face_video") if not raw.get(k) and _takes(raw.get("model") or {}, k)]
-    if (raw.get("image") or not _requires_image(raw.get("model") or {})) and not videos:
+    model = raw.get("model") or {}
+    videos = [k for k in ("pose_video", "face_video") if not raw.get(k) and _requires(model, k)]
+    audio = not raw.get("audio") and _requires(model, "audio")
+    if (raw.get("image") or not _requires_image(model)) and not videos and not audio:
         yield {}
         return
     from PIL import Image
@@ -32,15 +35,21 @@ def placeholder_image(raw: dict):
 
             given[key] = os.path.join(folder, f"placeholder_{key}.mp4")
             iio.imwrite(given[key], np.zeros((6, 16, 16, 3), np.uint8), fps=30, codec="libx264", macro_block_size=1)
+        if audio:  # S2V: a second of speech-like sound (the planner does not read it)
+            from ..builtin.s2v_examples import speech, write_wav
+
+            given["audio"] = os.path.join(folder, "placeholder.wav")
+            write_wav(given["audio"], speech(1.0))
         yield given
 
 
-def _takes(model: dict, name: str) -> bool:
+def _requires(model: dict, name: str) -> bool:
     from ..errors import ConfigError
     from .schema import preset_architecture
 
     try:
-        return preset_architecture(model).variant.input(name) is not None
+        taken = preset_architecture(model).variant.input(name)
+        return taken is not None and taken.required
     except ConfigError:
         return False
 

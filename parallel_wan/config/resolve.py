@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..lora.settings import lora_settings
 from ..models import latent
 from ..models.registry import architecture
-from ..models.variants import IMAGE, LAST_IMAGE
+from ..models.variants import AUDIO, IMAGE, LAST_IMAGE
 from ..parallel.mesh import mesh_spec
 from .animate_inputs import animate_inputs, check_animate_run, with_examples
 from .attention import attention_settings
@@ -26,6 +26,7 @@ from .checks import check_known_keys, check_seed, writable_folder
 from .expert_files import expert_file_settings
 from .few_step import explicit_schedule_settings
 from .quantization import quant_settings
+from .s2v_inputs import check_s2v_run, s2v_inputs, with_examples as with_s2v_examples
 from .schema import (
     BACKENDS,
     DTYPES,
@@ -83,9 +84,11 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
             setting=("num_frames", "video"),
         )
     cfg = with_examples(cfg, model)  # model=tiny_animate alone: the built-in example inputs
+    cfg = with_s2v_examples(cfg, model)  # model=tiny_s2v alone: its example portrait and speech
     image = _image(cfg, model)
     last_image = _last_image(cfg, model, numbers.num_frames)
     animate = animate_inputs(cfg, model, numbers.num_frames)
+    s2v = s2v_inputs(cfg, model, numbers.num_frames)
     if source is not None and int(numbers.steps * strength) < 1:
         raise ConfigError(
             f"strength={strength} of steps={numbers.steps} runs no step (diffusers' rule: int(steps·strength) "
@@ -103,7 +106,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     spec = RunSpec(
         model=model,
         mesh=mesh,
-        video=_video(cfg, numbers, image, prompts, source, strength, extend, last_image, animate),
+        video=_video(cfg, numbers, image, prompts, source, strength, extend, last_image, animate, s2v),
         sampling=_sampling(cfg, model, numbers),
         cache=_cache(cfg, model, image or extend, backend, numbers.guidance_high, numbers.guidance_low),
         weights=_weights(cfg, model, checkpoint_dir, files),
@@ -113,6 +116,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         quantization=quantization,
     )
     check_animate_run(spec)
+    check_s2v_run(spec)
     return spec
 
 
@@ -217,8 +221,10 @@ def _numbers(cfg: Mapping, model: ModelPreset) -> _Numbers:
 
 
 def _check_size(numbers: _Numbers, model: ModelPreset) -> None:
-    vae = architecture(model.architecture).vae
-    if not latent.frames_fit(numbers.num_frames, vae):
+    arch = architecture(model.architecture)
+    vae = arch.vae
+    # S2V's num_frames is a clip length, a multiple of 4 (config/s2v_inputs.py checks it)
+    if arch.variant.input(AUDIO) is None and not latent.frames_fit(numbers.num_frames, vae):
         stride = vae.scale_factor_temporal
         raise ConfigError(
             f"num_frames={numbers.num_frames} must be {stride}k+1 (the VAE's temporal stride is {stride}); "
@@ -327,6 +333,7 @@ def _video(
     extend: str | None,
     last_image: str | None = None,
     animate=None,
+    s2v=None,
 ) -> VideoSettings:
     negative = cfg.get("negative_prompt")
     return VideoSettings(
@@ -335,6 +342,7 @@ def _video(
         extend=extend,
         last_image=last_image,
         animate=animate,
+        s2v=s2v,
         prompts=prompts,
         negative_prompt=None if negative is None else _as(str, "negative_prompt", negative),
         image=image,

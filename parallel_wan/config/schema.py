@@ -12,7 +12,7 @@ from typing import Any
 from ..backends.capabilities import BACKENDS as _BACKEND_CAPABILITIES
 from ..caching.settings import CacheSettings
 from ..errors import ConfigError
-from ..models.variants import IMAGE, LAST_IMAGE
+from ..models.variants import AUDIO, IMAGE, LAST_IMAGE
 from ..parallel.mesh import MeshSpec
 from .few_step import apply_recipe, schedule_values
 from .quantization import NO_QUANTIZATION, QuantSettings
@@ -95,6 +95,7 @@ class VideoSettings:
     extend: str | None = None  # a video continued from its last frame (the first frame: config/source_video.py)
     last_image: str | None = None  # first-last-frame video: the last frame (I2V-A14B)
     animate: object | None = None  # Animate-14B: its driving videos and mode (config/animate_inputs.AnimateInputs)
+    s2v: object | None = None  # S2V-14B: its audio and clip count (config/s2v_inputs.S2VInputs)
     # A server's batch of requests (jobs/batch.py): each prompt's own seed and negative prompt.
     # None (every run of the command line): prompt i is seeded seed + i, and one negative serves all.
     seeds: tuple[int, ...] | None = None
@@ -107,6 +108,8 @@ class VideoSettings:
         if self.animate is not None:
             a = self.animate
             given += [name for name, path in vars(a).items() if name.endswith("_video") and path is not None]
+        if self.s2v is not None:
+            given.append(AUDIO)
         return frozenset(given + ([LAST_IMAGE] if self.last_image is not None else []))
 
     @property
@@ -264,6 +267,10 @@ class RunSpec:
             out.update(
                 {k: getattr(a, k) for k in ANIMATE_SETTINGS if getattr(a, k) is not None},
             )
+        if self.video.s2v is not None:  # S2V only: its audio and clip cap
+            out["audio"] = self.video.s2v.audio
+            if self.video.s2v.num_clips is not None:
+                out["num_clips"] = self.video.s2v.num_clips
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
         if self.execution.sequence_parallel != "ours":
             out["sequence_parallel"] = self.execution.sequence_parallel

@@ -90,7 +90,13 @@ def write_generation(spec: RunSpec, gen, extra: dict | None = None, stem: str = 
         sidecar["cache"] = {**cache, "ratios_file": str(write_curve(spec.output.dir, cache["measured_ratios"]))}
     try:
         paths = save_generation(
-            spec.output.dir, gen.videos, spec.model.fps, sidecar, spec.output.save_frames, stem=stem
+            spec.output.dir,
+            gen.videos,
+            spec.model.fps,
+            sidecar,
+            spec.output.save_frames,
+            stem=stem,
+            audio=spec.video.s2v.audio if spec.video.s2v is not None else None,
         )
     except OSError as exc:  # full disk, I/O error: save_generation has removed what it wrote
         raise OutputWriteError(

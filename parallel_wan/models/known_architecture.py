@@ -30,6 +30,7 @@ def dimensions(transformer: TransformerConfig, vae: VaeConfig) -> dict:
         "patch_size": tuple(transformer.patch_size),
         "vae_z_dim": vae.z_dim,
         "animate": transformer.animate is not None,  # Animate-14B has I2V-A14B's widths
+        "s2v": transformer.s2v is not None,  # S2V-14B has T2V-A14B's widths
     }
 
 

@@ -48,6 +48,8 @@ def nearest_frames(num_frames: int, vae) -> int:
 
 def size_multiple(transformer, vae) -> int:
     """What height and width must be multiples of: one patch of latent pixels, in video pixels
-    (the VAE's spatial stride × the patch: 16 for the Wan 2.1 VAE, 32 for Wan 2.2's)."""
+    (the VAE's spatial stride × the patch: 16 for the Wan 2.1 VAE, 32 for Wan 2.2's; S2V's 64:
+    its frame packer embeds the farthest motion frames by 8 × 8 latent pixels)."""
     _, ph, pw = transformer.patch_size
-    return vae.scale_factor_spatial * math.lcm(ph, pw)
+    packed = 4 if getattr(transformer, "s2v", None) is not None else 1
+    return vae.scale_factor_spatial * math.lcm(ph, pw) * packed

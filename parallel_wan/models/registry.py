@@ -19,9 +19,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from .animate_config import AnimateConfig
+from .s2v_config import S2VConfig
 from .transformer_config import TransformerConfig
 from .vae_config import VaeConfig
-from .variants import ANIMATE, I2V, T2V, TI2V, Variant
+from .variants import ANIMATE, I2V, S2V, T2V, TI2V, Variant
 
 TEXT_LEN = 512  # UMT5 tokens per prompt, the references' text_len
 
@@ -79,6 +80,32 @@ TINY_CLIP = dict(
 )
 
 
+# wav2vec2-large-xlsr-53-english (S2V-14B's audio encoder): transformers' Wav2Vec2Config fields.
+# S2V weighs all 25 hidden states (the 24 layers' and the input's), 1024 wide.
+WAV2VEC_LARGE = dict(
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    conv_dim=(512,) * 7,
+    do_stable_layer_norm=True,
+    feat_extract_norm="layer",
+)
+# The tiny one keeps the 24 layers (the transformer weighs 25 hidden states) and shrinks the widths.
+TINY_WAV2VEC = dict(
+    hidden_size=16,
+    num_hidden_layers=24,
+    num_attention_heads=2,
+    intermediate_size=32,
+    conv_dim=(8,) * 7,
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+    do_stable_layer_norm=True,
+    feat_extract_norm="layer",
+    vocab_size=32,
+)
+
+
 @dataclass(frozen=True)
 class Architecture:
     name: str
@@ -90,6 +117,7 @@ class Architecture:
     shift: float  # the flow shift the model was trained and is sampled with
     builtin: bool = False  # built in memory with random weights (builtin/tiny.py), never loaded
     image_encoder: dict | None = None  # transformers.CLIPVisionConfig fields (variant.image_features)
+    audio_encoder: dict | None = None  # transformers.Wav2Vec2Config fields (S2V)
 
 
 # Wan 2.2 (the official checkpoints' configs): A14B = dim 5120 = 40 heads × 128, FFN 13824, 40 layers, the
@@ -124,6 +152,11 @@ _TINY_ANIMATE = dataclasses.replace(
         motion_encoder_channel_sizes=((4, 32), (8, 32), (16, 16), (32, 8)),
     ),
 )
+# S2V-14B: the A14B DiT over 16 latent channels (the reference image enters as tokens, not
+# channels), with the pose condition, audio encoder and injectors, frame packer (official config).
+_S2V_14B = dataclasses.replace(_A14B, s2v=S2VConfig())
+# Audio injected after both tiny blocks; wav2vec2's width 16.
+_TINY_S2V = dataclasses.replace(_TINY, s2v=S2VConfig(audio_dim=16, audio_inject_layers=(0, 1)))
 # Narrow VAEs with the real structure (same stages, strides, causal caches).
 _TINY_VAE_WAN21 = dataclasses.replace(VaeConfig.wan2_1(), base_dim=8, decoder_base_dim=None)
 _TINY_VAE_WAN22 = dataclasses.replace(VaeConfig.wan2_2(), base_dim=8, decoder_base_dim=16)
@@ -143,10 +176,12 @@ ARCHITECTURES: dict[str, Architecture] = {
         _arch("wan2.2_i2v_a14b", I2V, _A14B, VaeConfig.wan2_1(), UMT5_XXL, 0.900, 5.0),
         _arch("wan2.2_ti2v_5b", TI2V, _5B, VaeConfig.wan2_2(), UMT5_XXL, None, 5.0),
         _arch("wan2.2_animate_14b", ANIMATE, _ANIMATE_14B, VaeConfig.wan2_1(), UMT5_XXL, None, 5.0, False, CLIP_VIT_H),
+        _arch("wan2.2_s2v_14b", S2V, _S2V_14B, VaeConfig.wan2_1(), UMT5_XXL, None, 3.0, False, None, WAV2VEC_LARGE),
         _arch("tiny", T2V, _TINY, _TINY_VAE_WAN21, TINY_UMT5, 0.875, 12.0, True),
         _arch("tiny_i2v", I2V, _TINY, _TINY_VAE_WAN21, TINY_UMT5, 0.900, 5.0, True),
         _arch("tiny_ti2v", TI2V, _TINY, _TINY_VAE_WAN22, TINY_UMT5, None, 5.0, True),
         _arch("tiny_animate", ANIMATE, _TINY_ANIMATE, _TINY_VAE_WAN21, TINY_UMT5, None, 5.0, True, TINY_CLIP),
+        _arch("tiny_s2v", S2V, _TINY_S2V, _TINY_VAE_WAN21, TINY_UMT5, None, 3.0, True, None, TINY_WAV2VEC),
     )
 }
 

@@ -142,6 +142,8 @@ def audio_injection(inj, adain, x, audio, audio_global, heads: int, ops, eps: fl
     b, s, dim = x.shape
     n = audio.shape[2]
     head_dim = dim // heads
+    # the audio tokens are made in float32; the injector runs in the hidden states' dtype
+    audio, audio_global = ops.cast_like(audio, x), ops.cast_like(audio_global, x)
     emb = ops.linear(ops.silu(audio_global), adain["linear"]["weight"], adain["linear"]["bias"])  # (B, T, 2·dim)
     shift, scale = emb[..., :dim], emb[..., dim:]
     normed = ops.layer_norm(ops.cast(x, "float32"), eps=ADAIN_EPS)

@@ -34,7 +34,7 @@ from ..report.timing import PhaseTimer
 from .animate_inputs import driving_video, reference_image
 from .denoise import DenoiseTask, denoise, draw_noise
 from .local_work import gather_latent_tokens, local_work
-from .sidecar import Ran, sidecar_info
+from .sidecar import segmented_info
 from .steps import pick_schedule, step_plan, unguided_experts
 
 log = logging.getLogger("parallel_wan")
@@ -135,19 +135,7 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
         for row, decoded in enumerate(frames):  # the writing process only
             outputs[row].append(decoded[plan.kept(segment) :])
     videos = [np.concatenate(parts)[: a.frames] for parts in outputs if parts]
-    ran = Ran(
-        ckpt=ckpt,
-        schedule_kind=schedule_kind,
-        schedule=schedule,
-        latent_shape=shape,
-        shards=work.shards,
-        head_dim=tcfg.attention_head_dim,
-        compiled={},
-        loras=loaded.loras,
-        cache=None,
-        image=image_record,
-    )
-    info = sidecar_info(spec, backend, ran)
+    info = segmented_info(spec, backend, ckpt, schedule_kind, schedule, shape, work, tcfg, loaded.loras, image_record)
     info["animate"] = {
         "mode": a.mode,
         "segments": plan.segments,

@@ -263,6 +263,7 @@ class Loaded:
     loras: dict | None = None  # expert → lora.merge.ExpertLora merged into it (None: none)
     texts: TextSource | None = None  # where generate takes the texts' rows (text_sources.py); None: encode them
     image_encoder: object | None = None  # Animate: image/clip.ClipImageEncoder on the text-encoding process
+    audio_encoder: object | None = None  # S2V: audio/wav2vec.Wav2VecEncoder on the text-encoding process
 
 
 def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
@@ -317,7 +318,7 @@ def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
 
     def text_and_vae():
         if keep is not None:
-            return keep.text_encoder, keep.vae_config, keep.vae_params, keep.image_encoder
+            return keep.text_encoder, keep.vae_config, keep.vae_params, keep.image_encoder, keep.audio_encoder
         text_encoder = (
             TextEncoder.load(ckpt, spec.execution.dtype, backend.text_device) if backend.encodes_text else None
         )
@@ -332,14 +333,22 @@ def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
                 torch_dtype(spec.execution.dtype),
                 backend.text_device,
             )
+        audio_encoder = None
+        if ckpt.audio_encoder_path is not None and backend.encodes_text:
+            from ..audio.wav2vec import Wav2VecEncoder
+            from ..weights.safetensors_io import torch_dtype
+
+            audio_encoder = Wav2VecEncoder(
+                ckpt.audio_encoder_path, torch_dtype(spec.execution.dtype), backend.text_device
+            )
         vae_cfg, vae_params = load_vae(ckpt, "float32")
-        return text_encoder, vae_cfg, backend.place(vae_params, "float32"), image_encoder
+        return text_encoder, vae_cfg, backend.place(vae_params, "float32"), image_encoder, audio_encoder
 
     # the experts and the VAE load side by side, unless placing is a collective (JAX across hosts)
     workers = 1 + len(ckpt.experts) if backend.places_concurrently else 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="load") as pool:
         background = pool.submit(text_and_vae)
         experts = dict(pool.map(expert, ckpt.experts))
-        text_encoder, vae_cfg, vae_params, image_encoder = background.result()
+        text_encoder, vae_cfg, vae_params, image_encoder, audio_encoder = background.result()
     texts = keep.texts if keep is not None else None
-    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder, loras, texts, image_encoder)
+    return Loaded(ckpt, experts, vae_cfg, vae_params, text_encoder, loras, texts, image_encoder, audio_encoder)

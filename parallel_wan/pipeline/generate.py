@@ -45,13 +45,14 @@ def texts_of(spec: RunSpec) -> list[str]:
     """What the forward reads, in order: every prompt, then the negative prompt when some
     expert guides (a batch of requests: each prompt's own, in the prompts' order). No expert
     guiding (every guidance 1.0): no negative prompt is encoded."""
-    from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT
+    from ..text.umt5 import DEFAULT_NEGATIVE_PROMPT, S2V_NEGATIVE_PROMPT
 
     video = spec.video
     if not spec.uses_guidance:
         return list(video.prompts)
     negatives = (video.negative_prompt,) if video.negative_prompts is None else video.negative_prompts
-    return [*video.prompts, *(DEFAULT_NEGATIVE_PROMPT if n is None else n for n in negatives)]
+    default = S2V_NEGATIVE_PROMPT if video.s2v is not None else DEFAULT_NEGATIVE_PROMPT
+    return [*video.prompts, *(default if n is None else n for n in negatives)]
 
 
 def encode_text(spec: RunSpec, loaded, backend):
@@ -90,17 +91,14 @@ def generate(
     preview (pipeline/preview.py)."""
     timer = PhaseTimer(backend.synchronize)
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
-        if spec.video.animate is not None:  # Animate-14B: segment by segment (pipeline/animate.py)
-            from .animate import generate_animate
-
+        segmented = _segmented(spec)  # Animate and S2V: segment by segment, clip by clip
+        if segmented is not None:
             if start is not None or stop_after is not None or preview is not None:
-                raise NotImplementedError("Animate runs have no resume, stop or preview yet (issue 42)")
+                raise NotImplementedError("Animate and S2V runs have no resume, stop or preview yet (issue 42)")
             loaded, ckpt = _loaded(spec, backend, ckpt, components, timer, tiny_dir)
             with timer.phase("text"):
                 context = encode_text(spec, loaded, backend)
-            videos, latents, info = generate_animate(
-                spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer
-            )
+            videos, latents, info = segmented(spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer)
             return Generation(videos=videos, latents=latents, timings=timer.as_dict(), info=info)
         run = _prepare(spec, backend, ckpt, components, start, timer, tiny_dir)
         with timer.phase("denoise"):
@@ -123,6 +121,20 @@ def generate(
     if cache_record is not None:
         _log_cache(cache_record, spec.sampling.steps)
     return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
+
+
+def _segmented(spec: RunSpec):
+    """The generation of a variant made in segments with a loop of its own (pipeline/animate.py,
+    pipeline/s2v.py), or None for one denoising loop."""
+    if spec.video.animate is not None:
+        from .animate import generate_animate
+
+        return generate_animate
+    if spec.video.s2v is not None:
+        from .s2v import generate_s2v
+
+        return generate_s2v
+    return None
 
 
 @dataclass(frozen=True)

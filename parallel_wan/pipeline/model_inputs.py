@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..models import animate_transformer as animate, transformer as dit
+from ..models import animate_transformer as animate, s2v_transformer as s2v, transformer as dit
 from ..parallel.cfg_rows import both_halves, context_rows, guided
 
 
@@ -98,11 +98,12 @@ def guided_prediction(layout: StepRows, out, guidance):
 
 
 def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
-    """Animate: the (cond, uncond) SegmentInputs of a segment's raw arrays
-    (models/animate_transformer.SegmentArrays) made with the expert's weights as the predictor
-    holds them, the pose cut to this controller's tokens (one process per device); uncond is
-    None when no step guides."""
-    halves = animate.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
+    """Animate and S2V: the (cond, uncond) SegmentInputs of a segment's raw arrays
+    (models/animate_transformer.SegmentArrays, s2v_transformer.SegmentArrays) made with the
+    expert's weights as the predictor holds them, the pose cut to this controller's tokens (one
+    process per device); uncond is None when no step guides."""
+    model = s2v if isinstance(arrays, s2v.SegmentArrays) else animate
+    halves = model.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
     return tuple(None if h is None else h._replace(pose=work.local(h.pose, backend)) for h in halves)
 
 

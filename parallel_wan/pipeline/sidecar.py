@@ -31,6 +31,24 @@ class Ran:
     image: dict | None  # the first frame's record; None: no image
 
 
+def segmented_info(spec: RunSpec, backend, ckpt, schedule_kind, schedule, shape, work, tcfg, loras, image) -> dict:
+    """sidecar_info of a run made segment by segment (Animate, S2V): no step cache, nothing
+    compiled ahead; `shape` and `work` are one segment's."""
+    ran = Ran(
+        ckpt=ckpt,
+        schedule_kind=schedule_kind,
+        schedule=schedule,
+        latent_shape=shape,
+        shards=work.shards,
+        head_dim=tcfg.attention_head_dim,
+        compiled={},
+        loras=loras,
+        cache=None,
+        image=image,
+    )
+    return sidecar_info(spec, backend, ran)
+
+
 def sidecar_info(spec: RunSpec, backend, ran: Ran) -> dict:
     """The sidecar's `info` for `spec` run on `backend`."""
     plan = step_plan(spec, ran.schedule)

@@ -102,8 +102,15 @@ def write_atomic(final: str, write) -> None:
     commit([(stage(final, write), final)])
 
 
-def _mp4_writer(frames: np.ndarray, fps: int):
+def _mp4_writer(frames: np.ndarray, fps: int, audio: str | None = None):
     def write(tmp):
+        if audio is not None:  # S2V: the speech muxed in after the frames are written
+            silent = stage(tmp, _mp4_writer(frames, fps))
+            try:
+                _mux_audio(silent, audio, tmp)
+            finally:
+                _remove(silent)
+            return
         import imageio.v2 as imageio
 
         # yuv420p needs even sizes; every supported size is a multiple of 16, so it is.
@@ -121,6 +128,37 @@ def _mp4_writer(frames: np.ndarray, fps: int):
         _check_mp4(tmp, len(frames), fps)
 
     return write
+
+
+def _mux_audio(video: str, audio: str, out: str) -> None:
+    """The video stream copied and the audio encoded AAC at 192 kb/s, cut to the shorter of the
+    two — the official S2V `merge_video_audio`'s command, by the ffmpeg imageio-ffmpeg ships."""
+    import subprocess
+
+    import imageio_ffmpeg
+
+    cmd = [imageio_ffmpeg.get_ffmpeg_exe(), "-nostdin", "-v", "error", "-y", "-i", video, "-i", audio]
+    cmd += [
+        "-c:v",
+        "copy",
+        "-c:a",
+        "aac",
+        "-b:a",
+        "192k",
+        "-map",
+        "0:v:0",
+        "-map",
+        "1:a:0",
+        "-shortest",
+        "-f",
+        "mp4",
+        out,
+    ]
+    done = subprocess.run(cmd, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise OSError(
+            errno.EIO, f"ffmpeg could not add the audio track: {done.stderr.decode(errors='replace').strip()}", out
+        )
 
 
 def _check_mp4(path: str, frames: int, fps: int) -> None:
@@ -163,10 +201,17 @@ def write_json(path: str | os.PathLike, payload, indent: int | None = 2) -> None
 
 
 def save_generation(
-    output_dir: str, videos: list, fps: int, sidecar: dict, save_frames: bool, stem: str = "video"
+    output_dir: str,
+    videos: list,
+    fps: int,
+    sidecar: dict,
+    save_frames: bool,
+    stem: str = "video",
+    audio: str | None = None,
 ) -> dict:
     """Write the videos (STEM.mp4, or STEM_000.mp4 … for a prompt batch), optional raw frames
-    and, last, the JSON sidecar STEM.json (output_names.py) — so a sidecar on disk means the job finished. Each
+    and, last, the JSON sidecar STEM.json (output_names.py) — so a sidecar on disk means the job
+    finished. `audio`: a file whose audio track every mp4 carries (S2V's speech). Each
     video's record holds the sha256 of its uint8 frames and of the mp4 file's bytes (a re-run
     checks the latter: jobs/resume.py). Returns the paths written.
 
@@ -184,7 +229,7 @@ def save_generation(
             if save_frames:
                 entry["frames"] = os.path.join(output_dir, frames_name(stem, index))
                 staged.append((stage(entry["frames"], _npy_writer(frames)), entry["frames"]))
-            staged.append((stage(entry["video"], _mp4_writer(frames, fps)), entry["video"]))
+            staged.append((stage(entry["video"], _mp4_writer(frames, fps, audio)), entry["video"]))
             entry["mp4_sha256"] = file_sha256(staged[-1][0])
             entries.append(entry)
         if many:

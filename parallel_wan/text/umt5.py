@@ -33,6 +33,13 @@ DEFAULT_NEGATIVE_PROMPT = (
     "手指融合，静止不动的画面，杂乱的背景，三条腿，背景人很多，倒着走"
 )
 
+# wan/configs/wan_s2v_14B.py `sample_neg_prompt`: S2V-14B's own default negative prompt.
+S2V_NEGATIVE_PROMPT = (
+    "画面模糊，最差质量，画面模糊，细节模糊不清，情绪激动剧烈，手快速抖动，字幕，丑陋的，残缺的，多余的手指，"
+    "画得不好的手部，画得不好的脸部，畸形的，毁容的，形态畸形的肢体，手指融合，静止不动的画面，杂乱的背景，三条腿，"
+    "背景人很多，倒着走"
+)
+
 
 class TextEncoder:
     def __init__(self, model, tokenizer, text_len: int = TEXT_LEN):

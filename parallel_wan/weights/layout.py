@@ -56,6 +56,8 @@ class Checkpoint:
     # Animate: the CLIP vision tower (transformers CLIPVisionModel folder) and its processor's folder
     image_encoder_path: Path | None = None
     image_processor_path: Path | None = None
+    # S2V: the wav2vec2 folder (transformers Wav2Vec2ForCTC/Model: config.json, preprocessor_config.json, weights)
+    audio_encoder_path: Path | None = None
 
     @property
     def boundary_ratio(self) -> float | None:
@@ -184,6 +186,7 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
     if not tokenizer.is_dir():
         raise CheckpointError(f"{where}: {OFFICIAL_TOKENIZER}/ is missing; expected the umt5-xxl tokenizer files")
     _check_tokenizer(tokenizer, f"{OFFICIAL_TOKENIZER}/", where)
+    audio = _official_audio_encoder(root, next(iter(configs.values())), where)
     return Checkpoint(
         root=root,
         layout="official",
@@ -196,7 +199,36 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
         text_encoder_format="official",
         tokenizer_path=tokenizer,
         scheduler_config=None,
+        audio_encoder_path=audio,
     )
+
+
+from ..models.s2v_config import WAV2VEC_LAYERS  # noqa: E402 (beside the one function that needs it)
+
+OFFICIAL_WAV2VEC = "wav2vec2-large-xlsr-53-english"  # S2V-14B's audio encoder folder (its config's `wav2vec`)
+
+
+def _official_audio_encoder(root: Path, cfg: TransformerConfig, where: str) -> Path | None:
+    """S2V's wav2vec2 folder, its width checked against the transformer's audio_dim; None for
+    the other variants."""
+    if cfg.s2v is None:
+        return None
+    folder = root / OFFICIAL_WAV2VEC
+    for file in ("config.json", "preprocessor_config.json"):
+        if not (folder / file).is_file():
+            raise CheckpointError(
+                f"{where}: {OFFICIAL_WAV2VEC}/{file} is missing; S2V-14B needs its wav2vec2 audio encoder folder"
+            )
+    if not any(folder.glob("*.safetensors")) and not (folder / "pytorch_model.bin").is_file():
+        raise CheckpointError(f"{where}: {OFFICIAL_WAV2VEC}/ has no weights (model.safetensors or pytorch_model.bin)")
+    audio_cfg = _read_json(folder / "config.json", where)
+    width, layers = audio_cfg.get("hidden_size"), audio_cfg.get("num_hidden_layers")
+    if width != cfg.s2v.audio_dim or layers is None or layers + 1 != WAV2VEC_LAYERS:
+        raise CheckpointError(
+            f"{where}: {OFFICIAL_WAV2VEC}/config.json has hidden_size={width}, num_hidden_layers={layers}; the "
+            f"transformer weighs 25 hidden states of width audio_dim={cfg.s2v.audio_dim} (24 layers)"
+        )
+    return folder
 
 
 def _check_tokenizer(folder: Path, part: str, where: str) -> None:

@@ -146,3 +146,19 @@ def test_the_s2v_dit_equals_the_official_model(official_model, motion):
         )
     got = dit.unpatchify(out, grid, patch, ops)[0].numpy()
     assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
+
+
+def test_the_14b_parameter_table_equals_the_official_model_built_on_meta():
+    """S2V-14B's whole table (4096-wide text, 40 blocks, 12 injectors) against the official
+    class built on the meta device from the config our registry writes for it."""
+    from parallel_wan.models.registry import architecture
+
+    _, model, _ = official_s2v()
+    cfg = architecture("wan2.2_s2v_14b").transformer
+    official = {k: v for k, v in cfg.to_official("s2v").items() if not k.startswith("_")}
+    with torch.device("meta"):
+        net = model.WanModel_S2V(**official)
+    theirs = {k: tuple(v.shape) for k, v in official_to_diffusers(dict(net.named_parameters())).items()}
+    assert param_shapes(cfg) == theirs
+    assert TransformerConfig.from_official(official) == cfg  # the config reads back as written
+    assert sum(np.prod(s) for s in theirs.values()) > 16e9  # S2V-14B is ~16.3B parameters with its additions

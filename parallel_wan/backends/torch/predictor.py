@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ...caching.host_cache import StepCache
-from ...models import animate_transformer as animate, transformer as dit
+from ...models import animate_transformer as animate, s2v_tokens, s2v_transformer as s2v, transformer as dit
 from ...models.animate_face import face_runs
-from ...models.rope import rope_tables
+from ...models.rope import rope_at, rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
 from ..contract import NoisePredictor
@@ -64,6 +64,23 @@ class EagerNoisePredictor(NoisePredictor):
         self.segment_rows: dict = {}  # CFG halves in the forward → the segment's inputs for its rows
         if task.segment_inputs is not None:
             self.face_runs = face_runs(work.token_index(), task.grid[1] * task.grid[2], task.grid[0])
+        self.s2v = isinstance(task.segment_inputs, s2v.SegmentArrays)
+        if self.s2v:  # the sequence goes on past the video's tokens: the reference's and the motion's
+            self._s2v_sequence(task, tcfg, backend)
+
+    def _s2v_sequence(self, task, tcfg, backend) -> None:
+        """S2V (one process): RoPE tables and self-attention over the video's tokens and the
+        reference and motion tokens after them (models/s2v_tokens.py)."""
+        work, grid = task.work, task.grid
+        if work.shards.cp != 1 or work.shards.padding:
+            raise NotImplementedError("S2V runs on one process for now (issue 42)")
+        motion = task.segment_inputs.motion_latents is not None
+        positions = np.concatenate(
+            [s2v_tokens.video_positions(grid), s2v_tokens.extra_positions(grid[1], grid[2], motion)]
+        )
+        cos, sin = rope_at(tcfg.attention_head_dim, positions)
+        self.rope = (backend.to_device(cos), backend.to_device(sin))
+        self.attention = backend.self_attention_for(dataclasses.replace(work.shards, tokens=len(positions)))
 
     def _step_cache(self, task, tcfg) -> StepCache:
         """The step cache of this rank's rows. First-Block Cache's sums (and a calibration's)
@@ -156,7 +173,8 @@ class EagerNoisePredictor(NoisePredictor):
                     self.segment, layout, task.work.cfg_branch, ops
                 )
             inputs = self.segment_rows[layout.halves]
-            out = animate.forward(
+            model = s2v if self.s2v else animate
+            out = model.forward(
                 params, tokens, ts, context, inputs, self.rope, tcfg, ops, self.attention, run_blocks, self.face_runs
             )
         else:

@@ -1,0 +1,147 @@
+"""S2V-14B's generation, clip by clip, as the official `wan22` speech-to-video code makes it
+(`WanS2V.generate`, the default path: no pose video, no TTS, not starting from the reference):
+
+once   the text; the speech through wav2vec2 (audio/: 25 hidden states, resampled to 30 per
+       second, sampled at the video's frame rate into whole clips of `num_frames`); the portrait
+       resized and centre-cropped to the video's size (s2v_inputs.portrait) and through the VAE
+       — its latent's tokens join every clip's sequence; `motion_frames` grey frames through
+       the VAE — the motion latents the second clip would have without a first;
+clip k the noise (a generator seeded seed + k, as the official code seeds each clip); the
+       denoising loop with the clip's audio features, the reference tokens and (after the
+       first clip) the motion tokens of the last clip's frames; the decode of the motion
+       latents then the clip's (the first clip: the reference latent then the clip's, its first
+       3 frames dropped), the clip's frames the last `num_frames` of it; its last frames (up to
+       `motion_frames`) shifted into the motion frames, floats, and through the VAE again;
+end    the clips joined: (num_frames − 3) + (clips − 1)·num_frames frames; the mp4 carries the
+       audio (report/outputs.py muxes it in).
+
+One process on the torch backend for now (config/s2v_inputs.check_s2v_run says what else is
+refused); the unconditional half hears silence (features × 0) beside the negative prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from ..models import s2v_transformer as s2v, transformer as dit, vae
+from ..models.experts import SINGLE
+from ..report.timing import PhaseTimer
+from .denoise import DenoiseTask, denoise
+from .local_work import gather_latent_tokens, local_work
+from .s2v_inputs import audio_features, portrait
+from .sidecar import segmented_info
+from .steps import pick_schedule, step_plan, unguided_experts
+
+log = logging.getLogger("parallel_wan")
+
+FIRST_CLIP_DROPPED = 3  # the first clip's leading frames the official code drops (decoded from the reference)
+
+
+def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTimer):
+    """(videos, the last clip's latents on the host, the sidecar's info) of an S2V run."""
+    ops, video, inputs = backend.ops, spec.video, spec.video.s2v
+    tcfg = loaded.experts[SINGLE][0]
+    vcfg = loaded.vae_config
+    frames, height, width = video.num_frames, video.height, video.width
+    motion_frames = tcfg.s2v.motion_frames
+    with timer.phase("audio"):
+        features, clips, audio_record = audio_features(loaded, inputs.audio, frames, spec.model.fps, backend)
+    if inputs.num_clips is not None and inputs.num_clips < clips:
+        clips = inputs.num_clips
+    dtype = spec.execution.dtype
+    with timer.phase("vae_encode"):
+        image, image_record = portrait(video.image, height, width)
+        reference = _encoded(image, vcfg, loaded.vae_params, ops, backend)  # (1, 16, 1, h, w)
+        last = np.zeros((1, 3, motion_frames, height, width), np.float32)  # grey: the official start
+        motion = _encoded(last, vcfg, loaded.vae_params, ops, backend)
+
+    latent_frames = (frames + 3 + motion_frames) // 4 - tcfg.s2v.motion_latent_frames
+    shape = (
+        1,
+        tcfg.out_channels,
+        latent_frames,
+        height // vcfg.scale_factor_spatial,
+        width // vcfg.scale_factor_spatial,
+    )
+    grid = dit.patch_grid(tcfg, shape)
+    work = local_work(spec, math.prod(grid), backend)
+    schedule_kind, schedule = pick_schedule(spec, ckpt)
+    decoder = backend.video_decoder(loaded.vae_params, vcfg)
+    reference_tokens = ops.cast(dit.patchify(reference, tcfg.patch_size, ops), dtype)
+    # no pose video: the official condition is the pose latents × 0, so the pose embedding is its bias
+    volume = math.prod(tcfg.patch_size) * tcfg.s2v.cond_dim
+    pose_tokens = ops.cast(backend.to_device(np.zeros((1, math.prod(grid), volume), np.float32)), dtype)
+
+    outputs, latents = [], None
+    for clip in range(clips):
+        if clips > 1:
+            start = 0 if clip == 0 else frames - FIRST_CLIP_DROPPED + (clip - 1) * frames
+            stop = frames - FIRST_CLIP_DROPPED + clip * frames
+            log.info(
+                "clip %d/%d: video frames %d–%d%s", clip + 1, clips, start, stop - 1, " (continuing)" if clip else ""
+            )
+        audio = ops.cast(backend.to_device(features[None, :, :, clip * frames : (clip + 1) * frames]), dtype)
+        arrays = s2v.SegmentArrays(
+            pose_tokens=pose_tokens,
+            reference_tokens=reference_tokens,
+            motion_latents=None if clip == 0 else ops.cast(motion, dtype),  # the first clip drops them
+            audio=audio,
+        )
+        task = DenoiseTask(
+            loaded.experts,
+            context,
+            len(video.prompts),
+            work,
+            grid,
+            spec.uses_guidance,
+            per_token_timestep=False,
+            unguided=unguided_experts(spec),
+            segment_inputs=arrays,
+        )
+        with timer.phase("segment_inputs"):
+            predict = backend.noise_predictor(task)
+        x = predict.shard(work.local(_clip_noise(video.seed + clip, shape, tcfg.patch_size, backend), backend))
+        with timer.phase("denoise"):
+            state = denoise(spec, schedule, x, predict, progress, ops)
+            tokens = gather_latent_tokens(state.latents, work, spec, backend)
+        latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
+        before = reference if clip == 0 else motion
+        with timer.phase("vae_decode"):
+            kept = frames - (FIRST_CLIP_DROPPED if clip == 0 else 0)
+            tail = min(motion_frames, kept)
+            decoded, tails = decoder.frames_and_tail(ops.concat([before, latents], axis=2), tail)
+        for row in decoded:  # the writing process only
+            outputs.append(row[-kept:])
+        with timer.phase("vae_encode"):  # the motion frames the next clip continues from
+            if clip + 1 < clips:
+                last = np.concatenate([last[:, :, tail:], tails[0]], axis=2)
+                motion = _encoded(last, vcfg, loaded.vae_params, ops, backend)
+    videos = [np.concatenate(outputs)] if outputs else []
+    info = segmented_info(spec, backend, ckpt, schedule_kind, schedule, shape, work, tcfg, loaded.loras, image_record)
+    info["s2v"] = {
+        "audio": audio_record,
+        "clips": clips,
+        "clip_frames": frames,
+        "motion_frames": motion_frames,
+        "frames": (frames - FIRST_CLIP_DROPPED) + (clips - 1) * frames,
+        "steps_per_clip": len(step_plan(spec, schedule)),
+    }
+    return videos, backend.to_host(latents), info
+
+
+def _encoded(video, vcfg, vae_params, ops, backend):
+    """Normalised VAE latents (the posterior mean, as the official `vae.encode`) of a host video."""
+    return vae.normalize_latents(backend.vae_encode(vae_params, np.ascontiguousarray(video), vcfg), vcfg, ops)
+
+
+def _clip_noise(seed: int, shape, patch_size, backend):
+    """The clip's noise as the official code draws it: a generator seeded `seed` (the run's seed
+    plus the clip's index), float32 on the CPU, patch tokens."""
+    import torch
+
+    generator = torch.Generator("cpu").manual_seed(seed)
+    noise = torch.randn(shape, generator=generator, dtype=torch.float32)
+    return dit.patchify(backend.to_device(noise.numpy()), patch_size, backend.ops)

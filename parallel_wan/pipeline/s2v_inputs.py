@@ -1,0 +1,80 @@
+"""S2V's inputs on the host: the portrait as the official code prepares it, and the speech's
+wav2vec2 features per video frame, made on the text-encoding process and broadcast."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+
+import numpy as np
+
+log = logging.getLogger("parallel_wan")
+
+
+def portrait(path: str, height: int, width: int) -> tuple[np.ndarray, dict]:
+    """The portrait → ((1, 3, 1, H, W) float32 in [-1, 1], a record), as the official code's
+    torchvision `Resize(min(H, W))` then `CenterCrop((H, W))` on the PIL image: the short side
+    scaled to min(H, W) (bilinear, the long side truncated), the centre cut out — and where the
+    image is then narrower than the video, black bars (torchvision pads before cropping)."""
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        size = im.size
+        w, h = size
+        side = min(height, width)
+        new = (side, int(side * h / w)) if w <= h else (int(side * w / h), side)
+        if new != (w, h):
+            im = im.resize(new, resample=Image.BILINEAR)
+        pixels = np.asarray(im, np.float32)
+    pixels = _centre(pixels, height, width)
+    if pixels.shape[:2] != (height, width) or new[0] < width or new[1] < height:
+        log.warning(
+            "image=%s (%dx%d) is narrower than the video's %dx%d after scaling its short side; black bars fill "
+            "the rest, as the official code does — crop it to the video's aspect first",
+            path,
+            w,
+            h,
+            width,
+            height,
+        )
+    image = (pixels / 255.0 * 2.0 - 1.0).transpose(2, 0, 1)[None, :, None]
+    record = {"path": os.path.abspath(path), "sha256": digest, "size": list(size), "resized_to": [width, height]}
+    return np.ascontiguousarray(image, np.float32), record
+
+
+def _centre(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """torchvision's CenterCrop: zero-padded (left/top the smaller half) where too small, then the
+    window at round((size − crop) / 2)."""
+    h, w = pixels.shape[:2]
+    pad_h, pad_w = max(0, height - h), max(0, width - w)
+    if pad_h or pad_w:
+        pixels = np.pad(pixels, ((pad_h // 2, (pad_h + 1) // 2), (pad_w // 2, (pad_w + 1) // 2), (0, 0)))
+        h, w = pixels.shape[:2]
+    top, left = int(round((h - height) / 2.0)), int(round((w - width) / 2.0))
+    return pixels[top : top + height, left : left + width]
+
+
+def audio_features(loaded, path: str, clip_frames: int, fps: int, backend) -> tuple[np.ndarray, int, dict]:
+    """((25, width, clips · clip_frames) host float32 features, clips, a record) of the speech at
+    `path`: decoded, through wav2vec2 on the text-encoding process (then released unless a job
+    keeps it), sampled per video frame (audio/features.py), broadcast to every process."""
+    from ..audio.decode import RATE, read_audio
+    from ..audio.features import clip_features
+
+    features, record = None, None
+    if backend.encodes_text:
+        samples = read_audio(path)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        record = {"path": os.path.abspath(path), "sha256": digest, "seconds": round(samples.size / RATE, 3)}
+        features, clips = clip_features(loaded.audio_encoder.features(samples), clip_frames, fps)
+        if loaded.texts is None:
+            loaded.audio_encoder.release()
+    shared = backend.broadcast_from_main(None if features is None else backend.to_device(features))
+    features = np.asarray(backend.to_host(shared), np.float32)
+    clips = features.shape[-1] // clip_frames
+    return features, clips, record or {"path": os.path.abspath(path)}

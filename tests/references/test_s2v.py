@@ -1,0 +1,235 @@
+"""S2V-14B (issue 42 part 2): `model=tiny_s2v` with a portrait and a speech file renders what the
+official `wan22` speech-to-video code (`WanS2V.generate`, tests/harness/official_s2v.py) renders
+from the same tiny checkpoint, inputs, prompt and seed: clip by clip (three here), the first
+dropping the motion frames, each later one continuing from the last one's decoded frames, with
+CFG (whose unconditional half hears silence). The official object is assembled around the same
+components the way its __init__ would (its __init__ wants CUDA): its own WanModel_S2V loaded from
+the checkpoint's files, its own AudioEncoder reading the checkpoint's wav2vec2 folder, its own
+scheduler; the VAE is diffusers' AutoencoderKLWan behind the official Wan2_1_VAE's encode/decode
+contract, and the text embeddings are ours (both held to references elsewhere).
+
+Frames within 2 uint8 levels (fp32 end to end, as harness/frames.py). The audio matters: another
+speech changes the video far beyond the tolerance."""
+
+from __future__ import annotations
+
+import types
+import wave
+
+import numpy as np
+import pytest
+import torch
+from harness.cli import NEGATIVE, PROMPT, SEED, STEPS, run
+from harness.frames import assert_frames_close
+from harness.official_s2v import official_s2v
+
+from parallel_wan.builtin.s2v_examples import speech, write_examples, write_wav
+
+CLIP = 8  # frames per clip (the tiny preset's): 1.3 s of speech at 16 fps is 3 clips
+MATTERS = 20
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+
+    model = build_tiny("tiny_s2v", seed=0)
+    return model, str(write_checkpoint(model, tmp_path_factory.mktemp("tiny_s2v") / "official", "official"))
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    return write_examples(tmp_path_factory.mktemp("s2v_inputs"), 64)
+
+
+class _Vae:
+    """The official Wan2_1_VAE's contract (lists of (C, T, H, W), normalised latents, decoded
+    frames clamped to [-1, 1]) over diffusers' AutoencoderKLWan."""
+
+    def __init__(self, vae):
+        self.vae, self.dtype, self.device = vae, torch.float32, torch.device("cpu")
+        cfg = vae.config
+        self.mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1)
+        self.inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1)
+
+    def encode(self, videos):
+        return [((self.vae.encode(u[None].float()).latent_dist.mode() - self.mean) * self.inv_std)[0] for u in videos]
+
+    def decode(self, zs):
+        return [self.vae.decode(z[None] / self.inv_std + self.mean).sample.clamp(-1, 1)[0] for z in zs]
+
+
+class _Text:
+    """The official T5EncoderModel's contract: per text, its tokens' embeddings (unpadded)."""
+
+    def __init__(self, encoder):
+        self.encoder, self.model = encoder, types.SimpleNamespace(to=lambda *a: None, cpu=lambda: None)
+
+    def __call__(self, texts, device):
+        out = self.encoder.encode(texts).float()
+        rows = []
+        for row in out:
+            length = int((row.abs().sum(-1) > 0).sum())
+            rows.append(row[:length].to(device))
+        return rows
+
+
+def _librosa_load(path, sr):
+    """librosa.load(path, sr=16000) for a 16 kHz mono 16-bit WAV: the samples / 32768."""
+    with wave.open(path, "rb") as f:
+        assert f.getframerate() == sr and f.getnchannels() == 1 and f.getsampwidth() == 2
+        data = np.frombuffer(f.readframes(f.getnframes()), "<i2")
+    return data.astype(np.float32) / 32768.0, sr
+
+
+def _official_model(model_module, ckpt):
+    """WanModel_S2V of the checkpoint's config.json with its weights, strictly. Built directly:
+    its from_pretrained drops text_dim from the config (`ignore_for_config`) and would build the
+    14B's 4096-wide text embedding for the tiny model."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    config = {k: v for k, v in json.loads((Path(ckpt) / "config.json").read_text()).items() if not k.startswith("_")}
+    net = model_module.WanModel_S2V(**config)
+    state = {}
+    for shard in sorted(Path(ckpt).glob("diffusion_pytorch_model-*.safetensors")):
+        state.update(load_file(shard))
+    net.load_state_dict(state, strict=True)
+    return net.eval()
+
+
+def official_frames(model, ckpt, image, audio, steps=STEPS, guidance=4.5, clip=CLIP):
+    """The official WanS2V.generate's video as uint8 (T, H, W, 3)."""
+    from parallel_wan.text.umt5 import TextEncoder
+    from parallel_wan.weights.layout import OFFICIAL_WAV2VEC, describe_checkpoint
+
+    s2v_module, model_module, audio_module = official_s2v()
+    audio_module.librosa = types.SimpleNamespace(load=_librosa_load)
+    self = object.__new__(s2v_module.WanS2V)
+    self.device, self.rank, self.t5_cpu, self.init_on_cpu = torch.device("cpu"), 0, True, True
+    self.num_train_timesteps, self.param_dtype = 1000, torch.float32
+    self.text_encoder = _Text(TextEncoder.load(describe_checkpoint(ckpt), "float32"))
+    self.vae = _Vae(model.vae)
+    self.noise_model = _official_model(model_module, ckpt)
+    self.audio_encoder = audio_module.AudioEncoder(device="cpu", model_id=f"{ckpt}/{OFFICIAL_WAV2VEC}")
+    self.sp_size, self.sample_neg_prompt = 1, "unused: the tests give a negative prompt"
+    self.motion_frames, self.drop_first_motion, self.fps, self.audio_sample_m = 73, True, 16, 0
+    with torch.no_grad():
+        video = self.generate(
+            input_prompt=PROMPT,
+            ref_image_path=image,
+            audio_path=audio,
+            enable_tts=False,
+            tts_prompt_audio=None,
+            tts_prompt_text=None,
+            tts_text=None,
+            num_repeat=None,
+            pose_video=None,
+            max_area=64 * 64,
+            infer_frames=clip,
+            shift=3.0,
+            sample_solver="unipc",
+            sampling_steps=steps,
+            guide_scale=guidance,
+            n_prompt=NEGATIVE,
+            seed=SEED,
+            offload_model=False,
+            init_first_frame=False,
+        )
+    return np.round((video.permute(1, 2, 3, 0).numpy() + 1.0) * 127.5).clip(0, 255).astype(np.uint8)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_s2v_matches_the_official_code_clip_by_clip(tmp_path, tiny, examples):
+    model, ckpt = tiny
+    got = run(tmp_path, ckpt, model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"])
+    want = official_frames(model, ckpt, examples["image"], examples["audio"])
+    assert got["sidecar"]["s2v"]["clips"] == 3 and len(want) == (CLIP - 3) + 2 * CLIP
+    assert_frames_close(got["frames"], want)
+    print("max abs diff", np.abs(got["frames"].astype(int) - want.astype(int)).max())
+
+
+def test_the_speech_changes_the_video(tmp_path, tiny, examples):
+    model, ckpt = tiny
+    base = run(
+        tmp_path / "a", ckpt, model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"]
+    )
+    other = tmp_path / "other.wav"
+    write_wav(other, np.roll(speech(), 3000)[::-1].copy())
+    moved = run(tmp_path / "b", ckpt, model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=str(other))
+    diff = np.abs(base["frames"].astype(int) - moved["frames"].astype(int)).max()
+    assert diff > MATTERS, diff
+
+
+def test_the_built_in_model_speaks_its_example_inputs_when_given_none(tmp_path):
+    import json
+    import subprocess
+
+    import imageio_ffmpeg
+    from harness.cli import run_in_process
+
+    logged = run_in_process(tmp_path, "model=tiny_s2v", "steps=2")
+    sidecar = json.loads((tmp_path / "video.json").read_text())
+    assert "the built-in example portrait and speech" in logged
+    assert sidecar["s2v"]["clips"] == 3 and sidecar["frames_shape"][0] == 21 and sidecar["config"]["audio"]
+    probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-i", str(tmp_path / "video.mp4")], capture_output=True)
+    streams = [line for line in probe.stderr.decode().splitlines() if "Stream #" in line]
+    assert any("Video: h264" in s for s in streams) and any("Audio: aac" in s for s in streams), streams
+
+
+def _refusal(words, world=1):
+    from harness.jax_runs import raw_config
+
+    from parallel_wan.config import ConfigError
+    from parallel_wan.run import validate_job
+
+    with pytest.raises(ConfigError) as caught:
+        validate_job(raw_config(words), world)
+    return str(caught.value)
+
+
+def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, examples):
+    silent, short, text = tmp_path / "silent.wav", tmp_path / "short.wav", tmp_path / "speech.mp3"
+    write_wav(silent, np.zeros(16000, np.int16))
+    write_wav(short, speech(0.05))
+    text.write_text("not audio")
+    s2v = ["model=tiny_s2v", f"image={examples['image']}", f"audio={examples['audio']}"]
+    for words, message in (
+        (["model=tiny", f"audio={examples['audio']}"], "model=tiny takes no audio"),
+        (["model=tiny_i2v", f"image={examples['image']}", f"audio={examples['audio']}"], "takes no audio"),
+        (["model=tiny_s2v", f"image={examples['image']}"], "set audio=PATH"),
+        ([*s2v[:2], f"audio={tmp_path / 'nope.wav'}"], "nope.wav does not exist"),
+        ([*s2v[:2], f"audio={text}"], "is not an audio file ffmpeg can read"),
+        ([*s2v[:2], f"audio={silent}"], "is silent"),
+        ([*s2v[:2], f"audio={short}"], "is 0.05 s long; it needs at least 0.10 s"),
+        ([*s2v, "num_frames=9"], "num_frames=9 is S2V's clip length and must be a positive multiple of 4"),
+        ([*s2v, "num_clips=0"], "num_clips=0 must be at least 1"),
+        ([*s2v, "height=96"], "height=96 must be a positive multiple of 64"),
+        ([*s2v, f"pose_video={examples['audio']}"], "S2V's pose driving is not built yet"),
+        ([*s2v, "cache=fbcache"], "S2V runs with cache=fbcache are not built yet"),
+        ([*s2v, "backend=jax"], "S2V runs with backend=jax are not built yet"),
+        (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
+    ):
+        assert message in _refusal(words), (words, _refusal(words))
+    assert "are not built yet" in _refusal([*s2v, "mesh=cp2"], world=2)
+
+
+def test_a_shorter_num_clips_cuts_the_video_and_the_first_clips_are_the_same(tmp_path, tiny, examples):
+    model, ckpt = tiny
+    inputs = dict(model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"])
+    whole = run(tmp_path / "a", ckpt, **inputs)
+    cut = run(tmp_path / "b", ckpt, num_clips=2, **inputs)
+    assert cut["sidecar"]["s2v"]["clips"] == 2 and len(cut["frames"]) == (CLIP - 3) + CLIP
+    assert np.array_equal(cut["frames"], whole["frames"][: len(cut["frames"])])
+
+
+def test_serving_s2v_is_refused_at_start_for_now():
+    from harness.jax_runs import raw_config
+
+    from parallel_wan.config import ConfigError
+    from parallel_wan.serve.served import serve_start
+
+    with pytest.raises(ConfigError, match="serving S2V .* is not built yet"):
+        serve_start(raw_config(["model=tiny_s2v"]), 1, None, "/tmp/unused")
