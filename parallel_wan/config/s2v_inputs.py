@@ -102,8 +102,6 @@ def check_s2v_run(spec) -> None:
     not_yet = []
     if not capabilities(spec.execution.backend).s2v:
         not_yet.append((f"backend={spec.execution.backend}", "backend", "use backend=torch"))
-    if spec.mesh.world_size > 1:
-        not_yet.append((f"mesh={spec.mesh.name} ({spec.mesh.world_size} processes)", "mesh", "run one process"))
     if spec.cache.on:
         not_yet.append((f"cache={spec.cache.kind}", "cache", "use cache=none"))
     if spec.weights.expert_files():

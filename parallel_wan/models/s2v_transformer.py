@@ -166,17 +166,24 @@ def audio_injection(inj, adain, x, audio, audio_global, heads: int, ops, eps: fl
 
 
 def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg, ops, attention, run_blocks, runs):
-    """Noise prediction for one clip's video patch tokens (B, Lv, patch volume × 16); `inputs`:
-    the clip's segment_inputs for these rows; rope: (cos, sin) for the video's tokens then the
-    extra ones; `runs`: the video tokens' (start, stop, latent frame) runs. run_blocks: a torch
-    block runner with the pass protocol (backends/torch/runners/block_pass.py), so the audio
-    injectors run between the blocks however the runner holds their weights.
-    Returns (B, Lv, patch volume × out_channels)."""
+    """Noise prediction for one clip's slice of the sequence — the video's tokens, then the
+    reference and motion tokens, then padding (sequence parallelism shards the whole sequence,
+    padded at its end, as every model's): tokens (B, Lc, patch volume × 16), of which the first
+    `inputs.pose.shape[1]` are video tokens whose latents these are (the rest are placeholders);
+    `inputs`: the clip's segment_inputs cut to this slice (pose: its video tokens', extra: its
+    reference and motion tokens'); rope: (cos, sin) for the slice's tokens; `runs`: its video
+    tokens' (start, stop, latent frame) runs. run_blocks: a torch block runner with the pass
+    protocol (backends/torch/runners/block_pass.py), so the audio injectors run between the
+    blocks however the runner holds their weights.
+    Returns (B, Lc, patch volume × out_channels): the video tokens' predictions, zeros after."""
     kinds = params["trainable_cond_mask"]["weight"]
-    x = embed_patches(params, tokens, cfg, ops) + inputs.pose
+    video = inputs.pose.shape[1]
+    x = embed_patches(params, tokens[:, :video], cfg, ops) + inputs.pose
     x = x + ops.cast_like(kinds[0], x)
-    video = x.shape[1]
-    x = ops.concat([x, ops.cast_like(inputs.extra, x)], axis=1)
+    b, local, dim = x.shape[0], tokens.shape[1], x.shape[2]
+    pad = local - video - inputs.extra.shape[1]
+    parts = [x, ops.cast_like(inputs.extra, x)] + ([ops.zeros((b, pad, dim), ops.dtype_name(x), like=x)] if pad else [])
+    x = ops.concat(parts, axis=1)
     # the time embedding of t and of 0 (the reference and motion tokens' modulation)
     both = ops.concat([ops.reshape(ops.cast(timestep, "float32"), (1,)), ops.zeros((1,), "float32", like=timestep)], 0)
     temb, proj, text = condition(params, both, context, cfg, ops)
@@ -190,17 +197,33 @@ def forward(params, tokens, timestep, context, inputs: SegmentInputs, rope, cfg,
     with run_blocks.open(params["blocks"]) as blocks:
         for i, layer in enumerate(cfg.s2v.audio_inject_layers):
             x = blocks.run(block, x, stop=layer + 1)
-            residual = audio_injection(
-                injectors["injector"][i],
-                injectors["injector_adain_layers"][i],
-                x[:, :video],
-                inputs.audio,
-                inputs.audio_global,
-                heads,
-                ops,
-                cfg.eps,
-                runs,
-            )
-            x = ops.concat([x[:, :video] + residual, x[:, video:]], axis=1)
+            if video:  # a slice of only reference, motion and padding tokens hears nothing
+                residual = audio_injection(
+                    injectors["injector"][i],
+                    injectors["injector_adain_layers"][i],
+                    x[:, :video],
+                    inputs.audio,
+                    inputs.audio_global,
+                    heads,
+                    ops,
+                    cfg.eps,
+                    runs,
+                )
+                x = ops.concat([x[:, :video] + residual, x[:, video:]], axis=1)
         x = blocks.run(block, x)
-    return output_head(params, x[:, :video], temb[0:1], cfg, ops)
+    out = output_head(params, x[:, :video], temb[0:1], cfg, ops)
+    if video == local:
+        return out
+    rest = ops.zeros((b, local - video, out.shape[-1]), ops.dtype_name(out), like=out)
+    return ops.concat([out, rest], axis=1)
+
+
+def local_inputs(inputs: SegmentInputs, token_index, video_tokens: int) -> SegmentInputs:
+    """The clip's inputs cut to a slice of the sequence at global positions `token_index` (a
+    contiguous host range, padding past the end): its video tokens' pose, its extra tokens'."""
+    start, stop = int(token_index[0]), int(token_index[-1]) + 1
+    total = video_tokens + inputs.extra.shape[1]
+    v_stop = min(stop, video_tokens)
+    e_start, e_stop = max(start, video_tokens) - video_tokens, max(min(stop, total), video_tokens) - video_tokens
+    pose = inputs.pose[:, start:v_stop] if start < video_tokens else inputs.pose[:, :0]
+    return inputs._replace(pose=pose, extra=inputs.extra[:, e_start:e_stop])

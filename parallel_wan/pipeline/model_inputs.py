@@ -102,8 +102,11 @@ def segment_inputs(params, arrays, cfg, work, backend, guided: bool):
     (models/animate_transformer.SegmentArrays, s2v_transformer.SegmentArrays) made with the
     expert's weights as the predictor holds them, the pose cut to this controller's tokens (one
     process per device); uncond is None when no step guides."""
-    model = s2v if isinstance(arrays, s2v.SegmentArrays) else animate
-    halves = model.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
+    if isinstance(arrays, s2v.SegmentArrays):  # the whole sequence is sharded: cut each part to this slice
+        halves = s2v.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
+        video = arrays.pose_tokens.shape[1]
+        return tuple(None if h is None else s2v.local_inputs(h, work.token_index(), video) for h in halves)
+    halves = animate.cond_and_uncond(params, arrays, cfg, backend.ops, guided)
     return tuple(None if h is None else h._replace(pose=work.local(h.pose, backend)) for h in halves)
 
 

@@ -15,8 +15,10 @@ clip k the noise (a generator seeded seed + k, as the official code seeds each c
 end    the clips joined: (num_frames − 3) + (clips − 1)·num_frames frames; the mp4 carries the
        audio (report/outputs.py muxes it in).
 
-One process on the torch backend for now (config/s2v_inputs.check_s2v_run says what else is
-refused); the unconditional half hears silence (features × 0) beside the negative prompt.
+Sequence parallelism shards the whole sequence — the video's tokens, then the reference's and
+motion's — padded at its end as every model's; the sampler carries zeros for the extra tokens.
+The torch backend (config/s2v_inputs.check_s2v_run says what else is refused); the
+unconditional half hears silence (features × 0) beside the negative prompt.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import math
 
 import numpy as np
 
-from ..models import s2v_transformer as s2v, transformer as dit, vae
+from ..models import s2v_tokens, s2v_transformer as s2v, transformer as dit, vae
 from ..models.experts import SINGLE
 from ..report.timing import PhaseTimer
 from .denoise import DenoiseTask, denoise
@@ -67,13 +69,13 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
         width // vcfg.scale_factor_spatial,
     )
     grid = dit.patch_grid(tcfg, shape)
-    work = local_work(spec, math.prod(grid), backend)
+    video_tokens = math.prod(grid)
     schedule_kind, schedule = pick_schedule(spec, ckpt)
     decoder = backend.video_decoder(loaded.vae_params, vcfg)
     reference_tokens = ops.cast(dit.patchify(reference, tcfg.patch_size, ops), dtype)
     # no pose video: the official condition is the pose latents × 0, so the pose embedding is its bias
     volume = math.prod(tcfg.patch_size) * tcfg.s2v.cond_dim
-    pose_tokens = ops.cast(backend.to_device(np.zeros((1, math.prod(grid), volume), np.float32)), dtype)
+    pose_tokens = ops.cast(backend.to_device(np.zeros((1, video_tokens, volume), np.float32)), dtype)
 
     outputs, latents = [], None
     for clip in range(clips):
@@ -90,6 +92,10 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
             motion_latents=None if clip == 0 else ops.cast(motion, dtype),  # the first clip drops them
             audio=audio,
         )
+        # the work shards the whole sequence: the video's tokens, then the reference's and (after
+        # the first clip) the motion's, which the sampler carries as zeros and never reads
+        extra = len(s2v_tokens.extra_kinds(grid[1], grid[2], motion=clip > 0))
+        work = local_work(spec, video_tokens + extra, backend)
         task = DenoiseTask(
             loaded.experts,
             context,
@@ -103,10 +109,12 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
         )
         with timer.phase("segment_inputs"):
             predict = backend.noise_predictor(task)
-        x = predict.shard(work.local(_clip_noise(video.seed + clip, shape, tcfg.patch_size, backend), backend))
+        noise = _clip_noise(video.seed + clip, shape, tcfg.patch_size, backend)
+        noise = ops.concat([noise, ops.zeros((1, extra, noise.shape[-1]), "float32", like=noise)], axis=1)
+        x = predict.shard(work.local(noise, backend))
         with timer.phase("denoise"):
             state = denoise(spec, schedule, x, predict, progress, ops)
-            tokens = gather_latent_tokens(state.latents, work, spec, backend)
+            tokens = gather_latent_tokens(state.latents, work, spec, backend)[:, :video_tokens]
         latents = dit.unpatchify(tokens, grid, tcfg.patch_size, ops)
         before = reference if clip == 0 else motion
         with timer.phase("vae_decode"):

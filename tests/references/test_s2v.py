@@ -213,7 +213,6 @@ def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, exampl
         (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
     ):
         assert message in _refusal(words), (words, _refusal(words))
-    assert "are not built yet" in _refusal([*s2v, "mesh=cp2"], world=2)
 
 
 def test_a_shorter_num_clips_cuts_the_video_and_the_first_clips_are_the_same(tmp_path, tiny, examples):
@@ -233,3 +232,38 @@ def test_serving_s2v_is_refused_at_start_for_now():
 
     with pytest.raises(ConfigError, match="serving S2V .* is not built yet"):
         serve_start(raw_config(["model=tiny_s2v"]), 1, None, "/tmp/unused")
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_every_torch_mesh_renders_the_one_process_s2v_video(tmp_path_factory):
+    """Sequence parallelism over the whole S2V sequence — the video's tokens, then the
+    reference's and the motion's, padded at the end — and CFG parallel over dp: each mesh's
+    latents and frames equal one process's (harness/frames.py: rel ≤ 1e-5, frames ±1 on a few
+    values). 4-frame clips are one latent frame: 16 video tokens, then 16 reference tokens (and
+    24 motion tokens after the first clip): 32 and 56 tokens, so cp4 puts video, reference and
+    motion tokens on one rank, and a 3-rank ring pads (11 + 11 + 10, 19 + 19 + 18)."""
+    from harness.frames import assert_same_video
+    from harness.ranks import generate_on_rank, run_on_ranks
+
+    examples = write_examples(tmp_path_factory.mktemp("mesh_inputs"), 64)
+    base = [
+        "model=tiny_s2v",
+        "dtype=float32",
+        "steps=3",
+        "seed=3",
+        "prompt='a woman talks'",
+        "negative_prompt=blurry",
+        "num_frames=4",
+        "num_clips=3",
+        *(f"{k}={v}" for k, v in examples.items()),
+    ]
+    ref = run_on_ranks(generate_on_rank, 1, base, timeout_s=300)[0]
+    meshes = (
+        (2, ["mesh=cp2"]),
+        (4, ["mesh=cp4"]),
+        (3, ["mesh=cp2", "mesh.cp=3", "mesh.ulysses=1", "mesh.ring=3"]),
+        (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"]),
+        (2, ["mesh=cp2", "memory=sharded"]),  # FSDP: the audio encoder, injectors and frame packer gathered whole
+    )
+    for world, mesh in meshes:
+        assert_same_video(run_on_ranks(generate_on_rank, world, base + mesh, timeout_s=300)[0], ref)

@@ -131,6 +131,8 @@ def test_the_s2v_dit_equals_the_official_model(official_model, motion):
         cos, sin = rope_at(cfg.attention_head_dim, positions)
         runs = face_runs(np.arange(np.prod(grid)), grid[1] * grid[2], grid[0])
         tokens = dit.patchify(torch.from_numpy(x[None]), patch, ops)
+        video = tokens.shape[1]  # the sequence goes on: placeholders where the extra tokens sit
+        tokens = torch.cat([tokens, torch.zeros(1, inputs.extra.shape[1], tokens.shape[2])], dim=1)
         out = forward(
             params,
             tokens,
@@ -144,7 +146,8 @@ def test_the_s2v_dit_equals_the_official_model(official_model, motion):
             ResidentRunner(),
             runs,
         )
-    got = dit.unpatchify(out, grid, patch, ops)[0].numpy()
+    assert not out[:, video:].any()  # nothing predicted for the extra tokens
+    got = dit.unpatchify(out[:, :video], grid, patch, ops)[0].numpy()
     assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)
 
 

@@ -11,6 +11,7 @@ combine are pipeline/model_inputs.py's, as every backend's.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -69,18 +70,21 @@ class EagerNoisePredictor(NoisePredictor):
             self._s2v_sequence(task, tcfg, backend)
 
     def _s2v_sequence(self, task, tcfg, backend) -> None:
-        """S2V (one process): RoPE tables and self-attention over the video's tokens and the
-        reference and motion tokens after them (models/s2v_tokens.py)."""
+        """S2V: the work shards the whole sequence — the video's tokens, then the reference and
+        motion tokens (models/s2v_tokens.py) —, so RoPE comes from each token's own position and
+        the audio injectors see the runs of this rank's video tokens only."""
         work, grid = task.work, task.grid
-        if work.shards.cp != 1 or work.shards.padding:
-            raise NotImplementedError("S2V runs on one process for now (issue 42)")
         motion = task.segment_inputs.motion_latents is not None
         positions = np.concatenate(
             [s2v_tokens.video_positions(grid), s2v_tokens.extra_positions(grid[1], grid[2], motion)]
         )
-        cos, sin = rope_at(tcfg.attention_head_dim, positions)
+        index = work.token_index()
+        valid = index < len(positions)
+        cos, sin = rope_at(tcfg.attention_head_dim, positions[np.where(valid, index, 0)])
+        cos[~valid], sin[~valid] = 1.0, 0.0  # padding: the identity rotation
         self.rope = (backend.to_device(cos), backend.to_device(sin))
-        self.attention = backend.self_attention_for(dataclasses.replace(work.shards, tokens=len(positions)))
+        video = index[index < math.prod(grid)]
+        self.face_runs = face_runs(video, grid[1] * grid[2], grid[0]) if len(video) else ()
 
     def _step_cache(self, task, tcfg) -> StepCache:
         """The step cache of this rank's rows. First-Block Cache's sums (and a calibration's)
