@@ -34,6 +34,7 @@ import math
 
 from ..config import RunSpec
 from .denoise_bytes import cache_bytes, rank_shapes
+from .audio_encoder_bytes import audio_encoder_bytes
 from .image_encoder_bytes import image_encoder_bytes
 from .text_encoder_bytes import text_encoder_bytes
 from .weight_bytes import expert_bytes, weight_bytes
@@ -60,6 +61,7 @@ def phase_bounds(spec: RunSpec, tcfg, vcfg, text_shape) -> dict:
     vae_weights = sum(math.prod(s) for s in vae_param_shapes(vcfg).values()) * 4
     prompts = len(spec.video.prompts)
     text = sum(text_encoder_bytes(text_shape, prompts, spec.uses_guidance)) + sum(image_encoder_bytes(spec))
+    text += sum(audio_encoder_bytes(spec))
 
     width = 4 if spec.execution.dtype == "float32" else 2
     dim, units = tcfg.dim, shapes.rows * shapes.local

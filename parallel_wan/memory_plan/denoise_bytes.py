@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import RunSpec
-from ..models import latent
+from ..models import latent, s2v_tokens
 from ..models.transformer import patch_grid
 from ..parallel.cfg_rows import halves_in_forward
 from ..parallel.shards import SequenceShards
@@ -38,12 +38,24 @@ def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     latent_shape = latent.latent_shape(
         video.num_frames, video.height, video.width, tcfg.out_channels, vcfg, spec.model.variant.reference_frames
     )
-    tokens = math.prod(patch_grid(tcfg, latent_shape))
+    grid = patch_grid(tcfg, latent_shape)
+    tokens = math.prod(grid)
+    if tcfg.s2v is not None:  # S2V's sequence goes on: the reference's and the motion's tokens (a later clip's)
+        tokens += len(s2v_tokens.extra_kinds(grid[1], grid[2], motion=True))
     work = rank_work(spec.mesh, len(spec.video.prompts), tokens, rank=0)
     # the widest forward: both CFG halves when any expert guides (an unguided expert runs one)
     halves = halves_in_forward(spec.uses_guidance, work.cfg_branch)
     batch = len(work.rows)
     return RankShapes(tokens, work.shards.local, batch * halves, latent_shape, batch, halves, work.cfg_branch)
+
+
+def decoded_shape(tcfg, latent_shape) -> tuple:
+    """The latents a clip's decode reads: S2V decodes the motion frames' latents before the
+    clip's (pipeline/s2v.py); every other model its own."""
+    if tcfg.s2v is None:
+        return latent_shape
+    b, c, t, h, w = latent_shape
+    return (b, c, t + tcfg.s2v.motion_latent_frames, h, w)
 
 
 def _work(spec: RunSpec, shapes: RankShapes) -> RankWork:

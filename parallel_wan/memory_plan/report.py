@@ -10,7 +10,8 @@ from ..backends.capabilities import capabilities
 from ..config import RunSpec
 from ..report.words import counted
 from .architecture import architecture, transformer_shapes
-from .denoise_bytes import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
+from .denoise_bytes import DenoiseBytes, RankShapes, decoded_shape, denoise_bytes, rank_shapes
+from .audio_encoder_bytes import audio_encoder_bytes
 from .image_encoder_bytes import image_encoder_bytes
 from .text_encoder_bytes import text_encoder_bytes
 from .vae_bytes import VaeBytes, vae_decode_bytes
@@ -70,16 +71,24 @@ def plan(spec: RunSpec) -> MemoryPlan:
         weight_bytes(spec, eb),
         dn,
         _encoders(spec, text_encoder_bytes(text_cfg, prompts, spec.uses_guidance)),
-        vae_decode_bytes(vcfg, shapes.latent_shape, prompts, spec.mesh.world_size),
+        vae_decode_bytes(vcfg, decoded_shape(tcfg, shapes.latent_shape), prompts, spec.mesh.world_size),
         kept,
     )
 
 
 def _encoders(spec, text: tuple[int, int]) -> tuple[int, int]:
     """The main rank's encoders while they encode: the text encoder's, and Animate's CLIP image
-    encoder's beside it (loaded together, released together)."""
-    image = image_encoder_bytes(spec)
-    return text[0] + image[0], text[1] + image[1]
+    encoder's or S2V's wav2vec2 beside it (loaded together, released together)."""
+    image, audio = image_encoder_bytes(spec), audio_encoder_bytes(spec)
+    return text[0] + image[0] + audio[0], text[1] + image[1] + audio[1]
+
+
+def _encoders_line(spec) -> str:
+    if image_encoder_bytes(spec)[0]:
+        return "encoders: text + CLIP, rank 0"
+    if audio_encoder_bytes(spec)[0]:
+        return "encoders: text + wav2vec2"
+    return "text encoder (rank 0, encode)"
 
 
 def _gb(n: int) -> str:
@@ -104,7 +113,7 @@ def report(p: MemoryPlan, device_memory_gb: float) -> tuple[str, bool]:
         f"  activations, denoise loop      {_gb(p.denoise.loop)}   (+ {_gb(p.denoise.held).strip()} context, RoPE, "
         "noise"
         f"{', step cache' if p.spec.cache.on else ''})",
-        f"  {'encoders: text + CLIP, rank 0' if image_encoder_bytes(spec)[0] else 'text encoder (rank 0, encode)'}  "
+        f"  {_encoders_line(spec):<29}  "
         f"{_gb(p.text[0])} + {_gb(p.text[1]).strip()} activations; released before denoise",
         f"  VAE weights (fp32)             {_gb(p.vae.weights)}",
         f"  VAE decode activations         {_gb(p.vae.peak)}   (decode split by height over "

@@ -88,8 +88,10 @@ WAV2VEC_LARGE = dict(
     num_attention_heads=16,
     intermediate_size=4096,
     conv_dim=(512,) * 7,
+    conv_bias=True,
     do_stable_layer_norm=True,
     feat_extract_norm="layer",
+    vocab_size=33,
 )
 # The tiny one keeps the 24 layers (the transformer weighs 25 hidden states) and shrinks the widths.
 TINY_WAV2VEC = dict(

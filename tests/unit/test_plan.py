@@ -485,3 +485,41 @@ def test_animate_720p_is_planned_with_its_reference_frame_and_clip_on_eight_devi
     text_only = planner.plan(_spec(["model=wan2.2_i2v_a14b", "mesh=cp8"], world=8)).text[0]
     animate = planner.plan(_spec(["model=wan2.2_animate_14b", "mesh=cp8"], world=8)).text[0]
     assert animate - text_only == 630_766_080 * 2
+
+
+def test_the_wav2vec2_parameter_count_is_transformers_own():
+    """memory_plan/audio_encoder_bytes.wav2vec_parameters against transformers' Wav2Vec2Model."""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    from parallel_wan.memory_plan.audio_encoder_bytes import wav2vec_parameters
+    from parallel_wan.models.registry import TINY_WAV2VEC, WAV2VEC_LARGE
+
+    for fields in (TINY_WAV2VEC, WAV2VEC_LARGE):
+        with torch.device("meta"):
+            theirs = sum(p.numel() for p in Wav2Vec2Model(Wav2Vec2Config(**fields)).parameters())
+        assert wav2vec_parameters(fields) == theirs, fields
+    assert wav2vec_parameters(WAV2VEC_LARGE) == 315_438_720
+
+
+def test_s2v_is_planned_with_its_reference_and_motion_tokens_and_wav2vec2_on_eight_devices(capsys):
+    """S2V-14B's defaults (1024×704, 80-frame clips) on 8 GPUs (issue 42): a clip's 20 latent
+    frames of 44 × 64 tokens (56,320), then the reference's 2,816 and the motion frames' 4,224
+    (2,816 + 704 + 704: one frame at full, one at half, four at a quarter token resolution) —
+    63,360 tokens —, wav2vec2-large (0.63 GB in bf16) beside UMT5, and the decode of the motion
+    frames' 19 latent frames before the clip's 20."""
+    from parallel_wan.memory_plan.cli import main
+    from parallel_wan.memory_plan.denoise_bytes import decoded_shape
+
+    assert main(["model=wan2.2_s2v_14b", "device_memory_gb=80", "mesh=cp8"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens 63,360 → 7,920 per rank" in out and "encoders: text + wav2vec2" in out and "FITS" in out
+    text_only = planner.plan(_spec(["model=wan2.2_t2v_a14b", "mesh=cp8"], world=8)).text[0]
+    s2v = planner.plan(_spec(["model=wan2.2_s2v_14b", "mesh=cp8"], world=8))
+    assert s2v.text[0] - text_only == 315_438_720 * 2
+    assert decoded_shape(s2v_config(), (1, 16, 20, 88, 128))[2] == 39
+
+
+def s2v_config():
+    from parallel_wan.models.registry import architecture
+
+    return architecture("wan2.2_s2v_14b").transformer
