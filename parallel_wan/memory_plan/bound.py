@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 
 from ..config import RunSpec
-from .denoise_bytes import cache_bytes, rank_shapes
 from .audio_encoder_bytes import audio_encoder_bytes
+from .denoise_bytes import cache_bytes, rank_shapes
 from .image_encoder_bytes import image_encoder_bytes
 from .text_encoder_bytes import text_encoder_bytes
 from .weight_bytes import expert_bytes, weight_bytes

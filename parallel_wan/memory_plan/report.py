@@ -10,8 +10,8 @@ from ..backends.capabilities import capabilities
 from ..config import RunSpec
 from ..report.words import counted
 from .architecture import architecture, transformer_shapes
-from .denoise_bytes import DenoiseBytes, RankShapes, decoded_shape, denoise_bytes, rank_shapes
 from .audio_encoder_bytes import audio_encoder_bytes
+from .denoise_bytes import DenoiseBytes, RankShapes, decoded_shape, denoise_bytes, rank_shapes
 from .image_encoder_bytes import image_encoder_bytes
 from .text_encoder_bytes import text_encoder_bytes
 from .vae_bytes import VaeBytes, vae_decode_bytes
