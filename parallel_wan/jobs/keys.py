@@ -53,7 +53,7 @@ def deciding_settings(spec: RunSpec) -> dict:
     for name in ("video", "extend", "last_image"):  # the same for a source video and a last frame
         if getattr(spec.video, name) is not None:
             settings[name] = {"sha256": file_sha256(getattr(spec.video, name))}
-    for name in ANIMATE_VIDEOS:  # and Animate's driving videos
+    for name in (*ANIMATE_VIDEOS, "audio"):  # and Animate's driving videos, S2V's speech
         if settings.get(name) is not None:
             settings[name] = {"sha256": file_sha256(settings[name])}
     return settings

@@ -28,6 +28,8 @@ ENTRY_KEYS = (
     "background_video",
     "mask_video",
     "mode",
+    "audio",  # S2V-14B's speech and clip cap, per entry (config/s2v_inputs.py)
+    "num_clips",
     "num_frames",
     "height",
     "width",
@@ -104,7 +106,7 @@ def _fields(line: str, where: str, folder: str) -> dict:
             f"{where}: name={name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a "
             "letter or digit (it names NAME.mp4 and NAME.json)"
         )
-    for key in ("image", "last_image", "pose_video", "face_video", "background_video", "mask_video"):
+    for key in ("image", "last_image", "pose_video", "face_video", "background_video", "mask_video", "audio"):
         image = fields.get(key)
         if isinstance(image, str) and image and not os.path.isabs(image):
             # Relative to the prompt file, so a folder of prompts and images moves as one.

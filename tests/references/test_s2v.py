@@ -267,3 +267,45 @@ def test_every_torch_mesh_renders_the_one_process_s2v_video(tmp_path_factory):
     )
     for world, mesh in meshes:
         assert_same_video(run_on_ranks(generate_on_rank, world, base + mesh, timeout_s=300)[0], ref)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_prompt_file_gives_each_entry_its_own_speech(tmp_path, tiny, examples):
+    """prompts=FILE with S2V: each line its own portrait and audio (paths relative to the file)
+    and clip cap; the job keeps wav2vec2 loaded between them; each entry's video equals the
+    single run with its inputs, frame for frame, and carries its own audio."""
+    import json
+    import shutil
+
+    import imageio.v3 as iio
+    from harness.cli import common, run_in_process
+
+    _, ckpt = tiny
+    folder = tmp_path / "job"
+    folder.mkdir()
+    shutil.copy(examples["image"], folder / "portrait.png")
+    shutil.copy(examples["audio"], folder / "speech.wav")
+    write_wav(folder / "other.wav", np.roll(speech(), 3000)[::-1].copy())
+    lines = [
+        {"prompt": PROMPT, "image": "portrait.png", "audio": "speech.wav", "num_clips": 1},
+        {"prompt": PROMPT, "image": "portrait.png", "audio": "other.wav", "name": "other"},
+    ]
+    (folder / "prompts.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    words = [w for w in common(ckpt, steps=2, num_frames=CLIP) if not w.startswith("prompt=")]
+    run_in_process(tmp_path / "out", *words, "model=tiny_s2v", f"prompts={folder / 'prompts.jsonl'}")
+    single = run(
+        tmp_path / "single",
+        ckpt,
+        model="tiny_s2v",
+        num_frames=CLIP,
+        steps=2,
+        image=examples["image"],
+        audio=str(folder / "other.wav"),
+    )
+    job = json.loads((tmp_path / "out" / "other.json").read_text())
+    assert job["s2v"]["clips"] == 3 and job["s2v"]["audio"]["sha256"] == single["sidecar"]["s2v"]["audio"]["sha256"]
+    got = np.stack(list(iio.imiter(tmp_path / "out" / "other.mp4")))
+    want = np.stack(list(iio.imiter(tmp_path / "single" / "video.mp4")))
+    assert np.array_equal(got, want)
+    first = json.loads(next((tmp_path / "out").glob("0001-*.json")).read_text())  # unnamed: LINE-KEY
+    assert first["s2v"]["clips"] == 1 and first["frames_shape"][0] == CLIP - 3
