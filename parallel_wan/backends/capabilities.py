@@ -38,8 +38,8 @@ class Capabilities:
     # Animate's per-segment forward inputs (pose, image context, face tokens) reach its noise
     # predictor (both backends' do; a third backend says so here when its does).
     segment_inputs: bool = False
-    # S2V's clips (its sequence runs on past the video's tokens: the reference and motion tokens);
-    # torch's eager predictor on one process for now (issue 42).
+    # S2V's clips (its sequence runs on past the video's tokens: the reference and motion tokens)
+    # reach its noise predictor (both backends' do).
     s2v: bool = False
     # Settings only this backend reads; set on another backend they are refused by name (torch's
     # compile=true is torch.compile of the block; JAX compiles every step with XLA anyway).
@@ -74,6 +74,7 @@ BACKENDS: dict[str, Capabilities] = {
         cache_rows_per_expert=False,
         processes_share_host=False,
         segment_inputs=True,
+        s2v=True,
         own_settings=("scan_loop", "jax_fsdp", "compile_cache"),
         package="parallel_wan.backends.jax",
     ),

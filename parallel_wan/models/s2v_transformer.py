@@ -227,3 +227,101 @@ def local_inputs(inputs: SegmentInputs, token_index, video_tokens: int) -> Segme
     e_start, e_stop = max(start, video_tokens) - video_tokens, max(min(stop, total), video_tokens) - video_tokens
     pose = inputs.pose[:, start:v_stop] if start < video_tokens else inputs.pose[:, :0]
     return inputs._replace(pose=pose, extra=inputs.extra[:, e_start:e_stop])
+
+
+class MaskedInputs(NamedTuple):
+    """A clip's inputs for a shard whose slice of the sequence is known only when it runs (JAX's
+    traced shards): every array spans the shard's tokens, and masks say what each token is."""
+
+    pose: object  # the pose embedding of each token (B, Lc, dim); zero off the video
+    extra: object  # the reference and motion embedding of each token (B, Lc, dim); zero on the video
+    audio: object  # (B, T, heads + 1, dim), every frame's
+    audio_global: object  # (B, T, dim)
+    video: object  # (Lc,) bool: a video token
+    frames_of: object  # (Lc,) int32: a video token's latent frame (0 elsewhere)
+
+
+def aligned(inputs: SegmentInputs, video_tokens: int, padded: int, ops) -> tuple:
+    """(pose, extra) of the whole padded sequence (B, padded, dim): the pose embedding on the
+    video's tokens, the reference and motion embedding after them, zeros elsewhere — one array
+    each, to be sharded as the tokens are."""
+    b, _, dim = inputs.pose.shape
+    extra = inputs.extra.shape[1]
+    zeros = lambda n, like: ops.zeros((b, n, dim), ops.dtype_name(like), like=like)  # noqa: E731
+    pose = ops.concat([inputs.pose, zeros(padded - video_tokens, inputs.pose)], axis=1)
+    rest = [zeros(video_tokens, inputs.extra), inputs.extra] + (
+        [zeros(padded - video_tokens - extra, inputs.extra)] if padded > video_tokens + extra else []
+    )
+    return pose, ops.concat(rest, axis=1)
+
+
+def _masked_injection(inj, adain, x, inputs: MaskedInputs, heads: int, ops, eps: float):
+    """audio_injection for every token of a traced shard: each token's AdaIN vectors by a one-hot
+    of its frame, its attention over every frame's audio tokens with the other frames' set to
+    −inf (float32) — the same attention; the caller keeps the result on video tokens only."""
+    b, s, dim = x.shape
+    frames, n = inputs.audio.shape[1], inputs.audio.shape[2]
+    head_dim = dim // heads
+    audio, glob = ops.cast_like(inputs.audio, x), ops.cast_like(inputs.audio_global, x)
+    emb = ops.cast(ops.linear(ops.silu(glob), adain["linear"]["weight"], adain["linear"]["bias"]), "float32")
+    one_hot = ops.cast(
+        ops.expand_dims(inputs.frames_of, 1) == ops.asarray(list(range(frames)), "int32", like=inputs.frames_of),
+        "float32",
+    )  # (S, T): exact selection, one term of each sum is not zero
+    per_token = ops.einsum("st,btc->bsc", one_hot, emb)
+    shift, scale = per_token[..., :dim], per_token[..., dim:]
+    h = ops.cast_like(ops.layer_norm(ops.cast(x, "float32"), eps=ADAIN_EPS) * (1 + scale) + shift, x)
+    q = ops.rms_norm(ops.dense(h, inj["q"]), inj["norm_q"]["weight"], eps)
+    kv = ops.reshape(audio, (b, frames * n, dim))
+    k = ops.rms_norm(ops.dense(kv, inj["k"]), inj["norm_k"]["weight"], eps)
+    v = ops.dense(kv, inj["v"])
+    q = ops.reshape(q, (b, s, heads, head_dim))
+    k = ops.reshape(k, (b, frames * n, heads, head_dim))
+    v = ops.reshape(v, (b, frames * n, heads, head_dim))
+    scores = ops.einsum("bshd,bkhd->bhsk", ops.cast(q, "float32"), ops.cast(k, "float32")) * (head_dim**-0.5)
+    key_frame = ops.asarray([f for f in range(frames) for _ in range(n)], "int32", like=inputs.frames_of)
+    same = ops.expand_dims(inputs.frames_of, 1) == ops.expand_dims(key_frame, 0)  # (S, T·N)
+    weights = ops.softmax(ops.where(same, scores, float("-inf")), axis=-1)
+    out = ops.einsum("bhsk,bkhd->bshd", weights, ops.cast(v, "float32"))
+    return ops.dense(ops.cast_like(ops.reshape(out, (b, s, dim)), x), inj["o"])
+
+
+def forward_masked(params, tokens, timestep, context, inputs: MaskedInputs, rope, cfg, ops, attention, run_layers=None):
+    """`forward` for a shard whose split between video, extra and padding tokens is traced (JAX):
+    every choice by a per-token mask, the blocks in one layer scan with each layer's injector
+    picked by one-hot and kept where the layer injects (animate_transformer's way: the stacked
+    layers are never sliced). run_layers: `run(block, carry, layers)` (ops.scan_layers, JAX's
+    with the FSDP gather bound); None: ops.scan_layers. Returns (B, Lc, patch volume × 16),
+    zeros off the video."""
+    from .animate_transformer import _index, _stack
+
+    kinds = params["trainable_cond_mask"]["weight"]
+    video = ops.expand_dims(ops.expand_dims(inputs.video, 0), -1)  # (1, Lc, 1)
+    x = embed_patches(params, tokens, cfg, ops) + inputs.pose
+    x = x + ops.cast_like(kinds[0], x)
+    x = ops.where(video, x, ops.cast_like(inputs.extra, x))
+    both = ops.concat([ops.reshape(ops.cast(timestep, "float32"), (1,)), ops.zeros((1,), "float32", like=timestep)], 0)
+    temb, proj, text = condition(params, both, context, cfg, ops)
+    mod = TokenParts(proj, inputs.video)
+    heads, layers = cfg.num_attention_heads, cfg.num_layers
+    injected = list(cfg.s2v.audio_inject_layers)
+    injectors = _stack(params["audio_injector"]["injector"], ops)
+    adains = _stack(params["audio_injector"]["injector_adain_layers"], ops)
+    slot = [injected.index(i) if i in injected else 0 for i in range(layers)]  # each layer's injector
+    flags = [int(i in injected) for i in range(layers)]  # whether the layer injects
+
+    def at(values, i):
+        """values[i] for a traced layer index i (a sum of one non-zero term: exact)."""
+        table = ops.asarray(values, "int32", like=inputs.frames_of)
+        return ops.sum(ops.where(ops.asarray(list(range(layers)), "int32", like=table) == i, table, 0))
+
+    def block_then_injection(carry, p):
+        h, i = carry
+        h = transformer_block(p, h, text, mod, rope, cfg, ops, attention)
+        j = at(slot, i)
+        residual = _masked_injection(_index(injectors, j, ops), _index(adains, j, ops), h, inputs, heads, ops, cfg.eps)
+        return ops.where(at(flags, i) > 0, h + ops.where(video, residual, ops.zeros_like(residual)), h), i + 1
+
+    x, _ = (run_layers or ops.scan_layers)(block_then_injection, (x, ops.zeros((), "int32", like=x)), params["blocks"])
+    out = output_head(params, x, temb[0:1], cfg, ops)
+    return ops.where(video, out, ops.zeros_like(out))

@@ -114,10 +114,11 @@ class TokenParts(NamedTuple):
     """Modulation rows for two stretches of the sequence (S2V): tokens [0, first) take row 0 of
     `proj` (B = 2, 6, dim) — the timestep's — and the rest row 1 (t = 0: the reference and
     motion tokens, which are never denoised). Applied stretch by stretch, as the official model
-    does: no (L, 6, dim) per-token table."""
+    does: no (L, 6, dim) per-token table. `first` may instead be a per-token boolean array
+    (L,), True on the row-0 tokens (a traced shard whose split is not known when traced: JAX)."""
 
     proj: object
-    first: int
+    first: object
 
 
 def _modulation(table, proj, ops):
@@ -135,8 +136,11 @@ def _modulation(table, proj, ops):
 
 
 def _stretches(x, parts: TokenParts, fn, ops):
-    """fn(stretch of x, row) for the two stretches of TokenParts, joined along the tokens."""
+    """fn(stretch of x, row) for the two stretches of TokenParts, joined along the tokens; with
+    a per-token mask, both rows' results selected token by token."""
     first = parts.first
+    if not isinstance(first, int):
+        return ops.where(ops.expand_dims(ops.expand_dims(first, 0), -1), fn(x, 0), fn(x, 1))
     if first >= x.shape[1]:
         return fn(x, 0)
     if first <= 0:

@@ -17,8 +17,8 @@ end    the clips joined: (num_frames − 3) + (clips − 1)·num_frames frames; 
 
 Sequence parallelism shards the whole sequence — the video's tokens, then the reference's and
 motion's — padded at its end as every model's; the sampler carries zeros for the extra tokens.
-The torch backend (config/s2v_inputs.check_s2v_run says what else is refused); the
-unconditional half hears silence (features × 0) beside the negative prompt.
+Both backends (config/s2v_inputs.check_s2v_run says what is refused); the unconditional half
+hears silence (features × 0) beside the negative prompt.
 """
 
 from __future__ import annotations

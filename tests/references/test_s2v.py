@@ -209,8 +209,8 @@ def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, exampl
         ([*s2v, "height=96"], "height=96 must be a positive multiple of 64"),
         ([*s2v, f"pose_video={examples['audio']}"], "S2V's pose driving is not built yet"),
         ([*s2v, "cache=fbcache"], "S2V runs with cache=fbcache are not built yet"),
-        ([*s2v, "backend=jax"], "S2V runs with backend=jax are not built yet"),
         (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
+        ([*s2v, "compile=true"], "S2V runs with compile=true are not built yet"),
     ):
         assert message in _refusal(words), (words, _refusal(words))
 
@@ -235,7 +235,7 @@ def test_serving_s2v_is_refused_at_start_for_now():
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
-def test_every_torch_mesh_renders_the_one_process_s2v_video(tmp_path_factory):
+def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
     """Sequence parallelism over the whole S2V sequence — the video's tokens, then the
     reference's and the motion's, padded at the end — and CFG parallel over dp: each mesh's
     latents and frames equal one process's (harness/frames.py: rel ≤ 1e-5, frames ±1 on a few
@@ -243,6 +243,7 @@ def test_every_torch_mesh_renders_the_one_process_s2v_video(tmp_path_factory):
     24 motion tokens after the first clip): 32 and 56 tokens, so cp4 puts video, reference and
     motion tokens on one rank, and a 3-rank ring pads (11 + 11 + 10, 19 + 19 + 18)."""
     from harness.frames import assert_same_video
+    from harness.jax_runs import generate as jax_generate
     from harness.ranks import generate_on_rank, run_on_ranks
 
     examples = write_examples(tmp_path_factory.mktemp("mesh_inputs"), 64)
@@ -258,6 +259,11 @@ def test_every_torch_mesh_renders_the_one_process_s2v_video(tmp_path_factory):
         *(f"{k}={v}" for k, v in examples.items()),
     ]
     ref = run_on_ranks(generate_on_rank, 1, base, timeout_s=300)[0]
+    # JAX on 8 CPU devices: each shard's split between video, extra and padding tokens is an input
+    # of the traced program (models/s2v_transformer.forward_masked), against the torch process
+    for mesh in (["mesh=dp2_cp4"], ["mesh=cp8", "memory=sharded"]):  # the second with the weights FSDP-sharded
+        gen, _, _ = jax_generate([*base, "backend=jax", *mesh])
+        assert_same_video((gen.latents, gen.frames, " ".join(mesh)), ref)
     meshes = (
         (2, ["mesh=cp2"]),
         (4, ["mesh=cp4"]),

@@ -60,6 +60,24 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+def official(model, x, t, text, ref, mot, pose, audio, motion: bool):
+    """The official WanModel_S2V's prediction (C, T, H, W) for numpy inputs: one video, its
+    text's tokens unpadded, the motion frames dropped unless `motion`."""
+    with torch.no_grad():
+        return model(
+            [torch.from_numpy(x)],
+            t=torch.from_numpy(t),
+            context=[torch.from_numpy(text)],
+            seq_len=None,
+            ref_latents=torch.from_numpy(ref),
+            motion_latents=torch.from_numpy(mot),
+            cond_states=torch.from_numpy(pose),
+            audio_input=torch.from_numpy(audio),
+            motion_frames=[73, 19],
+            drop_motion_frames=not motion,
+        )[0].numpy()
+
+
 @pytest.fixture(scope="module")
 def official_model():
     _, model, _ = official_s2v()
@@ -97,19 +115,7 @@ def test_the_s2v_dit_equals_the_official_model(official_model, motion):
     text[:7] = rng.standard_normal((7, 16))
     audio = rng.standard_normal((1, 25, 24, 12)).astype(np.float32)  # 12 video frames → 3 latent frames
     t = np.array([700.0], np.float32)
-    with torch.no_grad():
-        want = official_model(
-            [torch.from_numpy(x)],
-            t=torch.from_numpy(t),
-            context=[torch.from_numpy(text[:7])],
-            seq_len=None,
-            ref_latents=torch.from_numpy(ref),
-            motion_latents=torch.from_numpy(mot),
-            cond_states=torch.from_numpy(pose),
-            audio_input=torch.from_numpy(audio),
-            motion_frames=[73, 19],
-            drop_motion_frames=not motion,
-        )[0].numpy()
+    want = official(official_model, x, t, text[:7], ref, mot, pose, audio, motion)
 
     cfg = TransformerConfig.from_official(TINY)
     ops = tops
@@ -165,3 +171,61 @@ def test_the_14b_parameter_table_equals_the_official_model_built_on_meta():
     assert param_shapes(cfg) == theirs
     assert TransformerConfig.from_official(official) == cfg  # the config reads back as written
     assert sum(np.prod(s) for s in theirs.values()) > 16e9  # S2V-14B is ~16.3B parameters with its additions
+
+
+# JAX's eager dispatch of the layer scan: over 5 s in the suite's run (tests/README.md)
+@pytest.mark.parametrize("backend", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
+def test_the_masked_forward_equals_the_official_model(official_model, backend):
+    """forward_masked — what a JAX shard runs, its video/extra split a per-token mask, its layers
+    one scan with the injectors picked by one-hot — against the official model, on the torch and
+    the JAX ops (the motion frames on)."""
+    import jax.numpy as jnp
+
+    from parallel_wan.backends.jax import ops as jops
+    from parallel_wan.models.s2v_transformer import MaskedInputs, aligned, forward_masked
+
+    rng = np.random.default_rng(12)
+    frames, lh, lw = 3, 8, 8
+    x = rng.standard_normal((16, frames, lh, lw)).astype(np.float32)
+    ref = rng.standard_normal((1, 16, 1, lh, lw)).astype(np.float32)
+    mot = rng.standard_normal((1, 16, 19, lh, lw)).astype(np.float32)
+    pose = rng.standard_normal((1, 16, frames, lh, lw)).astype(np.float32)
+    text = np.zeros((512, 16), np.float32)
+    text[:5] = rng.standard_normal((5, 16))
+    audio = rng.standard_normal((1, 25, 24, 12)).astype(np.float32)
+    t = np.array([400.0], np.float32)
+    want = official(official_model, x, t, text[:5], ref, mot, pose, audio, motion=True)
+
+    cfg = TransformerConfig.from_official(TINY)
+    ops = tops if backend == "torch" else jops
+    put = (lambda a: torch.from_numpy(np.asarray(a))) if backend == "torch" else jnp.asarray
+    state = official_to_diffusers(official_model.state_dict())
+    params = unflatten({k: (v if backend == "torch" else jnp.asarray(v.numpy())) for k, v in state.items()})
+    grid, patch = (frames, lh // 2, lw // 2), cfg.patch_size
+    video = int(np.prod(grid))
+    arrays = SegmentArrays(
+        pose_tokens=dit.patchify(put(pose), patch, ops),
+        reference_tokens=dit.patchify(put(ref), patch, ops),
+        motion_latents=put(mot),
+        audio=put(audio),
+    )
+    with torch.no_grad():
+        inputs, _ = cond_and_uncond(params, arrays, cfg, ops, guided=False)
+        total = video + inputs.extra.shape[1]
+        pose_al, extra_al = aligned(inputs, video, total, ops)
+        index = np.arange(total)
+        frames_of = np.where(index < video, np.minimum(index // (grid[1] * grid[2]), frames - 1), 0).astype(np.int32)
+        masked = MaskedInputs(pose_al, extra_al, inputs.audio, inputs.audio_global, put(index < video), put(frames_of))
+        positions = np.concatenate(
+            [s2v_tokens.video_positions(grid), s2v_tokens.extra_positions(grid[1], grid[2], True)]
+        )
+        cos, sin = rope_at(cfg.attention_head_dim, positions)
+        tokens = dit.patchify(put(x[None]), patch, ops)
+        tokens = ops.concat([tokens, ops.zeros((1, total - video, tokens.shape[2]), "float32", like=tokens)], axis=1)
+        out = forward_masked(
+            params, tokens, put(t), put(text[None]), masked, (put(cos), put(sin)), cfg, ops, ops.attention
+        )
+    out = np.asarray(ops.to_numpy(out))
+    assert not out[:, video:].any()
+    got = np.asarray(ops.to_numpy(dit.unpatchify(ops.asarray(out[:, :video]), grid, patch, ops)))[0]
+    assert got.shape == want.shape and rel_err(got, want) <= RTOL, rel_err(got, want)

@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ...models import animate_transformer as animate, transformer as dit
+from ...models import animate_transformer as animate, s2v_tokens, s2v_transformer as s2v, transformer as dit
 from ...models.animate_motion import motion_basis
-from ...models.rope import rope_tables
+from ...models.rope import rope_at, rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
 from ..contract import NoisePredictor
@@ -45,7 +45,7 @@ def make_step(
     per_token: bool,
     kernel: str,
     cache: CacheSpec | None = None,
-    segment: bool = False,
+    segment: bool | str = False,
 ):
     """The pure step: (params, x, t, guidance, context, cos, sin, cond, t_mask) → guided
     prediction, on global arrays: `shard_forward` maps the forward onto the mesh and XLA places
@@ -58,6 +58,10 @@ def make_step(
         # result. Cast outside, whether the bf16 rounding at the shard_map's edge happened was
         # XLA's choice per program (it allows excess precision): one device's kept float32
         # where every mesh rounded, 3.9e-3 of a step's prediction (tests/parallel/test_bf16_meshes.py)
+        if segment == "s2v":  # S2V: the shard's pose and extra embeddings, the audio, its tokens' kinds and frames
+            pose, extra, audio, audio_global, video, frames_of = segment_inputs
+            inputs = s2v.MaskedInputs(pose, extra, audio, audio_global, video, frames_of)
+            return ops.cast(s2v.forward_masked(p, x, t, c, inputs, rope, tcfg, ops, attn, run_blocks), "float32")
         if segment:  # Animate: the shard's pose, the image and face tokens, its tokens' frames
             pose, image, face, frames_of = segment_inputs
             inputs = animate.SegmentInputs(pose, image, face)
@@ -74,7 +78,7 @@ def make_step(
         param_specs=param_specs,
         kernel=kernel,
         block_seam=BlockCache(cache) if cache is not None and cache.kind != "taylorseer" else None,
-        extra_specs=SEGMENT_SPECS if segment else (),
+        extra_specs=S2V_SPECS if segment == "s2v" else SEGMENT_SPECS if segment else (),
     )
 
     # The forward's inputs and the CFG combine: pipeline/model_inputs.py, as every backend's. The
@@ -99,7 +103,26 @@ def make_step(
 SEGMENT_SPECS = (P("dp", CP, None), P("dp", None, None), P("dp", None, None, None), P(CP))
 
 
+# S2V's per-row pose and extra embeddings (token-sharded), audio tokens and global vectors, and
+# each token's kind (video or not) and latent frame
+S2V_SPECS = (P("dp", CP, None), P("dp", CP, None), P("dp", None, None, None), P("dp", None, None), P(CP), P(CP))
+
+
 _SEGMENT_PROGRAMS: dict = {}  # (config, guided, frame tokens) → the jitted maker, shared by segments
+
+
+def _s2v_program(tcfg, guided: bool, motion: bool):
+    """S2V's (cond, uncond) clip inputs as one jitted program per model and layout (with or
+    without the motion frames), reused by every clip."""
+    key = ("s2v", tcfg, guided, motion)
+    if key not in _SEGMENT_PROGRAMS:
+
+        def make(p, pose, reference, motion_latents, audio):
+            a = s2v.SegmentArrays(pose, reference, motion_latents if motion else None, audio)
+            return s2v.cond_and_uncond(p, a, tcfg, ops, guided)
+
+        _SEGMENT_PROGRAMS[key] = jax.jit(make)
+    return _SEGMENT_PROGRAMS[key]
 
 
 def _segment_program(tcfg, guided: bool, frame_tokens: int):
@@ -115,6 +138,18 @@ def _segment_program(tcfg, guided: bool, frame_tokens: int):
 
         _SEGMENT_PROGRAMS[key] = jax.jit(make)
     return _SEGMENT_PROGRAMS[key]
+
+
+def _s2v_rope(task, tcfg, token_index):
+    """RoPE tables of S2V's sequence — the video's tokens, then the reference's and the
+    motion's (models/s2v_tokens.py) — at these global positions (padding: the identity)."""
+    grid = task.grid
+    motion = task.segment_inputs.motion_latents is not None
+    positions = np.concatenate([s2v_tokens.video_positions(grid), s2v_tokens.extra_positions(grid[1], grid[2], motion)])
+    valid = token_index < len(positions)
+    cos, sin = rope_at(tcfg.attention_head_dim, positions[np.where(valid, token_index, 0)])
+    cos[~valid], sin[~valid] = 1.0, 0.0
+    return cos, sin
 
 
 def host_copy(array) -> np.ndarray:
@@ -147,7 +182,11 @@ class JaxNoisePredictor(NoisePredictor):
         self.halves = {name: task.halves(name) for name in task.experts}  # CFG halves per expert
         self.x_sharding = self.token_sharding(self.batch)
         tcfg = next(iter(task.experts.values()))[0]
-        cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
+        self.s2v = isinstance(task.segment_inputs, s2v.SegmentArrays)
+        if self.s2v:  # the sequence goes on past the video's tokens: each token at its own position
+            cos, sin = _s2v_rope(task, tcfg, work.token_index())
+        else:
+            cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
         self.cos, self.sin = put(cos, NamedSharding(mesh, P(CP, None))), put(sin, NamedSharding(mesh, P(CP, None)))
         self.contexts = {
             h: put(self._forward_rows(task, h), NamedSharding(mesh, P("dp", None, None)))
@@ -168,6 +207,31 @@ class JaxNoisePredictor(NoisePredictor):
         self._build_programs()
 
     # ------------------------------------------------------------ set-up
+    def _s2v_inputs(self, task, tcfg, params) -> dict:
+        """S2V: per CFG-halves count, the step's extra inputs — the rows' pose and extra
+        embeddings over the whole padded sequence, the audio tokens, and each token's kind and
+        latent frame — made once per clip with the expert's weights, placed for the step."""
+        arrays, guided = task.segment_inputs, task.uses_guidance
+        motion = arrays.motion_latents is not None
+        program = _s2v_program(tcfg, guided, motion)
+        motion_latents = arrays.motion_latents if motion else jnp.zeros((), jnp.float32)
+        halves = program(params, arrays.pose_tokens, arrays.reference_tokens, motion_latents, arrays.audio)
+        video = arrays.pose_tokens.shape[1]
+        halves = tuple(
+            None if h is None else h._replace(**dict(zip(("pose", "extra"), s2v.aligned(h, video, self.padded, ops))))
+            for h in halves
+        )
+        index = np.arange(self.padded)
+        frame_tokens = task.grid[1] * task.grid[2]
+        kinds = (index < video, np.where(index < video, index // frame_tokens, 0).astype(np.int32))
+        out = {}
+        for count in set(self.halves.values()):
+            layout = model_inputs.StepRows(self.batch, count, False, tuple(tcfg.patch_size))
+            rows = model_inputs.segment_rows(halves, layout, None, ops)
+            placed = [put(a, NamedSharding(self.mesh, spec)) for a, spec in zip(rows, S2V_SPECS)]
+            out[count] = (*placed, *(put(a, NamedSharding(self.mesh, P(CP))) for a in kinds))
+        return out
+
     def _segment_inputs(self, task, tcfg) -> dict:
         """Animate: per CFG-halves count, the step's extra inputs — the rows' pose (padded to the
         sharded length), image and face tokens in the forward's row layout, and each token's
@@ -176,6 +240,8 @@ class JaxNoisePredictor(NoisePredictor):
         params = task.experts[name][1]
         if self.specs[name] is not None:  # FSDP: the encoders' weights whole for this once
             params = jax.device_put(params, NamedSharding(self.mesh, P()))
+        if self.s2v:
+            return self._s2v_inputs(task, tcfg, params)
         arrays, guided = task.segment_inputs, task.uses_guidance
         # one compiled program, not eager dispatch (6 of 12 s on the tiny model): the motion
         # basis's QR on the host first, as the eager path makes it
@@ -262,8 +328,12 @@ class JaxNoisePredictor(NoisePredictor):
             self.kernel,
             self.cache_spec,
             stored,
-            self.segment is not None,
+            self._segment_kind(),
         )
+
+    def _segment_kind(self) -> bool | str:
+        """The step's extra inputs: none (False), Animate's (True) or S2V's ("s2v")."""
+        return "s2v" if self.s2v else self.segment is not None
 
     def step_function(self, expert: str):
         tcfg = self.task.experts[expert][0]
@@ -277,7 +347,7 @@ class JaxNoisePredictor(NoisePredictor):
             self.task.per_token_timestep,
             self.kernel,
             self.cache_spec,
-            self.segment is not None,
+            self._segment_kind(),
         )
 
     def out_shardings(self):
