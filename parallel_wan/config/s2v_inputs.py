@@ -8,6 +8,7 @@ or `num_clips` clips when fewer (the official `num_clip`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from ..errors import ConfigError
 from ..models.registry import architecture
 from ..models.variants import AUDIO, POSE_VIDEO
 from .schema import _as
+from .source_video import video_frames
 
 MIN_SECONDS = 0.1  # less is not one wav2vec2 feature per video frame of a clip's start
 
@@ -25,6 +27,7 @@ class S2VInputs:
     audio: str
     num_clips: int | None  # at most this many clips; None: all the audio needs
     seconds: float  # the audio's length
+    pose_video: str | None = None  # poses to follow (rendered skeletons, as Animate's), optional
 
 
 def with_examples(cfg: Mapping, model) -> Mapping:
@@ -70,11 +73,12 @@ def s2v_inputs(cfg: Mapping, model, num_frames: int) -> S2VInputs | None:
             setting=("audio", "model"),
         )
     audio = _as(str, "audio", audio)
-    if cfg.get(POSE_VIDEO):
-        raise ConfigError(
-            f"pose_video= with model={model.name}: S2V's pose driving is not built yet (issue 42); drop pose_video=",
-            setting=POSE_VIDEO,
-        )
+    pose = cfg.get(POSE_VIDEO) or None
+    if pose is not None:
+        pose = _as(str, POSE_VIDEO, pose)
+        if not os.path.isfile(pose):
+            raise ConfigError(f"pose_video={pose} does not exist; give the path of an mp4", setting=POSE_VIDEO)
+        video_frames(pose, POSE_VIDEO)  # a video ffmpeg reads, or one line
     if clips is not None:
         clips = _as(int, "num_clips", clips)
         if clips < 1:
@@ -91,7 +95,7 @@ def s2v_inputs(cfg: Mapping, model, num_frames: int) -> S2VInputs | None:
         record = probe(audio, MIN_SECONDS)
     except AudioError as e:
         raise ConfigError(f"audio={e}", setting="audio") from None
-    return S2VInputs(audio=audio, num_clips=clips, seconds=record["seconds"])
+    return S2VInputs(audio=audio, num_clips=clips, seconds=record["seconds"], pose_video=pose)
 
 
 def check_s2v_run(spec) -> None:

@@ -109,7 +109,7 @@ class VideoSettings:
             a = self.animate
             given += [name for name, path in vars(a).items() if name.endswith("_video") and path is not None]
         if self.s2v is not None:
-            given.append(AUDIO)
+            given += [AUDIO] + (["pose_video"] if self.s2v.pose_video is not None else [])
         return frozenset(given + ([LAST_IMAGE] if self.last_image is not None else []))
 
     @property
@@ -269,6 +269,8 @@ class RunSpec:
             )
         if self.video.s2v is not None:  # S2V only: its audio and clip cap
             out["audio"] = self.video.s2v.audio
+            if self.video.s2v.pose_video is not None:
+                out["pose_video"] = self.video.s2v.pose_video
             if self.video.s2v.num_clips is not None:
                 out["num_clips"] = self.video.s2v.num_clips
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).

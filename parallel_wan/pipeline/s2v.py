@@ -1,5 +1,5 @@
 """S2V-14B's generation, clip by clip, as the official `wan22` speech-to-video code makes it
-(`WanS2V.generate`, the default path: no pose video, no TTS, not starting from the reference):
+(`WanS2V.generate`: with or without a pose video; no TTS, not starting from the reference):
 
 once   the text; the speech through wav2vec2 (audio/: 25 hidden states, resampled to 30 per
        second, sampled at the video's frame rate into whole clips of `num_frames`); the portrait
@@ -33,7 +33,7 @@ from ..models.experts import SINGLE
 from ..report.timing import PhaseTimer
 from .denoise import DenoiseTask, denoise
 from .local_work import gather_latent_tokens, local_work
-from .s2v_inputs import audio_features, portrait
+from .s2v_inputs import PoseClips, audio_features, portrait
 from .sidecar import segmented_info
 from .steps import pick_schedule, step_plan, unguided_experts
 
@@ -75,7 +75,11 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
     reference_tokens = ops.cast(dit.patchify(reference, tcfg.patch_size, ops), dtype)
     # no pose video: the official condition is the pose latents × 0, so the pose embedding is its bias
     volume = math.prod(tcfg.patch_size) * tcfg.s2v.cond_dim
-    pose_tokens = ops.cast(backend.to_device(np.zeros((1, video_tokens, volume), np.float32)), dtype)
+    no_pose = ops.cast(backend.to_device(np.zeros((1, video_tokens, volume), np.float32)), dtype)
+    poses = None
+    if inputs.pose_video is not None:
+        with timer.phase("vae_encode"):
+            poses = PoseClips(inputs.pose_video, clips, frames, height, width, spec.model.fps)
 
     outputs, latents = [], None
     for clip in range(clips):
@@ -86,6 +90,11 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
                 "clip %d/%d: video frames %d–%d%s", clip + 1, clips, start, stop - 1, " (continuing)" if clip else ""
             )
         audio = ops.cast(backend.to_device(features[None, :, :, clip * frames : (clip + 1) * frames]), dtype)
+        pose_tokens = no_pose
+        if poses is not None:  # the clip's poses through the VAE after its first frame, which is dropped
+            with timer.phase("vae_encode"):
+                z = _encoded(poses.clip(clip), vcfg, loaded.vae_params, ops, backend)[:, :, 1:]
+                pose_tokens = ops.cast(dit.patchify(z, tcfg.patch_size, ops), dtype)
         arrays = s2v.SegmentArrays(
             pose_tokens=pose_tokens,
             reference_tokens=reference_tokens,
@@ -136,6 +145,7 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
         "motion_frames": motion_frames,
         "frames": (frames - FIRST_CLIP_DROPPED) + (clips - 1) * frames,
         "steps_per_clip": len(step_plan(spec, schedule)),
+        "pose_video": None if poses is None else poses.record,
     }
     return videos, backend.to_host(latents), info
 

@@ -4,7 +4,7 @@
 The package's `__init__` imports every task and their third-party packages; here only the S2V
 files load (a bare `wan` package over the installed sources). What they import but never use on
 the paths the tests run is stubbed for the import only and removed again: `decord` (reading a
-pose video; the reference test gives none), `librosa` (its `load` is given per test: the audio
+pose video: `_VideoReader`, the same calls over imageio), `librosa` (its `load` is given per test: the audio
 file read at 16 kHz), `torchvision` (the reference image's resize and crop, which our tests make
 no-ops by giving the image at the output size; `identity_transforms` checks that they are).
 flash-attn has no CPU build: `cpu_flash_attention` is PyTorch's attention in float32 with the
@@ -57,11 +57,33 @@ class _Identity:
         self.size = size
 
     def __call__(self, image):
-        w, h = image.size
+        h, w = tuple(image.shape[-2:]) if isinstance(image, torch.Tensor) else image.size[::-1]
         want = (self.size, self.size) if isinstance(self.size, int) else tuple(self.size)
         ok = min(w, h) == want[0] if isinstance(self.size, int) else (h, w) == want
         assert ok, f"the reference test's image must already be the output size, got {w}x{h} for {self.size}"
         return image
+
+
+class _VideoReader:
+    """decord.VideoReader's calls the official code makes (average fps, length, a batch of
+    frames as numpy), over imageio's ffmpeg reader: an adapter, no logic of its own."""
+
+    def __init__(self, path):
+        import imageio.v3 as iio
+
+        self.fps = float(iio.immeta(path, plugin="FFMPEG")["fps"])
+        self.frames = np.stack([np.asarray(f)[..., :3] for f in iio.imiter(path, plugin="FFMPEG")])
+
+    def get_avg_fps(self):
+        return self.fps
+
+    def __len__(self):
+        return len(self.frames)
+
+    def get_batch(self, indices):
+        import types
+
+        return types.SimpleNamespace(asnumpy=lambda: self.frames[list(indices)])
 
 
 def _to_tensor(image):
@@ -86,7 +108,7 @@ def official_s2v():
     stubs = {"wan": package}
     for name in ("decord", "librosa", "torchvision", "torchvision.transforms", "torchvision.transforms.functional"):
         stubs[name] = types.ModuleType(name)
-    stubs["decord"].VideoReader = None
+    stubs["decord"].VideoReader = _VideoReader
     transforms = stubs["torchvision.transforms"]
     transforms.Resize, transforms.CenterCrop, transforms.ToTensor = _Identity, _Identity, lambda: _to_tensor
     stubs["torchvision"].transforms = transforms

@@ -100,7 +100,7 @@ def _official_model(model_module, ckpt):
     return net.eval()
 
 
-def official_frames(model, ckpt, image, audio, steps=STEPS, guidance=4.5, clip=CLIP):
+def official_frames(model, ckpt, image, audio, steps=STEPS, guidance=4.5, clip=CLIP, pose_video=None):
     """The official WanS2V.generate's video as uint8 (T, H, W, 3)."""
     from parallel_wan.text.umt5 import TextEncoder
     from parallel_wan.weights.layout import OFFICIAL_WAV2VEC, describe_checkpoint
@@ -126,7 +126,7 @@ def official_frames(model, ckpt, image, audio, steps=STEPS, guidance=4.5, clip=C
             tts_prompt_text=None,
             tts_text=None,
             num_repeat=None,
-            pose_video=None,
+            pose_video=pose_video,
             max_area=64 * 64,
             infer_frames=clip,
             shift=3.0,
@@ -149,6 +149,27 @@ def test_s2v_matches_the_official_code_clip_by_clip(tmp_path, tiny, examples):
     assert got["sidecar"]["s2v"]["clips"] == 3 and len(want) == (CLIP - 3) + 2 * CLIP
     assert_frames_close(got["frames"], want)
     print("max abs diff", np.abs(got["frames"].astype(int) - want.astype(int)).max())
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_s2v_with_a_pose_video_matches_the_official_code(tmp_path, tiny, examples):
+    """pose_video=: the official load_pose_cond's poses — every frame of a 16 fps video, 20 of the
+    3 clips' 24 (the rest −1), each clip's first frame repeated, through the VAE, the first latent
+    frame dropped — embedded and added to the video's tokens; the poses change the video."""
+    import imageio.v3 as iio
+
+    from parallel_wan.builtin.animate_examples import pose_frame
+
+    model, ckpt = tiny
+    pose = tmp_path / "pose.mp4"
+    iio.imwrite(pose, np.stack([pose_frame(f, 64, 64) for f in range(20)]), fps=16, codec="libx264", macro_block_size=1)
+    inputs = dict(model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"])
+    got = run(tmp_path / "ours", ckpt, pose_video=str(pose), **inputs)
+    want = official_frames(model, ckpt, examples["image"], examples["audio"], pose_video=str(pose))
+    assert got["sidecar"]["s2v"]["pose_video"]["frames_read"] == 20
+    assert_frames_close(got["frames"], want)
+    without = run(tmp_path / "without", ckpt, **inputs)
+    assert np.abs(without["frames"].astype(int) - got["frames"].astype(int)).max() > MATTERS
 
 
 def test_the_speech_changes_the_video(tmp_path, tiny, examples):
@@ -207,7 +228,8 @@ def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, exampl
         ([*s2v, "num_frames=9"], "num_frames=9 is S2V's clip length and must be a positive multiple of 4"),
         ([*s2v, "num_clips=0"], "num_clips=0 must be at least 1"),
         ([*s2v, "height=96"], "height=96 must be a positive multiple of 64"),
-        ([*s2v, f"pose_video={examples['audio']}"], "S2V's pose driving is not built yet"),
+        ([*s2v, f"pose_video={examples['audio']}"], "could not be read as a video"),
+        ([*s2v, f"pose_video={tmp_path / 'nope.mp4'}"], "nope.mp4 does not exist"),
         ([*s2v, "cache=fbcache"], "S2V runs with cache=fbcache are not built yet"),
         (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
         ([*s2v, "compile=true"], "S2V runs with compile=true are not built yet"),
