@@ -29,7 +29,8 @@ def speech(seconds: float = SECONDS, rate: int = RATE) -> np.ndarray:
 
 
 def write_wav(path, samples: np.ndarray, rate: int = RATE) -> None:
-    with wave.open(str(path), "wb") as f:
+    """16-bit mono WAV of `samples` at `path` (a path or a binary file object)."""
+    with wave.open(path if hasattr(path, "write") else str(path), "wb") as f:
         f.setnchannels(1)
         f.setsampwidth(2)
         f.setframerate(rate)

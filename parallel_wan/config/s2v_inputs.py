@@ -29,6 +29,18 @@ class S2VInputs:
     seconds: float  # the audio's length
     pose_video: str | None = None  # poses to follow (rendered skeletons, as Animate's), optional
 
+    def frames(self, clip_frames: int, fps: int) -> int:
+        """The video's frames, from the audio's length (audio/features.clips_needed over the
+        wav2vec2 frames of that many samples: a 400-sample window every 320) and num_clips."""
+        from ..audio.features import clips_needed
+
+        samples = round(self.seconds * 16000)
+        frames_30 = int(((samples - 400) // 320 + 1) / 50 * 30)
+        clips = clips_needed(frames_30, clip_frames, fps)
+        if self.num_clips is not None:
+            clips = min(clips, self.num_clips)
+        return clip_frames - 3 + (clips - 1) * clip_frames
+
 
 def with_examples(cfg: Mapping, model) -> Mapping:
     """A built-in S2V model run with neither image= nor audio= gets the built-in example portrait

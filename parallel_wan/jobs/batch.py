@@ -26,6 +26,8 @@ def batch_key(spec: RunSpec) -> str | None:
     source video by content, as the result keys hash them: two uploads of one image batch."""
     if spec.cache.on or len(spec.video.prompts) != 1:
         return None
+    if spec.video.s2v is not None or spec.video.animate is not None:  # one prompt a run (their loops)
+        return None
     shared = {k: v for k, v in deciding_settings(spec).items() if k not in PER_MEMBER}
     return digest(shared)
 

@@ -93,8 +93,10 @@ def generate(
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
         segmented = _segmented(spec)  # Animate and S2V: segment by segment, clip by clip
         if segmented is not None:
-            if start is not None or stop_after is not None or preview is not None:
-                raise NotImplementedError("Animate and S2V runs have no resume, stop or preview yet (issue 42)")
+            # a server's progress preview is not drawn for them (its GET /content?variant= says
+            # not ready until the video is done); a resumed or stopped loop state is not made
+            if start is not None or stop_after is not None:
+                raise NotImplementedError("Animate and S2V runs have no resume or stop yet (issue 42)")
             loaded, ckpt = _loaded(spec, backend, ckpt, components, timer, tiny_dir)
             with timer.phase("text"):
                 context = encode_text(spec, loaded, backend)

@@ -44,7 +44,8 @@ GUIDANCE_ALIASES = ("true_cfg_scale",)
 RECORDED = ("user", "metadata")  # bookkeeping: stored with the job and echoed, never a setting
 IMAGE_FIELDS = ("input_reference", "image_reference", "reference_url")  # the first frame: video_requests.py
 LAST_IMAGE = ("last_image",)  # the last frame (first-last-frame video): video_requests.py
-REFUSED = ("n", "quality", "audio_reference", "video_reference", "generate_sound")  # can't honour: refuse()
+AUDIO = ("audio_reference",)  # S2V's speech (vLLM-Omni's field): video_requests.py
+REFUSED = ("n", "quality", "video_reference", "generate_sound")  # can't honour: refuse()
 DERIVED = ("size", "seconds", "model")  # fields read here, not copied
 LORA_FIELDS = ("loras", "lora")  # the registered LoRAs a request names (lora_registry.py; served.py reads them)
 TAKEN = (
@@ -54,6 +55,7 @@ TAKEN = (
     + RECORDED
     + IMAGE_FIELDS
     + LAST_IMAGE
+    + AUDIO
     + LORA_FIELDS
     + ("extra_params",)
 )  # what a field may be
@@ -64,6 +66,7 @@ FIELDS = TAKEN + REFUSED  # known: the refused ones are refused with their reaso
 FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {
     "image": "input_reference",
     "last_image": "last_image",
+    "audio": "audio_reference",
     "video": "video",
     "extend": "video",
 }
@@ -190,7 +193,6 @@ def refuse(key: str, value) -> None:
     if key == "generate_sound" and value in (False, "false", "False", "0", 0):
         return
     what = {
-        "audio_reference": "takes no audio (speech-to-video, S2V, is not served)",
         "generate_sound": "makes no sound",
         "video_reference": "reads no video in POST /v1/videos (it makes a video from text and, I2V/TI2V, an image)",
     }[key]

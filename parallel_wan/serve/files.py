@@ -39,12 +39,18 @@ def source_video_path(settings, video_id: str) -> str:
     return os.path.join(settings.inputs_dir, f"{video_id}.mp4")
 
 
+def audio_path(settings, video_id: str) -> str:
+    """S2V's uploaded speech, byte for byte (ffmpeg reads it by its content, not its name)."""
+    return os.path.join(settings.inputs_dir, f"{video_id}.audio")
+
+
 def delete_files(settings, video_id: str) -> None:
-    """A job's video, sidecar, frames and variants, its uploaded images and any saved loop state."""
+    """A job's video, sidecar, frames and variants, its uploaded images and audio, and any saved
+    loop state."""
     paths = [os.path.join(settings.videos_dir, name) for name in one_video_names(video_id)]
     paths += [variant_path(settings, video_id, variant) for variant in VARIANT_FILES]
     paths += [image_path(settings, video_id, suffix, part) for suffix in IMAGE_SUFFIXES for part in ("", LAST)]
-    paths.append(source_video_path(settings, video_id))
+    paths += [source_video_path(settings, video_id), audio_path(settings, video_id)]
     for path in paths:
         try:
             os.remove(path)

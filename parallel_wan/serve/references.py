@@ -69,3 +69,18 @@ def data_url_bytes(url, where: str) -> bytes:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise RequestError(f"{where} is not valid base64 after 'base64,'", param) from None
+
+
+def json_audio(fields: dict) -> bytes | None:
+    """S2V's speech of a JSON body's `audio_reference` (vLLM-Omni's field, as
+    `{"audio_url": "data:audio/wav;base64,…"}`), which the fields lose; None when not given."""
+    value = fields.pop("audio_reference", None)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"audio_url"}:
+        raise RequestError(
+            f'audio_reference={_shown(value)} must be {{"audio_url": "data:audio/wav;base64,…"}}; or upload it as '
+            "multipart audio_reference",
+            "audio_reference",
+        )
+    return data_url_bytes(value["audio_url"], "audio_reference.audio_url")

@@ -9,7 +9,7 @@ import os
 
 from ..report.outputs import commit, stage
 from .fields import RequestError
-from .files import LAST, image_path
+from .files import LAST, audio_path, image_path
 
 LAST_IMAGE_FIELD = "last_image"  # the last frame (first-last-frame video): JSON or an upload
 
@@ -49,6 +49,11 @@ def store_image(settings, video_id: str, data: bytes, field: str = "input_refere
     """Write the image as storage_dir/inputs/<id>.<suffix> — the last frame's (`last_image`) as
     <id>.last.<suffix> — atomically; returns its path."""
     path = image_path(settings, video_id, image_suffix(data, field), LAST if field == LAST_IMAGE_FIELD else "")
+    return _write(path, data)
+
+
+def _write(path: str, data: bytes) -> str:
+    """The bytes at `path`, atomically; returns the path."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
 
     def write(tmp):
@@ -57,3 +62,21 @@ def store_image(settings, video_id: str, data: bytes, field: str = "input_refere
 
     commit([(stage(path, write), path)])
     return path
+
+
+AUDIO_FIELD = "audio_reference"  # S2V's speech: JSON or an upload
+MAX_AUDIO_BYTES = 64 << 20  # ten minutes of 16-bit 48 kHz stereo WAV is 110 MB; compressed speech far less
+
+
+def store_audio(settings, video_id: str, data: bytes) -> str:
+    """Write S2V's speech as storage_dir/inputs/<id>.audio, atomically; returns its path. Whether
+    it is audio (decodes, long enough, not silence) the run's own check says, before the job is
+    queued (config/s2v_inputs.py), as the command line's audio= is checked."""
+    if not data:
+        raise RequestError(f"{AUDIO_FIELD} is empty; send a WAV, FLAC or MP3 file", AUDIO_FIELD)
+    if len(data) > MAX_AUDIO_BYTES:
+        raise RequestError(
+            f"{AUDIO_FIELD} is {len(data) >> 20} MB; send at most {MAX_AUDIO_BYTES >> 20} MB (a compressed format)",
+            AUDIO_FIELD,
+        )
+    return _write(audio_path(settings, video_id), data)

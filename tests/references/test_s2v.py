@@ -246,16 +246,6 @@ def test_a_shorter_num_clips_cuts_the_video_and_the_first_clips_are_the_same(tmp
     assert np.array_equal(cut["frames"], whole["frames"][: len(cut["frames"])])
 
 
-def test_serving_s2v_is_refused_at_start_for_now():
-    from harness.jax_runs import raw_config
-
-    from parallel_wan.config import ConfigError
-    from parallel_wan.serve.served import serve_start
-
-    with pytest.raises(ConfigError, match="serving S2V .* is not built yet"):
-        serve_start(raw_config(["model=tiny_s2v"]), 1, None, "/tmp/unused")
-
-
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
     """Sequence parallelism over the whole S2V sequence — the video's tokens, then the
@@ -337,3 +327,40 @@ def test_a_prompt_file_gives_each_entry_its_own_speech(tmp_path, tiny, examples)
     assert np.array_equal(got, want)
     first = json.loads(next((tmp_path / "out").glob("0001-*.json")).read_text())  # unnamed: LINE-KEY
     assert first["s2v"]["clips"] == 1 and first["frames_shape"][0] == CLIP - 3
+
+
+@pytest.mark.slow  # a server process: over 5 s in the suite's run (tests/README.md)
+def test_a_server_speaks_an_uploaded_audio_reference_as_the_command_line_does(tmp_path, examples):
+    """A tiny S2V server: OpenAI's SDK creates a video with `input_reference` and, in
+    `extra_body`, vLLM-Omni's `audio_reference` as a data URL; the job completes, its frames are
+    the command line's with the same inputs, and the downloaded mp4 carries the audio track."""
+    import base64
+    import subprocess
+
+    import imageio_ffmpeg
+    import openai
+    from harness.cli import run_in_process
+    from harness.serve import KEY, Server
+
+    start = ["model=tiny_s2v", "dtype=float32", "steps=2", "save_frames=true", "dist_timeout_s=60"]
+    server = Server(tmp_path / "storage", start, key=KEY).wait_ready()
+    try:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY)
+        voice = "data:audio/wav;base64," + base64.b64encode(open(examples["audio"], "rb").read()).decode()
+        with open(examples["image"], "rb") as image:
+            job = client.videos.create(
+                prompt=PROMPT, input_reference=image, extra_body={"audio_reference": {"audio_url": voice}}
+            )
+        done = server.wait_for(job.id, "completed", "failed")
+        assert done["status"] == "completed", done
+        mp4 = tmp_path / "served.mp4"
+        mp4.write_bytes(client.videos.download_content(job.id).read())
+        frames = server.frames(job.id)
+    finally:
+        server.stop()
+    run_in_process(
+        tmp_path / "cli", *start, f"prompt='{PROMPT}'", f"image={examples['image']}", f"audio={examples['audio']}"
+    )
+    assert np.array_equal(frames, np.load(tmp_path / "cli" / "frames.npy"))
+    probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-i", str(mp4)], capture_output=True)
+    assert b"Audio: aac" in probe.stderr, probe.stderr.decode()[-2000:]

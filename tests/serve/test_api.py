@@ -218,7 +218,8 @@ SERVER_OWN = {
     ),
     "n_two": ({"prompt": "a", "n": 2}, "n", ["n=2", "one video per request"]),
     "quality_high": ({"prompt": "a", "quality": "high"}, "quality", ["quality='high'", "num_inference_steps"]),
-    "audio_reference": ({"prompt": "a", "audio_reference": {"audio_url": "x"}}, "audio_reference", ["no audio"]),
+    "audio_reference": ({"prompt": "a", "audio_reference": {"audio_url": "x"}}, "audio_reference", ["fetches nothing"]),
+    "audio_reference_shape": ({"prompt": "a", "audio_reference": "data:,"}, "audio_reference", ['{"audio_url"']),
     "generate_sound": ({"prompt": "a", "generate_sound": True}, "generate_sound", ["makes no sound"]),
     "video_reference": ({"prompt": "a", "video_reference": {"video_url": "x"}}, "video_reference", ["reads no video"]),
     "extra_params_unknown": (
@@ -403,7 +404,7 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
         "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
         "guidance_scale_2, fps, flow_shift, boundary_ratio, strength, size, seconds, model, true_cfg_scale, user, "
         "metadata, "
-        "input_reference, image_reference, reference_url, last_image, loras, lora, extra_params"
+        "input_reference, image_reference, reference_url, last_image, audio_reference, loras, lora, extra_params"
     )
     for body, message in (
         (
@@ -1392,4 +1393,69 @@ def test_a_last_frame_comes_as_an_upload_or_a_data_url_and_is_refused_where_it_c
     assert refused["param"] == "last_image" and "could not be read as an image" in refused["message"], refused
     refused = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "e", "last_image": "a.png"}), 400)
     assert refused["param"] == "last_image", refused
+    t2v.nothing_queued()
+
+
+def test_s2v_speech_comes_as_an_upload_or_a_data_url_and_is_checked_before_queueing(tmp_path):
+    """S2V on a server: `audio_reference` (vLLM-Omni's field) beside `input_reference`, uploaded
+    (multipart) or as {"audio_url": data URL} (JSON), stored under the job's id and run as the
+    command line's audio= (the job's answered seconds are the speech's clips'); silence, a file
+    that is not audio, or a model that takes none are 400s naming the field, and keep nothing."""
+    import base64
+    import io
+
+    from parallel_wan.builtin.s2v_examples import speech, write_wav
+
+    def wav(samples) -> bytes:
+        out = io.BytesIO()
+        write_wav(out, samples)
+        return out.getvalue()
+
+    s2v = Api(tmp_path / "s2v", ["model=tiny_s2v", "steps=2", "num_frames=8"])
+    assert s2v.client.get("/v1/models").json()["data"][0]["inputs"] == [
+        {"field": "input_reference", "required": True},
+        {"field": "audio_reference", "required": True},
+    ]
+    assert not s2v.client.get("/v1/models").json()["data"][0]["extends"]
+    face, voice = png_bytes(64, 64), wav(speech())
+    files = {"prompt": (None, "a"), "input_reference": ("f.png", face), "audio_reference": ("s.wav", voice)}
+    answer = s2v.client.post("/v1/videos", files=files)
+    assert answer.status_code == 200, answer.text
+    job = answer.json()
+    settings = json.loads(s2v.store.get(job["id"])["settings"])
+    assert settings["audio"].endswith(f"{job['id']}.audio") and open(settings["audio"], "rb").read() == voice
+    spec = s2v.served.spec(settings)
+    from parallel_wan.serve.fields import seconds_of
+
+    assert spec.video.s2v.audio == settings["audio"] and job["seconds"] == seconds_of(21, 16)  # 5 + 2 × 8 frames
+    url = "data:audio/wav;base64," + base64.b64encode(voice).decode()
+    image = "data:image/png;base64," + base64.b64encode(face).decode()
+    answer = s2v.client.post(
+        "/v1/videos",
+        json={"prompt": "b", "input_reference": {"image_url": image}, "audio_reference": {"audio_url": url}},
+    )
+    assert answer.status_code == 200, answer.text
+    for id_ in {job["id"], answer.json()["id"]}:
+        s2v.client.delete(f"/v1/videos/{id_}")
+    assert os.listdir(s2v.settings.inputs_dir) == []
+    for audio, words in (
+        (wav(speech() * 0), "is silent"),
+        (b"not audio at all", "is not an audio file ffmpeg can read"),
+        (b"", "is empty"),
+    ):
+        bad = {"prompt": (None, "c"), "input_reference": ("f.png", face), "audio_reference": ("s.wav", audio)}
+        refused = _openai_error(s2v.client.post("/v1/videos", files=bad), 400)
+        assert refused["param"] == "audio_reference" and words in refused["message"], refused
+        assert str(tmp_path) not in refused["message"]  # the server's paths never reach a client
+    refused = _openai_error(
+        s2v.client.post("/v1/videos", files={"prompt": (None, "d"), "input_reference": ("f.png", face)}), 400
+    )
+    assert refused["param"] == "audio_reference" and "set audio_reference" in refused["message"], refused
+    s2v.nothing_queued()
+
+    t2v = Api(tmp_path / "t2v")
+    refused = _openai_error(
+        t2v.client.post("/v1/videos", json={"prompt": "e", "audio_reference": {"audio_url": url}}), 400
+    )
+    assert refused["param"] == "audio_reference" and "takes no audio" in refused["message"], refused
     t2v.nothing_queued()

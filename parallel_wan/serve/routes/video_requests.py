@@ -17,14 +17,16 @@ from ...jobs.batch import batch_key
 from ...report.outputs import commit, stage
 from ..fields import RequestError, seconds_of
 from ..files import source_video_path
-from ..references import json_image, json_last_image
+from ..references import json_audio, json_image, json_last_image
 from ..sources import new_part, source_frames, upload_size
 from ..store import IdempotencyConflict, QueueFull, new_id
-from ..uploads import LAST_IMAGE_FIELD, store_image
+from ..uploads import LAST_IMAGE_FIELD, store_audio, store_image
 from .errors import error, no_retry, refusal
 from .video_objects import video_object
 
-OBJECT_FIELDS = ("metadata", "extra_params")  # fields that hold an object; a form sends them as name[key]
+# fields that hold an object; a form sends them as name[key] (an SDK's extra_body in a multipart
+# request: vLLM-Omni's {"audio_url": …} beside an uploaded input_reference)
+OBJECT_FIELDS = ("metadata", "extra_params", "audio_reference")
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Body:
     image_field: str | None = None  # the field that gave the image
     video: bytes | None = None
     last_image: bytes | None = None  # the last frame (first-last-frame video)
+    audio: bytes | None = None  # S2V's speech (`audio_reference`)
 
 
 async def read_body(request: Request, max_bytes: int, video: bool = False) -> Body:
@@ -51,13 +54,13 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
             raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
-        last = json_last_image(fields)
-        return Body(fields, *json_image(fields), last_image=last)
+        last, audio = json_last_image(fields), json_audio(fields)
+        return Body(fields, *json_image(fields), last_image=last, audio=audio)
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(
             f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
         )
-    uploads = ("input_reference", "last_image", "video") if video else ("input_reference", "last_image")
+    uploads = ("input_reference", "last_image", "audio_reference") + (("video",) if video else ())
     try:
         form = await request.form(max_files=len(uploads), max_fields=64, max_part_size=max_bytes)
     except Exception as exc:  # starlette's MultiPartException and parser errors
@@ -67,9 +70,9 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
         if isinstance(value, UploadFile):
             if name not in uploads:
                 only = (
-                    "input_reference, last_image and video are uploads"
+                    "input_reference, last_image, audio_reference and video are uploads"
                     if video
-                    else "input_reference and last_image are uploads"
+                    else "input_reference, last_image and audio_reference are uploads"
                 )
                 raise RequestError(f"{name} is a file; only {only} are uploads", name)
             if name in files:
@@ -78,17 +81,20 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
             continue
         _put(fields, name, value)
     await form.close()
-    for name in ("input_reference", "last_image"):
+    if isinstance(fields.get("audio_reference"), dict):  # {"audio_url": data URL} as form fields
+        if "audio_reference" in files:
+            raise RequestError("audio_reference was given twice; give each field once", "audio_reference")
+        files["audio_reference"] = json_audio(fields)
+    for name in ("input_reference", "last_image", "audio_reference"):
         if name in fields:
-            raise RequestError(
-                f"{name} must be an image file upload, not text; URLs and server paths are not read", name
-            )
+            kind = "an audio" if name == "audio_reference" else "an image"
+            raise RequestError(f"{name} must be {kind} file upload, not text; URLs and server paths are not read", name)
     if video and "video" in fields and "video" in files:
         raise RequestError("video was given twice; give each field once", "video")
-    last = files.get("last_image")
+    last, audio = files.get("last_image"), files.get("audio_reference")
     if "input_reference" in files:
-        return Body(fields, files["input_reference"], "input_reference", files.get("video"), last)
-    return Body(fields, *json_image(fields), files.get("video"), last)  # a form's reference_url: a data: URL as text
+        return Body(fields, files["input_reference"], "input_reference", files.get("video"), last, audio)
+    return Body(fields, *json_image(fields), files.get("video"), last, audio)  # a form's reference_url: a data: URL
 
 
 def _put(fields: dict, name: str, value) -> None:
@@ -161,7 +167,17 @@ async def answer(request: Request, api, body: Body, source: VideoSource | None =
     idem = request.headers.get("idempotency-key")
     try:
         row, created = await run_in_threadpool(
-            queue_video, api.store, api.served, api.settings, fields, image, idem, image_field, source, body.last_image
+            queue_video,
+            api.store,
+            api.served,
+            api.settings,
+            fields,
+            image,
+            idem,
+            image_field,
+            source,
+            body.last_image,
+            body.audio,
         )
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
@@ -191,17 +207,20 @@ def queue_video(
     image_field: str | None = None,
     source: VideoSource | None = None,
     last_image: bytes | None = None,
+    audio: bytes | None = None,
 ):
     """Validate (the CLI's checks) and commit the job before the reply; (its row, created).
     A refused request leaves nothing behind: no row, no file."""
     video_id, path, video, image_field = new_id(), None, None, image_field or "input_reference"
-    last = None
+    last = speech = None
     given, before = fields, 0  # before: an extension's source frames, which come before the new ones
     try:
         if image is not None:
             path = store_image(settings, video_id, image, image_field)
         if last_image is not None:
             last = store_image(settings, video_id, last_image, LAST_IMAGE_FIELD)
+        if audio is not None:
+            speech = store_audio(settings, video_id, audio)
         if source is not None:
             video = source.store(settings, video_id)
         if source is not None and source.setting == "extend":
@@ -211,13 +230,16 @@ def queue_video(
         if source is not None and source.upload is not None and source.setting == "video":
             base = {**base, **upload_size(served, fields, video)}
         setting = source.setting if source is not None else "video"
-        spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting, last)
+        spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting, last, speech)
         frames = spec.video.num_frames + max(before - 1, 0)
+        if spec.video.s2v is not None:  # as long as the speech makes it (config/s2v_inputs.py)
+            frames = spec.video.s2v.frames(spec.video.num_frames, spec.model.fps)
         digest = hashlib.sha256(
             json.dumps(given, sort_keys=True, default=str).encode()
             + hashlib.sha256(image or b"").digest()
             + (source.digest() if source is not None else b"")
             + hashlib.sha256(last_image or b"").digest()
+            + hashlib.sha256(audio or b"").digest()
         ).hexdigest()
         job = {
             "id": video_id,
@@ -235,10 +257,10 @@ def queue_video(
         }
         row, created = store.add(job, idem, digest, settings.max_queued)
     except BaseException:
-        _remove(path, video, last)
+        _remove(path, video, last, speech)
         raise
     if not created:
-        _remove(path, video, last)  # the retry's copies; the first request's files are the job's
+        _remove(path, video, last, speech)  # the retry's copies; the first request's files are the job's
     return row, created
 
 
