@@ -122,10 +122,6 @@ def check_s2v_run(spec) -> None:
         not_yet.append((f"cache={spec.cache.kind}", "cache", "use cache=none"))
     if spec.weights.expert_files():
         not_yet.append(("expert files (weights=)", "weights", "use the checkpoint's weights"))
-    if spec.weights.loras:
-        not_yet.append(("LoRA files (lora=)", "lora", "drop lora="))
-    if spec.execution.compile:
-        not_yet.append(("compile=true", "compile", "use compile=false"))
     if spec.video.negative_prompts is not None or len(spec.video.prompts) > 1:
         not_yet.append(("more than one prompt", "prompt", "give one prompt"))
     if not_yet:

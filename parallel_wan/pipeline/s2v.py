@@ -4,8 +4,9 @@
 once   the text; the speech through wav2vec2 (audio/: 25 hidden states, resampled to 30 per
        second, sampled at the video's frame rate into whole clips of `num_frames`); the portrait
        resized and centre-cropped to the video's size (s2v_inputs.portrait) and through the VAE
-       — its latent's tokens join every clip's sequence; `motion_frames` grey frames through
-       the VAE — the motion latents the second clip would have without a first;
+       — its latent's tokens join every clip's sequence; `motion_frames` grey frames, the
+       motion frames' start (the official code encodes them too, but the first clip drops
+       them, so nothing reads their latents: not encoded here);
 clip k the noise (a generator seeded seed + k, as the official code seeds each clip); the
        denoising loop with the clip's audio features, the reference tokens and (after the
        first clip) the motion tokens of the last clip's frames; the decode of the motion
@@ -57,8 +58,11 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
     with timer.phase("vae_encode"):
         image, image_record = portrait(video.image, height, width)
         reference = _encoded(image, vcfg, loaded.vae_params, ops, backend)  # (1, 16, 1, h, w)
-        last = np.zeros((1, 3, motion_frames, height, width), np.float32)  # grey: the official start
-        motion = _encoded(last, vcfg, loaded.vae_params, ops, backend)
+        # the motion frames start grey, as the official code's; their latents are first read by
+        # the second clip (the first drops them and decodes after the reference), so they are
+        # encoded only once the first clip's frames have shifted in
+        last = np.zeros((1, 3, motion_frames, height, width), np.float32)
+        motion = None
 
     latent_frames = (frames + 3 + motion_frames) // 4 - tcfg.s2v.motion_latent_frames
     shape = (

@@ -42,3 +42,15 @@ def assert_same_frames(frames, ref, what):
     diff = np.abs(frames.astype(np.int16) - ref.astype(np.int16))
     print(f"{what}: frames max abs diff {diff.max()} ({(diff > 0).sum()} of {diff.size} values)")
     assert frames.shape == ref.shape and diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).sum())
+
+
+def assert_quantized_near_bf16(frames, other_seed: int) -> None:
+    """quantize=fp8 and int8 each give a video nearer the bf16 one than another seed's is, by a
+    wide margin (RMS below a quarter of it): `frames(name, **settings)` runs and returns float
+    frames (the FP8 path's check, for the models whose reference has no quantized run)."""
+    dense = frames("bf16")
+    other = np.sqrt(np.mean((frames("seed", seed=other_seed) - dense) ** 2))
+    for quantize in ("fp8", "int8"):
+        rms = np.sqrt(np.mean((frames(quantize, quantize=quantize) - dense) ** 2))
+        print(f"quantize={quantize}: RMS {rms:.2f} levels from bf16; another seed {other:.2f}")
+        assert rms < 0.25 * other, quantize

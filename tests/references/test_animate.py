@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from harness.cli import NEGATIVE, PROMPT, SEED, STEPS, run
 from harness.diffusers_reference import tiny_checkpoint
-from harness.frames import assert_frames_close, to_uint8
+from harness.frames import assert_frames_close, assert_quantized_near_bf16, to_uint8
 
 from parallel_wan.builtin.animate_examples import write_examples
 
@@ -261,12 +261,7 @@ def test_quantized_animate_weights_stay_near_the_bf16_video(tmp_path, tiny, exam
     def frames(name, **extra):
         return ours(tmp_path / name, ckpt, examples, dtype="bfloat16", **extra)["frames"].astype(np.float64)
 
-    dense = frames("bf16")
-    other_seed = np.sqrt(np.mean((frames("seed", seed=SEED + 1) - dense) ** 2))
-    for quantize in ("fp8", "int8"):
-        rms = np.sqrt(np.mean((frames(quantize, quantize=quantize) - dense) ** 2))
-        print(f"quantize={quantize}: RMS {rms:.2f} levels from bf16; another seed {other_seed:.2f}")
-        assert rms < 0.25 * other_seed, quantize
+    assert_quantized_near_bf16(frames, SEED + 1)
 
 
 def test_a_damaged_image_encoder_is_one_line_and_writes_nothing(tmp_path, tiny):
@@ -340,20 +335,11 @@ def test_compile_true_runs_the_blocks_compiled_between_the_face_adapters(tmp_pat
     """compile=true on Animate: the block function compiled (the "aot_eager" capture, as the hot
     path's fp32 test: inductor's C++ build is a minute here) and run through the block pass
     between the eager face adapters; fp32 latents equal eager's (measured 0.0 relative)."""
-    import torch._dynamo.utils as dynamo_utils
-
-    from parallel_wan.backends import make_backend
-    from parallel_wan.config.compose import compose_spec
-    from parallel_wan.pipeline import generate, preflight
+    from harness.compiled import compiled_against_eager
 
     _, ckpt = tiny
     words = [f"checkpoint_dir={ckpt}", "model=tiny_animate", "dtype=float32", "steps=2", "height=48", "width=48"]
     words += [f"{k}={examples[k]}" for k in ("image", "pose_video", "face_video")]
-    latents = []
-    for extra, compile_backend in (([], "inductor"), (["compile=true"], "aot_eager")):
-        spec = compose_spec(words + extra, output_dir=str(tmp_path))
-        before = dynamo_utils.counters["stats"]["unique_graphs"]
-        latents.append(generate(spec, make_backend(spec, compile_backend=compile_backend), preflight(spec)).latents)
-        compiled = dynamo_utils.counters["stats"]["unique_graphs"] - before
+    difference, compiled = compiled_against_eager(words, tmp_path)
     assert compiled >= 1  # the compiled run captured graphs (the eager one none)
-    assert np.linalg.norm(latents[1] - latents[0]) <= 1e-6 * np.linalg.norm(latents[0])
+    assert difference <= 1e-6, difference

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from harness.cli import NEGATIVE, PROMPT, SEED, STEPS, run
-from harness.frames import assert_frames_close
+from harness.frames import assert_frames_close, assert_quantized_near_bf16
 from harness.official_s2v import official_s2v
 
 from parallel_wan.builtin.s2v_examples import speech, write_examples, write_wav
@@ -232,7 +232,6 @@ def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, exampl
         ([*s2v, f"pose_video={tmp_path / 'nope.mp4'}"], "nope.mp4 does not exist"),
         ([*s2v, "cache=fbcache"], "S2V runs with cache=fbcache are not built yet"),
         (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
-        ([*s2v, "compile=true"], "S2V runs with compile=true are not built yet"),
     ):
         assert message in _refusal(words), (words, _refusal(words))
 
@@ -253,7 +252,8 @@ def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
     latents and frames equal one process's (harness/frames.py: rel ≤ 1e-5, frames ±1 on a few
     values). 4-frame clips are one latent frame: 16 video tokens, then 16 reference tokens (and
     24 motion tokens after the first clip): 32 and 56 tokens, so cp4 puts video, reference and
-    motion tokens on one rank, and a 3-rank ring pads (11 + 11 + 10, 19 + 19 + 18)."""
+    motion tokens on one rank, and a 3-rank ring pads (11 + 11 + 10, 19 + 19 + 18). Two clips:
+    the first without motion tokens, the second with."""
     from harness.frames import assert_same_video
     from harness.jax_runs import generate as jax_generate
     from harness.ranks import generate_on_rank, run_on_ranks
@@ -262,12 +262,12 @@ def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
     base = [
         "model=tiny_s2v",
         "dtype=float32",
-        "steps=3",
+        "steps=2",
         "seed=3",
         "prompt='a woman talks'",
         "negative_prompt=blurry",
         "num_frames=4",
-        "num_clips=3",
+        "num_clips=2",
         *(f"{k}={v}" for k, v in examples.items()),
     ]
     ref = run_on_ranks(generate_on_rank, 1, base, timeout_s=300)[0]
@@ -277,7 +277,6 @@ def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
         gen, _, _ = jax_generate([*base, "backend=jax", *mesh])
         assert_same_video((gen.latents, gen.frames, " ".join(mesh)), ref)
     meshes = (
-        (2, ["mesh=cp2"]),
         (4, ["mesh=cp4"]),
         (3, ["mesh=cp2", "mesh.cp=3", "mesh.ulysses=1", "mesh.ring=3"]),
         (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"]),
@@ -364,3 +363,67 @@ def test_a_server_speaks_an_uploaded_audio_reference_as_the_command_line_does(tm
     assert np.array_equal(frames, np.load(tmp_path / "cli" / "frames.npy"))
     probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-i", str(mp4)], capture_output=True)
     assert b"Audio: aac" in probe.stderr, probe.stderr.decode()[-2000:]
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_quantized_s2v_weights_stay_near_the_bf16_video(tmp_path, tiny, examples):
+    """quantize=fp8 and int8 (the block linears) on S2V: each video is nearer the bf16 one than
+    another seed's is, by a wide margin (the FP8 path's check)."""
+    _, ckpt = tiny
+    inputs = dict(model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"])
+
+    def frames(name, **extra):
+        return run(tmp_path / name, ckpt, dtype="bfloat16", **inputs, **extra)["frames"].astype(np.float64)
+
+    assert_quantized_near_bf16(frames, SEED + 1)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_compile_true_runs_the_blocks_compiled_between_the_audio_injectors(tmp_path, tiny, examples):
+    """compile=true on S2V: the block function compiled ("aot_eager", as Animate's test) and run
+    through the block pass between the eager audio injectors; fp32 latents equal eager's."""
+    from harness.compiled import compiled_against_eager
+
+    _, ckpt = tiny
+    words = [f"checkpoint_dir={ckpt}", "model=tiny_s2v", "dtype=float32", "steps=2", f"num_frames={CLIP}"]
+    words += [f"image={examples['image']}", f"audio={examples['audio']}", "num_clips=2"]
+    difference, compiled = compiled_against_eager(words, tmp_path)
+    assert compiled >= 1  # the compiled run captured graphs (the eager one none)
+    assert difference <= 1e-6, difference
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_a_lora_on_s2v_equals_the_weights_merged_by_hand(tmp_path, tiny, examples):
+    """A LoRA file (ComfyUI's official names, alpha 2 over rank 4, scale 0.7) on every block
+    linear of S2V: the video equals the plain run of a checkpoint whose official weights were
+    merged by hand (W + 0.7 · alpha/rank · up·down), and differs from the run without it. (The
+    merge itself is held to diffusers' load_lora_weights for the other models: test_lora.py.)"""
+    import shutil
+    from pathlib import Path
+
+    from harness.lora_files import lora_pairs, official, write_lora
+    from safetensors.torch import load_file, save_file
+
+    from parallel_wan.builtin.kinds import transformer_config
+
+    _, ckpt = tiny
+    pairs = lora_pairs(transformer_config("tiny_s2v"), rank=4, seed=1)
+    lora = write_lora(tmp_path / "s2v_lora.safetensors", pairs, "comfyui", alpha=2.0)
+    merged = tmp_path / "merged"
+    shutil.copytree(ckpt, merged)
+    changed = 0
+    for shard in Path(merged).glob("diffusion_pytorch_model-*.safetensors"):
+        state = load_file(shard)
+        for module, (down, up) in pairs.items():
+            name = official(module) + ".weight"
+            if name in state:
+                state[name] = state[name] + 0.7 * (2.0 / 4) * (up @ down)
+                changed += 1
+        save_file(state, shard, metadata={"format": "pt"})
+    assert changed == len(pairs)  # every block linear
+    inputs = dict(model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"], num_clips=2)
+    got = run(tmp_path / "lora", ckpt, lora=lora, lora_scale=0.7, **inputs)
+    want = run(tmp_path / "merged_run", str(merged), **inputs)
+    plain = run(tmp_path / "plain", ckpt, **inputs)
+    assert_frames_close(got["frames"], want["frames"], max_abs=1)
+    assert np.abs(plain["frames"].astype(int) - got["frames"].astype(int)).max() > MATTERS
