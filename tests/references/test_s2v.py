@@ -231,6 +231,7 @@ def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, exampl
         ([*s2v, f"pose_video={examples['audio']}"], "could not be read as a video"),
         ([*s2v, f"pose_video={tmp_path / 'nope.mp4'}"], "nope.mp4 does not exist"),
         ([*s2v, "cache=fbcache"], "S2V runs with cache=fbcache are not built yet"),
+        ([*s2v, "prompt=[a,b]"], "S2V runs with more than one prompt are not built yet"),
         (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
     ):
         assert message in _refusal(words), (words, _refusal(words))
@@ -427,3 +428,32 @@ def test_a_lora_on_s2v_equals_the_weights_merged_by_hand(tmp_path, tiny, example
     plain = run(tmp_path / "plain", ckpt, **inputs)
     assert_frames_close(got["frames"], want["frames"], max_abs=1)
     assert np.abs(plain["frames"].astype(int) - got["frames"].astype(int)).max() > MATTERS
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_an_int8_expert_file_renders_its_dequantized_weights(tmp_path, tiny, examples):
+    """weights=FILE on S2V: lightx2v's int8 file (per-channel scales on the block linears, the
+    rest as stored; official names, S2V's own included) renders what the checkpoint with the
+    file's dequantized weights renders, within 2 levels (fp32)."""
+    import shutil
+    from pathlib import Path
+
+    from harness.quantized_files import dequantized_state, write_expert_file
+    from safetensors.torch import load_file, save_file
+
+    from parallel_wan.weights.transformer_keymap import diffusers_to_official_name
+
+    model, ckpt = tiny
+    file = write_expert_file(tmp_path / "s2v_int8.safetensors", model.transformer, "lightx2v_int8")
+    weights = {diffusers_to_official_name(k): v for k, v in dequantized_state(file).items()}
+    plain = tmp_path / "dequantized"
+    shutil.copytree(ckpt, plain)
+    for shard in Path(plain).glob("diffusion_pytorch_model-*.safetensors"):
+        state = load_file(shard)
+        save_file({k: weights[k].contiguous() for k in state}, shard, metadata={"format": "pt"})
+    inputs = dict(model="tiny_s2v", num_frames=CLIP, image=examples["image"], audio=examples["audio"], num_clips=2)
+    got = run(tmp_path / "file", ckpt, weights=file, **inputs)
+    want = run(tmp_path / "plain", str(plain), **inputs)
+    assert_frames_close(got["frames"], want["frames"])
+    record = got["sidecar"]["expert_files"]["single"]
+    assert (record["format"], record["stored_dtype"], record["quantized_tensors"]) == ("lightx2v", "int8", 20), record
