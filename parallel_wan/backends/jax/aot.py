@@ -24,12 +24,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ...models import latent, transformer as dit
+from ...models import latent, s2v_tokens, transformer as dit
 from ...models.registry import architecture
 from ...parallel.shards import SequenceShards
 from ...report.words import counted
 from . import compile_cache, ops, placement, target_platform
-from .predictor import SEGMENT_SPECS, STEP_NAME, make_step
+from .predictor import S2V_SPECS, SEGMENT_SPECS, STEP_NAME, make_step
 from .sequence_parallel import AXES, CP, build_mesh
 from .vae_codec import decode_program, height_split
 
@@ -138,6 +138,10 @@ class StepShapes:
     # (JaxNoisePredictor._segment_inputs): (image tokens, latent frames with the reference's,
     # face tokens a frame); None otherwise
     segment: tuple[int, int, int] | None = None
+    # S2V: the step also takes each row's pose and extra embeddings over the padded sequence,
+    # every latent frame's audio tokens and global vector, each token's kind and frame
+    # (JaxNoisePredictor._s2v_inputs): (latent frames, audio tokens a frame); None otherwise
+    audio: tuple[int, int] | None = None
 
     @property
     def padded(self) -> int:
@@ -171,6 +175,17 @@ def step_arguments(tcfg, params, mesh: Mesh, shapes: StepShapes, dtype: str):
         cond,
         t_mask,
     )
+    if shapes.audio is not None:  # S2V: the clip's inputs, as JaxNoisePredictor._s2v_inputs places them
+        frames, per_frame = shapes.audio
+        pose_spec, extra_spec, audio_spec, global_spec, video_spec, frame_spec = S2V_SPECS
+        args += (
+            _struct((rows, padded, tcfg.dim), dtype, mesh, pose_spec),
+            _struct((rows, padded, tcfg.dim), dtype, mesh, extra_spec),
+            _struct((rows, frames, per_frame, tcfg.dim), "float32", mesh, audio_spec),
+            _struct((rows, frames, tcfg.dim), "float32", mesh, global_spec),
+            _struct((padded,), "bool", mesh, video_spec),
+            _struct((padded,), "int32", mesh, frame_spec),
+        )
     if shapes.segment is not None:  # Animate: the segment's inputs, as JaxNoisePredictor._segment_inputs places them
         image_tokens, frames, per_frame = shapes.segment
         pose_spec, image_spec, face_spec, frame_spec = SEGMENT_SPECS
@@ -247,7 +262,7 @@ def compile_step(
             2 if shapes.uses_guidance else 1,
             shapes.per_token_timestep,
             kernel,
-            segment=shapes.segment is not None,
+            segment="s2v" if shapes.audio is not None else shapes.segment is not None,
         )
         return jax.jit(step, out_shardings=x_sharding)
 
@@ -292,13 +307,18 @@ def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
     latent_shape = latent.latent_shape(
         video.num_frames, video.height, video.width, tcfg.out_channels, vcfg, spec.model.variant.reference_frames
     )
-    segment = None
-    if variant.forward_inputs:  # Animate: CLIP's image tokens, every latent frame's face tokens
+    segment = audio = None
+    grid = dit.patch_grid(tcfg, latent_shape)
+    tokens = math.prod(grid)
+    if tcfg.s2v is not None:  # S2V: a later clip's sequence (reference and motion tokens after the video's)
+        tokens += len(s2v_tokens.extra_kinds(grid[1], grid[2], motion=True))
+        audio = (latent_shape[2], tcfg.s2v.num_audio_token + 1)
+    elif variant.forward_inputs:  # Animate: CLIP's image tokens, every latent frame's face tokens
         clip = architecture(spec.model.architecture).image_encoder
         image_tokens = (clip["image_size"] // clip["patch_size"]) ** 2 + 1
         segment = (image_tokens, latent_shape[2], tcfg.animate.face_encoder_num_heads + 1)
     return latent_shape, StepShapes(
-        math.prod(dit.patch_grid(tcfg, latent_shape)),
+        tokens,
         spec.mesh.cp,
         len(video.prompts),
         spec.uses_guidance,
@@ -306,14 +326,17 @@ def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
         tcfg.in_channels - tcfg.out_channels,
         variant.holds_frames(video.inputs),
         segment,
+        audio,
     )
 
 
 def decoded_shape(spec, latent_shape) -> tuple:
     """The latents the VAE decodes: without the reference frames denoised before the video's
-    (Animate's character frame is not decoded)."""
+    (Animate's character frame is not decoded); S2V's a clip's after the motion frames'."""
     reference = spec.model.variant.reference_frames
-    return (*latent_shape[:2], latent_shape[2] - reference, *latent_shape[3:])
+    s2v = architecture(spec.model.architecture).transformer.s2v
+    motion = s2v.motion_latent_frames if s2v is not None else 0
+    return (*latent_shape[:2], latent_shape[2] - reference + motion, *latent_shape[3:])
 
 
 def compile_generation(
