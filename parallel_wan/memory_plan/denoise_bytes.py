@@ -49,15 +49,6 @@ def rank_shapes(spec: RunSpec, tcfg, vcfg) -> RankShapes:
     return RankShapes(tokens, work.shards.local, batch * halves, latent_shape, batch, halves, work.cfg_branch)
 
 
-def decoded_shape(tcfg, latent_shape) -> tuple:
-    """The latents a clip's decode reads: S2V decodes the motion frames' latents before the
-    clip's (pipeline/s2v.py); every other model its own."""
-    if tcfg.s2v is None:
-        return latent_shape
-    b, c, t, h, w = latent_shape
-    return (b, c, t + tcfg.s2v.motion_latent_frames, h, w)
-
-
 def _work(spec: RunSpec, shapes: RankShapes) -> RankWork:
     shards = SequenceShards(shapes.tokens, spec.mesh.cp)
     if shards.local != shapes.local:

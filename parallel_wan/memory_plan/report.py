@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from ..backends.capabilities import capabilities
 from ..config import RunSpec
+from ..models.latent import decoded_shape
 from ..report.words import counted
 from .architecture import architecture, transformer_shapes
 from .audio_encoder_bytes import audio_encoder_bytes
-from .denoise_bytes import DenoiseBytes, RankShapes, decoded_shape, denoise_bytes, rank_shapes
+from .denoise_bytes import DenoiseBytes, RankShapes, denoise_bytes, rank_shapes
 from .image_encoder_bytes import image_encoder_bytes
 from .text_encoder_bytes import text_encoder_bytes
 from .vae_bytes import VaeBytes, vae_decode_bytes
@@ -71,7 +72,12 @@ def plan(spec: RunSpec) -> MemoryPlan:
         weight_bytes(spec, eb),
         dn,
         _encoders(spec, text_encoder_bytes(text_cfg, prompts, spec.uses_guidance)),
-        vae_decode_bytes(vcfg, decoded_shape(tcfg, shapes.latent_shape), prompts, spec.mesh.world_size),
+        vae_decode_bytes(
+            vcfg,
+            decoded_shape(tcfg, shapes.latent_shape, spec.model.variant.reference_frames),
+            prompts,
+            spec.mesh.world_size,
+        ),
         kept,
     )
 

@@ -69,19 +69,42 @@ def face_adapter(p: dict, x, face, heads: int, ops, eps: float = 1e-6, runs=None
         if s % frames:
             raise ValueError(f"the face adapter needs whole frames: {s} tokens over {frames} latent frames")
         runs = tuple((f * (s // frames), (f + 1) * (s // frames), f) for f in range(frames))
-    head_dim = dim // heads
     q, k, v = _projections(p, x, face, heads, ops, eps)
-    k = ops.reshape(k, (b, frames, n, heads, head_dim))
-    v = ops.reshape(v, (b, frames, n, heads, head_dim))
+    out = frame_attention(q, k, v, n, runs, ops)
+    return ops.linear(out, p["to_out"]["weight"], p["to_out"]["bias"])
+
+
+def frame_attention(q, k, v, per_frame: int, runs, ops):
+    """Each query token attends to its own frame's keys only: q (B, S, heads, head_dim) over the
+    (start, stop, frame) `runs` of its S tokens, k and v (B, T·per_frame, heads, head_dim), frame
+    by frame. Returns (B, S, heads · head_dim). (Animate's face adapters, S2V's audio injectors.)"""
+    b, _, heads, head_dim = q.shape
+    frames = k.shape[1] // per_frame
+    k = ops.reshape(k, (b, frames, per_frame, heads, head_dim))
+    v = ops.reshape(v, (b, frames, per_frame, heads, head_dim))
     pieces = []
     for start, stop, first, count in _batched(runs):  # equal runs of consecutive frames: one attention call
         length = (stop - start) // count
         qg = ops.reshape(q[:, start:stop], (b * count, length, heads, head_dim))
-        kg = ops.reshape(k[:, first : first + count], (b * count, n, heads, head_dim))
-        vg = ops.reshape(v[:, first : first + count], (b * count, n, heads, head_dim))
-        pieces.append(ops.reshape(ops.attention(qg, kg, vg), (b, stop - start, dim)))
-    out = pieces[0] if len(pieces) == 1 else ops.concat(pieces, axis=1)
-    return ops.linear(out, p["to_out"]["weight"], p["to_out"]["bias"])
+        kg = ops.reshape(k[:, first : first + count], (b * count, per_frame, heads, head_dim))
+        vg = ops.reshape(v[:, first : first + count], (b * count, per_frame, heads, head_dim))
+        pieces.append(ops.reshape(ops.attention(qg, kg, vg), (b, stop - start, heads * head_dim)))
+    return pieces[0] if len(pieces) == 1 else ops.concat(pieces, axis=1)
+
+
+def masked_frame_attention(q, k, v, per_frame: int, frames_of, ops):
+    """frame_attention with a per-token frame index (S,) — a traced shard's: the scores against
+    every frame's keys, those of other frames set to −inf before the softmax (float32), so each
+    token's weights are its own frame's — the same attention, ~T·per_frame/dim more work than
+    the projections. Returns (B, S, heads · head_dim) float32."""
+    b, s, heads, head_dim = q.shape
+    frames = k.shape[1] // per_frame
+    scores = ops.einsum("bshd,bkhd->bhsk", ops.cast(q, "float32"), ops.cast(k, "float32")) * (head_dim**-0.5)
+    key_frame = ops.asarray([f for f in range(frames) for _ in range(per_frame)], "int32", like=frames_of)
+    same = ops.expand_dims(frames_of, 1) == ops.expand_dims(key_frame, 0)  # (S, T·per_frame)
+    weights = ops.softmax(ops.where(same, scores, float("-inf")), axis=-1)
+    out = ops.einsum("bhsk,bkhd->bshd", weights, ops.cast(v, "float32"))
+    return ops.reshape(out, (b, s, heads * head_dim))
 
 
 def _projections(p: dict, x, face, heads: int, ops, eps: float):
@@ -100,19 +123,10 @@ def _projections(p: dict, x, face, heads: int, ops, eps: float):
 
 
 def _masked_face_adapter(p: dict, x, face, heads: int, ops, eps: float, frames_of):
-    """face_adapter with a per-token frame index: the scores against all T·N face tokens, those
-    of other frames set to −inf before the softmax (float32), so each token's weights are its
-    own frame's — the same attention, ~T·N/dim more work than the projections (2 % at 720p)."""
-    b, s, dim = x.shape
-    frames, n = face.shape[1], face.shape[2]
-    head_dim = dim // heads
+    """face_adapter with a per-token frame index (masked_frame_attention: 2 % more work than the
+    projections at 720p)."""
     q, k, v = _projections(p, x, face, heads, ops, eps)
-    scores = ops.einsum("bshd,bkhd->bhsk", ops.cast(q, "float32"), ops.cast(k, "float32")) * (head_dim**-0.5)
-    key_frame = ops.asarray([f for f in range(frames) for _ in range(n)], "int32", like=frames_of)
-    same = ops.expand_dims(frames_of, 1) == ops.expand_dims(key_frame, 0)  # (S, T·N)
-    weights = ops.softmax(ops.where(same, scores, float("-inf")), axis=-1)
-    out = ops.einsum("bhsk,bkhd->bshd", weights, ops.cast(v, "float32"))
-    out = ops.cast_like(ops.reshape(out, (b, s, dim)), x)
+    out = ops.cast_like(masked_frame_attention(q, k, v, face.shape[2], frames_of, ops), x)
     return ops.linear(out, p["to_out"]["weight"], p["to_out"]["bias"])
 
 

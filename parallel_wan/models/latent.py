@@ -29,6 +29,15 @@ def latent_shape(
     return (1, channels, frames, height // stride, width // stride)
 
 
+def decoded_shape(transformer, latent_shape, reference_frames: int = 0) -> tuple:
+    """The latents a video's (or a clip's) decode reads, from its denoised ones: without the
+    `reference_frames` denoised before the video's (Animate's character frame is not decoded);
+    S2V's after the motion frames' latents (pipeline/s2v.py decodes them first)."""
+    b, c, t, h, w = latent_shape
+    motion = transformer.s2v.motion_latent_frames if transformer.s2v is not None else 0
+    return (b, c, t - reference_frames + motion, h, w)
+
+
 def frames_fit(num_frames: int, vae) -> bool:
     """The VAE encodes and decodes 1 + stride·k frames (4k+1 for every Wan VAE)."""
     return num_frames >= 1 and num_frames % vae.scale_factor_temporal == 1 % vae.scale_factor_temporal
@@ -51,5 +60,5 @@ def size_multiple(transformer, vae) -> int:
     (the VAE's spatial stride × the patch: 16 for the Wan 2.1 VAE, 32 for Wan 2.2's; S2V's 64:
     its frame packer embeds the farthest motion frames by 8 × 8 latent pixels)."""
     _, ph, pw = transformer.patch_size
-    packed = 4 if getattr(transformer, "s2v", None) is not None else 1
+    packed = 4 if transformer.s2v is not None else 1
     return vae.scale_factor_spatial * math.lcm(ph, pw) * packed

@@ -46,17 +46,6 @@ RELEASED_DEFAULTS = {
     "enable_tsm": False,
     "trainable_token_pos_emb": False,
 }
-S2V_KEYS = frozenset(
-    {
-        "audio_dim",
-        "num_audio_token",
-        "audio_inject_layers",
-        "motion_frames",
-        "cond_dim",
-        "motion_token_num",
-        *RELEASED_DEFAULTS,
-    }
-)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .rope import rope_at
 from .s2v_config import REFERENCE_FRAME_POSITION, ZIP_FRAME_BUCKETS
 
 
@@ -68,3 +69,15 @@ def extra_positions(height: int, width: int, motion: bool) -> np.ndarray:
 def extra_kinds(height: int, width: int, motion: bool) -> list[int]:
     """The trainable_cond_mask row of each token after the video's: 1 the reference's, 2 the motion's."""
     return [1] * (height * width) + ([2] * sum(motion_token_counts(height, width)) if motion else [])
+
+
+def sequence_rope(head_dim: int, grid: tuple[int, int, int], motion: bool, token_index) -> tuple:
+    """cos and sin (len(token_index), head_dim // 2) of a clip's sequence — the video's tokens,
+    then the extra ones — at these global positions (a rank's or a shard's; padding past the
+    sequence's end: the identity rotation)."""
+    positions = np.concatenate([video_positions(grid), extra_positions(grid[1], grid[2], motion)])
+    index = np.asarray(token_index)
+    valid = index < len(positions)
+    cos, sin = rope_at(head_dim, positions[np.where(valid, index, 0)])
+    cos[~valid], sin[~valid] = 1.0, 0.0
+    return cos, sin

@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .animate_face import _batched, causal_conv1d, face_encoder
+from .animate_face import _batched, causal_conv1d, face_encoder, frame_attention, masked_frame_attention
+from .animate_transformer import _index, _stack
 from .s2v_config import ZIP_FRAME_BUCKETS
 from .s2v_shapes import FRAME_PACKER
 from .transformer import TokenParts, condition, embed_patches, output_head, patchify, transformer_block
@@ -147,21 +148,19 @@ def audio_injection(inj, adain, x, audio, audio_global, heads: int, ops, eps: fl
     emb = ops.linear(ops.silu(audio_global), adain["linear"]["weight"], adain["linear"]["bias"])  # (B, T, 2·dim)
     shift, scale = emb[..., :dim], emb[..., dim:]
     normed = ops.layer_norm(ops.cast(x, "float32"), eps=ADAIN_EPS)
-    k = ops.rms_norm(ops.dense(audio, inj["k"]), inj["norm_k"]["weight"], eps)
-    v = ops.dense(audio, inj["v"])
-    pieces = []
-    for start, stop, first, count in _batched(runs):  # equal runs of consecutive frames: one attention call
-        length = (stop - start) // count
-        part = ops.reshape(normed[:, start:stop], (b, count, length, dim))
+    parts = []
+    for start, stop, first, count in _batched(runs):  # each run's tokens by their frames' AdaIN vectors
+        part = ops.reshape(normed[:, start:stop], (b, count, (stop - start) // count, dim))
         sc = ops.expand_dims(ops.cast(scale[:, first : first + count], "float32"), 2)
         sh = ops.expand_dims(ops.cast(shift[:, first : first + count], "float32"), 2)
-        h = ops.cast_like(ops.reshape(part * (1 + sc) + sh, (b, stop - start, dim)), x)
-        q = ops.rms_norm(ops.dense(h, inj["q"]), inj["norm_q"]["weight"], eps)
-        qg = ops.reshape(q, (b * count, length, heads, head_dim))
-        kg = ops.reshape(k[:, first : first + count], (b * count, n, heads, head_dim))
-        vg = ops.reshape(v[:, first : first + count], (b * count, n, heads, head_dim))
-        pieces.append(ops.reshape(ops.attention(qg, kg, vg), (b, stop - start, dim)))
-    out = pieces[0] if len(pieces) == 1 else ops.concat(pieces, axis=1)
+        parts.append(ops.reshape(part * (1 + sc) + sh, (b, stop - start, dim)))
+    h = ops.cast_like(parts[0] if len(parts) == 1 else ops.concat(parts, axis=1), x)
+    q = ops.reshape(ops.rms_norm(ops.dense(h, inj["q"]), inj["norm_q"]["weight"], eps), (b, s, heads, head_dim))
+    kv = ops.reshape(audio, (b, audio.shape[1] * n, dim))
+    k = ops.rms_norm(ops.dense(kv, inj["k"]), inj["norm_k"]["weight"], eps)
+    v = ops.dense(kv, inj["v"])
+    keys = (b, audio.shape[1] * n, heads, head_dim)
+    out = frame_attention(q, ops.reshape(k, keys), ops.reshape(v, keys), n, runs, ops)
     return ops.dense(ops.cast_like(out, x), inj["o"])
 
 
@@ -275,15 +274,10 @@ def _masked_injection(inj, adain, x, inputs: MaskedInputs, heads: int, ops, eps:
     kv = ops.reshape(audio, (b, frames * n, dim))
     k = ops.rms_norm(ops.dense(kv, inj["k"]), inj["norm_k"]["weight"], eps)
     v = ops.dense(kv, inj["v"])
+    keys = (b, frames * n, heads, head_dim)
     q = ops.reshape(q, (b, s, heads, head_dim))
-    k = ops.reshape(k, (b, frames * n, heads, head_dim))
-    v = ops.reshape(v, (b, frames * n, heads, head_dim))
-    scores = ops.einsum("bshd,bkhd->bhsk", ops.cast(q, "float32"), ops.cast(k, "float32")) * (head_dim**-0.5)
-    key_frame = ops.asarray([f for f in range(frames) for _ in range(n)], "int32", like=inputs.frames_of)
-    same = ops.expand_dims(inputs.frames_of, 1) == ops.expand_dims(key_frame, 0)  # (S, T·N)
-    weights = ops.softmax(ops.where(same, scores, float("-inf")), axis=-1)
-    out = ops.einsum("bhsk,bkhd->bshd", weights, ops.cast(v, "float32"))
-    return ops.dense(ops.cast_like(ops.reshape(out, (b, s, dim)), x), inj["o"])
+    out = masked_frame_attention(q, ops.reshape(k, keys), ops.reshape(v, keys), n, inputs.frames_of, ops)
+    return ops.dense(ops.cast_like(out, x), inj["o"])
 
 
 def forward_masked(params, tokens, timestep, context, inputs: MaskedInputs, rope, cfg, ops, attention, run_layers=None):
@@ -293,8 +287,6 @@ def forward_masked(params, tokens, timestep, context, inputs: MaskedInputs, rope
     layers are never sliced). run_layers: `run(block, carry, layers)` (ops.scan_layers, JAX's
     with the FSDP gather bound); None: ops.scan_layers. Returns (B, Lc, patch volume × 16),
     zeros off the video."""
-    from .animate_transformer import _index, _stack
-
     kinds = params["trainable_cond_mask"]["weight"]
     video = ops.expand_dims(ops.expand_dims(inputs.video, 0), -1)  # (1, Lc, 1)
     x = embed_patches(params, tokens, cfg, ops) + inputs.pose

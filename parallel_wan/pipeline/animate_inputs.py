@@ -12,18 +12,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..models.animate_segments import padded_indices
-
-
-def _digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+from ..report.outputs import file_sha256
 
 
 def reference_image(path: str, height: int, width: int):
@@ -43,7 +38,7 @@ def reference_image(path: str, height: int, width: int):
     pixels = np.asarray(canvas, dtype=np.float32) / 255.0
     record = {
         "path": os.path.abspath(path),
-        "sha256": _digest(path),
+        "sha256": file_sha256(path),
         "size": list(original.size),
         "fitted_to": [width, height],
     }
@@ -82,5 +77,5 @@ def driving_video(path: str, height: int, width: int, padded: int, mask: bool = 
         image = image.resize((width, height), resample=Image.LANCZOS)
         frames.append(np.asarray(image.convert("L"))[..., None] if mask else np.asarray(image))
     video = DrivingVideo(np.stack(frames), tuple(padded_indices(len(frames), padded)), mask)
-    record = {"path": os.path.abspath(path), "sha256": _digest(path), "frames": len(frames), "size": list(size)}
+    record = {"path": os.path.abspath(path), "sha256": file_sha256(path), "frames": len(frames), "size": list(size)}
     return video, record

@@ -3,11 +3,12 @@ wav2vec2 features per video frame, made on the text-encoding process and broadca
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 
 import numpy as np
+
+from ..report.outputs import file_sha256
 
 log = logging.getLogger("parallel_wan")
 
@@ -34,8 +35,7 @@ def portrait(path: str, height: int, width: int) -> tuple[np.ndarray, dict]:
     image is then narrower than the video, black bars (torchvision pads before cropping)."""
     from PIL import Image
 
-    with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
+    digest = file_sha256(path)
     with Image.open(path) as im:
         im = im.convert("RGB")
         size = im.size
@@ -78,9 +78,7 @@ def audio_features(loaded, path: str, clip_frames: int, fps: int, backend) -> tu
     features, record = None, None
     if backend.encodes_text:
         samples = read_audio(path)
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        record = {"path": os.path.abspath(path), "sha256": digest, "seconds": round(samples.size / RATE, 3)}
+        record = {"path": os.path.abspath(path), "sha256": file_sha256(path), "seconds": round(samples.size / RATE, 3)}
         features, clips = clip_features(loaded.audio_encoder.features(samples), clip_frames, fps)
         if loaded.texts is None:
             loaded.audio_encoder.release()
@@ -114,9 +112,12 @@ class PoseClips:
                 frames.append(pixels)
         self.frames = np.stack(frames).round().astype(np.uint8)  # PIL's resize gives uint8 pixels: exact
         self.clip_frames, self.shape = clip_frames, (height, width)
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        self.record = {"path": os.path.abspath(path), "sha256": digest, "frames_read": len(frames), "step": step}
+        self.record = {
+            "path": os.path.abspath(path),
+            "sha256": file_sha256(path),
+            "frames_read": len(frames),
+            "step": step,
+        }
 
     def clip(self, k: int) -> np.ndarray:
         """(1, 3, 1 + clip_frames, H, W) float32 in [-1, 1]: the clip's first frame, then its frames."""

@@ -508,7 +508,7 @@ def test_s2v_is_planned_with_its_reference_and_motion_tokens_and_wav2vec2_on_eig
     63,360 tokens —, wav2vec2-large (0.63 GB in bf16) beside UMT5, and the decode of the motion
     frames' 19 latent frames before the clip's 20."""
     from parallel_wan.memory_plan.cli import main
-    from parallel_wan.memory_plan.denoise_bytes import decoded_shape
+    from parallel_wan.models.latent import decoded_shape
 
     assert main(["model=wan2.2_s2v_14b", "device_memory_gb=80", "mesh=cp8"]) == 0
     out = capsys.readouterr().out

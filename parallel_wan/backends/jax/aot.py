@@ -330,15 +330,6 @@ def step_shapes(spec, tcfg, vcfg) -> tuple[tuple, StepShapes]:
     )
 
 
-def decoded_shape(spec, latent_shape) -> tuple:
-    """The latents the VAE decodes: without the reference frames denoised before the video's
-    (Animate's character frame is not decoded); S2V's a clip's after the motion frames'."""
-    reference = spec.model.variant.reference_frames
-    s2v = architecture(spec.model.architecture).transformer.s2v
-    motion = s2v.motion_latent_frames if s2v is not None else 0
-    return (*latent_shape[:2], latent_shape[2] - reference + motion, *latent_shape[3:])
-
-
 def compile_generation(
     spec,
     tcfg,
@@ -369,7 +360,11 @@ def compile_generation(
             tcfg, params, mesh, shapes, spec.execution.dtype, spec.shards_weights_over_mesh, effort=step_effort
         ),
         "vae_decode": compile_vae_decode(
-            vcfg, vae_shapes, decoded_shape(spec, latent_shape), mesh.devices.flat, effort=vae_effort
+            vcfg,
+            vae_shapes,
+            latent.decoded_shape(tcfg, latent_shape, spec.model.variant.reference_frames),
+            mesh.devices.flat,
+            effort=vae_effort,
         ),
         "vae_params": vae_params(vae_shapes, mesh, spec.shards_weights_over_mesh),
     }

@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ...models import animate_transformer as animate, s2v_tokens, s2v_transformer as s2v, transformer as dit
 from ...models.animate_motion import motion_basis
-from ...models.rope import rope_at, rope_tables
+from ...models.rope import rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
 from ..contract import NoisePredictor
@@ -140,18 +140,6 @@ def _segment_program(tcfg, guided: bool, frame_tokens: int):
     return _SEGMENT_PROGRAMS[key]
 
 
-def _s2v_rope(task, tcfg, token_index):
-    """RoPE tables of S2V's sequence — the video's tokens, then the reference's and the
-    motion's (models/s2v_tokens.py) — at these global positions (padding: the identity)."""
-    grid = task.grid
-    motion = task.segment_inputs.motion_latents is not None
-    positions = np.concatenate([s2v_tokens.video_positions(grid), s2v_tokens.extra_positions(grid[1], grid[2], motion)])
-    valid = token_index < len(positions)
-    cos, sin = rope_at(tcfg.attention_head_dim, positions[np.where(valid, token_index, 0)])
-    cos[~valid], sin[~valid] = 1.0, 0.0
-    return cos, sin
-
-
 def host_copy(array) -> np.ndarray:
     """A host copy of a host array, or of a device array this process can see whole (a
     replicated global array is read from one local shard, which also works across hosts)."""
@@ -184,7 +172,8 @@ class JaxNoisePredictor(NoisePredictor):
         tcfg = next(iter(task.experts.values()))[0]
         self.s2v = isinstance(task.segment_inputs, s2v.SegmentArrays)
         if self.s2v:  # the sequence goes on past the video's tokens: each token at its own position
-            cos, sin = _s2v_rope(task, tcfg, work.token_index())
+            motion = task.segment_inputs.motion_latents is not None
+            cos, sin = s2v_tokens.sequence_rope(tcfg.attention_head_dim, task.grid, motion, work.token_index())
         else:
             cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
         self.cos, self.sin = put(cos, NamedSharding(mesh, P(CP, None))), put(sin, NamedSharding(mesh, P(CP, None)))

@@ -19,13 +19,24 @@ import torch
 from ...caching.host_cache import StepCache
 from ...models import animate_transformer as animate, s2v_tokens, s2v_transformer as s2v, transformer as dit
 from ...models.animate_face import face_runs
-from ...models.rope import rope_at, rope_tables
+from ...models.rope import rope_tables
 from ...parallel.cfg_rows import branch_names
 from ...pipeline import model_inputs
 from ..contract import NoisePredictor
 from .fsdp import ShardedExpert
 from .runners import CachedRunner, Compiler, expert_runner
 from .swap import ExpertSwap
+
+
+def _rope(task, tcfg, s2v_sequence: bool):
+    """cos, sin of this rank's tokens: by their place in the token grid, or — S2V, whose work
+    shards the video's tokens then the reference's and motion's — by each token's own position
+    (models/s2v_tokens.py)."""
+    index = task.work.token_index()
+    if s2v_sequence:
+        motion = task.segment_inputs.motion_latents is not None
+        return s2v_tokens.sequence_rope(tcfg.attention_head_dim, task.grid, motion, index)
+    return rope_tables(tcfg.attention_head_dim, task.grid, token_index=index)
 
 
 class EagerNoisePredictor(NoisePredictor):
@@ -43,7 +54,8 @@ class EagerNoisePredictor(NoisePredictor):
         self.task, self.backend = task, backend
         work = task.work
         tcfg = next(iter(task.experts.values()))[0]
-        cos, sin = rope_tables(tcfg.attention_head_dim, task.grid, token_index=work.token_index())
+        self.s2v = isinstance(task.segment_inputs, s2v.SegmentArrays)
+        cos, sin = _rope(task, tcfg, self.s2v)
         self.rope = (backend.to_device(cos), backend.to_device(sin))
         self.compiler = Compiler(backend.compile_backend) if backend.compile else None
         self.attention = backend.self_attention_for(work.shards)
@@ -59,32 +71,16 @@ class EagerNoisePredictor(NoisePredictor):
         mask = model_inputs.timestep_mask(task)
         self.timestep_mask = None if mask is None else backend.to_device(mask)
         self.cache = None if task.cache_plan is None else self._step_cache(task, tcfg)
-        # Animate: which latent frame each of this rank's tokens is in (its face adapters attend
-        # per frame), and the segment's inputs, made with the weights at the first step
+        # Animate and S2V: which latent frame each of this rank's (video) tokens is in (the face
+        # adapters and audio injectors attend per frame), and the segment's inputs, made with the
+        # weights at the first step
         self.face_runs = self.segment = None
         self.segment_rows: dict = {}  # CFG halves in the forward → the segment's inputs for its rows
         if task.segment_inputs is not None:
-            self.face_runs = face_runs(work.token_index(), task.grid[1] * task.grid[2], task.grid[0])
-        self.s2v = isinstance(task.segment_inputs, s2v.SegmentArrays)
-        if self.s2v:  # the sequence goes on past the video's tokens: the reference's and the motion's
-            self._s2v_sequence(task, tcfg, backend)
-
-    def _s2v_sequence(self, task, tcfg, backend) -> None:
-        """S2V: the work shards the whole sequence — the video's tokens, then the reference and
-        motion tokens (models/s2v_tokens.py) —, so RoPE comes from each token's own position and
-        the audio injectors see the runs of this rank's video tokens only."""
-        work, grid = task.work, task.grid
-        motion = task.segment_inputs.motion_latents is not None
-        positions = np.concatenate(
-            [s2v_tokens.video_positions(grid), s2v_tokens.extra_positions(grid[1], grid[2], motion)]
-        )
-        index = work.token_index()
-        valid = index < len(positions)
-        cos, sin = rope_at(tcfg.attention_head_dim, positions[np.where(valid, index, 0)])
-        cos[~valid], sin[~valid] = 1.0, 0.0  # padding: the identity rotation
-        self.rope = (backend.to_device(cos), backend.to_device(sin))
-        video = index[index < math.prod(grid)]
-        self.face_runs = face_runs(video, grid[1] * grid[2], grid[0]) if len(video) else ()
+            index, grid = work.token_index(), task.grid
+            if self.s2v:  # the work shards the whole sequence: the injectors see the video's tokens only
+                index = index[index < math.prod(grid)]
+            self.face_runs = face_runs(index, grid[1] * grid[2], grid[0]) if len(index) else ()
 
     def _step_cache(self, task, tcfg) -> StepCache:
         """The step cache of this rank's rows. First-Block Cache's sums (and a calibration's)
