@@ -18,7 +18,7 @@ from ..models.animate_segments import PREV_FRAMES, SegmentPlan
 from ..models.registry import architecture
 from ..models.variants import BACKGROUND_VIDEO, FACE_VIDEO, MASK_VIDEO, POSE_VIDEO
 from .schema import _as
-from .source_video import video_frames, video_size
+from .source_video import refuse_source_videos, video_frames, video_size
 
 MODES = ("animate", "replace")
 VIDEO_INPUTS = (POSE_VIDEO, FACE_VIDEO, BACKGROUND_VIDEO, MASK_VIDEO)
@@ -81,6 +81,14 @@ def animate_inputs(cfg: Mapping, model, num_frames: int) -> AnimateInputs | None
                 "Animate-14B's (model=wan2.2_animate_14b); drop it",
                 setting=(key, "model"),
             )
+        # the defaults (mode=animate, prev_segment_frames=1) ask for nothing; another value is Animate's
+        for key, default in (("mode", "animate"), ("prev_segment_frames", 1)):
+            if cfg.get(key) not in (None, default):
+                raise ConfigError(
+                    f"{key}={cfg[key]} is Animate-14B's (model=wan2.2_animate_14b); model={model.name} takes no "
+                    f"{key}; drop it",
+                    setting=(key, "model"),
+                )
         return None
     for key in (POSE_VIDEO, FACE_VIDEO):
         if key not in given:
@@ -102,7 +110,7 @@ def animate_inputs(cfg: Mapping, model, num_frames: int) -> AnimateInputs | None
     if mode == "replace":
         for key in (BACKGROUND_VIDEO, MASK_VIDEO):
             if key not in given:
-                raise ConfigError(f"mode=replace needs {key}=PATH (an mp4)", setting=(key, "mode"))
+                raise ConfigError(f"mode=replace needs {key}=PATH (an mp4)", setting=key)
     prev = cfg.get("prev_segment_frames", 1)
     prev = _as(int, "prev_segment_frames", 1 if prev is None else prev)
     if prev not in PREV_FRAMES:
@@ -200,6 +208,7 @@ def check_animate_run(spec) -> None:
     start, naming the setting, rather than running something no test holds to a reference."""
     if spec.video.animate is None:
         return
+    refuse_source_videos(spec, "its driving videos")
     not_yet = []
     if not capabilities(spec.execution.backend).segment_inputs:
         not_yet.append((f"backend={spec.execution.backend}", "backend", "use backend=torch"))

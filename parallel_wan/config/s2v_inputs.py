@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..models.registry import architecture
 from ..models.variants import AUDIO, POSE_VIDEO
 from .schema import _as
-from .source_video import video_frames
+from .source_video import refuse_source_videos, video_frames
 
 MIN_SECONDS = 0.1  # less is not one wav2vec2 feature per video frame of a clip's start
 
@@ -115,6 +115,7 @@ def check_s2v_run(spec) -> None:
     naming the setting, rather than running something no test holds to the official code."""
     if spec.video.s2v is None:
         return
+    refuse_source_videos(spec, "its portrait and speech")
     not_yet = []
     if not capabilities(spec.execution.backend).s2v:
         not_yet.append((f"backend={spec.execution.backend}", "backend", "use backend=torch"))

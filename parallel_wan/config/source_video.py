@@ -102,3 +102,16 @@ def source_video(cfg: Mapping, model, image: str | None) -> tuple[str | None, fl
             setting=("video", "cache"),
         )
     return path, strength, video_frames(path, "video")
+
+
+def refuse_source_videos(spec, made_from: str) -> None:
+    """A variant that makes its video from inputs of its own (Animate: `made_from` "its driving
+    videos"; S2V) is not continued or re-noised from another video: video= and extend= (a
+    server's remix, edit or extension) are refused in one line, not ignored."""
+    for key, kind in (("video", "video-to-video"), ("extend", "a video's continuation")):
+        if getattr(spec.video, key) is not None:
+            raise ConfigError(
+                f"model={spec.model.name} makes its video from {made_from}; {key}= ({kind}) is a run of the "
+                f"text/image-to-video models; drop {key}=",
+                setting=key,
+            )

@@ -35,6 +35,9 @@ SETTING_OF = {
     "flow_shift": "shift",  # diffusers' scheduler flow_shift is Wan's sample_shift
     "boundary_ratio": "boundary",  # diffusers' WanPipeline boundary_ratio
     "strength": "strength",  # a remix's or an edit's: how much of the schedule runs from the source
+    "mode": "mode",  # Animate: animate | replace (diffusers' WanAnimatePipeline `mode`)
+    "prev_segment_conditioning_frames": "prev_segment_frames",  # Animate: diffusers' name
+    "num_clips": "num_clips",  # S2V: at most this many clips
 }
 EDIT_ONLY = ("strength",)  # fields of a remix or an edit only (a video to start from)
 # vLLM-Omni's name for classifier-free guidance with the negative prompt: Wan's guidance_scale is
@@ -45,6 +48,9 @@ RECORDED = ("user", "metadata")  # bookkeeping: stored with the job and echoed, 
 IMAGE_FIELDS = ("input_reference", "image_reference", "reference_url")  # the first frame: video_requests.py
 LAST_IMAGE = ("last_image",)  # the last frame (first-last-frame video): video_requests.py
 AUDIO = ("audio_reference",)  # S2V's speech (vLLM-Omni's field): video_requests.py
+# Animate's driving videos, by diffusers' WanAnimatePipeline's names (and the command line's):
+# uploads, or data: URLs in JSON (video_requests.py)
+VIDEO_INPUTS = ("pose_video", "face_video", "background_video", "mask_video")
 REFUSED = ("n", "quality", "video_reference", "generate_sound")  # can't honour: refuse()
 DERIVED = ("size", "seconds", "model")  # fields read here, not copied
 LORA_FIELDS = ("loras", "lora")  # the registered LoRAs a request names (lora_registry.py; served.py reads them)
@@ -56,6 +62,7 @@ TAKEN = (
     + IMAGE_FIELDS
     + LAST_IMAGE
     + AUDIO
+    + VIDEO_INPUTS
     + LORA_FIELDS
     + ("extra_params",)
 )  # what a field may be
@@ -67,10 +74,11 @@ FIELD_OF = {setting: field for field, setting in SETTING_OF.items()} | {
     "image": "input_reference",
     "last_image": "last_image",
     "audio": "audio_reference",
+    **{name: name for name in VIDEO_INPUTS},
     "video": "video",
     "extend": "video",
 }
-TEXT_FIELDS = ("prompt", "negative_prompt", "model", "size", "user")
+TEXT_FIELDS = ("prompt", "negative_prompt", "model", "size", "user", "mode")
 MAX_PROMPT = 32_000  # characters, as OpenAI's Videos API bounds a prompt
 MAX_USER = 256  # characters of `user`
 # OpenAI's metadata: at most 16 pairs, keys of at most 64 characters, string values of at most 512

@@ -9,6 +9,7 @@ import shutil
 
 from ..jobs.resume import state_dir
 from ..report.output_names import one_video_names, video_name
+from .fields import VIDEO_INPUTS
 
 IMAGE_SUFFIXES = ("png", "jpg", "webp", "bmp")  # an uploaded input_reference, by its decoded format
 
@@ -44,13 +45,20 @@ def audio_path(settings, video_id: str) -> str:
     return os.path.join(settings.inputs_dir, f"{video_id}.audio")
 
 
+def input_video_path(settings, video_id: str, field: str) -> str:
+    """One of Animate's uploaded driving videos (`field`: fields.VIDEO_INPUTS), byte for byte."""
+    assert field in VIDEO_INPUTS, field
+    return os.path.join(settings.inputs_dir, f"{video_id}.{field}.mp4")
+
+
 def delete_files(settings, video_id: str) -> None:
-    """A job's video, sidecar, frames and variants, its uploaded images and audio, and any saved
+    """A job's video, sidecar, frames and variants, its uploaded images, audio and videos, and any saved
     loop state."""
     paths = [os.path.join(settings.videos_dir, name) for name in one_video_names(video_id)]
     paths += [variant_path(settings, video_id, variant) for variant in VARIANT_FILES]
     paths += [image_path(settings, video_id, suffix, part) for suffix in IMAGE_SUFFIXES for part in ("", LAST)]
     paths += [source_video_path(settings, video_id), audio_path(settings, video_id)]
+    paths += [input_video_path(settings, video_id, field) for field in VIDEO_INPUTS]
     for path in paths:
         try:
             os.remove(path)

@@ -38,6 +38,18 @@ PAGE = """<!doctype html>
   <input id="input_reference" name="input_reference" type="file" accept="image/*">
   <label for="last_image" hidden>last frame</label>
   <input id="last_image" name="last_image" type="file" accept="image/*" hidden>
+  <label for="audio_reference" hidden>speech</label>
+  <input id="audio_reference" name="audio_reference" type="file" accept="audio/*" hidden>
+  <label for="pose_video" hidden>pose video</label>
+  <input id="pose_video" name="pose_video" type="file" accept="video/*" hidden>
+  <label for="face_video" hidden>face video</label>
+  <input id="face_video" name="face_video" type="file" accept="video/*" hidden>
+  <label for="mode" hidden>mode</label>
+  <select id="mode" name="mode" hidden><option>animate</option><option>replace</option></select>
+  <label for="background_video" hidden>background video</label>
+  <input id="background_video" name="background_video" type="file" accept="video/*" hidden>
+  <label for="mask_video" hidden>mask video</label>
+  <input id="mask_video" name="mask_video" type="file" accept="video/*" hidden>
   <span></span><button id="submit" type="submit">make the video</button>
   <div id="message"></div>
 </form>
@@ -154,6 +166,10 @@ async function poll() {
   }
 }
 
+// the files a request may carry (GET /v1/models' inputs shows the ones this model takes)
+const FILES = ["input_reference", "last_image", "audio_reference", "pose_video", "face_video",
+               "background_video", "mask_video"];
+
 $("create").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = new FormData();
@@ -161,7 +177,8 @@ $("create").addEventListener("submit", async (event) => {
     const value = $(name).value.trim();
     if (value !== "") form.append(name, value);
   }
-  for (const name of ["input_reference", "last_image"]) {
+  if (!$("mode").hidden) form.append("mode", $("mode").value);
+  for (const name of FILES) {
     const file = $(name).files[0];
     if (file) form.append(name, file);
   }
@@ -186,6 +203,10 @@ api("/v1/models").then((m) => {
     field.hidden = false;
     document.querySelector(`label[for="${input.field}"]`).hidden = false;
     field.required = input.required;
+    if (input.field === "background_video") {  // Animate: replace mode takes a background and a mask
+      $("mode").hidden = false;
+      document.querySelector('label[for="mode"]').hidden = false;
+    }
   }
 }).catch(() => {});
 poll();

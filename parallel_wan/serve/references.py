@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from .fields import IMAGE_FIELDS, RequestError, _shown
+from .fields import IMAGE_FIELDS, VIDEO_INPUTS, RequestError, _shown
 
 HOW = "send the image as a data: URL (data:image/png;base64,…) or upload it as multipart input_reference"
 
@@ -55,16 +55,18 @@ def json_last_image(fields: dict) -> bytes | None:
     return data_url_bytes(value["image_url"], "last_image.image_url")
 
 
-def data_url_bytes(url, where: str) -> bytes:
-    """The bytes of a base64 data: URL; RequestError for anything else (a URL to fetch above all)."""
+def data_url_bytes(url, where: str, how: str = HOW) -> bytes:
+    """The bytes of a base64 data: URL; RequestError for anything else (a URL to fetch above all).
+    `how`: what the refusal tells the client to send instead."""
     param = where.split(".")[0]
     if not isinstance(url, str):
-        raise RequestError(f"{where}={_shown(url)} must be a data: URL string; {HOW}", param)
+        raise RequestError(f"{where}={_shown(url)} must be a data: URL string; {how}", param)
     if not url.startswith("data:"):
-        raise RequestError(f"{where}={_shown(url)} is not a data: URL, and this server fetches nothing; {HOW}", param)
+        raise RequestError(f"{where}={_shown(url)} is not a data: URL, and this server fetches nothing; {how}", param)
     header, comma, payload = url.partition(",")
     if not comma or not header.endswith(";base64"):
-        raise RequestError(f"{where} must be a base64 data: URL (data:image/png;base64,…)", param)
+        example = "data:video/mp4;base64,…" if "video" in how else "data:image/png;base64,…"
+        raise RequestError(f"{where} must be a base64 data: URL ({example})", param)
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
@@ -84,3 +86,21 @@ def json_audio(fields: dict) -> bytes | None:
             "audio_reference",
         )
     return data_url_bytes(value["audio_url"], "audio_reference.audio_url")
+
+
+def json_videos(fields: dict) -> dict[str, bytes]:
+    """Animate's driving videos of a JSON body (`pose_video`, `face_video`, `background_video`,
+    `mask_video`), each a data: URL (`"data:video/mp4;base64,…"`) or `{"video_url": data URL}`,
+    which the fields lose; {} when none is given."""
+    videos = {}
+    for key in VIDEO_INPUTS:
+        value = fields.pop(key, None)
+        if value is None:
+            continue
+        how = f"send the video as a data: URL (data:video/mp4;base64,…) or upload it as multipart {key}"
+        if isinstance(value, dict):
+            if set(value) != {"video_url"}:
+                raise RequestError(f'{key}={_shown(value)} must be {{"video_url": "data:video/mp4;base64,…"}}', key)
+            value = value["video_url"]
+        videos[key] = data_url_bytes(value, key, how)
+    return videos

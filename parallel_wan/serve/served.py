@@ -87,12 +87,13 @@ class RequestResolver:
         video_setting: str = "video",
         last_image: str | None = None,
         audio: str | None = None,
+        videos: dict | None = None,
     ):
         """(spec, run settings, bookkeeping: user and metadata) of a request's fields (and its
         stored image, sent as `image_field`; a remix's or an edit's stored source `video` — an
         extension's, with `video_setting="extend"` — and the source job's run settings `base`,
         which the request's fields override; `last_image`: the stored last frame; `audio`: S2V's
-        stored speech); raises RequestError."""
+        stored speech; `videos`: Animate's stored driving videos by field); raises RequestError."""
         model = fields.get("model")
         if isinstance(model, str) and not self.model_named(model):  # not a string: request_settings says so
             raise self.unknown_model(model)
@@ -111,6 +112,8 @@ class RequestResolver:
             settings["last_image"], source["last_image"] = last_image, "last_image"
         if audio is not None:  # S2V: the stored upload of `audio_reference`
             settings["audio"], source["audio"] = audio, "audio_reference"
+        for name, path in (videos or {}).items():  # Animate: pose_video, face_video, … (setting = field)
+            settings[name], source[name] = path, name
         if video is not None:  # video= (a remix, an edit) or extend= (an extension): the request's `video`
             settings[video_setting], source[video_setting] = video, "video"
         try:
@@ -146,17 +149,7 @@ def serve_start(
     the mesh (mesh=auto decides it here) then holds for every job. `device`: the device's memory
     as rank 0 found it (None: ask now — on the process that owns the device). Raises ConfigError."""
     from ..memory_plan.fits import device_memory
-    from ..models.registry import ARCHITECTURES
-    from ..models.variants import FACE_VIDEO
 
-    model = str((raw.get("model") or {}).get("name", ""))
-    arch = ARCHITECTURES.get(str((raw.get("model") or {}).get("architecture")))
-    if arch is not None and arch.variant.input(FACE_VIDEO) is not None:  # Animate needs videos too
-        raise ConfigError(
-            f"model={model}: serving Animate (its pose and face videos per request) is not built yet "
-            "(issue 42); run it with python -m parallel_wan.run",
-            setting="model",
-        )
     with placeholder_image(raw) as image:  # an i2v model's image comes with each request
         base = resolve({**raw, "output_dir": videos_dir, **image}, world, node_size)
     ckpt = preflight(base)

@@ -9,7 +9,7 @@ import os
 
 from ..report.outputs import commit, stage
 from .fields import RequestError
-from .files import LAST, audio_path, image_path
+from .files import LAST, audio_path, image_path, input_video_path
 
 LAST_IMAGE_FIELD = "last_image"  # the last frame (first-last-frame video): JSON or an upload
 
@@ -80,3 +80,13 @@ def store_audio(settings, video_id: str, data: bytes) -> str:
             AUDIO_FIELD,
         )
     return _write(audio_path(settings, video_id), data)
+
+
+def store_video(settings, video_id: str, field: str, data: bytes) -> str:
+    """Write one of Animate's driving videos (`field`: pose_video, face_video, …) as
+    storage_dir/inputs/<id>.<field>.mp4, atomically; returns its path. Whether it is a video of
+    the right length and size (and a mask a mask) the run's own check says before the job is
+    queued (config/animate_inputs.py), as the command line's are checked."""
+    if not data:
+        raise RequestError(f"{field} is empty; send an mp4", field)
+    return _write(input_video_path(settings, video_id, field), data)

@@ -18,12 +18,13 @@ import os
 import re
 
 from ..config.checks import known_keys
-from .fields import FIELD_OF, GUIDANCE_ALIASES, SETTING_OF
+from .fields import FIELD_OF, GUIDANCE_ALIASES, SETTING_OF, VIDEO_INPUTS
 
 HIDDEN = "(a path on the server)"
 # run settings a server sets from its own (settings.py): said by the server's name
 SERVER_SETTING = {"output_dir": "storage_dir"}
-UPLOADS = ("input_reference", "video")  # fields whose setting's value is a file the server stored: never shown
+# fields whose setting's value is a file the server stored: never shown
+UPLOADS = ("input_reference", "video", *VIDEO_INPUTS)
 _MARK = "\0"  # a hidden path while the settings are renamed (no spaces, so `image=` takes it as its value)
 # `setting=` or `setting.key=`, not the end of a longer name (num_inference_steps=, cache.steps=)
 _SETTING = re.compile(r"(?<![\w.])([a-z_][a-z0-9_]*)((?:\.[a-z_][a-z0-9_]*)*)=")

@@ -164,6 +164,11 @@ def test_bad_animate_inputs_are_one_line_each_before_anything_loads(tmp_path, ex
     replace = [*animate, "mode=replace", f"background_video={examples['background_video']}"]
     for words, message in (
         (["model=tiny", f"pose_video={examples['pose_video']}"], "model=tiny takes no pose_video"),
+        (
+            ["model=tiny", "mode=replace"],
+            "mode=replace is Animate-14B's (model=wan2.2_animate_14b); model=tiny takes no",
+        ),
+        (["model=tiny", "prev_segment_frames=5"], "model=tiny takes no prev_segment_frames"),
         (["model=tiny_animate", f"image={examples['image']}"], "set pose_video=PATH"),
         ([*animate, f"mask_video={examples['mask_video']}"], "mask_video= is for mode=replace"),
         (replace, "mode=replace needs mask_video=PATH"),
@@ -176,18 +181,42 @@ def test_bad_animate_inputs_are_one_line_each_before_anything_loads(tmp_path, ex
         ([*animate, f"pose_video={tmp_path / 'nope.mp4'}"], "nope.mp4 does not exist"),
         ([*animate, "num_frames=1"], "num_frames=1 is Animate's segment length and must exceed"),
         ([*animate, "cache=fbcache"], "Animate runs with cache=fbcache are not built yet"),
+        ([*animate, f"video={examples['pose_video']}"], "video= (video-to-video) is a run of the text/image-to"),
+        (
+            [animate[0], *animate[2:], f"extend={examples['pose_video']}"],
+            "extend= (a video's continuation) is a run of the",
+        ),
     ):
         assert message in _refusal(words), words
 
 
-def test_serving_animate_is_refused_at_start_for_now():
-    from harness.jax_runs import raw_config
+@pytest.mark.slow  # a server process: over 5 s in the suite's run (tests/README.md)
+def test_a_server_animates_uploaded_driving_videos_as_the_command_line_does(tmp_path, examples):
+    """A tiny Animate server: a multipart request uploads the character (`input_reference`) and
+    the four driving videos by diffusers' names with `mode=replace`; the job completes and its
+    frames are the command line's with the same files, bit for bit."""
+    from harness.cli import run_in_process
+    from harness.serve import KEY, Server
 
-    from parallel_wan.config import ConfigError
-    from parallel_wan.serve.served import serve_start
-
-    with pytest.raises(ConfigError, match="serving Animate .* is not built yet"):
-        serve_start(raw_config(["model=tiny_animate"]), 1, None, "/tmp/unused")
+    start = ["model=tiny_animate", "dtype=float32", "steps=2", "num_frames=9", "save_frames=true", "dist_timeout_s=60"]
+    videos = ("pose_video", "face_video", "background_video", "mask_video")
+    server = Server(tmp_path / "storage", start, key=KEY).wait_ready()
+    try:
+        files = {k: (f"{k}.mp4", open(examples[k], "rb").read()) for k in videos}
+        files |= {"input_reference": ("c.png", open(examples["image"], "rb").read())}
+        fields = {"prompt": PROMPT, "mode": "replace", "guidance_scale": "3.0"}
+        answer = server.client.post("/v1/videos", data=fields, files=files)
+        assert answer.status_code == 200, answer.text
+        done = server.wait_for(answer.json()["id"], "completed", "failed")
+        assert done["status"] == "completed", done
+        frames = server.frames(done["id"])
+    finally:
+        server.stop()
+    given = [f"{k}={examples[k]}" for k in ("image", *videos)]
+    run_in_process(
+        tmp_path / "cli", *start, f"prompt='{PROMPT}'", "mode=replace", "guidance_high=3.0", "guidance_low=3.0", *given
+    )
+    assert frames.shape[0] == FRAMES and np.array_equal(frames, np.load(tmp_path / "cli" / "frames.npy"))
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)

@@ -212,10 +212,14 @@ def _refusal(words, world=1):
 
 
 def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, examples):
+    from harness.videos import write_source_video
+
     silent, short, text = tmp_path / "silent.wav", tmp_path / "short.wav", tmp_path / "speech.mp3"
     write_wav(silent, np.zeros(16000, np.int16))
     write_wav(short, speech(0.05))
     text.write_text("not audio")
+    clip = tmp_path / "clip.mp4"
+    write_source_video(clip, frames=9, height=64, width=64)
     s2v = ["model=tiny_s2v", f"image={examples['image']}", f"audio={examples['audio']}"]
     for words, message in (
         (["model=tiny", f"audio={examples['audio']}"], "model=tiny takes no audio"),
@@ -233,6 +237,8 @@ def test_bad_s2v_inputs_are_one_line_each_before_anything_loads(tmp_path, exampl
         ([*s2v, "cache=fbcache"], "S2V runs with cache=fbcache are not built yet"),
         ([*s2v, "prompt=[a,b]"], "S2V runs with more than one prompt are not built yet"),
         (["model=tiny", "num_clips=2"], "num_clips=2 is S2V's"),
+        ([*s2v, f"video={clip}", "num_frames=8"], "video= (video-to-video) is a run of the text/image-to-video models"),
+        ([s2v[0], s2v[2], f"extend={clip}", "num_frames=8"], "extend= (a video's continuation) is a run of the"),
     ):
         assert message in _refusal(words), (words, _refusal(words))
 

@@ -402,9 +402,11 @@ def test_an_unknown_field_is_named_with_the_fields_taken(api):
     (`format` is not `prompt`), and a setting of the command line pointed to its field."""
     fields = (
         "prompt, negative_prompt, seed, width, height, num_frames, num_inference_steps, guidance_scale, "
-        "guidance_scale_2, fps, flow_shift, boundary_ratio, strength, size, seconds, model, true_cfg_scale, user, "
+        "guidance_scale_2, fps, flow_shift, boundary_ratio, strength, mode, prev_segment_conditioning_frames, "
+        "num_clips, size, seconds, model, true_cfg_scale, user, "
         "metadata, "
-        "input_reference, image_reference, reference_url, last_image, audio_reference, loras, lora, extra_params"
+        "input_reference, image_reference, reference_url, last_image, audio_reference, pose_video, face_video, "
+        "background_video, mask_video, loras, lora, extra_params"
     )
     for body, message in (
         (
@@ -1415,6 +1417,7 @@ def test_s2v_speech_comes_as_an_upload_or_a_data_url_and_is_checked_before_queue
     assert s2v.client.get("/v1/models").json()["data"][0]["inputs"] == [
         {"field": "input_reference", "required": True},
         {"field": "audio_reference", "required": True},
+        {"field": "pose_video", "required": False},
     ]
     assert not s2v.client.get("/v1/models").json()["data"][0]["extends"]
     face, voice = png_bytes(64, 64), wav(speech())
@@ -1458,4 +1461,94 @@ def test_s2v_speech_comes_as_an_upload_or_a_data_url_and_is_checked_before_queue
         t2v.client.post("/v1/videos", json={"prompt": "e", "audio_reference": {"audio_url": url}}), 400
     )
     assert refused["param"] == "audio_reference" and "takes no audio" in refused["message"], refused
+    t2v.nothing_queued()
+
+
+def test_animate_videos_come_as_uploads_or_data_urls_and_are_checked_before_queueing(tmp_path):
+    """Animate on a server: the character's `input_reference` and the driving videos by
+    diffusers' names (`pose_video`, `face_video`; `mode=replace` with `background_video` and
+    `mask_video`), uploaded (multipart) or as data: URLs (JSON), stored under the job's id and
+    run as the command line's settings (the job's seconds are the pose video's); a missing face
+    video, videos of different lengths, a mask that is not a mask, text for a file and a model
+    that takes no driving video are 400s naming the field, and keep nothing."""
+    import base64
+
+    from parallel_wan.builtin.animate_examples import write_examples
+    from parallel_wan.serve.fields import seconds_of
+
+    examples = write_examples(tmp_path / "inputs", 13, 64, 64, 32)
+    raw = {k: open(v, "rb").read() for k, v in examples.items()}
+    short = write_examples(tmp_path / "short", 9, 64, 64, 32)
+    animate = Api(tmp_path / "animate", ["model=tiny_animate", "steps=2", "num_frames=9"])
+    assert animate.client.get("/v1/models").json()["data"][0]["inputs"] == [
+        {"field": "input_reference", "required": True},
+        {"field": "pose_video", "required": True},
+        {"field": "face_video", "required": True},
+        {"field": "background_video", "required": False},
+        {"field": "mask_video", "required": False},
+    ]
+    files = {k: (f"{k}.mp4", raw[k]) for k in ("pose_video", "face_video", "background_video", "mask_video")}
+    files |= {"prompt": (None, "a"), "mode": (None, "replace"), "input_reference": ("c.png", raw["image"])}
+    answer = animate.client.post("/v1/videos", files=files)
+    assert answer.status_code == 200, answer.text
+    job = answer.json()
+    settings = json.loads(animate.store.get(job["id"])["settings"])
+    for key in ("pose_video", "face_video", "background_video", "mask_video"):
+        assert settings[key].endswith(f"{job['id']}.{key}.mp4") and open(settings[key], "rb").read() == raw[key]
+    spec = animate.served.spec(settings)
+    assert spec.video.animate.mode == "replace" and job["seconds"] == seconds_of(13, spec.model.fps)
+
+    def url(key, source=raw):
+        return "data:video/mp4;base64," + base64.b64encode(source[key]).decode()
+
+    image = "data:image/png;base64," + base64.b64encode(raw["image"]).decode()
+    body = {"prompt": "b", "input_reference": {"image_url": image}, "pose_video": url("pose_video")}
+    answer = animate.client.post("/v1/videos", json=body | {"face_video": {"video_url": url("face_video")}})
+    assert answer.status_code == 200, answer.text
+    assert json.loads(animate.store.get(answer.json()["id"])["settings"]).get("mode") in (None, "animate")
+    for id_ in {job["id"], answer.json()["id"]}:
+        animate.client.delete(f"/v1/videos/{id_}")
+    assert os.listdir(animate.settings.inputs_dir) == []
+    shorter = {"face_video": url("face_video", {"face_video": open(short["face_video"], "rb").read()})}
+    for extra, param, words in (
+        ({}, "face_video", "set face_video"),
+        (shorter, "face_video", "face_video has 9 frames but pose_video has 13"),
+        ({"face_video": "data:video/mp4;base64," + base64.b64encode(b"no video").decode()}, "face_video", "video"),
+        (
+            {"face_video": url("face_video"), "mode": "replace", "background_video": url("background_video")},
+            "mask_video",
+            "mode=replace needs mask_video",
+        ),
+        (
+            {
+                "face_video": url("face_video"),
+                "mode": "replace",
+                "background_video": url("background_video"),
+                "mask_video": url("background_video"),
+            },
+            "mask_video",
+            "is not a mask",
+        ),
+        ({"face_video": "/etc/passwd"}, "face_video", "is not a data: URL, and this server fetches nothing"),
+    ):
+        refused = _openai_error(animate.client.post("/v1/videos", json=body | extra), 400)
+        assert refused["param"] == param and words in refused["message"], (extra.keys(), refused)
+        assert str(tmp_path) not in refused["message"]  # the server's paths never reach a client
+    text = {"prompt": (None, "c"), "input_reference": ("c.png", raw["image"]), "pose_video": (None, "pose.mp4")}
+    refused = _openai_error(animate.client.post("/v1/videos", files=text), 400)
+    assert refused["param"] == "pose_video" and "must be a video file upload, not text" in refused["message"], refused
+    animate.nothing_queued()
+    source = _completed_job(animate, size="64x64")  # the built-in model's example inputs
+    for route, body in (
+        (f"/v1/videos/{source}/remix", {"prompt": "r"}),
+        ("/v1/videos/extensions", {"video": {"id": source}}),
+    ):
+        refused = _openai_error(animate.client.post(route, json={"prompt": "r", **body}), 400)
+        assert "makes its video from its driving videos" in refused["message"], refused
+
+    t2v = Api(tmp_path / "t2v")
+    refused = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "e", "pose_video": url("pose_video")}), 400)
+    assert refused["param"] == "pose_video" and "takes no pose_video" in refused["message"], refused
+    refused = _openai_error(t2v.client.post("/v1/videos", json={"prompt": "e", "mode": "replace"}), 400)
+    assert refused["param"] == "mode" and "takes no mode" in refused["message"], refused
     t2v.nothing_queued()

@@ -186,6 +186,8 @@ def test_an_i2v_page_asks_for_the_first_frame_and_takes_a_last_one(tmp_path, bro
             time.sleep(0.05)
         assert browser.find_element(By.ID, "last_image").is_displayed()
         assert browser.execute_script("return $('input_reference').required && !$('last_image').required")
+        for other in ("audio_reference", "pose_video", "face_video", "mode", "background_video", "mask_video"):
+            assert not browser.find_element(By.ID, other).is_displayed(), other  # S2V's, Animate's
         browser.find_element(By.ID, "prompt").send_keys("a lighthouse")
         # no first frame: the browser refuses the form itself, nothing is sent
         assert not browser.execute_script("return $('create').checkValidity()")
@@ -205,9 +207,21 @@ def test_an_i2v_page_asks_for_the_first_frame_and_takes_a_last_one(tmp_path, bro
 
 
 def test_a_text_to_video_page_shows_no_last_frame_field():
-    """The page is one file for every model: the last-frame field starts hidden and is shown only
-    for a model whose GET /v1/models inputs name it (the I2V test above)."""
+    """The page is one file for every model: the last-frame field (and S2V's speech, Animate's
+    videos and mode) start hidden and are shown only for a model whose GET /v1/models inputs name
+    them (the I2V test above)."""
+    from parallel_wan.serve.fields import FIELD_OF
     from parallel_wan.serve.page import PAGE
 
     assert '<input id="last_image" name="last_image" type="file" accept="image/*" hidden>' in PAGE
+    assert '<input id="audio_reference" name="audio_reference" type="file" accept="audio/*" hidden>' in PAGE
+    for name in ("pose_video", "face_video", "background_video", "mask_video"):
+        assert f'<input id="{name}" name="{name}" type="file" accept="video/*" hidden>' in PAGE
+    assert '<select id="mode" name="mode" hidden>' in PAGE
+    # every input any variant takes has its field on the page (models/variants.py)
+    from parallel_wan.models.variants import VARIANTS
+
+    for variant in VARIANTS:
+        for given in variant.inputs:
+            assert f'id="{FIELD_OF[given.name]}"' in PAGE, given.name
     assert "m.data[0].inputs" in PAGE

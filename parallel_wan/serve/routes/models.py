@@ -18,13 +18,12 @@ def _model(name: str, served) -> dict:
     continues videos (POST /v1/videos/extensions; the page asks); `loras`: the LoRAs a request
     may name (lora_dir=), each with its recipe; `inputs`: what a request may give besides the
     prompt, by its request field (an image's `input_reference`, a last frame's `last_image`,
-    S2V's speech's `audio_reference`) and
-    whether the model needs it — the page shows a field per input."""
+    S2V's speech's `audio_reference`, Animate's driving videos) and whether the model needs
+    it — the page shows a field per input."""
     variant = served.base.model.variant
     # an extension is an image-to-video run from a video's last frame: not S2V's or Animate's
     extends = variant.input(IMAGE) is not None and not variant.forward_inputs
     loras = [lora.listing() for lora in served.loras.values()]
-    # S2V's pose video has no request field yet: it is the command line's
     inputs = [{"field": FIELD_OF[i.name], "required": i.required} for i in variant.inputs if i.name in FIELD_OF]
     return {
         "id": name,

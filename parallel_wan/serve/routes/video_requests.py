@@ -15,12 +15,12 @@ from starlette.datastructures import UploadFile
 
 from ...jobs.batch import batch_key
 from ...report.outputs import commit, stage
-from ..fields import RequestError, seconds_of
+from ..fields import VIDEO_INPUTS, RequestError, seconds_of
 from ..files import source_video_path
-from ..references import json_audio, json_image, json_last_image
+from ..references import json_audio, json_image, json_last_image, json_videos
 from ..sources import new_part, source_frames, upload_size
 from ..store import IdempotencyConflict, QueueFull, new_id
-from ..uploads import LAST_IMAGE_FIELD, store_audio, store_image
+from ..uploads import LAST_IMAGE_FIELD, store_audio, store_image, store_video
 from .errors import error, no_retry, refusal
 from .video_objects import video_object
 
@@ -41,6 +41,7 @@ class Body:
     video: bytes | None = None
     last_image: bytes | None = None  # the last frame (first-last-frame video)
     audio: bytes | None = None  # S2V's speech (`audio_reference`)
+    videos: dict = field(default_factory=dict)  # Animate's driving videos, by field (fields.VIDEO_INPUTS)
 
 
 async def read_body(request: Request, max_bytes: int, video: bool = False) -> Body:
@@ -54,13 +55,13 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
             raise RequestError(f"the body is not JSON ({exc}); send a JSON object or multipart/form-data") from None
         if not isinstance(fields, dict):
             raise RequestError('the body must be a JSON object of fields, e.g. {"prompt": "a cat"}')
-        last, audio = json_last_image(fields), json_audio(fields)
-        return Body(fields, *json_image(fields), last_image=last, audio=audio)
+        last, audio, videos = json_last_image(fields), json_audio(fields), json_videos(fields)
+        return Body(fields, *json_image(fields), last_image=last, audio=audio, videos=videos)
     if kind not in ("multipart/form-data", "application/x-www-form-urlencoded"):
         raise RequestError(
             f"Content-Type {kind or '(none)'} is not read; send application/json or multipart/form-data", status=415
         )
-    uploads = ("input_reference", "last_image", "audio_reference") + (("video",) if video else ())
+    uploads = ("input_reference", "last_image", "audio_reference", *VIDEO_INPUTS) + (("video",) if video else ())
     try:
         form = await request.form(max_files=len(uploads), max_fields=64, max_part_size=max_bytes)
     except Exception as exc:  # starlette's MultiPartException and parser errors
@@ -69,12 +70,9 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
             if name not in uploads:
-                only = (
-                    "input_reference, last_image, audio_reference and video are uploads"
-                    if video
-                    else "input_reference, last_image and audio_reference are uploads"
+                raise RequestError(
+                    f"{name} is a file; only {', '.join(uploads[:-1])} and {uploads[-1]} are uploads", name
                 )
-                raise RequestError(f"{name} is a file; only {only} are uploads", name)
             if name in files:
                 raise RequestError(f"{name} was given twice; give each field once", name)
             files[name] = await value.read()
@@ -85,16 +83,18 @@ async def read_body(request: Request, max_bytes: int, video: bool = False) -> Bo
         if "audio_reference" in files:
             raise RequestError("audio_reference was given twice; give each field once", "audio_reference")
         files["audio_reference"] = json_audio(fields)
-    for name in ("input_reference", "last_image", "audio_reference"):
+    for name in ("input_reference", "last_image", "audio_reference", *VIDEO_INPUTS):
         if name in fields:
-            kind = "an audio" if name == "audio_reference" else "an image"
+            kind = {"audio_reference": "an audio"}.get(name, "a video" if name in VIDEO_INPUTS else "an image")
             raise RequestError(f"{name} must be {kind} file upload, not text; URLs and server paths are not read", name)
     if video and "video" in fields and "video" in files:
         raise RequestError("video was given twice; give each field once", "video")
     last, audio = files.get("last_image"), files.get("audio_reference")
+    videos = {name: files[name] for name in VIDEO_INPUTS if name in files}
     if "input_reference" in files:
-        return Body(fields, files["input_reference"], "input_reference", files.get("video"), last, audio)
-    return Body(fields, *json_image(fields), files.get("video"), last, audio)  # a form's reference_url: a data: URL
+        return Body(fields, files["input_reference"], "input_reference", files.get("video"), last, audio, videos)
+    # a form's reference_url: a data: URL
+    return Body(fields, *json_image(fields), files.get("video"), last, audio, videos)
 
 
 def _put(fields: dict, name: str, value) -> None:
@@ -178,6 +178,7 @@ async def answer(request: Request, api, body: Body, source: VideoSource | None =
             source,
             body.last_image,
             body.audio,
+            body.videos,
         )
     except RequestError as exc:
         api.metrics.requests.labels("refused").inc()
@@ -208,11 +209,14 @@ def queue_video(
     source: VideoSource | None = None,
     last_image: bytes | None = None,
     audio: bytes | None = None,
+    videos: dict | None = None,
 ):
     """Validate (the CLI's checks) and commit the job before the reply; (its row, created).
-    A refused request leaves nothing behind: no row, no file."""
+    A refused request leaves nothing behind: no row, no file. `videos`: Animate's driving
+    videos' bytes by field."""
     video_id, path, video, image_field = new_id(), None, None, image_field or "input_reference"
     last = speech = None
+    driving = {}  # field → the stored video
     given, before = fields, 0  # before: an extension's source frames, which come before the new ones
     try:
         if image is not None:
@@ -221,6 +225,8 @@ def queue_video(
             last = store_image(settings, video_id, last_image, LAST_IMAGE_FIELD)
         if audio is not None:
             speech = store_audio(settings, video_id, audio)
+        for name, data in (videos or {}).items():
+            driving[name] = store_video(settings, video_id, name, data)
         if source is not None:
             video = source.store(settings, video_id)
         if source is not None and source.setting == "extend":
@@ -230,16 +236,21 @@ def queue_video(
         if source is not None and source.upload is not None and source.setting == "video":
             base = {**base, **upload_size(served, fields, video)}
         setting = source.setting if source is not None else "video"
-        spec, run_settings, notes = served.request(fields, path, image_field, video, base, setting, last, speech)
+        spec, run_settings, notes = served.request(
+            fields, path, image_field, video, base, setting, last, speech, driving
+        )
         frames = spec.video.num_frames + max(before - 1, 0)
         if spec.video.s2v is not None:  # as long as the speech makes it (config/s2v_inputs.py)
             frames = spec.video.s2v.frames(spec.video.num_frames, spec.model.fps)
+        if spec.video.animate is not None:  # as long as the pose video
+            frames = spec.video.animate.frames
         digest = hashlib.sha256(
             json.dumps(given, sort_keys=True, default=str).encode()
             + hashlib.sha256(image or b"").digest()
             + (source.digest() if source is not None else b"")
             + hashlib.sha256(last_image or b"").digest()
             + hashlib.sha256(audio or b"").digest()
+            + b"".join(name.encode() + hashlib.sha256(data).digest() for name, data in sorted((videos or {}).items()))
         ).hexdigest()
         job = {
             "id": video_id,
@@ -257,10 +268,12 @@ def queue_video(
         }
         row, created = store.add(job, idem, digest, settings.max_queued)
     except BaseException:
-        _remove(path, video, last, speech)
+        _remove(path, video, last, speech, *driving.values())
         raise
     if not created:
-        _remove(path, video, last, speech)  # the retry's copies; the first request's files are the job's
+        _remove(
+            path, video, last, speech, *driving.values()
+        )  # the retry's copies; the first request's files are the job's
     return row, created
 
 
