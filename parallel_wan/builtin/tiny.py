@@ -34,7 +34,7 @@ from parallel_wan.models import registry
 from parallel_wan.models.experts import DIFFUSERS_FOLDERS, HIGH, LOW, OFFICIAL_FOLDERS
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.variants import IMAGE, JOINED_CHANNELS
-from parallel_wan.weights import t5_keymap, transformer_keymap
+from parallel_wan.weights import animate_keymap, t5_keymap, transformer_keymap
 
 TEXT_DIM = registry.TINY_TEXT_DIM  # the tiny UMT5's d_model, which is the transformer's text_dim
 
@@ -349,9 +349,6 @@ def _write_diffusers(model: TinyModel, root: Path) -> None:
 def _write_official(model: TinyModel, root: Path) -> None:
     from parallel_wan.weights import vae_keymap
 
-    if model.image_encoder is not None:
-        raise ValueError(f"the official layout of {model.kind} is not written yet (issue 42); use layout=diffusers")
-
     experts = (
         {"": model.transformer}
         if model.transformer_2 is None
@@ -364,13 +361,23 @@ def _write_official(model: TinyModel, root: Path) -> None:
         else:
             config = TransformerConfig.from_diffusers(dict(expert.config)).to_official(task)
         _write_json(root / folder / "config.json", config)
-        _write_shards(transformer_keymap.diffusers_to_official(expert.state_dict()), root / folder)
+        state = expert.state_dict()
+        dit = {name: tensor for name, tensor in state.items() if not animate_keymap.is_animate_name(name)}
+        # Animate's motion encoder, face encoder and adapters: fused, reshaped, the blur kernels added
+        _write_shards(
+            {**transformer_keymap.diffusers_to_official(dit), **animate_keymap.to_official(state)}, root / folder
+        )
     vae_file = "Wan2.2_VAE.pth" if model.vae_kind == "wan2.2" else "Wan2.1_VAE.pth"
     torch.save(_plain(vae_keymap.diffusers_to_official(model.vae.state_dict(), model.vae_kind)), root / vae_file)
     # Named as the official file; the tiny weights stay fp32 so both layouts hold identical values.
     t5 = t5_keymap.transformers_to_official(model.text_encoder.state_dict())
     torch.save(_plain(t5), root / "models_t5_umt5-xxl-enc-bf16.pth")
     model.tokenizer.save_pretrained(root / "google" / "umt5-xxl")
+    if model.image_encoder is not None:  # Animate: open-clip's file, of which the vision tower is read
+        from parallel_wan.weights.clip_keymap import to_official as clip_to_official
+        from parallel_wan.weights.layout import OFFICIAL_CLIP
+
+        torch.save(_plain(clip_to_official(model.image_encoder.state_dict())), root / OFFICIAL_CLIP)
     if model.audio_encoder is not None:  # S2V: the wav2vec2 folder, as transformers writes it
         from parallel_wan.weights.layout import OFFICIAL_WAV2VEC
 

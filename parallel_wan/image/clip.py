@@ -1,8 +1,11 @@
 """The character image's CLIP features for Animate-14B: the checkpoint's `image_encoder/`
-(transformers' CLIPVisionModel, ViT-H/14) fed by its `image_processor/` (transformers'
+(transformers' CLIPVisionModel, ViT-H/14; the official layout's open-clip .pth is read into the
+same class, weights/clip_keymap.py) fed by its `image_processor/` (transformers'
 CLIPImageProcessor: the short side resized bicubically to 224, centre-cropped, CLIP's mean and
-std), and the hidden states of the penultimate layer — what diffusers' WanAnimatePipeline
-`encode_image` and the official code (`use_31_block`) read. The image goes in as the user gave
+std — the same processor for the official layout, which has none; the official code stretches
+the image to 224 × 224 instead, the same for a square image), and the hidden states of the
+penultimate layer — what diffusers' WanAnimatePipeline `encode_image` and the official code
+(`use_31_block`) read. The image goes in as the user gave
 it, not letterboxed to the video's size as the VAE sees it (diffusers does the same).
 
 Run once per video on the process that encodes text, then broadcast (257 × 1280 numbers) and
@@ -18,9 +21,16 @@ import numpy as np
 
 
 class ClipImageEncoder:
-    def __init__(self, encoder_dir: Path, processor_dir: Path, dtype, device):
-        self.processor = _processor_class().from_pretrained(processor_dir)
-        self.model = load_clip(Path(encoder_dir), dtype, device)
+    def __init__(self, encoder: Path, processor_dir: Path | None, dtype, device):
+        """`encoder`: the diffusers layout's image_encoder/ folder, or the official layout's CLIP
+        .pth; `processor_dir`: image_processor/, or None (the official layout has none: CLIP's
+        own processor at the tower's size — the values diffusers' Animate folder carries)."""
+        self.model = load_clip(Path(encoder), dtype, device)
+        if processor_dir is not None:
+            self.processor = _processor_class().from_pretrained(processor_dir)
+        else:
+            side = self.model.config.image_size
+            self.processor = _processor_class()(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
         self.device = device
 
     def features(self, image) -> np.ndarray:
@@ -46,11 +56,16 @@ def load_clip(folder: Path, dtype, device="cpu"):
 
     from ..weights.safetensors_io import read_safetensors
 
-    config = CLIPVisionConfig.from_pretrained(folder)
+    if folder.is_file():  # the official layout's open-clip .pth (weights/clip_keymap.py)
+        config, state = _official(folder, dtype)
+    else:
+        config, state = CLIPVisionConfig.from_pretrained(folder), read_safetensors(folder, dtype=dtype)
     with torch.device("meta"), _no_init():  # every weight comes from the file: no init ops run
         model = CLIPVisionModel(config)
-    # onto the device tensor by tensor before assigning (no module-wide move afterwards)
-    state = {name: t.to(device) for name, t in read_safetensors(folder, dtype=dtype).items()}
+    # onto the device tensor by tensor before assigning (no module-wide move afterwards), under
+    # the names of this transformers' class: a released file (transformers 4) says
+    # `vision_model.embeddings…`, transformers 5's CLIPVisionModel holds `embeddings…`
+    state = {_as_module_name(name, model): t.to(device) for name, t in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:
         raise ValueError(
@@ -67,6 +82,34 @@ def load_clip(folder: Path, dtype, device="cpu"):
     if left:
         raise ValueError(f"image encoder at {folder}: buffers {left} have no values (another transformers version?)")
     return model.eval().requires_grad_(False)
+
+
+PREFIX = "vision_model."
+
+
+def _as_module_name(name: str, model) -> str:
+    nested = hasattr(model, "vision_model")  # transformers 4's CLIPVisionModel wraps the tower
+    if nested and not name.startswith(PREFIX):
+        return PREFIX + name
+    return name[len(PREFIX) :] if not nested and name.startswith(PREFIX) else name
+
+
+def _official(path: Path, dtype):
+    """(CLIPVisionConfig, state) of the official CLIP file: its vision tower under transformers'
+    names, cast; a NaN/inf in it is refused, as in every weight."""
+    from transformers import CLIPVisionConfig
+
+    from ..weights.clip_keymap import to_transformers, vision_config
+    from ..weights.finite import non_finite, refuse
+    from ..weights.safetensors_io import load_pth_mapped, torch_dtype
+
+    stored = load_pth_mapped(path)
+    config = CLIPVisionConfig(**vision_config({k: tuple(v.shape) for k, v in stored.items()}))
+    for name, tensor in stored.items():  # by the file's own names, so a message names what it holds
+        if name.startswith("visual.") and tensor.is_floating_point() and (bad := non_finite(tensor)):
+            raise refuse(str(path), name, bad, tensor.numel())
+    target = torch_dtype(dtype)
+    return config, {name: t.to(target or t.dtype) for name, t in to_transformers(stored).items()}
 
 
 def _no_init():

@@ -69,6 +69,34 @@ class AnimateConfig:
             )
 
     @classmethod
+    def from_shapes(cls, shapes: dict, num_layers: int) -> AnimateConfig:
+        """The dimensions of an official Animate-14B transformer, whose config.json has none of
+        them (the official class fixes them in code): read from its tensors' shapes by diffusers
+        name (weights/animate_keymap.py), as the official VAE's widths are. The 14B file gives
+        the defaults; a smaller file written in that layout (the tiny model) its own."""
+        m, f = "motion_encoder.", "face_encoder."
+        blocks = sorted({int(n.split(".")[2]) for n in shapes if n.startswith(m + "res_blocks.")})
+        size = 2 ** (len(blocks) + 2)  # one residual block per halving down to 4 × 4
+        table = {size: shapes[m + "conv_in.weight"][0]}
+        for i in blocks:
+            table[size >> (i + 1)] = shapes[f"{m}res_blocks.{i}.conv2.weight"][0]
+        default = dict(DEFAULT_CHANNELS)
+        hidden = shapes[f + "conv2.weight"][0]
+        adapters = len({n.split(".")[1] for n in shapes if n.startswith("face_adapter.")})
+        return cls(
+            motion_encoder_size=size,
+            motion_style_dim=shapes[m + "conv_out.weight"][0],
+            motion_dim=shapes[m + "motion_synthesis_weight"][1],
+            motion_encoder_dim=shapes[m + "motion_synthesis_weight"][0],
+            face_encoder_hidden_dim=hidden,
+            face_encoder_num_heads=shapes[f + "conv1_local.weight"][0] // hidden,
+            inject_face_latents_blocks=num_layers // max(adapters, 1),
+            motion_encoder_channel_sizes=None
+            if all(default.get(k) == v for k, v in table.items())
+            else tuple(sorted(table.items())),
+        )
+
+    @classmethod
     def from_diffusers(cls, cfg: dict) -> AnimateConfig:
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in cfg.items() if k in known}

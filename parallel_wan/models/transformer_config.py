@@ -11,6 +11,16 @@ from .variants import TASKS
 
 DIT_CLASS = "WanTransformer3DModel"  # diffusers' class of a T2V/I2V/TI2V expert
 ANIMATE_CLASS = "WanAnimateTransformer3DModel"
+OFFICIAL_ANIMATE_CLASS = "WanAnimateModel"  # the official class (wan/modules/animate/model_animate.py)
+
+
+def is_official_animate(cfg: dict) -> bool:
+    """An official config.json of Animate-14B: its class's name, or (written by hand) its keys."""
+    return (
+        cfg.get("model_type") == "animate"
+        or cfg.get("_class_name") == OFFICIAL_ANIMATE_CLASS
+        or ("motion_encoder_dim" in cfg and "num_heads" in cfg)
+    )
 
 
 @dataclass(frozen=True)
@@ -85,18 +95,19 @@ class TransformerConfig:
         self.animate.check(self.num_layers)
 
     @classmethod
-    def from_official(cls, cfg: dict) -> TransformerConfig:
-        """The official `config.json` (WanModel: dim, num_heads, in_dim, …)."""
+    def from_official(cls, cfg: dict, shapes: dict | None = None) -> TransformerConfig:
+        """The official `config.json` (WanModel: dim, num_heads, in_dim, …). `shapes`: the
+        transformer's tensor shapes by diffusers name, which an Animate config needs (its
+        motion and face dimensions are fixed in the official code, not written in the file)."""
         model_type = cfg.get("model_type", "t2v")
-        s2v = None
+        s2v = animate = None
         if model_type == "s2v" or cfg.get("_class_name") == "WanModel_S2V":
             s2v = S2VConfig.from_official(cfg)
             model_type = "s2v"
-        if model_type == "animate" or cfg.get("_class_name") == "WanAnimateModel":  # its config has no model_type
-            raise ValueError(
-                "official config model_type 'animate': the official Animate-14B folder is not read yet "
-                "(issue 42); use the diffusers layout (Wan-AI/Wan2.2-Animate-14B-Diffusers)"
-            )
+        if is_official_animate(cfg):  # its config has no model_type
+            if shapes is None:
+                raise ValueError("an official Animate-14B config.json is read with its tensors' shapes")
+            animate, model_type = AnimateConfig.from_shapes(shapes, int(cfg["num_layers"])), "animate"
         if model_type not in TASKS:
             raise ValueError(
                 f"official config model_type {model_type!r} is not a Wan 2.2 T2V/I2V/TI2V/S2V model; "
@@ -120,9 +131,14 @@ class TransformerConfig:
             eps=float(cfg.get("eps", 1e-6)),
             text_len=int(cfg.get("text_len", 512)),
             s2v=s2v,
+            animate=animate,
+            # Animate's image branch: CLIP's width into the embedder, keys and values of the model's
+            image_dim=shapes["condition_embedder.image_embedder.norm1.weight"][0] if animate is not None else None,
+            added_kv_proj_dim=dim if animate is not None else None,
         )
         if s2v is not None:
             s2v.check(config.num_layers, config.dim)
+        config.check_animate()
         return config
 
     def to_diffusers(self) -> dict:
@@ -137,11 +153,15 @@ class TransformerConfig:
 
     def to_official(self, model_type: str) -> dict:
         """The official `config.json` of a model of this variant's task (`model_type`: t2v, i2v,
-        ti2v, s2v)."""
-        extra = {} if self.s2v is None else self.s2v.to_official()
+        ti2v, s2v, animate — WanAnimateModel's has no model_type, its dimensions are in code)."""
+        if self.animate is not None:
+            head = {"_class_name": OFFICIAL_ANIMATE_CLASS}
+            extra = {"motion_encoder_dim": self.animate.motion_encoder_dim, "use_img_emb": True}
+        else:
+            head = {"_class_name": "WanModel_S2V" if self.s2v is not None else "WanModel", "model_type": model_type}
+            extra = {} if self.s2v is None else self.s2v.to_official()
         return {
-            "_class_name": "WanModel_S2V" if self.s2v is not None else "WanModel",
-            "model_type": model_type,
+            **head,
             "patch_size": list(self.patch_size),
             "text_len": self.text_len,
             "in_dim": self.in_channels,

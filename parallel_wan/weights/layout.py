@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parallel_wan.models.experts import DIFFUSERS_FOLDERS, HIGH, LOW, OFFICIAL_FOLDERS as OFFICIAL_EXPERTS, SINGLE
-from parallel_wan.models.transformer_config import TransformerConfig
+from parallel_wan.models.transformer_config import TransformerConfig, is_official_animate
 from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.models.vae_config import VaeConfig
 from parallel_wan.models.variants import VARIANTS
@@ -31,6 +31,8 @@ from parallel_wan.weights.trust import check_links
 OFFICIAL_VAES = {"wan2.1": "Wan2.1_VAE.pth", "wan2.2": "Wan2.2_VAE.pth"}
 OFFICIAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
 OFFICIAL_TOKENIZER = "google/umt5-xxl"
+# Animate-14B's image encoder: open-clip's XLM-RoBERTa-large + ViT-H/14, of which the vision tower is read
+OFFICIAL_CLIP = "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
 
 
 class CheckpointError(ValueError):
@@ -168,7 +170,15 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
     for name, path in experts.items():
         part = f"{path.name}/" if present else ""
         cfg = _read_json(path / "config.json", where)
-        configs[name] = _config_or_error(TransformerConfig.from_official, cfg, where, part)
+        shapes = None
+        if is_official_animate(cfg):  # its motion and face dimensions are the tensors', not the file's
+            try:
+                shapes = {
+                    n: i.shape for n, i in transformer_keymap.official_sources(_weights_or_error(path, where)).items()
+                }
+            except KeyError as e:
+                raise CheckpointError(f"{where}: {part or 'the root folder'} {e.args[0]}") from None
+        configs[name] = _config_or_error(lambda c: TransformerConfig.from_official(c, shapes), cfg, where, part)
         _check_transformer_shapes(path, part, configs[name], where, official=True)
 
     vaes = {kind: root / file for kind, file in OFFICIAL_VAES.items() if (root / file).is_file()}
@@ -187,6 +197,14 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
         raise CheckpointError(f"{where}: {OFFICIAL_TOKENIZER}/ is missing; expected the umt5-xxl tokenizer files")
     _check_tokenizer(tokenizer, f"{OFFICIAL_TOKENIZER}/", where)
     audio = _official_audio_encoder(root, next(iter(configs.values())), where)
+    clip = None
+    if any(cfg.animate is not None for cfg in configs.values()):  # Animate reads the image through CLIP
+        clip = root / OFFICIAL_CLIP
+        if not clip.is_file():
+            raise CheckpointError(
+                f"{where}: {OFFICIAL_CLIP} is missing; Animate-14B reads the character image through that CLIP"
+            )
+        _pth_shapes(clip, where)  # a pickle we can read the directory of, before anything loads
     return Checkpoint(
         root=root,
         layout="official",
@@ -200,6 +218,7 @@ def _describe_official(root: Path, where: str) -> Checkpoint:
         tokenizer_path=tokenizer,
         scheduler_config=None,
         audio_encoder_path=audio,
+        image_encoder_path=clip,  # the processor is CLIP's own (image/clip.py)
     )
 
 
@@ -281,12 +300,11 @@ def _check_transformer_shapes(folder: Path, part: str, cfg: TransformerConfig, w
     infos = _weights_or_error(folder, where)
     config_file = f"{part}config.json"
     part = part or "the root folder"
-    stored: dict[str, tuple[int, ...]] = {}
-    for name, info in infos.items():
-        try:
-            stored[transformer_keymap.official_to_diffusers_name(name) if official else name] = info.shape
-        except KeyError as e:
-            raise CheckpointError(f"{where}: {part} {e.args[0]}") from None
+    try:
+        mapped = transformer_keymap.official_sources(infos) if official else infos
+    except KeyError as e:
+        raise CheckpointError(f"{where}: {part} {e.args[0]}") from None
+    stored: dict[str, tuple[int, ...]] = {name: info.shape for name, info in mapped.items()}
     expected = param_shapes(cfg)
     summary = (
         f"in_channels={cfg.in_channels}, out_channels={cfg.out_channels}, dim={cfg.dim}, "
@@ -378,11 +396,15 @@ def _check_consistency(ckpt: Checkpoint, where: str) -> None:
             f"image-to-video ({2 * z + 4} = noise + mask + image latent) with a z_dim {z} VAE"
         )
     if ckpt.image_encoder_path is not None:
-        width = _read_json(ckpt.image_encoder_path / "config.json", where).get("hidden_size")
+        official = ckpt.image_encoder_path.is_file()  # the official layout's open-clip file
+        if official:
+            width = _pth_shapes(ckpt.image_encoder_path, where).get("visual.cls_embedding", (0,))[-1]
+        else:
+            width = _read_json(ckpt.image_encoder_path / "config.json", where).get("hidden_size")
         if width != first.image_dim:
             raise CheckpointError(
                 f"{where}: the image encoder's features are {width} wide but the transformer's image_dim is "
-                f"{first.image_dim}; image_encoder/ belongs to a different model"
+                f"{first.image_dim}; {OFFICIAL_CLIP if official else 'image_encoder/'} belongs to a different model"
             )
     text_width = _text_encoder_width(ckpt, where)
     if text_width is not None and text_width != first.text_dim:

@@ -128,12 +128,12 @@ def expert_sources(checkpoint: Checkpoint, expert: str) -> dict[str, Source]:
         )
     if expert in checkpoint.expert_files:
         return checkpoint.expert_files[expert].sources()
-    rename = transformer_keymap.official_to_diffusers_name if checkpoint.layout == "official" else None
     folder = checkpoint.experts[expert]
     infos = tensor_index(folder)
     # The index's order (the state dict's), not file by file: a layer split across two shards
     # must list its tensors in the same order as every other layer (the JAX stacking checks it).
-    return {(rename(name) if rename else name): infos[name] for name in shard_files(folder)}
+    ordered = {name: infos[name] for name in shard_files(folder)}
+    return transformer_keymap.official_sources(ordered) if checkpoint.layout == "official" else ordered
 
 
 def _weight_files(checkpoint: Checkpoint, expert: str) -> list[Path]:

@@ -91,7 +91,29 @@ def official_to_diffusers_name(name: str) -> str:
 
 
 def diffusers_to_official_name(name: str) -> str:
-    return _translate(name, 1, "official")
+    from .animate_keymap import diffusers_to_official_name as animate_name, is_animate_name
+
+    return animate_name(name) if is_animate_name(name) else _translate(name, 1, "official")
+
+
+def official_sources(infos: Mapping[str, T]) -> dict[str, T]:
+    """Diffusers name → stored tensor (safetensors_header.TensorInfo) of an official transformer
+    folder's index, in its order: the DiT's renamed, Animate's motion encoder, face encoder and
+    face adapters as views of their stored bytes (animate_keymap.py: split, reshaped, blur
+    kernels left out). Raises KeyError naming a tensor no rule covers."""
+    from .animate_keymap import is_animate_name, official_views
+
+    animate = official_views({name: info for name, info in infos.items() if is_animate_name(name)})
+    by_source: dict[str, list[str]] = {}
+    for target, view in animate.items():
+        by_source.setdefault(view.name, []).append(target)
+    out = {}
+    for name, info in infos.items():
+        if is_animate_name(name):
+            out.update({target: animate[target] for target in by_source.get(name, ())})
+        else:
+            out[official_to_diffusers_name(name)] = info
+    return out
 
 
 def official_to_diffusers(state_dict: Mapping[str, T]) -> dict[str, T]:

@@ -315,6 +315,39 @@ def test_a_damaged_image_encoder_is_one_line_and_writes_nothing(tmp_path, tiny):
     assert not (tmp_path / "out" / "video.mp4").exists()
 
 
+def test_the_official_layout_renders_the_diffusers_layouts_video_bit_for_bit(tmp_path, tiny, examples):
+    """The same tiny weights written as the official Wan2.2-Animate-14B folder (root config.json
+    and shards with the official names, Wan2.1_VAE.pth, the T5 .pth, open-clip's CLIP .pth) render
+    the diffusers folder's frames exactly (schedule=diffusers: the official layout otherwise
+    samples the official schedule). Its CLIP file is untrusted like every weight, and missing it
+    is one line before anything loads."""
+    import shutil
+
+    import torch
+    from harness.cli import run_in_process
+
+    from parallel_wan.builtin.tiny import write_checkpoint
+    from parallel_wan.errors import RunError
+    from parallel_wan.weights.layout import OFFICIAL_CLIP
+
+    model, ckpt = tiny
+    official = write_checkpoint(model, tmp_path / "official", "official")
+    inputs = [f"{k}={examples[k]}" for k in ("image", "pose_video", "face_video")]
+    for name, folder in (("diffusers", ckpt), ("official", official)):
+        run_in_process(tmp_path / name, "model=tiny_animate", f"checkpoint_dir={folder}", "num_frames=9",
+                       "steps=2", "schedule=diffusers", "save_frames=true", *inputs)  # fmt: skip
+    assert np.array_equal(np.load(tmp_path / "official" / "frames.npy"), np.load(tmp_path / "diffusers" / "frames.npy"))
+    state = torch.load(official / OFFICIAL_CLIP)
+    state["visual.transformer.0.attn.to_qkv.weight"][0, 0] = float("nan")
+    torch.save(state, official / OFFICIAL_CLIP)
+    with pytest.raises(RunError, match="visual.transformer.0.attn.to_qkv.weight holds 1 non-finite value"):
+        run_in_process(tmp_path / "nan", "model=tiny_animate", f"checkpoint_dir={official}", "steps=1", *inputs)
+    (official / OFFICIAL_CLIP).unlink()
+    assert f"{OFFICIAL_CLIP} is missing" in _refusal(["model=tiny_animate", f"checkpoint_dir={official}", *inputs])
+    assert not (tmp_path / "nan" / "video.mp4").exists()
+    shutil.rmtree(official)
+
+
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_prompt_file_gives_each_entry_its_own_driving_videos(tmp_path, tiny, examples):
     """prompts=FILE with Animate: each line its own pose and face videos (paths relative to the

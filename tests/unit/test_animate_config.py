@@ -85,12 +85,12 @@ def test_a_wan21_image_branch_is_still_refused():
         TransformerConfig.from_diffusers(plain)
 
 
-def test_the_official_animate_layout_says_it_is_not_read_yet():
-    with pytest.raises(ValueError, match="use the diffusers layout"):
-        TransformerConfig.from_official({"model_type": "animate", "dim": 5120, "num_heads": 40})
-    # the official Wan2.2-Animate-14B config.json names its class and no model_type
+def test_an_official_animate_config_is_read_with_its_tensors_shapes():
+    """The official config.json names its class and no model_type, and holds none of the motion
+    and face dimensions (the official class fixes them): they come from the tensors
+    (tests/unit/test_animate_official_layout.py), never guessed."""
     official = {"_class_name": "WanAnimateModel", "in_dim": 36, "dim": 5120, "num_heads": 40, "use_img_emb": True}
-    with pytest.raises(ValueError, match="official Animate-14B folder is not read yet"):
+    with pytest.raises(ValueError, match="read with its tensors' shapes"):
         TransformerConfig.from_official(official)
 
 
