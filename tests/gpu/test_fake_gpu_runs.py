@@ -152,3 +152,42 @@ def test_memory_swap(files, prefetch):
 def test_compile_aot_eager(files):
     sim = simulate(["compile=true"], 1, files, compile_backend="aot_eager")
     check(sim)
+
+
+@pytest.fixture(scope="module")
+def driving(files):
+    """Animate's driving videos (9 frames: two 5-frame segments sharing one) and S2V's portrait
+    and speech, beside the session's tiny checkpoints."""
+    from parallel_wan.builtin.animate_examples import write_examples as animate_examples
+    from parallel_wan.builtin.s2v_examples import write_examples as s2v_examples
+
+    return {
+        "animate": animate_examples(os.path.join(files.folder, "animate_inputs"), 9, 32, 32, 32),
+        "s2v": s2v_examples(os.path.join(files.folder, "s2v_inputs"), 64),
+    }
+
+
+@pytest.mark.parametrize(
+    "model,mesh,world",
+    [("tiny_animate", "dp2_cp2", 4), ("tiny_s2v", "cp2", 2)],
+    ids=["animate-dp2_cp2", "s2v-cp2"],
+)
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_animate_and_s2v_segments_on_fake_gpus(files, driving, model, mesh, world):
+    """Issue 42's variants on fake GPUs, segment by segment: Animate in two segments with CFG
+    parallel over dp and its pose and face tokens over cp (the CLIP tower on the GPU), S2V in two
+    clips over cp (the motion frames decoded and re-encoded between them; wav2vec2 on the host,
+    as the text encoder). The segment inputs are made once per segment (host_side.
+    segment_inputs_once); each step's forward is bf16 with no host copy, every rank issues its
+    collectives and they agree."""
+    if model == "tiny_animate":
+        inputs = {k: driving["animate"][k] for k in ("image", "pose_video", "face_video")}
+        extra = ["guidance_high=2.0", "guidance_low=2.0"]  # dp carries the CFG halves
+    else:
+        inputs = dict(driving["s2v"])
+        extra = ["num_frames=8", "height=64", "width=64", "num_clips=2"]  # S2V: 64-pixel multiples, 4k clips
+    overrides = [f"model={model}", f"mesh={mesh}", *extra, *(f"{k}={v}" for k, v in inputs.items())]
+    sim = simulate(overrides, world, files)
+    check(sim)
+    assert all(sim.ledger.calls[r] for r in range(world)), "a rank issued no collective"
+    assert attention_kernels(sim) - {SDPA} == {"cuda_cudnn"}

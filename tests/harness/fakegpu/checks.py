@@ -92,14 +92,21 @@ def fp32_weight_shapes(checkpoint_folder: str) -> tuple[set, int]:
     from safetensors import safe_open
 
     from parallel_wan.models.transformer import keeps_fp32
+    from parallel_wan.weights.transformer_keymap import official_to_diffusers_name
 
     shapes, count = set(), 0
+    # the diffusers layout's transformer/, or the official layout's root (S2V)
     files = sorted(glob.glob(os.path.join(checkpoint_folder, "transformer", "*.safetensors")))
+    official = not files
+    files = files or sorted(glob.glob(os.path.join(checkpoint_folder, "*.safetensors")))
     for path in files:
         with safe_open(path, "np") as f:
             for name in f.keys():
                 shape = tuple(f.get_slice(name).get_shape())
-                if keeps_fp32(name) and len(shape) == 2:
+                name = official_to_diffusers_name(name) if official else name
+                # Animate's motion basis is kept fp32 too, but runs once per segment, not in a step
+                # (host_side.segment_inputs_once): the loop's fp32 matmuls are the time embedder's
+                if keeps_fp32(name) and len(shape) == 2 and not name.startswith("motion_encoder."):
                     shapes.add(shape)
                     count += 1
     return shapes, count

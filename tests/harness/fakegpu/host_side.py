@@ -59,6 +59,44 @@ def host_text_encoder(mode):
     return patched({(umt5.TextEncoder, "load"): classmethod(load)})
 
 
+def host_audio_encoder():
+    """S2V's wav2vec2, like the text encoder, is host code here: transformers' `from_pretrained`
+    builds it from real tensors, which fake tensors refuse (it is not a GPU path of ours: its
+    weights and run are transformers'); its features are host float32 arrays as on a GPU run."""
+    from parallel_wan.audio import wav2vec
+
+    real_init, real_features = wav2vec.Wav2VecEncoder.__init__, wav2vec.Wav2VecEncoder.features
+
+    def init(self, folder, dtype, device="cpu"):
+        with unset_fake_temporarily():
+            real_init(self, folder, dtype, "cpu")
+
+    def features(self, samples):
+        with unset_fake_temporarily():
+            return real_features(self, samples)
+
+    return patched({(wav2vec.Wav2VecEncoder, "__init__"): init, (wav2vec.Wav2VecEncoder, "features"): features})
+
+
+def segment_inputs_once(recorder):
+    """Animate's and S2V's per-segment inputs (the motion and face encoders, the audio tokens —
+    float32 by design, the motion basis's QR on the host) are made once per segment, at its first
+    step (pipeline/model_inputs.segment_inputs); what they run is tagged "segment inputs", not a
+    step's work, so the loop's checks (no host copy, bf16 matmuls) hold each step's forward."""
+    from parallel_wan.pipeline import model_inputs
+
+    real = model_inputs.segment_inputs
+
+    def segment_inputs(*args, **kwargs):
+        step, recorder.phase = recorder.phase, f"segment inputs (before {recorder.phase})"
+        try:
+            return real(*args, **kwargs)
+        finally:
+            recorder.phase = step
+
+    return patched({(model_inputs, "segment_inputs"): segment_inputs})
+
+
 def fake_file_views():
     import math
 

@@ -30,6 +30,7 @@ from .recorder import Recorder
 
 SMALL = ["steps=2", "num_frames=5", "height=32", "width=32", "seed=3"]
 HOPPER, BLACKWELL = (9, 0), (10, 0)
+SEGMENT_ROUNDS = 6  # reruns a segmented run may need beyond a plain one's (simulate)
 
 
 def spec_of(overrides, world: int = 1):
@@ -98,7 +99,10 @@ class Checkpoints:
         from parallel_wan.weights.layout import describe_checkpoint
 
         def materialize_tiny(spec, folder):
-            write_checkpoint(build_tiny(kind=spec.model.architecture, seed=0), folder, layout="diffusers")
+            model = build_tiny(kind=spec.model.architecture, seed=0)
+            # S2V has only the official layout (there is no diffusers S2V pipeline)
+            layout = "official" if model.audio_encoder is not None else "diffusers"
+            write_checkpoint(model, folder, layout=layout)
             return describe_checkpoint(folder)
 
         if spec.model.task not in self.made:
@@ -163,6 +167,8 @@ def run_rank(
         host_side.fresh_process_state(),
         fake_gpus(runtime, out.recorder) as mode,
         host_side.host_text_encoder(mode),
+        host_side.host_audio_encoder(),
+        host_side.segment_inputs_once(out.recorder),
         host_side.host_device_mesh(),
         host_side.fake_file_views(),
         host_side.without_vae(not decode and spec.model.task == "t2v"),
@@ -236,14 +242,23 @@ def simulate(
         )
 
     ranks = [rank(r) for r in range(world)]
+
+    def waiting() -> set[int]:
+        """Ranks stopped for want of rank 0's broadcast objects, which its run had not reached."""
+        return {r for r, run in enumerate(ranks) if run.error is not None and "simulate rank 0 first" in str(run.error)}
+
     # A rank runs again when it received from peers that had not run yet (rank 0: the VAE's
     # shape headers) and so does every rank whose gathered host values are not what its peers
     # sent (First-Block Cache's sums, when not foreseen): until they are, at most `world` rounds.
+    # A segmented run (Animate, S2V) decodes between segments, so rank 0 needs the peers' bands
+    # mid-run and the peers need what rank 0 broadcasts after them: each round takes every
+    # rank one segment further, `SEGMENT_ROUNDS` more rounds at most.
     again = {r for r, *_ in ledger.stale_gathers()} | ledger.early
-    for _ in range(world):
+    for _ in range(world + SEGMENT_ROUNDS):
         for r in sorted(again):
             ranks[r] = rank(r)
-        again = {r for r, *_ in ledger.stale_gathers()}
+        stopped = {r for r in ledger.early if ranks[r].error is not None}  # a peer's band it had not got
+        again = {r for r, *_ in ledger.stale_gathers()} | waiting() | stopped
         if not again:
             break
     return Simulation(list(overrides), world, capability, ranks, ledger, checkpoints.folder_for(spec))
