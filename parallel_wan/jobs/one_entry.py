@@ -65,6 +65,7 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
     comes back with its `state` set, nothing saved. Every job's entries and every server
     request run through here. `preview`: a server's progress preview (pipeline/preview.py)."""
     from ..pipeline import generate
+    from ..pipeline.segmented import is_segmented
 
     spec = entry.spec
     start, resumed = None, None
@@ -79,6 +80,14 @@ def generate_entry(job: Job, entry: Entry, ckpt, loaded, backend, flag, should_s
             spec.sampling.steps,
             meta.get("signal", "a stop"),
         )
+    if is_segmented(spec) and should_stop is not None:
+        # Animate/S2V keep no state to resume from (pipeline/segmented.py): a server's DELETE
+        # stops the video, a signal lets it finish first (every rank asks both votes alike)
+        vote = should_stop
+
+        def should_stop() -> bool:
+            return vote() and not backend.any_rank(flag.raised)
+
     gen = generate(
         spec,
         backend,

@@ -20,6 +20,7 @@ from .denoise import DenoiseTask, compile_loop, denoise, draw_noise
 from .local_work import gather_latent_tokens, local_work
 from .loop_state import LoopState
 from .preview import preview_watch
+from .segmented import SegmentStopped
 from .sidecar import Ran, sidecar_info
 from .source_video import extended, last_frame, noised, source_tokens
 from .steps import first_step, pick_schedule, step_cache_plan, step_plan, unguided_experts
@@ -94,13 +95,20 @@ def generate(
         segmented = _segmented(spec)  # Animate and S2V: segment by segment, clip by clip
         if segmented is not None:
             # a server's progress preview is not drawn for them (its GET /content?variant= says
-            # not ready until the video is done); a resumed or stopped loop state is not made
+            # not ready until the video is done); a loop state to resume from is not made
+            # (pipeline/segmented.py): `should_stop` ends the video, nothing decoded
             if start is not None or stop_after is not None:
-                raise NotImplementedError("Animate and S2V runs have no resume or stop yet (issue 42)")
+                raise NotImplementedError("Animate and S2V runs have no resume yet (issue 42)")
             loaded, ckpt = _loaded(spec, backend, ckpt, components, timer, tiny_dir)
             with timer.phase("text"):
                 context = encode_text(spec, loaded, backend)
-            videos, latents, info = segmented(spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer)
+            try:
+                videos, latents, info = segmented(
+                    spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer, should_stop
+                )
+            except SegmentStopped as stopped:
+                info = {"stopped_after": stopped.state.step, "segment": stopped.segment}
+                return Generation([], None, timer.as_dict(), info, stopped.state)
             return Generation(videos=videos, latents=latents, timings=timer.as_dict(), info=info)
         run = _prepare(spec, backend, ckpt, components, start, timer, tiny_dir)
         with timer.phase("denoise"):

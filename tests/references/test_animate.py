@@ -194,14 +194,24 @@ def test_bad_animate_inputs_are_one_line_each_before_anything_loads(tmp_path, ex
 def test_a_server_animates_uploaded_driving_videos_as_the_command_line_does(tmp_path, examples):
     """A tiny Animate server: a multipart request uploads the character (`input_reference`) and
     the four driving videos by diffusers' names with `mode=replace`; the job completes and its
-    frames are the command line's with the same files, bit for bit."""
+    frames are the command line's with the same files, bit for bit. A DELETE of a running Animate
+    job stops it after the step its segment is at (nothing decoded, its files gone) and the next
+    job runs."""
     from harness.cli import run_in_process
+    from harness.hold import Hold
     from harness.serve import KEY, Server
 
     start = ["model=tiny_animate", "dtype=float32", "steps=2", "num_frames=9", "save_frames=true", "dist_timeout_s=60"]
     videos = ("pose_video", "face_video", "background_video", "mask_video")
-    server = Server(tmp_path / "storage", start, key=KEY).wait_ready()
+    hold = Hold(tmp_path, step=1)  # each segment's loop waits before its second step
+    server = Server(tmp_path / "storage", start, key=KEY, env=hold.env()).wait_ready()
     try:
+        doomed = server.post(prompt="stopped")  # the built-in example inputs: three segments
+        hold.wait_held(alive=server.alive, context=server.text)  # the first segment, before step 1
+        assert server.client.delete(f"/v1/videos/{doomed['id']}").status_code == 200
+        hold.release_all()
+        server.wait_log(rf"{doomed['id']}: deleted: stopped after step 1 of 2")
+        assert not list((server.storage / "videos").glob(f"{doomed['id']}*"))
         files = {k: (f"{k}.mp4", open(examples[k], "rb").read()) for k in videos}
         files |= {"input_reference": ("c.png", open(examples["image"], "rb").read())}
         fields = {"prompt": PROMPT, "mode": "replace", "guidance_scale": "3.0"}

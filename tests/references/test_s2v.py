@@ -463,3 +463,26 @@ def test_an_int8_expert_file_renders_its_dequantized_weights(tmp_path, tiny, exa
     assert_frames_close(got["frames"], want["frames"])
     record = got["sidecar"]["expert_files"]["single"]
     assert (record["format"], record["stored_dtype"], record["quantized_tensors"]) == ("lightx2v", "int8", 20), record
+
+
+def test_a_stop_vote_ends_an_s2v_video_mid_clip_with_nothing_decoded(tiny, examples):
+    """A server's DELETE (its stop vote) ends a running S2V video after the step its clip is at:
+    the generation comes back with that clip's loop state and no frames (pipeline/segmented.py;
+    the server's side of it: tests/references/test_animate.py's server test)."""
+    from harness.jax_runs import raw_config
+
+    from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate
+    from parallel_wan.run import validate_job
+
+    settings = ["model=tiny_s2v", f"checkpoint_dir={tiny[1]}", "steps=3", "num_frames=8", "num_clips=2"]
+    job, ckpt = validate_job(raw_config([*settings, f"image={examples['image']}", f"audio={examples['audio']}"]), 1)
+    votes = []
+
+    def should_stop() -> bool:  # asked after each step but a clip's last: clip 0 twice, then clip 1
+        votes.append(len(votes))
+        return len(votes) == 3
+
+    gen = generate(job.base, make_backend(job.base), ckpt, should_stop=should_stop)
+    assert gen.videos == [] and gen.latents is None
+    assert gen.state.step == 1 and gen.info == {"stopped_after": 1, "segment": 1}
