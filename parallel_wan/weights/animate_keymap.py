@@ -49,18 +49,12 @@ def is_animate_name(name: str) -> bool:
     return name.startswith(("motion_encoder.", "face_encoder.", "face_adapter."))
 
 
-def official_views(infos: Mapping[str, TensorInfo]) -> dict[str, TensorInfo]:
-    """Diffusers name → the stored tensor (or a view of it) for the official Animate tensors in
-    `infos` (name → TensorInfo); the blur kernels are left out. Raises KeyError naming a tensor
-    no rule covers."""
+def official_views(infos: Mapping[str, TensorInfo]) -> dict[str, list[tuple[str, TensorInfo]]]:
+    """Official name → [(diffusers name, the stored tensor or a view of it)] for the official
+    Animate tensors in `infos` (name → TensorInfo): one pair for most, two for a fused
+    `linear1_kv`, none for a blur kernel. Raises KeyError naming a tensor no rule covers."""
     last = _conv_out_index(infos)
-    views: dict[str, TensorInfo] = {}
-    for name, info in infos.items():
-        if not is_animate_name(name):
-            continue
-        for target, view in _views(name, info, last):
-            views[target] = view
-    return views
+    return {name: _views(name, info, last) for name, info in infos.items() if is_animate_name(name)}
 
 
 def _views(name: str, info: TensorInfo, last: int | None) -> list[tuple[str, TensorInfo]]:

@@ -40,6 +40,7 @@ import torch
 from parallel_wan.models.transformer_config import TransformerConfig
 from parallel_wan.models.transformer_shapes import param_shapes
 from parallel_wan.weights import transformer_keymap
+from parallel_wan.weights.animate_keymap import is_animate_name
 from parallel_wan.weights.derived_sources import Derived, scale_rows, stored, widened
 from parallel_wan.weights.quantized.form import LIMIT
 from parallel_wan.weights.quantized.names import quantizable, scale_name
@@ -172,6 +173,11 @@ def describe_expert_file(setting: str, path: str | Path, cfg: TransformerConfig)
     _check_shapes(where, tensors, cfg)
     scales = {}
     for official, info in scale_entries.items():
+        if is_animate_name(official):  # a view of a fused or reshaped tensor: a scale would need splitting too
+            raise ValueError(
+                f"{where}: {official} is stored quantized ({info.name}); quantized Animate motion/face tensors "
+                "are not read yet — use a file that keeps them bf16/fp32 (the block linears may be quantized)"
+            )
         name = _diffusers_name(where, official)
         weight = tensors.get(name)
         if weight is None:
@@ -245,7 +251,15 @@ def _diffusers_name(where: str, official: str) -> str:
 
 
 def _diffusers_names(where: str, entries: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
-    return {_diffusers_name(where, key): info for key, info in entries.items()}
+    """Diffusers name → entry; Animate's motion encoder, face encoder and fused face-adapter
+    tensors as views of their entries (weights/animate_keymap.py), its blur buffers left out."""
+    for key in entries:
+        if not is_animate_name(key):
+            _diffusers_name(where, key)  # the DiT's names: refused here with the file's words
+    try:
+        return transformer_keymap.official_sources(entries)
+    except KeyError as e:  # one of Animate's names no rule covers
+        raise ValueError(f"{where}: {e.args[0]}") from None
 
 
 def _check_shapes(where: str, tensors: dict[str, TensorInfo], cfg: TransformerConfig) -> None:

@@ -104,13 +104,10 @@ def official_sources(infos: Mapping[str, T]) -> dict[str, T]:
     from .animate_keymap import is_animate_name, official_views
 
     animate = official_views({name: info for name, info in infos.items() if is_animate_name(name)})
-    by_source: dict[str, list[str]] = {}
-    for target, view in animate.items():
-        by_source.setdefault(view.name, []).append(target)
     out = {}
     for name, info in infos.items():
         if is_animate_name(name):
-            out.update({target: animate[target] for target in by_source.get(name, ())})
+            out.update(animate[name])
         else:
             out[official_to_diffusers_name(name)] = info
     return out

@@ -44,10 +44,16 @@ def _quantized_layers(fmt, name):
 
 def write_expert_file(path, transformer, fmt, prefix=False):
     """The diffusers `transformer`'s weights written as `fmt` at `path` (official names)."""
+    state = {diffusers_to_official_name(k): v for k, v in transformer.state_dict().items()}
+    return write_official_expert_file(path, state, fmt, prefix)
+
+
+def write_official_expert_file(path, state, fmt, prefix=False):
+    """An expert's tensors under their official names (as an official checkpoint's shards hold
+    them) written as `fmt` at `path`."""
     tensors, metadata = {}, {}
     layers = {}
-    for dname, value in transformer.state_dict().items():
-        name = diffusers_to_official_name(dname)
+    for name, value in state.items():
         w = value.detach().to(torch.float32)
         if fmt == "plain_bf16":
             tensors[name] = w.to(torch.bfloat16)
@@ -96,9 +102,10 @@ def _json_tensor(obj):
     return torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8)
 
 
-def dequantized_state(path):
-    """Diffusers name → float32 W for every model tensor of the file: q · scale, a block table's
-    scale applied to its b×b block, unquantized tensors as stored (widened to float32)."""
+def dequantized_state(path, official=False):
+    """Diffusers name (`official`: the file's own name) → float32 W for every model tensor of
+    the file: q · scale, a block table's scale applied to its b×b block, unquantized tensors as
+    stored (widened to float32)."""
     with safe_open(str(path), "pt") as f:
         raw = {k.removeprefix(PREFIX): f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
     out = {}
@@ -115,7 +122,7 @@ def dequantized_state(path):
                     w.shape[1] // scale.shape[1], 1
                 )
             w = w * (scale if scale.ndim == 2 else scale.reshape(()))
-        out[official_to_diffusers_name(name)] = w
+        out[name if official else official_to_diffusers_name(name)] = w
     return out
 
 

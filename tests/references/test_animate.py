@@ -358,6 +358,53 @@ def test_the_official_layout_renders_the_diffusers_layouts_video_bit_for_bit(tmp
     shutil.rmtree(official)
 
 
+def test_an_int8_expert_file_renders_its_dequantized_weights(tmp_path, examples):
+    """weights=FILE on Animate: lightx2v's int8 file made from the official layout's shards (the
+    block linears per-channel int8; the motion encoder, face encoder and fused face adapters as
+    the official file holds them, blur buffers included; ComfyUI's key prefix) renders what the
+    official checkpoint with the file's dequantized weights renders, within 2 levels (fp32)."""
+    import shutil
+
+    import torch
+    from harness.quantized_files import dequantized_state, edited_file, write_official_expert_file
+    from safetensors.torch import load_file, save_file
+
+    from parallel_wan.builtin.tiny import build_tiny, write_checkpoint
+
+    official = write_checkpoint(build_tiny("tiny_animate", seed=0), tmp_path / "official", "official")
+    shards = sorted(official.glob("diffusion_pytorch_model-*.safetensors"))
+    state = {k: v for shard in shards for k, v in load_file(shard).items()}
+    file = write_official_expert_file(tmp_path / "animate_int8.safetensors", state, "lightx2v_int8", prefix=True)
+    weights = dequantized_state(file, official=True)
+    plain = tmp_path / "dequantized"
+    shutil.copytree(official, plain)
+    for shard in plain.glob("diffusion_pytorch_model-*.safetensors"):
+        save_file({k: weights[k].contiguous() for k in load_file(shard)}, shard, metadata={"format": "pt"})
+    inputs = {k: examples[k] for k in ("image", "pose_video", "face_video")}
+    got = run(tmp_path / "file", str(official), model="tiny_animate", num_frames=9, weights=file, **inputs)
+    want = run(tmp_path / "plain", str(plain), model="tiny_animate", num_frames=9, **inputs)
+    assert_frames_close(got["frames"], want["frames"])
+    assert not np.array_equal(got["frames"], run(tmp_path / "ckpt", str(official), model="tiny_animate",
+                                                 num_frames=9, **inputs)["frames"])  # fmt: skip
+    record = got["sidecar"]["expert_files"]["single"]
+    assert (record["format"], record["stored_dtype"], record["quantized_tensors"]) == ("lightx2v", "int8", 20), record
+
+    def quantize_face_kv(tensors, metadata):  # a fused tensor's scale would need splitting: refused, not guessed
+        key = "model.diffusion_model.face_adapter.fuser_blocks.0.linear1_kv"
+        w = tensors[key + ".weight"].float()
+        scale = w.abs().amax(dim=1, keepdim=True) / 127
+        tensors[key + ".weight"], tensors[key + ".weight_scale"] = (w / scale).round().to(torch.int8), scale
+
+    bad = edited_file(file, tmp_path / "quantized_kv.safetensors", quantize_face_kv)
+    words = [
+        "model=tiny_animate",
+        f"checkpoint_dir={official}",
+        f"weights={bad}",
+        *(f"{k}={v}" for k, v in inputs.items()),
+    ]
+    assert "quantized Animate motion/face tensors are not read yet" in _refusal(words)
+
+
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_prompt_file_gives_each_entry_its_own_driving_videos(tmp_path, tiny, examples):
     """prompts=FILE with Animate: each line its own pose and face videos (paths relative to the
