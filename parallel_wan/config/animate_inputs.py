@@ -214,8 +214,6 @@ def check_animate_run(spec) -> None:
         not_yet.append((f"backend={spec.execution.backend}", "backend", "use backend=torch"))
     if spec.cache.on:
         not_yet.append((f"cache={spec.cache.kind}", "cache", "use cache=none"))
-    if spec.video.negative_prompts is not None or len(spec.video.prompts) > 1:
-        not_yet.append(("more than one prompt", "prompt", "give one prompt"))
     if not_yet:
         what, setting, fix = not_yet[0]
         raise ConfigError(

@@ -16,8 +16,9 @@ end     the segments' frames joined — each after the first without the frames 
         the one before — and cut to the pose video's length.
 
 With guidance above 1 the unconditional half sees blank face crops (−1) as well as the negative
-prompt (both references). Every mesh and both backends; what is not built yet (step caches, a
-server, several prompts in one run) is refused at the start (config/animate_inputs.py).
+prompt (both references). Every mesh and both backends, several prompts in one run (each its
+own seed + i and its own previous frames); what is not built yet (step caches) is refused at the
+start (config/animate_inputs.py).
 """
 
 from __future__ import annotations
@@ -106,9 +107,14 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
                     ops,
                     backend,
                 )
+                # one condition for every prompt, then each prompt its own — every prompt's on every
+                # process: the VAE encode is one collective over the ranks, which must encode alike
                 for row in range(rows if previous is not None else 1)
             ]
-            cond = ops.concat(cond, axis=0) if len(cond) > 1 else cond[0]
+            if len(cond) > 1:  # this controller's prompts (dp carries prompts: one a rank)
+                cond = ops.concat([cond[row] for row in work.rows], axis=0)
+            else:
+                cond = cond[0]
             face = ops.cast(backend.to_device(faces.window(start, stop)), dtype)
             # raw: the predictor makes the segment's inputs with the expert's weights as it holds them
             arrays = animate.SegmentArrays(pose_tokens, image_features, face, blank, frame_tokens)

@@ -66,8 +66,11 @@ def timestep_mask(task) -> np.ndarray | None:
 
 def condition_per_prompt(cond, batch: int, ops):
     """The condition tokens (1, L, F) repeated for the B prompts of x, for a backend that keeps
-    them so (each step then joins them as they are)."""
-    return None if cond is None else ops.concat([cond] * batch, axis=0)
+    them so (each step then joins them as they are); a condition with a row per prompt already
+    (Animate's later segments: each prompt's own previous frames) as it is."""
+    if cond is None or cond.shape[0] == batch:
+        return cond
+    return ops.concat([cond] * batch, axis=0)
 
 
 def forward_inputs(layout: StepRows, x, t, context, cond, t_mask, ops):

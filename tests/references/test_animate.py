@@ -406,6 +406,41 @@ def test_an_int8_expert_file_renders_its_dequantized_weights(tmp_path, examples)
 
 
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
+def test_several_prompts_in_one_run_are_each_prompts_own_video_on_every_backend(tmp_path_factory):
+    """prompt=[a, b] with one set of driving videos: each prompt's video is its run alone seeded
+    seed + i (the project's rule for several prompts; ±1 level: the batched forward's reduction
+    order), each later segment continuing from its own prompt's frames — and dp2 (a prompt a
+    rank) on torchrun and on JAX equal the one-process run (harness/frames.py)."""
+    from harness.frames import assert_same_video
+    from harness.jax_runs import generate as jax_generate
+    from harness.ranks import generate_on_rank, run_on_ranks
+
+    examples = write_examples(tmp_path_factory.mktemp("prompts_inputs"), 9, 32, 32, 32)
+    base = [
+        "model=tiny_animate",
+        "dtype=float32",
+        "steps=2",
+        "seed=3",
+        "height=32",
+        "width=32",
+        "num_frames=5",  # two segments
+        "guidance_high=2.0",
+        "guidance_low=2.0",
+        *(f"{k}={examples[k]}" for k in ("image", "pose_video", "face_video")),
+    ]
+    ref = run_on_ranks(generate_on_rank, 1, [*base, "prompt=['a cat','a dog']"], timeout_s=300)[0]
+    for i, prompt in enumerate(("a cat", "a dog")):
+        alone = run_on_ranks(generate_on_rank, 1, [*base, f"prompt='{prompt}'", f"seed={3 + i}"], timeout_s=300)[0]
+        diff = np.abs(alone[0] - ref[0][i : i + 1]).max()
+        assert diff <= 1e-4 * np.abs(alone[0]).max(), (prompt, diff)  # the last segment's latents
+        if i == 0:
+            assert np.abs(alone[1].astype(int) - ref[1].astype(int)).max() <= 1
+    assert_same_video(run_on_ranks(generate_on_rank, 2, [*base, "prompt=['a cat','a dog']", "mesh=dp2"])[0], ref)
+    gen, _, _ = jax_generate([*base, "prompt=['a cat','a dog']", "backend=jax", "mesh=dp2_cp4"])
+    assert_same_video((gen.latents, gen.frames, "jax dp2_cp4"), ref)
+
+
+@pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_a_prompt_file_gives_each_entry_its_own_driving_videos(tmp_path, tiny, examples):
     """prompts=FILE with Animate: each line its own pose and face videos (paths relative to the
     file) and mode; each entry's video equals the single run with its inputs, frame for frame."""
