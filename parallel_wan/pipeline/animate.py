@@ -35,6 +35,7 @@ from ..report.timing import PhaseTimer
 from .animate_inputs import driving_video, reference_image
 from .denoise import DenoiseTask, denoise, draw_noise
 from .local_work import gather_latent_tokens, local_work
+from .preview import segment_watch
 from .segmented import SegmentStopped
 from .sidecar import segmented_info
 from .steps import pick_schedule, step_plan, unguided_experts
@@ -42,7 +43,7 @@ from .steps import pick_schedule, step_plan, unguided_experts
 log = logging.getLogger("parallel_wan")
 
 
-def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: PhaseTimer, should_stop=None):
+def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: PhaseTimer, should_stop=None, preview=None):
     """(videos, the last segment's latents on the host, the sidecar's info) of an Animate run;
     `loaded` and `context` as generate() has them."""
     ops, video, a = backend.ops, spec.video, spec.video.animate
@@ -134,7 +135,10 @@ def generate_animate(spec, backend, loaded, ckpt, context, progress, timer: Phas
             predict = backend.noise_predictor(task)
         x = predict.shard(work.local(draw_noise(spec, work.rows, shape, backend, tcfg.patch_size, segment), backend))
         with timer.phase("denoise"):
-            state = denoise(spec, schedule, x, predict, progress, ops, should_stop=should_stop)
+            watch = segment_watch(
+                spec, schedule, work, grid, tcfg.patch_size, backend, preview, skip_frames=reference_frames
+            )
+            state = denoise(spec, schedule, x, predict, progress, ops, should_stop=should_stop, watch=watch)
             if state.step < schedule.steps:  # a server's DELETE: the video ends here, nothing decoded
                 raise SegmentStopped(state, segment)
             tokens = gather_latent_tokens(state.latents, work, spec, backend)

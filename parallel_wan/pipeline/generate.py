@@ -94,9 +94,9 @@ def generate(
     with tempfile.TemporaryDirectory(prefix="parallel_wan_tiny_") as tiny_dir, backend.inference_mode():
         segmented = _segmented(spec)  # Animate and S2V: segment by segment, clip by clip
         if segmented is not None:
-            # a server's progress preview is not drawn for them (its GET /content?variant= says
-            # not ready until the video is done); a loop state to resume from is not made
-            # (pipeline/segmented.py): `should_stop` ends the video, nothing decoded
+            # a server's progress preview shows the running segment's video; a loop state to
+            # resume from is not made (pipeline/segmented.py): `should_stop` ends the video,
+            # nothing decoded
             if start is not None or stop_after is not None:
                 raise NotImplementedError("Animate and S2V runs have no resume yet (issue 42)")
             loaded, ckpt = _loaded(spec, backend, ckpt, components, timer, tiny_dir)
@@ -104,7 +104,7 @@ def generate(
                 context = encode_text(spec, loaded, backend)
             try:
                 videos, latents, info = segmented(
-                    spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer, should_stop
+                    spec, backend, loaded, ckpt, context, progress or (lambda it: it), timer, should_stop, preview
                 )
             except SegmentStopped as stopped:
                 info = {"stopped_after": stopped.state.step, "segment": stopped.segment}

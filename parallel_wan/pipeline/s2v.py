@@ -34,6 +34,7 @@ from ..models.experts import SINGLE
 from ..report.timing import PhaseTimer
 from .denoise import DenoiseTask, denoise
 from .local_work import gather_latent_tokens, local_work
+from .preview import segment_watch
 from .s2v_inputs import PoseClips, audio_features, portrait
 from .segmented import SegmentStopped
 from .sidecar import segmented_info
@@ -44,7 +45,7 @@ log = logging.getLogger("parallel_wan")
 FIRST_CLIP_DROPPED = 3  # the first clip's leading frames the official code drops (decoded from the reference)
 
 
-def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTimer, should_stop=None):
+def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTimer, should_stop=None, preview=None):
     """(videos, the last clip's latents on the host, the sidecar's info) of an S2V run."""
     ops, video, inputs = backend.ops, spec.video, spec.video.s2v
     tcfg = loaded.experts[SINGLE][0]
@@ -127,7 +128,10 @@ def generate_s2v(spec, backend, loaded, ckpt, context, progress, timer: PhaseTim
         noise = ops.concat([noise, ops.zeros((1, extra, noise.shape[-1]), "float32", like=noise)], axis=1)
         x = predict.shard(work.local(noise, backend))
         with timer.phase("denoise"):
-            state = denoise(spec, schedule, x, predict, progress, ops, should_stop=should_stop)
+            watch = segment_watch(
+                spec, schedule, work, grid, tcfg.patch_size, backend, preview, video_tokens=video_tokens
+            )
+            state = denoise(spec, schedule, x, predict, progress, ops, should_stop=should_stop, watch=watch)
             if state.step < schedule.steps:  # a server's DELETE: the video ends here, nothing decoded
                 raise SegmentStopped(state, clip)
             tokens = gather_latent_tokens(state.latents, work, spec, backend)[:, :video_tokens]

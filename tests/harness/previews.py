@@ -19,6 +19,19 @@ class RecordingPreview:
         self.latents = (steps_done, latents)
 
 
+class EveryStepPreview:
+    """A preview wanted after every step it is asked about: the (steps done, latents' shape) shown."""
+
+    def __init__(self):
+        self.shown = []
+
+    def wanted(self):
+        return True
+
+    def show(self, steps_done, latents):
+        self.shown.append((steps_done, tuple(latents.shape)))
+
+
 def preview_image(start, step, height, width, **settings):
     """The thumbnail (decoded, RGB) one torch process's preview at `step` makes for the settings
     `start` + `settings`."""

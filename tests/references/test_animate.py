@@ -405,6 +405,29 @@ def test_an_int8_expert_file_renders_its_dequantized_weights(tmp_path, examples)
     assert "quantized Animate motion/face tensors are not read yet" in _refusal(words)
 
 
+def test_a_progress_preview_shows_the_running_segments_frames_without_the_reference(tmp_path, tiny, examples):
+    """A server's progress preview on Animate: after each step of each segment but its last, the
+    segment's predicted latents without the character's reference frame; the video is the same."""
+    from harness.jax_runs import raw_config
+    from harness.previews import EveryStepPreview
+
+    from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate
+    from parallel_wan.run import validate_job
+
+    inputs = [f"{k}={examples[k]}" for k in ("image", "pose_video", "face_video")]
+    job, ckpt = validate_job(raw_config(["model=tiny_animate", f"checkpoint_dir={tiny[1]}", "steps=2", "num_frames=13",
+                                         "height=64", "width=64", *inputs]), 1)  # fmt: skip
+
+    preview = EveryStepPreview()
+
+    plain = generate(job.base, make_backend(job.base), ckpt)
+    watched = generate(job.base, make_backend(job.base), ckpt, preview=preview)
+    assert np.array_equal(watched.frames, plain.frames)
+    # 21 frames in 13-frame segments sharing 1: two segments of 4 latent frames (the reference's left out)
+    assert preview.shown == [(1, (1, 16, 4, 8, 8))] * 2, preview.shown
+
+
 @pytest.mark.slow  # over 5 s in the suite's run (tests/README.md)
 def test_several_prompts_in_one_run_are_each_prompts_own_video_on_every_backend(tmp_path_factory):
     """prompt=[a, b] with one set of driving videos: each prompt's video is its run alone seeded

@@ -486,3 +486,25 @@ def test_a_stop_vote_ends_an_s2v_video_mid_clip_with_nothing_decoded(tiny, examp
     gen = generate(job.base, make_backend(job.base), ckpt, should_stop=should_stop)
     assert gen.videos == [] and gen.latents is None
     assert gen.state.step == 1 and gen.info == {"stopped_after": 1, "segment": 1}
+
+
+def test_a_progress_preview_shows_the_running_clips_video_latents(tiny, examples):
+    """A server's progress preview (pipeline/preview.py) on S2V: asked after a step of each clip,
+    it gets that clip's predicted video latents — the video's tokens only, not the reference and
+    motion tokens after them — and the video is the same as without a preview."""
+    from harness.jax_runs import raw_config
+    from harness.previews import EveryStepPreview
+
+    from parallel_wan.backends import make_backend
+    from parallel_wan.pipeline import generate
+    from parallel_wan.run import validate_job
+
+    settings = ["model=tiny_s2v", f"checkpoint_dir={tiny[1]}", "steps=3", "num_frames=8", "num_clips=2"]
+    job, ckpt = validate_job(raw_config([*settings, f"image={examples['image']}", f"audio={examples['audio']}"]), 1)
+    preview = EveryStepPreview()
+
+    plain = generate(job.base, make_backend(job.base), ckpt)
+    watched = generate(job.base, make_backend(job.base), ckpt, preview=preview)
+    assert np.array_equal(watched.frames, plain.frames)
+    video = (1, 16, 2, 8, 8)  # 8 frames of 64 px: 2 latent frames of 8 × 8 latents
+    assert preview.shown == [(1, video), (2, video)] * 2, preview.shown
