@@ -179,7 +179,7 @@ def test_animate_and_s2v_segments_on_fake_gpus(files, driving, model, mesh, worl
     clips over cp (the motion frames decoded and re-encoded between them; wav2vec2 on the host,
     as the text encoder). The segment inputs are made once per segment (host_side.
     segment_inputs_once); each step's forward is bf16 with no host copy, every rank issues its
-    collectives and they agree."""
+    collectives and they agree — a server's preview's gather of the segment's video included."""
     if model == "tiny_animate":
         inputs = {k: driving["animate"][k] for k in ("image", "pose_video", "face_video")}
         extra = ["guidance_high=2.0", "guidance_low=2.0"]  # both CFG halves: the blank face crops too
@@ -187,7 +187,10 @@ def test_animate_and_s2v_segments_on_fake_gpus(files, driving, model, mesh, worl
         inputs = dict(driving["s2v"])
         extra = ["num_frames=4", "height=64", "width=64", "num_clips=2"]  # S2V: 64-pixel multiples, 4k clips
     overrides = [f"model={model}", f"mesh={mesh}", *extra, *(f"{k}={v}" for k, v in inputs.items())]
-    sim = simulate(overrides, world, files)
-    check(sim)
+    sim = simulate(overrides, world, files, preview_at=1)  # a server's preview after the first step
+    assert sim.problems() == []
+    steps_done, shown = sim.ranks[0].preview  # the segment's video latents meet on rank 0, once
+    assert steps_done == 1 and len(shown) == 5 and sim.ranks[1].preview is None
+    check(sim, host_decision=shown)  # the watched step's one copy to rank 0's host: the preview's, by design
     assert all(sim.ledger.calls[r] for r in range(world)), "a rank issued no collective"
     assert attention_kernels(sim) - {SDPA} == {"cuda_cudnn"}
