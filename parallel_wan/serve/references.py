@@ -43,21 +43,31 @@ def json_image(fields: dict) -> tuple[bytes | None, str | None]:
 def json_last_image(fields: dict) -> bytes | None:
     """The last frame's bytes of a JSON body's `last_image` (`{"image_url": "data:…"}`, as
     input_reference), which the fields lose; None when not given."""
-    value = fields.pop("last_image", None)
+    return _wrapped(fields, "last_image", "image_url", "data:image/png;base64,…")
+
+
+def _wrapped(fields: dict, field: str, key: str, example: str, bare: bool = False) -> bytes | None:
+    """The bytes of a JSON body's `field` given as `{key: data URL}` (`bare`: or the data URL
+    itself), which the fields lose; None when not given."""
+    value = fields.pop(field, None)
     if value is None:
         return None
-    if not isinstance(value, dict) or set(value) != {"image_url"}:
+    if bare and isinstance(value, str):
+        return data_url_bytes(value, field, _how(field, example), example)
+    if not isinstance(value, dict) or set(value) != {key}:
         raise RequestError(
-            f'last_image={_shown(value)} must be {{"image_url": "data:image/png;base64,…"}}; or upload it as '
-            "multipart last_image",
-            "last_image",
+            f'{field}={_shown(value)} must be {{"{key}": "{example}"}}; or upload it as multipart {field}', field
         )
-    return data_url_bytes(value["image_url"], "last_image.image_url")
+    return data_url_bytes(value[key], f"{field}.{key}", _how(field, example), example)
 
 
-def data_url_bytes(url, where: str, how: str = HOW) -> bytes:
+def _how(field: str, example: str) -> str:
+    return f"send it as a data: URL ({example}) or upload it as multipart {field}"
+
+
+def data_url_bytes(url, where: str, how: str = HOW, example: str = "data:image/png;base64,…") -> bytes:
     """The bytes of a base64 data: URL; RequestError for anything else (a URL to fetch above all).
-    `how`: what the refusal tells the client to send instead."""
+    `how`: what the refusal tells the client to send instead; `example`: a data URL of the kind."""
     param = where.split(".")[0]
     if not isinstance(url, str):
         raise RequestError(f"{where}={_shown(url)} must be a data: URL string; {how}", param)
@@ -65,7 +75,6 @@ def data_url_bytes(url, where: str, how: str = HOW) -> bytes:
         raise RequestError(f"{where}={_shown(url)} is not a data: URL, and this server fetches nothing; {how}", param)
     header, comma, payload = url.partition(",")
     if not comma or not header.endswith(";base64"):
-        example = "data:video/mp4;base64,…" if "video" in how else "data:image/png;base64,…"
         raise RequestError(f"{where} must be a base64 data: URL ({example})", param)
     try:
         return base64.b64decode(payload, validate=True)
@@ -76,31 +85,12 @@ def data_url_bytes(url, where: str, how: str = HOW) -> bytes:
 def json_audio(fields: dict) -> bytes | None:
     """S2V's speech of a JSON body's `audio_reference` (vLLM-Omni's field, as
     `{"audio_url": "data:audio/wav;base64,…"}`), which the fields lose; None when not given."""
-    value = fields.pop("audio_reference", None)
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) != {"audio_url"}:
-        raise RequestError(
-            f'audio_reference={_shown(value)} must be {{"audio_url": "data:audio/wav;base64,…"}}; or upload it as '
-            "multipart audio_reference",
-            "audio_reference",
-        )
-    return data_url_bytes(value["audio_url"], "audio_reference.audio_url")
+    return _wrapped(fields, "audio_reference", "audio_url", "data:audio/wav;base64,…")
 
 
 def json_videos(fields: dict) -> dict[str, bytes]:
     """Animate's driving videos of a JSON body (`pose_video`, `face_video`, `background_video`,
     `mask_video`), each a data: URL (`"data:video/mp4;base64,…"`) or `{"video_url": data URL}`,
     which the fields lose; {} when none is given."""
-    videos = {}
-    for key in VIDEO_INPUTS:
-        value = fields.pop(key, None)
-        if value is None:
-            continue
-        how = f"send the video as a data: URL (data:video/mp4;base64,…) or upload it as multipart {key}"
-        if isinstance(value, dict):
-            if set(value) != {"video_url"}:
-                raise RequestError(f'{key}={_shown(value)} must be {{"video_url": "data:video/mp4;base64,…"}}', key)
-            value = value["video_url"]
-        videos[key] = data_url_bytes(value, key, how)
-    return videos
+    videos = {key: _wrapped(fields, key, "video_url", "data:video/mp4;base64,…", bare=True) for key in VIDEO_INPUTS}
+    return {key: data for key, data in videos.items() if data is not None}
