@@ -13,9 +13,9 @@ from .runner import Step, run_phases
 # (a compile and a CUDA-graph capture each) the largest share.
 PLAN = """
 correct:environment 30   correct:videos 150   correct:kernels 60   correct:compiled 120
-correct:fp8 60           correct:more_gpus 10 fast:gemm 45
-meshes:ulysses8 170      meshes:cp8 170       meshes:dp2_cp4 170
-fast:vae 120             fast:load 80         written:written 15
+correct:fp8 60           correct:more_gpus 10 fast:gemm 45        fast:attention 45
+meshes:ulysses8 160      meshes:cp8 160       meshes:dp2_cp4 160
+fast:vae 115             fast:load 75         written:written 15
 """
 # module:function (in benchmarks/gpu_acceptance) → the phase named after the function
 # (step_MESH for the meshes).

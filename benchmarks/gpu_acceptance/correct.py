@@ -211,8 +211,11 @@ def more_gpus(phase) -> None:
 # Quantized kernels (int8 QKᵀ) lose more: the issue measured 1.3e-2 for SageAttention (1.2e-2
 # in tests/parallel/test_sage_attention.py, whose valid_keys % 64 ≠ 0 also checks its masking;
 # so does this table's: length − 7).
+# FP8 (e4m3, 3 mantissa bits) ≈ 5e-2 (backends/torch/fp8_attention.py; measured 5.0–5.4e-2 in
+# tests/parallel/test_fp8_attention.py): 8e-2. Their lse carries the quantized scores' noise too
+# (sage ≤ 1.4e-2 measured, bound 3e-2 as its test; fp8 ≤ 2.9e-2, bound 6e-2).
 KERNEL_BOUNDS = {"float32": (1e-5, 1e-5), "bfloat16": (1e-2, 1e-3)}
-QUANTIZED_OUT_REL = 5e-2
+QUANTIZED_BOUNDS = {"sage": (5e-2, 3e-2), "fp8": (8e-2, 6e-2)}
 
 
 def kernels(phase) -> None:
@@ -241,14 +244,14 @@ def kernels(phase) -> None:
             continue
         rel = float((out.double() - ref_out.double()).norm() / ref_out.double().norm())
         lse_err = float((lse.double() - ref_lse.double()).abs().max())
-        bound = QUANTIZED_OUT_REL if "sage" in name else out_bound
+        bound, name_lse_bound = QUANTIZED_BOUNDS.get(name, (out_bound, lse_bound))
         table[name] = {
             "runs": True,
             "out_rel": rel,
             "lse_max_abs": lse_err,
             "bound_out_rel": bound,
-            "bound_lse": lse_bound,
-            "ok": rel <= bound and lse_err <= lse_bound,
+            "bound_lse": name_lse_bound,
+            "ok": rel <= bound and lse_err <= name_lse_bound,
         }
         phase.record("kernels", table)
     phase.record(

@@ -7,7 +7,9 @@
   per-kernel table at the rank's per-hop shape);
 - VAE decode of 720p × 81 frames, one height band per rank count: benchmarks/vae_decode.py's
   band decode with the exchanges dropped (real Wan 2.1 VAE dims, random weights);
-- load rate from the page cache: benchmarks/load.py.
+- load rate from the page cache: benchmarks/load.py;
+- every attention kernel, the lossy ones too (sage, fp8), at the one-GPU A14B 720p × 81 shape
+  (75,600 tokens × 40 heads × 128): benchmarks/attention_speed.py's speeds and distances from cuDNN.
 The dry run runs the same calls at CPU sizes (tiny model, small GEMMs, a narrow VAE).
 """
 
@@ -245,6 +247,26 @@ def vae(phase) -> None:
         }
         del video, z
         phase.record("bands", table)
+
+
+def attention(phase) -> None:
+    import torch
+
+    from benchmarks.attention_speed import CPU_SHAPE, GPU_SHAPE, kernel_speeds
+
+    shape = CPU_SHAPE if phase.dry_run else GPU_SHAPE
+    phase.record(
+        "kernels",
+        kernel_speeds(
+            "cpu" if phase.dry_run else phase.device,
+            shape["tokens"],
+            shape["heads"],
+            shape["head_dim"],
+            getattr(torch, shape["dtype"]),
+            warmup=1 if phase.dry_run else 2,
+            iters=2 if phase.dry_run else 5,
+        ),
+    )
 
 
 def load(phase) -> None:

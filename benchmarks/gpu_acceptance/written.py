@@ -11,6 +11,7 @@ import datetime
 import statistics
 
 from benchmarks import comm
+from benchmarks.attention_speed import markdown as attention_rows
 from benchmarks.comm_volume import load_preset
 
 from .correct import verdicts
@@ -130,6 +131,9 @@ def rows(doc: dict, command: str, date: str) -> str:
         for ranks, b in vae["bands"].items():
             peak = f"{b['peak_gb']:.2f}" if b["peak_gb"] is not None else "—"
             out.append(f"| {ranks} | {b['latent_rows']} | {b['seconds']:.3g} | {peak} |")
+    kernels = phases.get("attention", {}).get("kernels")
+    if kernels:
+        out += ["", *attention_rows(kernels)]
     load = phases.get("load", {}).get("rates")
     if load:
         out += [

@@ -89,3 +89,30 @@ def test_sage_quantizes_then_runs_its_int8_kernel(files, monkeypatch):
     assert quantized and {s[:2] for s in quantized} == {(torch.bfloat16, torch.bfloat16)}
     assert len(launched) == len(quantized) and {s[:3] for s in launched} == {(torch.int8, torch.int8, torch.float16)}
     assert sim.ranks[0].info["attention"]["kernel"] == "sage"
+
+
+def test_fp8_quantizes_on_the_gpu_then_runs_its_e4m3_kernel(files, monkeypatch):
+    """The quantizer is torch code, so it runs on the fake GPU for real (its dtypes, devices and
+    any host copy are checked); the Triton launch is recorded instead."""
+    from parallel_wan.backends.torch import fp8_kernel
+
+    launched = []
+
+    def launch_attention(q8, k8, vt8, q_scale, k_scale, v_scale, out_dtype):
+        _layout(launched, q8, k8, k8)
+        b, s, h, d = q8.shape
+        assert vt8.shape == (b, h, d, k8.shape[1]) and vt8.stride(-1) == 1  # keys contiguous: K-major for wgmma
+        assert q_scale.shape == (b, h, -(-s // fp8_kernel.BLOCK_M)) and k_scale.shape == (
+            b,
+            h,
+            -(-k8.shape[1] // fp8_kernel.BLOCK_N),
+        )
+        assert v_scale.shape == (b, h, d)
+        assert {t.dtype for t in (q_scale, k_scale, v_scale)} == {torch.float32} and vt8.dtype == torch.float8_e4m3fn
+        return torch.empty(b, s, h, d, dtype=out_dtype, device=q8.device), torch.empty(b, s, h, device=q8.device)
+
+    monkeypatch.setattr(fp8_kernel, "launch_attention", launch_attention)
+    sim = _run(files, "fp8")
+    assert attention_kernels(sim) == {SDPA}
+    assert launched and {s[:2] for s in launched} == {(torch.float8_e4m3fn, torch.float8_e4m3fn)}
+    assert sim.ranks[0].info["attention"] == {"attention_impl": "fp8", "kernel": "fp8"}

@@ -10,21 +10,11 @@ architecture's tensor cores within its limits (registers, shared memory). Their 
 tests/parallel/test_sage_attention.py's (the same kernels in Triton's interpreter)."""
 
 import pytest
+from harness.triton_aot import compile_for as _compile
 
 pytestmark = pytest.mark.aot
 
 HEADS, HEAD_DIM = 40, 128  # A14B (and TI2V-5B's head_dim)
-
-
-def _compile(fn, types: dict, constants: dict, arch: int, **options):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    names = fn.arg_names
-    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
-    source = ASTSource(fn, signature, constexprs={(names.index(n),): v for n, v in constants.items()})
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 @pytest.mark.parametrize("arch", [90, 100], ids=["sm_90a", "sm_100a"])

@@ -70,6 +70,9 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     assert any("kernel cpu_flash" in v for v in phases["step_cp8"]["summary"]["variants"])
     assert set(phases["vae"]["bands"]) == {"1", "2"} and all(b["finite"] for b in phases["vae"]["bands"].values())
     assert phases["load"]["rates"]["read_gbps"] > 0
+    speeds = {r["kernel"]: r for r in phases["attention"]["kernels"]["rows"]}
+    assert speeds["cpu_flash"]["vs_reference"] == 1.0 and speeds["math"]["out_rel"] < 1e-5
+    assert "error" in speeds["fp8"] and "error" in speeds["cuda_cudnn"]  # GPU kernels: refused on CPU, said why
     assert {"ulysses8", "cp8", "dp2_cp4"} <= set(phases["written"]["prediction"]["meshes"])
     assert json.loads((tmp_path / "acceptance.json").read_text()) == json.loads(json.dumps(doc, default=str))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["BENCHMARKS_rows.md", "acceptance.json", "first_frame.png"]
@@ -77,6 +80,7 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     assert "Dry run on CPU" in rows and "--dry-run" in rows
     assert sum(line.startswith("| CPU dry run |") for line in rows.splitlines()) == 3  # one row per mesh
     assert "Did not finish" not in rows
+    assert "| cpu_flash | " in rows and "Attention kernels at 256 tokens" in rows
 
 
 @pytest.mark.parametrize(

@@ -225,12 +225,12 @@ def test_the_registry_and_the_settings_list_import_without_torch():
         "import sys; sys.modules['torch'] = None\n"
         "from parallel_wan.config import attention_impls\n"
         "from parallel_wan.backends.torch import kernels, attention_impl, attention_table\n"
-        "assert len(kernels.kernels()) == 8\n"
+        "assert len(kernels.kernels()) == 9\n"
         "print(','.join(attention_impls()))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "auto,sdpa,flash,cudnn,sage,xfuser,ours"
+    assert proc.stdout.strip() == "auto,sdpa,flash,cudnn,sage,fp8,xfuser,ours"
 
 
 def _formula(q, k, v, scale):
@@ -290,9 +290,9 @@ def test_a_new_kernel_is_one_registration(test_kernel, monkeypatch):
         True,
     )
     # the settings list config validates against, and a run's settings
-    assert attention_impls() == ("auto", "sdpa", "flash", "cudnn", "sage", "testing", "xfuser", "ours")
+    assert attention_impls() == ("auto", "sdpa", "flash", "cudnn", "sage", "fp8", "testing", "xfuser", "ours")
     assert spec_for("attention_impl=testing").execution.attention_impl == "testing"
-    assert_refused(["attention_impl=flashy"], ["auto, sdpa, flash, cudnn, sage, testing, xfuser, ours"])
+    assert_refused(["attention_impl=flashy"], ["auto, sdpa, flash, cudnn, sage, fp8, testing, xfuser, ours"])
     assert "| `test_formula` | testing | a test's own kernel | CPU, Hopper |" in kernel_table()
     readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
     rewritten = rewrite(readme)  # README's tables, as the command that rewrites them would
@@ -398,3 +398,31 @@ def test_xfuser_refusals_name_the_setting_that_chose_it(monkeypatch):
     assert xfuser_unavailable_reason() == (
         "sequence_parallel=xfuser needs CUDA GPUs (xfuser does not run on CPU); use sequence_parallel=ours"
     )
+
+
+def test_fp8_is_refused_where_e4m3_tensor_cores_or_its_tile_shapes_are_missing(monkeypatch):
+    """attention_impl=fp8 (after the frozen table: it came later) runs on sm_89+ at head_dim 64/128
+    in bf16/fp16, and on CPU only under Triton's interpreter; each refusal names the fix."""
+    monkeypatch.setattr(attention_choice, "installed", lambda k: True)
+    fix = "use attention_impl=auto"
+    expected = {
+        (Device("cuda", (8, 9)), "bfloat16", 128): None,  # L40S, RTX 40
+        (Device("cuda", (9, 0)), "bfloat16", 64): None,
+        (Device("cuda", (10, 0)), "bfloat16", 128): None,
+        (Device("cpu", None, True), "float32", 16): None,  # the tests' interpreter: any dtype
+        (Device("cuda", (8, 0)), "bfloat16", 128): (
+            f"attention_impl=fp8 needs an sm_89 or newer GPU (FP8 tensor cores), this is sm_80; {fix}"
+        ),
+        (
+            Device("cuda", (9, 0)),
+            "bfloat16",
+            96,
+        ): f"attention_impl=fp8 runs head_dim 64 or 128, this model has 96; {fix}",
+        (Device("cuda", (9, 0)), "float32", 128): (
+            f"attention_impl=fp8 runs dtype=bfloat16 or float16, not float32; set dtype=bfloat16 or {fix}"
+        ),
+        (Device("cpu", None), "bfloat16", 128): f"attention_impl=fp8 runs on CUDA GPUs (Triton kernels); {fix} on CPU",
+    }
+    got = {key: refusal("fp8", *key) for key in expected}
+    assert got == expected
+    assert not kernels.kernel("fp8").exact and "fp8" not in candidates("auto", Device("cuda", (9, 0)), "bfloat16", 128)

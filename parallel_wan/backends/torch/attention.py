@@ -7,7 +7,7 @@ that do (kernels/: PyTorch's CPU flash kernel, flash-attn 3 and 2, cuDNN, PyTorc
 memory-efficient kernels, SageAttention, the plain formula).
 
 `attention_impl` (the run's setting) picks among them: auto — every exact kernel, fastest first
-for the device (attention_choice.py) — or one setting's kernels (sdpa, flash, cudnn, sage).
+for the device (attention_choice.py) — or one setting's kernels (sdpa, flash, cudnn, sage, fp8).
 A `KernelChoice` makes the choice for one backend and keeps it; attention_impl.py says before a
 run whether a setting can run here.
 

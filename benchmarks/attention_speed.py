@@ -1,0 +1,125 @@
+"""Every local attention kernel at one shape, timed and checked against the exact reference.
+
+    python -m benchmarks.attention_speed                        # one GPU: A14B 720p × 81 on one GPU
+    python -m benchmarks.attention_speed --dry-run              # CPU, tiny shape: the code path
+
+The GPU default is the one-GPU self-attention of T2V-A14B at 720p × 81: 75,600 tokens, 40 heads ×
+128, bf16, no padding. Per kernel: milliseconds (median), TFLOP/s (4·S·L·H·D: the two products,
+the same FLOPs for every kernel, so the ratio is a speed-up), the ratio to the reference kernel
+(cuDNN on CUDA — what auto runs on Hopper and Blackwell —, PyTorch's CPU flash kernel on CPU) and
+the output's relative L2 distance from the reference's output and the lse's largest gap. The
+fp32 math kernel is left out on CUDA (it materialises the scores: ~900 GB at this shape).
+Kernels that refuse the inputs (not installed, not built for this GPU) are listed with why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+GPU_SHAPE = {"tokens": 75_600, "heads": 40, "head_dim": 128, "dtype": "bfloat16"}
+CPU_SHAPE = {"tokens": 256, "heads": 4, "head_dim": 64, "dtype": "float32"}
+REFERENCE = {"cuda": "cuda_cudnn", "cpu": "cpu_flash"}
+
+
+def kernel_speeds(device, tokens: int, heads: int, head_dim: int, dtype, warmup: int, iters: int, names=None) -> dict:
+    """{"shape": …, "reference": name, "rows": [{kernel, ms, tflops, vs_reference, out_rel,
+    lse_max_abs} | {kernel, error}]} for every registered kernel (or `names`)."""
+    import torch
+
+    from benchmarks.matmul_peak import time_call
+    from parallel_wan.backends.torch import attention, kernels
+
+    device = torch.device(device)
+    gen = torch.Generator(device).manual_seed(0)
+    q, k, v = (torch.randn(1, tokens, heads, head_dim, generator=gen, device=device).to(dtype) for _ in range(3))
+    flops = 4 * tokens * tokens * heads * head_dim
+    reference = REFERENCE.get(device.type, "math")
+    ref_out, ref_lse = attention.attention_with_lse(q, k, v, kernel=reference)
+    rows = []
+    for name in names or kernels.names():
+        if name == "math" and device.type == "cuda":
+            continue
+        try:
+            out, lse = attention.attention_with_lse(q, k, v, kernel=name)
+            times = time_call(lambda: attention.attention_with_lse(q, k, v, kernel=name), device, warmup, iters)
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, NotImplementedError, ImportError, AssertionError) as exc:
+            rows.append({"kernel": name, "error": str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__})
+            continue
+        seconds = statistics.median(times)
+        rows.append(
+            {
+                "kernel": name,
+                "exact": kernels.kernel(name).exact,
+                "ms": 1e3 * seconds,
+                "tflops": flops / seconds / 1e12,
+                "out_rel": float((out.double() - ref_out.double()).norm() / ref_out.double().norm()),
+                "lse_max_abs": float((lse.double() - ref_lse.double()).abs().max()),
+            }
+        )
+        del out, lse
+    ref_ms = next((r["ms"] for r in rows if r["kernel"] == reference and "ms" in r), None)
+    for r in rows:
+        if "ms" in r and ref_ms:
+            r["vs_reference"] = ref_ms / r["ms"]  # > 1: faster than the reference
+    return {
+        "shape": {"batch": 1, "tokens": tokens, "heads": heads, "head_dim": head_dim, "dtype": str(dtype)[6:]},
+        "flops_per_call": flops,
+        "reference": reference,
+        "rows": rows,
+    }
+
+
+def markdown(result: dict) -> list[str]:
+    s = result["shape"]
+    lines = [
+        f"Attention kernels at {s['tokens']:,} tokens × {s['heads']} heads × {s['head_dim']}, {s['dtype']} "
+        f"(against `{result['reference']}`):",
+        "",
+        "| kernel | ms | TFLOP/s | × reference | out rel. to reference | lse max gap |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['kernel']} | refused: {r['error']} | — | — | — | — |")
+        else:
+            ratio = f"{r['vs_reference']:.2f}×" if "vs_reference" in r else "—"
+            lines.append(
+                f"| {r['kernel']} | {r['ms']:.4g} | {r['tflops']:.4g} | {ratio} | {r['out_rel']:.2e} "
+                f"| {r['lse_max_abs']:.2e} |"
+            )
+    return lines
+
+
+def main(argv=None) -> dict:
+    import torch
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.attention_speed", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dry-run", action="store_true", help="CPU, a tiny shape")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tokens", type=int)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iters", type=int, default=5)
+    args = p.parse_args(argv)
+    shape = dict(CPU_SHAPE if args.dry_run else GPU_SHAPE)
+    if args.tokens:
+        shape["tokens"] = args.tokens
+    result = kernel_speeds(
+        "cpu" if args.dry_run else args.device,
+        shape["tokens"],
+        shape["heads"],
+        shape["head_dim"],
+        getattr(torch, shape["dtype"]),
+        args.warmup,
+        args.iters,
+    )
+    print("\n".join(markdown(result)))
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
