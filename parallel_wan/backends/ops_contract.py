@@ -143,6 +143,17 @@ class Ops(Protocol):
     def rms_norm(self, x: Array, w=None, eps: float = 1e-6) -> Array:
         """x / sqrt(mean(x²) + eps) · w over the last axis."""
 
+    # the elementwise work around a block's matmuls (models/elementwise.py says what each means;
+    # a backend may fuse each into one kernel that equals it within an ulp)
+    def norm_modulate(self, x: Array, scale: Array, shift: Array, eps: float = 1e-6) -> Array:
+        """LayerNorm of x in float32 (no affine) · (1 + scale) + shift, in x's dtype."""
+
+    def gated_residual(self, x: Array, y: Array, gate: Array) -> Array:
+        """x + y · gate in float32, in x's dtype."""
+
+    def rms_norm_rope(self, x: Array, weight: Array, eps: float, heads: int, cos: Array, sin: Array) -> Array:
+        """RMSNorm of x (B, L, dim) with `weight`, as heads (B, L, heads, dim/heads), rotated by RoPE."""
+
     def l2_normalize(self, x: Array, axis: int, eps: float = 1e-12) -> Array:
         """x / max(‖x‖₂, eps) along `axis` (F.normalize)."""
 

@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .rope import apply_rope
 from .transformer_config import TransformerConfig
 
 # diffusers' `_keep_in_fp32_modules`: a parameter stays float32 when any dotted part of its
@@ -162,6 +161,21 @@ def _gated(y, gate, ops):
     return y * gate
 
 
+def _norm_modulated(x, scale, shift, eps, ops):
+    """LayerNorm of x in float32, modulated, in x's dtype: one op (`ops.norm_modulate`, a fused
+    kernel where the backend has one) unless the modulation changes along the tokens in stretches."""
+    if isinstance(scale, TokenParts):
+        return ops.cast_like(_modulate(ops.layer_norm(ops.cast(x, "float32"), eps=eps), scale, shift, ops), x)
+    return ops.norm_modulate(x, scale, shift, eps)
+
+
+def _gated_residual(x, y, gate, ops):
+    """x + y · gate in float32, in x's dtype: one op (`ops.gated_residual`) as above."""
+    if isinstance(gate, TokenParts):
+        return ops.cast_like(ops.cast(x, "float32") + _gated(ops.cast(y, "float32"), gate, ops), x)
+    return ops.gated_residual(x, y, gate)
+
+
 # ---------------------------------------------------------------- attention
 def _heads(x, heads, ops):
     b, l, d = x.shape
@@ -184,12 +198,11 @@ def _self_qkv(p, x, ops):
 
 def self_attention_block(p, x, rope, cfg: TransformerConfig, ops, attention):
     q, k, v = _self_qkv(p, x, ops)
-    q = ops.rms_norm(q, p["norm_q"]["weight"], cfg.eps)
-    k = ops.rms_norm(k, p["norm_k"]["weight"], cfg.eps)
     heads = cfg.num_attention_heads
     cos, sin = rope
-    q = apply_rope(_heads(q, heads, ops), cos, sin, ops)
-    k = apply_rope(_heads(k, heads, ops), cos, sin, ops)
+    # QK norm across heads, then RoPE: one op each (a fused kernel where the backend has one)
+    q = ops.rms_norm_rope(q, p["norm_q"]["weight"], cfg.eps, heads, cos, sin)
+    k = ops.rms_norm_rope(k, p["norm_k"]["weight"], cfg.eps, heads, cos, sin)
     out = ops.cast_like(_merge_heads(attention(q, k, _heads(v, heads, ops)), ops), q)
     return ops.dense(out, p["to_out"][0])
 
@@ -219,9 +232,8 @@ def cross_attention_block(p, x, context, cfg: TransformerConfig, ops):
 # ---------------------------------------------------------------- blocks
 def transformer_block(p, x, context, proj, rope, cfg: TransformerConfig, ops, attention):
     shift, scale, gate, c_shift, c_scale, c_gate = _modulation(p["scale_shift_table"], proj, ops)
-    x32 = ops.cast(x, "float32")
-    h = ops.cast_like(_modulate(ops.layer_norm(x32, eps=cfg.eps), scale, shift, ops), x)
-    x = ops.cast_like(x32 + _gated(self_attention_block(p["attn1"], h, rope, cfg, ops, attention), gate, ops), x)
+    h = _norm_modulated(x, scale, shift, cfg.eps, ops)
+    x = _gated_residual(x, self_attention_block(p["attn1"], h, rope, cfg, ops, attention), gate, ops)
 
     if cfg.cross_attn_norm:
         h = ops.cast_like(ops.layer_norm(ops.cast(x, "float32"), p["norm2"]["weight"], p["norm2"]["bias"], cfg.eps), x)
@@ -229,12 +241,10 @@ def transformer_block(p, x, context, proj, rope, cfg: TransformerConfig, ops, at
         h = x
     x = x + cross_attention_block(p["attn2"], h, context, cfg, ops)
 
-    x32 = ops.cast(x, "float32")
-    h = ops.cast_like(_modulate(ops.layer_norm(x32, eps=cfg.eps), c_scale, c_shift, ops), x)
+    h = _norm_modulated(x, c_scale, c_shift, cfg.eps, ops)
     ffn = p["ffn"]["net"]
     ff = ops.gelu(ops.dense(h, ffn[0]["proj"]), approximate=True)
-    ff = ops.dense(ff, ffn[2])
-    return ops.cast_like(x32 + _gated(ops.cast(ff, "float32"), c_gate, ops), x)
+    return _gated_residual(x, ops.dense(ff, ffn[2]), c_gate, ops)
 
 
 def output_head(params, x, temb, cfg: TransformerConfig, ops):

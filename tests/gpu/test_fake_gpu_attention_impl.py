@@ -116,3 +116,19 @@ def test_fp8_quantizes_on_the_gpu_then_runs_its_e4m3_kernel(files, monkeypatch):
     assert attention_kernels(sim) == {SDPA}
     assert launched and {s[:2] for s in launched} == {(torch.float8_e4m3fn, torch.float8_e4m3fn)}
     assert sim.ranks[0].info["attention"] == {"attention_impl": "fp8", "kernel": "fp8"}
+
+
+def test_the_blocks_elementwise_work_runs_as_fused_kernels_on_the_gpu(files):
+    """Eager CUDA runs the fused Triton ops (backends/torch/fused_kernels.py) around every block:
+    per block and forward, 2 LayerNorm-modulations, 2 gated residuals and the q and k
+    norm-and-RoPE, each one op on the GPU in bf16."""
+    import collections
+
+    sim = _run(files, "sdpa")
+    fused = collections.Counter()
+    for op, device, dtype, phase in sim.ranks[0].recorder.ops:
+        if op.startswith("parallel_wan.") and sim.ranks[0].recorder.in_loop(phase):
+            fused[op.split(".")[1]] += sim.ranks[0].recorder.ops[(op, device, dtype, phase)]
+            assert device.startswith("cuda") and dtype == "bfloat16", (op, device, dtype)
+    assert set(fused) == {"norm_modulate", "gated_residual", "rms_norm_rope"}
+    assert fused["norm_modulate"] == fused["gated_residual"] == fused["rms_norm_rope"]

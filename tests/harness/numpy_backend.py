@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from parallel_wan.backends.contract import Backend, NoisePredictor, VideoDecoder
-from parallel_wan.models import transformer as dit, vae
+from parallel_wan.models import elementwise, transformer as dit, vae
 from parallel_wan.models.rope import rope_tables
 from parallel_wan.pipeline import model_inputs
 from parallel_wan.report.frames import to_uint8_frames
@@ -154,6 +154,12 @@ ops = SimpleNamespace(
     scan_layers=_scan_layers,
     num_layers=len,
     detach_copy=np.copy,
+)
+# the block's elementwise ops: their meaning, unfused (models/elementwise.py)
+ops.norm_modulate = lambda x, scale, shift, eps=1e-6: elementwise.norm_modulate(x, scale, shift, eps, ops)
+ops.gated_residual = lambda x, y, gate: elementwise.gated_residual(x, y, gate, ops)
+ops.rms_norm_rope = lambda x, weight, eps, heads, cos, sin: elementwise.rms_norm_rope(
+    x, weight, eps, heads, cos, sin, ops
 )
 
 

@@ -23,6 +23,7 @@ JAX specifics:
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Callable, Sequence
 
 import jax
@@ -30,9 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...models import elementwise as _elementwise
 from . import attention as _kernels  # imports nothing from this module
 
 name = "jax"
+_this = sys.modules[__name__]  # this namespace, handed to the ops written against `ops`
 
 _DTYPES = {
     "float32": jnp.float32,
@@ -334,3 +337,16 @@ def detach_copy(x):
     """JAX arrays never alias a larger buffer once a program is compiled: the slice is its own
     array already (torch's ops copy here; see there)."""
     return x
+
+
+# The block's elementwise ops, unfused: XLA fuses them into its own kernels (models/elementwise.py).
+def norm_modulate(x, scale, shift, eps: float = 1e-6):
+    return _elementwise.norm_modulate(x, scale, shift, eps, _this)
+
+
+def gated_residual(x, y, gate):
+    return _elementwise.gated_residual(x, y, gate, _this)
+
+
+def rms_norm_rope(x, weight, eps: float, heads: int, cos, sin):
+    return _elementwise.rms_norm_rope(x, weight, eps, heads, cos, sin, _this)

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 from parallel_wan.weights.quantized.form import dequantize
 
+from .fused import gated_residual, norm_modulate, rms_norm_rope  # noqa: F401  (ops: fused on CUDA)
+
 name = "torch"
 
 _DTYPES = {
