@@ -28,6 +28,7 @@ def test_fp8_attention_compiles_to_fp8_tensor_core_cubins(arch):
             "BLOCK_M": fp8_kernel.BLOCK_M,
             "BLOCK_N": fp8_kernel.BLOCK_N,
             "ROUND_BY_HAND": False,  # compiled code casts directly
+            "P_SCALE": 448.0,
         },
         arch,
         num_warps=8,

@@ -3,7 +3,7 @@ every other kernel, so it serves every mesh — one device, Ulysses, ring and th
 
 The steps: keys smoothed (their mean over the sequence taken out, which leaves softmax unchanged
 and keeps the keys' e4m3 scales small: SageAttention's trick, sage_attention.py); q and k
-quantized to e4m3 with one scale per block of BLOCK_M queries / BLOCK_N keys (absmax / 448,
+quantized to e4m3 with one scale per block of BLOCK_M queries / BLOCK_N keys (absmax / e4m3's largest,
 sm_scale·log2(e) folded into q's); v quantized with one scale per channel over the keys (a
 channel's values share a range across tokens, and PV sums over tokens, so a per-channel scale
 comes off after the sum) and laid out keys-contiguous; then our kernel (fp8_kernel.py).
@@ -25,6 +25,8 @@ registered constraints (kernels/fp8.py).
 from __future__ import annotations
 
 import torch
+
+from ...weights.quantized.form import absmax_steps
 
 E4M3 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
@@ -48,20 +50,19 @@ def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
 
 def quantize_blocks(x: torch.Tensor, block: int, factor: float = 1.0):
     """x (B, L, H, D) → (e4m3 (B, L, H, D), scale (B, H, ⌈L/block⌉) float32) with one scale per
-    `block` tokens of a head: absmax/448, so x/scale fills e4m3's range; `factor` is folded into
+    `block` tokens of a head: absmax / e4m3's largest, so x/scale fills e4m3's range; `factor` is folded into
     the scale (x ≈ e4m3 · scale / factor). An all-zero block gets scale 0 and zeros."""
     b, length, h, d = x.shape
     blocks = -(-length // block)
     pad = blocks * block - length
     tiles = (torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad)) if pad else x).reshape(b, blocks, block, h, d)
-    amax = tiles.abs().amax(dim=(2, 4)).to(torch.float32)  # (B, blocks, H): exact in x's dtype
-    step = amax / 448.0
+    step = absmax_steps(tiles, (2, 4))  # (B, blocks, H)
     inverse = torch.where(step > 0, 1.0 / step, 0.0)
     out = torch.empty((b, blocks, block, h, d), dtype=E4M3, device=x.device)
     per_chunk = max(1, TOKEN_CHUNK // block)
     for first in range(0, blocks, per_chunk):
         part = slice(first, first + per_chunk)
-        # float32 before the cast: x/step ≤ 448 exactly rounded once, to nearest even
+        # float32 before the cast: x/step within e4m3's range, rounded once, to nearest even
         out[:, part] = (tiles[:, part].to(torch.float32) * inverse[:, part, None, :, None]).to(E4M3)
     scale = (step * factor).transpose(1, 2).contiguous()
     return out.view(b, blocks * block, h, d)[:, :length], scale
@@ -70,8 +71,7 @@ def quantize_blocks(x: torch.Tensor, block: int, factor: float = 1.0):
 def quantize_channels(v: torch.Tensor):
     """v (B, L, H, D) → (e4m3 vᵀ (B, H, D, L) with the keys contiguous, scale (B, H, D) float32):
     one scale per channel over all L keys."""
-    amax = v.abs().amax(dim=1).to(torch.float32)  # (B, H, D)
-    step = amax / 448.0
+    step = absmax_steps(v, 1)  # (B, H, D)
     inverse = torch.where(step > 0, 1.0 / step, 0.0)
     b, length, h, d = v.shape
     out = torch.empty((b, h, d, length), dtype=E4M3, device=v.device)

@@ -15,7 +15,7 @@ Accumulation: each tile's two products start from zero and are added to the floa
 sums here (two levels, as SageAttention 2 does), so Hopper's faster fp8 accumulation (Triton's
 default on sm_90: the tensor core's own, about 14 mantissa bits) sums at most D = 128 or
 BLOCK_N products — far below e4m3's own 3-bit rounding. The probabilities (≤ 1) are multiplied
-by E4M3_MAX before rounding so they use e4m3's whole range, and the factor comes off at the end.
+by e4m3's largest value (FP8_MAX) before rounding so they use e4m3's whole range, and the factor comes off at the end.
 
 This module imports triton: only the fp8 path imports it. Under TRITON_INTERPRET=1 (set before
 import) the kernel runs on CPU tensors: the tests' path (see `_e4m3`).
@@ -29,9 +29,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ...weights.quantized.form import FP8_MAX
+
 BLOCK_M = 128  # queries per program, and per q scale
 BLOCK_N = 128  # keys per step, and per k scale
-E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
 
 # Triton 3.9's interpreter converts float32 to e4m3 wrongly when rounding carries into the
 # exponent (0.4868 → 0.25 instead of 0.5; ~5 % of values): the kernel then rounds by hand
@@ -42,7 +43,7 @@ ROUND_BY_HAND = os.environ.get("TRITON_INTERPRET") == "1"
 
 @triton.jit
 def _e4m3(x, ROUND_BY_HAND: tl.constexpr):
-    """x (float32, |x| ≤ 448) to float8_e4m3fn, round to nearest even."""
+    """x (float32, within e4m3's range) to float8_e4m3fn, round to nearest even."""
     if ROUND_BY_HAND:
         bits = x.to(tl.uint32, bitcast=True)
         # keep 3 of float32's 23 mantissa bits, ties to even
@@ -68,6 +69,7 @@ def _key_block(
     BLOCK_N: tl.constexpr,
     PARTIAL: tl.constexpr,
     ROUND_BY_HAND: tl.constexpr,
+    P_SCALE: tl.constexpr,
 ):
     """Folds the keys first .. first + BLOCK_N into one query block's running softmax. Only the
     last block of keys can be PARTIAL: the full ones skip the bounds checks."""
@@ -86,7 +88,7 @@ def _key_block(
     shrink = tl.exp2(row_max - new_max)  # 0 on the first tile (row_max = −inf)
     probs = tl.exp2(scores - new_max[:, None])
     row_sum = row_sum * shrink + tl.sum(probs, axis=1)
-    weighted = tl.dot(_e4m3(probs * 448.0, ROUND_BY_HAND), tl.trans(values_t))
+    weighted = tl.dot(_e4m3(probs * P_SCALE, ROUND_BY_HAND), tl.trans(values_t))
     acc = acc * shrink[:, None] + weighted
     return acc, row_sum, new_max
 
@@ -129,6 +131,7 @@ def _fp8_attention(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROUND_BY_HAND: tl.constexpr,
+    P_SCALE: tl.constexpr,
 ):
     """One program: BLOCK_M queries of one (batch, head) against all kv_len keys. q/k/out are
     (B, L, H, D) with the last dim contiguous, vᵀ (B, H, D, L) with the keys contiguous; the _s*
@@ -167,6 +170,7 @@ def _fp8_attention(
             BLOCK_N,
             False,
             ROUND_BY_HAND,
+            P_SCALE,
         )
     if whole < kv_len:
         acc, row_sum, row_max = _key_block(
@@ -183,11 +187,12 @@ def _fp8_attention(
             BLOCK_N,
             True,
             ROUND_BY_HAND,
+            P_SCALE,
         )
 
     stored = rows < qo_len  # the query block's padding rows exist only here
     v_scale = tl.load(V_scale + batch * vs_sb + head * vs_sh + dims)
-    out = acc * (v_scale[None, :] / 448.0) / row_sum[:, None]
+    out = acc * (v_scale[None, :] / P_SCALE) / row_sum[:, None]
     o_ptrs = Out + batch * o_sb + head * o_sh + rows[:, None] * o_sl + dims[None, :]
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=stored[:, None])
     # row_max and log2(row_sum) are in log2 units (the folded log2(e)); ring merges natural logs
@@ -230,6 +235,7 @@ def launch_attention(q8, k8, vt8, q_scale, k_scale, v_scale, out_dtype):
         BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N,
         ROUND_BY_HAND=ROUND_BY_HAND,
+        P_SCALE=FP8_MAX,  # the probabilities (≤ 1) scaled to e4m3's whole range
         num_warps=warps,
         num_stages=stages,
     )

@@ -13,6 +13,7 @@ same names and semantics lives in `backends/jax/ops.py`. Conventions both follow
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,7 +22,8 @@ import torch.nn.functional as F
 
 from parallel_wan.weights.quantized.form import dequantize
 
-from .fused import gated_residual, norm_modulate, rms_norm_rope  # noqa: F401  (ops: fused on CUDA)
+from ...models import elementwise
+from . import fused
 
 name = "torch"
 
@@ -315,3 +317,26 @@ def detach_copy(x: torch.Tensor) -> torch.Tensor:
     """A tensor that owns its memory: a slice kept past the op that made it (the VAE's causal
     frame cache) must not hold the whole larger tensor it was cut from alive."""
     return x.clone(memory_format=torch.contiguous_format)
+
+
+# ---------------------------------------------------------------- the block's elementwise work
+# One Triton kernel each on CUDA in eager mode (fused.py); the unfused ops elsewhere.
+_this = sys.modules[__name__]
+
+
+def norm_modulate(x: torch.Tensor, scale, shift, eps: float = 1e-6) -> torch.Tensor:
+    if fused.runs(x):
+        return fused.kernels().norm_modulate(x, scale, shift, eps)
+    return elementwise.norm_modulate(x, scale, shift, eps, _this)
+
+
+def gated_residual(x: torch.Tensor, y: torch.Tensor, gate) -> torch.Tensor:
+    if fused.runs(x) and y.shape == x.shape:
+        return fused.kernels().gated_residual(x, y, gate)
+    return elementwise.gated_residual(x, y, gate, _this)
+
+
+def rms_norm_rope(x: torch.Tensor, weight, eps: float, heads: int, cos, sin) -> torch.Tensor:
+    if fused.runs(x) and weight is not None and (x.shape[-1] // heads) % 2 == 0:
+        return fused.kernels().rms_norm_rope(x, weight, eps, heads, cos, sin)
+    return elementwise.rms_norm_rope(x, weight, eps, heads, cos, sin, _this)

@@ -20,6 +20,13 @@ def row_scales(x: torch.Tensor, limit: float) -> torch.Tensor:
     return torch.where(absmax > 0, absmax / limit, torch.ones_like(absmax))
 
 
+def absmax_steps(x: torch.Tensor, dims, limit: float = FP8_MAX) -> torch.Tensor:
+    """x's absmax over `dims` / limit in float32 (0 where all are 0): the quantization step of
+    each group (FP8 attention's blocks of tokens and channels of values), exactly as `row_scales`
+    takes it."""
+    return x.abs().amax(dim=dims).to(torch.float32) / limit
+
+
 def quantize_rows(w: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, scale) for a wide weight (…, out, in): one float32 scale per output channel,
     absmax / LIMIT (an all-zero row gets scale 1), q = w / scale rounded to the nearest stored
