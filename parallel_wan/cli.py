@@ -27,7 +27,7 @@ _OTHERS = """Other entry points:
   python -m parallel_wan.doctor               check this machine (devices, attention kernel, NCCL, plan)
   python -m parallel_wan.launch               what a process started here would see (rank, world, launcher)
   python -m parallel_wan.serve                serve videos over HTTP (OpenAI's Videos API), the model loaded once
-  python -m parallel_wan.quantize             write a checkpoint's experts as FP8/INT8 files (weights_high= …)
+  python -m parallel_wan.quantize             write a checkpoint's experts as FP8/INT8/NVFP4 files (weights_high= …)
 Every one takes --help and --version; README.md has the whole story."""
 
 HELP = {
@@ -123,15 +123,18 @@ Exit codes: 75 stopped by SIGTERM/SIGUSR1 (start it again to resume), 1 failed (
 2 a bad setting or the port is taken.
 
 {_OTHERS}""",
-    "quantize": f"""usage: python -m parallel_wan.quantize checkpoint_dir=DIR quantize=fp8|int8 output_dir=DIR
+    "quantize": f"""usage: python -m parallel_wan.quantize checkpoint_dir=DIR quantize=fp8|int8|nvfp4 output_dir=DIR
 
 Write every expert of a checkpoint (diffusers or official layout) once as a quantized single file:
 each transformer block's linear weights in float8_e4m3fn or int8 with one float32 scale per output
 channel (what quantize=fp8|int8 does at load), everything else as stored, official names
-(LightX2V's layout). Runs then read them with weights_high= / weights_low= (A14B) or weights=
-(TI2V-5B) and give the video of quantize= on the checkpoint. One tensor at a time: memory holds one
-tensor, not the expert. The files appear whole or not at all; nothing is overwritten. The built-in
-models' folders under ~/.cache/parallel_wan/builtin/ are checkpoints too.
+(LightX2V's layout); quantize=nvfp4 writes ComfyUI's NVFP4 format (e2m1 pairs, an e4m3 scale per
+16 inputs, a float32 scale per tensor), which ComfyUI reads too. Runs then read them with
+weights_high= / weights_low= (A14B) or weights= (TI2V-5B) and give the video of quantize= on the
+checkpoint (fp8/int8; an nvfp4 file's per-tensor scale rounds slightly otherwise than at load).
+One tensor at a time: memory holds one tensor, not the expert. The files appear whole or not at
+all; nothing is overwritten. The built-in models' folders under ~/.cache/parallel_wan/builtin/
+are checkpoints too.
 
 Examples:
   python -m parallel_wan.quantize checkpoint_dir=/ckpt/Wan2.2-T2V-A14B quantize=fp8 output_dir=/ckpt/T2V-A14B-fp8

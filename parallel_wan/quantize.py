@@ -1,10 +1,11 @@
-"""`python -m parallel_wan.quantize checkpoint_dir=DIR quantize=fp8|int8 output_dir=DIR`: every
+"""`python -m parallel_wan.quantize checkpoint_dir=DIR quantize=fp8|int8|nvfp4 output_dir=DIR`: every
 expert of a checkpoint (either layout; the built-in model's stored folder is one) written once as
 a quantized single file, which `weights_high=` / `weights_low=` / `weights=` read back
-(weights/expert_export.py says what the files hold). The run's conventions: --help, --version,
-a bad setting or checkpoint is one line and exit 2 with nothing written; the files are written
-under temporary names and renamed into place together once all are whole (exit 1 with one line
-if the disk fails; exit 2 for a NaN/±inf weight), so nothing half-written is ever left.
+(weights/expert_export.py says what the files hold; nvfp4 files are ComfyUI's format). The run's
+conventions: --help, --version, a bad setting or checkpoint is one line and exit 2 with nothing
+written; the files are written under temporary names and renamed into place together once all
+are whole (exit 1 with one line if the disk fails; exit 2 for a NaN/±inf weight), so nothing
+half-written is ever left.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .models.experts import OFFICIAL_FOLDERS, SINGLE, setting_of
 PROGRAM = "python -m parallel_wan.quantize"
 PROGRAM_NAME = "parallel_wan.quantize"  # how its lines start
 SETTINGS = ("checkpoint_dir", "quantize", "output_dir")
-KINDS = ("fp8", "int8")
+KINDS = ("fp8", "int8", "nvfp4")
 FILE_STEM = {**OFFICIAL_FOLDERS, SINGLE: "model"}  # an expert's file: named as its official folder
 
 
@@ -66,7 +67,7 @@ def _settings(words: list[str]) -> dict[str, str]:
         if not eq or key not in SETTINGS:
             what = f"{word} is not an option" if word.startswith("-") else f"{word} is not a setting"
             raise ConfigError(
-                f"{what} of {PROGRAM}; it takes checkpoint_dir=DIR quantize=fp8|int8 output_dir=DIR "
+                f"{what} of {PROGRAM}; it takes checkpoint_dir=DIR quantize=fp8|int8|nvfp4 output_dir=DIR "
                 "(and --help, --version)"
             )
         settings[key] = value
@@ -91,7 +92,10 @@ def _checked(settings: dict[str, str]):
     kind = settings.get("quantize")
     if kind not in KINDS:
         said = "quantize is missing" if kind is None else f"quantize={kind} is not a kind of file this writes"
-        raise ConfigError(f"{said}; choose quantize=fp8 (float8_e4m3fn) or quantize=int8, one scale per output channel")
+        raise ConfigError(
+            f"{said}; choose quantize=fp8 (float8_e4m3fn) or quantize=int8, one scale per output channel, or "
+            "quantize=nvfp4 (ComfyUI's NVFP4 format)"
+        )
     if not settings.get("output_dir"):
         raise ConfigError(
             "output_dir is missing; give the folder the expert files go to, e.g. output_dir=/ckpt/Wan2.2-T2V-A14B-fp8"

@@ -9,7 +9,9 @@
   band decode with the exchanges dropped (real Wan 2.1 VAE dims, random weights);
 - load rate from the page cache: benchmarks/load.py;
 - every attention kernel, the lossy ones too (sage, fp8), at the one-GPU A14B 720p × 81 shape
-  (75,600 tokens × 40 heads × 128): benchmarks/attention_speed.py's speeds and distances from cuDNN.
+  (75,600 tokens × 40 heads × 128): benchmarks/attention_speed.py's speeds and distances from cuDNN;
+- whole videos (text + denoise + decode through `generate`, diffusers' WanPipeline beside it):
+  benchmarks/video.py's table within this phase's budget.
 The dry run runs the same calls at CPU sizes (tiny model, small GEMMs, a narrow VAE).
 """
 
@@ -250,22 +252,25 @@ def vae(phase) -> None:
 
 
 def attention(phase) -> None:
+    """Every attention kernel, the block-sparse kernel per decay and the fused elementwise ops,
+    each at the one-GPU A14B 720p × 81 shape (the dry run: CPU shapes)."""
     import torch
 
-    from benchmarks.attention_speed import CPU_SHAPE, GPU_SHAPE, kernel_speeds
+    from benchmarks.attention_speed import CPU_SHAPE, GPU_SHAPE, kernel_speeds, sparse_speeds
+    from benchmarks.elementwise import CPU_ROWS, GPU_ROWS, op_speeds
 
-    shape = CPU_SHAPE if phase.dry_run else GPU_SHAPE
+    dry = phase.dry_run
+    device = "cpu" if dry else phase.device
+    shape, rows = (CPU_SHAPE, CPU_ROWS) if dry else (GPU_SHAPE, GPU_ROWS)
+    times = {"warmup": 1, "iters": 2} if dry else {"warmup": 2, "iters": 5}
+
+    def sized(measure, s, **more):
+        return measure(device, s["tokens"], s["heads"], s["head_dim"], getattr(torch, s["dtype"]), **more)
+
+    phase.record("kernels", sized(kernel_speeds, shape, **times))
+    phase.record("sparse", sparse_speeds(device, shape, getattr(torch, shape["dtype"]), **times))
     phase.record(
-        "kernels",
-        kernel_speeds(
-            "cpu" if phase.dry_run else phase.device,
-            shape["tokens"],
-            shape["heads"],
-            shape["head_dim"],
-            getattr(torch, shape["dtype"]),
-            warmup=1 if phase.dry_run else 2,
-            iters=2 if phase.dry_run else 5,
-        ),
+        "elementwise", sized(op_speeds, rows, **({"warmup": 1, "iters": 2} if dry else {"warmup": 3, "iters": 10}))
     )
 
 
@@ -275,6 +280,21 @@ def load(phase) -> None:
     block, layers = (LOAD_CPU_BLOCK, 1) if phase.dry_run else (A14B_BLOCK, 2)
     with tempfile.TemporaryDirectory(prefix="acceptance_load_", dir=_scratch(phase)) as root:
         phase.record("rates", page_cache_rates(Path(root), layers, 2 if phase.dry_run else 3, block))
+
+
+# What the video table leaves of the phase's budget: the child's imports and the row in flight
+# when a prediction was short.
+VIDEO_MARGIN_S = 20.0
+
+
+def whole_video(phase) -> None:
+    """benchmarks/video.py's rows, each written as it finishes (a phase cut off keeps them)."""
+    from benchmarks import video
+
+    budget = max(1.0, (phase.budget_s or 240.0) - VIDEO_MARGIN_S)
+    argv = ["--budget-s", f"{budget:.0f}"] + (["--dry-run"] if phase.dry_run else ["--device", phase.device])
+    phase.record("command", "python -m benchmarks.video " + " ".join(argv))
+    phase.record("video", video.run(video.parse(argv), on_row=lambda doc: phase.record("video", doc)))
 
 
 def _scratch(phase):

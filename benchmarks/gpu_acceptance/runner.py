@@ -39,6 +39,7 @@ class Phase:
     device: str
     results: dict = dataclasses.field(default_factory=dict)
     earlier: dict = dataclasses.field(default_factory=dict)  # finished phases' results, by name
+    budget_s: float | None = None  # the seconds it has before it is killed (a phase may plan with them)
 
     @property
     def file(self) -> Path:
@@ -117,7 +118,12 @@ def run_phases(
         later = sum(s.budget_s for s in steps[i + 1 :])
         limit = min(left, max(step.budget_s, left - later))
         phase = Phase(
-            step.name, out, dry_run, device, earlier={k: v for k, v in doc["phases"].items() if v.get("status") == "ok"}
+            step.name,
+            out,
+            dry_run,
+            device,
+            earlier={k: v for k, v in doc["phases"].items() if v.get("status") == "ok"},
+            budget_s=limit,
         )
         phase.file.unlink(missing_ok=True)
         t0 = clock()

@@ -11,8 +11,9 @@ import datetime
 import statistics
 
 from benchmarks import comm
-from benchmarks.attention_speed import markdown as attention_rows
+from benchmarks.attention_speed import markdown as attention_rows, sparse_markdown as sparse_rows
 from benchmarks.comm_volume import load_preset
+from benchmarks.elementwise import markdown as elementwise_rows
 
 from .correct import verdicts
 
@@ -134,6 +135,12 @@ def rows(doc: dict, command: str, date: str) -> str:
     kernels = phases.get("attention", {}).get("kernels")
     if kernels:
         out += ["", *attention_rows(kernels)]
+    sparse = phases.get("attention", {}).get("sparse")
+    if sparse:
+        out += ["", *sparse_rows(sparse)]
+    elementwise = phases.get("attention", {}).get("elementwise")
+    if elementwise:
+        out += ["", *elementwise_rows(elementwise)]
     load = phases.get("load", {}).get("rates")
     if load:
         out += [
@@ -144,6 +151,12 @@ def rows(doc: dict, command: str, date: str) -> str:
                 f"({load['ours_vs_read']:.2f} of read())."
             ),
         ]
+    whole = phases.get("whole_video", {}).get("video")
+    if whole and "setup_s" in whole:
+        from benchmarks.video import markdown as markdown_videos  # imports torch: only when there are rows
+
+        out += ["", "Whole videos (benchmarks/video.py, one GPU, random weights at the real shapes):", ""]
+        out += markdown_videos(whole).splitlines()
     pred = phases.get("written", {}).get("prediction")
     if pred:
         out += [

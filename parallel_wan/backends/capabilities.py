@@ -41,6 +41,10 @@ class Capabilities:
     # S2V's clips (its sequence runs on past the video's tokens: the reference and motion tokens)
     # reach its noise predictor (both backends' do).
     s2v: bool = False
+    # NVFP4 weights (packed e2m1 pairs, e4m3 block scales and a float32 global scale) are
+    # widened per layer, or multiplied in FP4 where FP4 tensor cores are (torch); JAX's layer
+    # scan widens one-byte weights only.
+    nvfp4_weights: bool = False
     # Settings only this backend reads; set on another backend they are refused by name (torch's
     # compile=true is torch.compile of the block; JAX compiles every step with XLA anyway).
     own_settings: tuple[str, ...] = ()
@@ -61,6 +65,7 @@ BACKENDS: dict[str, Capabilities] = {
         processes_share_host=True,
         segment_inputs=True,
         s2v=True,
+        nvfp4_weights=True,
         own_settings=("compile",),
         package="parallel_wan.backends.torch",
     ),

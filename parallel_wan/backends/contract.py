@@ -45,6 +45,11 @@ class NoisePredictor(Protocol):
         """The step cache's record for the sidecar (what was skipped), or None without one."""
         return None
 
+    def sparse_report(self) -> dict | None:
+        """Sparse attention's record for the sidecar (its density, the FLOPs it skipped), or
+        None when attention was dense."""
+        return None
+
     def compile(self, x, plan=None, sampler=None, held=None) -> dict:
         """Compile the step programs with the real shapes ahead of the timed loop (a backend with
         `compiles_ahead`); {program: seconds}."""

@@ -50,6 +50,7 @@ from .schema import (
     uses_guidance,
 )
 from .source_video import extension, source_video
+from .sparse import check_sparse_run, sparse_settings
 
 
 def backend_name(cfg: Mapping) -> str:
@@ -101,6 +102,7 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
     check_seed(numbers.seed, len(prompts))
     memory = _memory(cfg, backend, model)
     quantization = quant_settings(cfg, backend, expert_files=any(files.values()))
+    sparse = sparse_settings(cfg, backend, attention.sequence_parallel)
     mesh = named_mesh or _auto_mesh(mesh_cfg, model, world_size, numbers, len(prompts), node_size, backend)
     _check_dp(mesh, model, numbers, len(prompts))
     spec = RunSpec(
@@ -114,9 +116,11 @@ def resolve(cfg: Mapping, world_size: int = 1, node_size: int | None = None) -> 
         execution=_execution(cfg, backend, dtype, attention),
         output=_output(cfg),
         quantization=quantization,
+        sparse_attention=sparse,
     )
     check_animate_run(spec)
     check_s2v_run(spec)
+    check_sparse_run(spec)
     return spec
 
 

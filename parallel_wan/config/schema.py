@@ -16,6 +16,7 @@ from ..models.variants import AUDIO, IMAGE, LAST_IMAGE
 from ..parallel.mesh import MeshSpec
 from .few_step import apply_recipe, schedule_values
 from .quantization import NO_QUANTIZATION, QuantSettings
+from .sparse import NO_SPARSE, SparseSettings
 
 INT_LIMIT = 2**63
 SAMPLERS = ("unipc", "euler")
@@ -208,6 +209,7 @@ class RunSpec:
     execution: ExecutionSettings
     output: OutputSettings
     quantization: QuantSettings = NO_QUANTIZATION  # config/quantization.py
+    sparse_attention: SparseSettings = NO_SPARSE  # config/sparse.py; kind "none": dense
 
     @property
     def uses_guidance(self) -> bool:
@@ -276,6 +278,9 @@ class RunSpec:
         # The same for sequence_parallel (xfuser only; jobs/keys.py hashes it as attention_impl=xfuser).
         if self.execution.sequence_parallel != "ours":
             out["sequence_parallel"] = self.execution.sequence_parallel
+        # Sparse attention only when on (it changes the video): the keys of dense runs stay.
+        if self.sparse_attention.on:
+            out.update(self.sparse_attention.record())
         return out
 
 
@@ -328,6 +333,11 @@ SECTION_OF = {
     "log_all_ranks": ("output", "log_all_ranks"),
     "quantize": ("quantization", "quantize"),
     "quant_compute": ("quantization", "compute"),
+    "sparse": ("sparse_attention", "kind"),
+    "sparse_dense_steps": ("sparse_attention", "dense_steps"),
+    "sparse_dense_layers": ("sparse_attention", "dense_layers"),
+    "sparse_decay_factor": ("sparse_attention", "decay_factor"),
+    "sparse_block": ("sparse_attention", "block"),
 }
 
 

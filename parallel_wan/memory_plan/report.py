@@ -150,8 +150,8 @@ def suggestions(p: MemoryPlan, budget: float) -> list[str]:
     if weighty and spec.quantization.quantize == "none":
         # block linears at one byte per weight (+ a float32 scale per row) instead of bf16's two
         out.append(
-            "quantize=fp8 or quantize=int8 (the block weights at 1 byte each, about half of bf16's; "
-            'README "Quantized weights")'
+            "quantize=fp8 or quantize=int8 (the block weights at 1 byte each, about half of bf16's), or "
+            'quantize=nvfp4 (0.56 bytes each, backend=torch; README "Quantized weights")'
         )
     if p.activations > 0.2 * budget or p.weights["denoise"] > budget:
         out.append(f"a larger cp (more devices share the tokens: now {p.shapes.local:,} per rank)")

@@ -16,10 +16,14 @@ def _element(dtype: str) -> int:
 def tensor_bytes(name: str, shape, dtype: str, quantize: str = "none") -> int:
     """Bytes the loader gives `name` (models.transformer.keeps_fp32's float32 exceptions; under
     quantize=fp8|int8 a block linear's weight is one byte per value plus its float32 scale per
-    output row: weights/quantized/)."""
+    output row; quantize=nvfp4: half a byte per value, an e4m3 byte per 16 and a float32 global
+    scale per row — 0.5625 bytes a weight: weights/quantized/)."""
     from ..models.transformer import keeps_fp32
     from ..weights.quantized.names import quantizable
 
+    if quantize == "nvfp4" and quantizable(name) and len(shape) == 2:
+        rows, cols = shape
+        return rows * (cols // 2 + cols // 16 + 4)
     if quantize != "none" and quantizable(name) and len(shape) == 2:
         return math.prod(shape) + shape[0] * 4
     return math.prod(shape) * (4 if keeps_fp32(name) else _element(dtype))
@@ -38,7 +42,7 @@ class ExpertBytes:
 def expert_bytes(shapes: dict, dtype: str, world: int, quantize: str = "none") -> ExpertBytes:
     """Byte counts of one expert on a rank of `world`. Chunks follow FSDP2: dim 0 padded to a
     multiple of the world, ceil(rows / world) rows per rank (a quantized weight's rows carry
-    their scale, so its chunk is rows × (in + 4) bytes as well)."""
+    their scales, so its chunk is its rows' bytes as well)."""
     from ..weights.quantized.names import quantizable
 
     whole = block0 = sharded = rest = rest_chunk = widened = 0
@@ -68,10 +72,16 @@ def weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:
         out = {
             **out,
             "denoise": out["denoise"] + eb.widened,
-            "note": out["note"] + f"; quantize={spec.quantization.quantize}: 1 byte per block-linear weight + a "
-            "float32 scale per row, one layer widened at a time",
+            "note": out["note"] + f"; quantize={spec.quantization.quantize}: {_per_weight(spec)}, one layer widened "
+            "at a time",
         }
     return out
+
+
+def _per_weight(spec: RunSpec) -> str:
+    if spec.quantization.quantize == "nvfp4":
+        return "half a byte per block-linear weight + an e4m3 scale per 16 and a float32 per row (0.56 bytes a weight)"
+    return "1 byte per block-linear weight + a float32 scale per row"
 
 
 def _weight_bytes(spec: RunSpec, eb: ExpertBytes) -> dict:

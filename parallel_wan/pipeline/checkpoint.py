@@ -7,6 +7,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ..backends.capabilities import capabilities
 from ..config import ConfigError, RunSpec, mesh_spec
 from ..models import transformer as dit
 from ..models.experts import EXPERT_OF_ROLE, LOW, ROLE
@@ -74,8 +75,25 @@ def check_fp8_compute(spec: RunSpec, ckpt) -> None:
     int8 and are widened. Refused in one line when no expert would: the log and the sidecar
     would say FP8 while every layer widens (config/quantization.py refuses the case without
     expert files before this)."""
+    nvfp4 = [f for f in ckpt.expert_files.values() if f.nvfp4_linears]
+    if nvfp4 and not capabilities(spec.execution.backend).nvfp4_weights:
+        raise ConfigError(
+            f"{nvfp4[0].setting}={nvfp4[0].path} stores NVFP4 weights, which backend={spec.execution.backend} "
+            "does not read (its layer scan widens int8/float8 weights); use backend=torch, or an fp8/int8/bf16 file"
+        )
+    if spec.quantization.compute == "fp4":
+        if spec.quantization.quantize == "nvfp4" or any(f.nvfp4_linears for f in ckpt.expert_files.values()):
+            return
+        files = "; ".join(
+            f"{f.setting}={f.path} stores {f.stored_dtype} ({f.format})" for f in ckpt.expert_files.values()
+        )
+        raise ConfigError(
+            f"quant_compute=fp4 multiplies NVFP4 weights, but no expert of this run holds any ({files}); "
+            "give NVFP4 expert files or add quantize=nvfp4, or set quant_compute=fp8 or dequant"
+        )
     if spec.quantization.compute != "fp8":
         return
+    # NVFP4 weights do not count: quant_compute=fp8 widens them (quant_compute=fp4 multiplies them)
     quantize_fp8 = spec.quantization.quantize == "fp8"
     why, wide = [], False
     for expert in ckpt.experts:
@@ -96,7 +114,7 @@ def check_fp8_compute(spec: RunSpec, ckpt) -> None:
     raise ConfigError(
         f"quant_compute=fp8 multiplies float8 weights, but no expert of this run holds any under "
         f"quantize={spec.quantization.quantize} ({'; '.join(why)}); {fix}set quant_compute=dequant "
-        "(or auto), or give fp8 expert files"
+        "(or auto), or give fp8 expert files (NVFP4 weights multiply in FP4 under quant_compute=fp4)"
     )
 
 
@@ -245,9 +263,11 @@ def expert_placement(spec: RunSpec, ckpt, name: str, shard) -> dict:
 
         rows = {n: (info.shape[0] if info.shape else 0) for n, info in expert_sources(ckpt, name).items()}
         if spec.quantization.quantize != "none":  # each quantized weight's scale has its rows
-            from ..weights.quantized.names import quantizable, scale_name
+            from ..weights.quantized.names import global_scale_name, quantizable, scale_name
 
             rows.update({scale_name(n): r for n, r in rows.items() if quantizable(n)})
+            if spec.quantization.quantize == "nvfp4":  # and NVFP4's global scale
+                rows.update({global_scale_name(n): r for n, r in rows.items() if quantizable(n)})
         return {"where": "sharded", "full_rows": rows}
     # compile=true (torch): the backend may lay a transformer out for its compiled hot path
     return {"transformer": True} if spec.execution.compile else {}

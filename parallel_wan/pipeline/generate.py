@@ -118,6 +118,7 @@ def generate(
                 return Generation([], None, timer.as_dict(), {"stopped_after": state.step}, state)
             tokens = gather_latent_tokens(state.latents, run.shapes.work, spec, backend)
             cache_record = run.predict.cache_report() if spec.cache.on else None
+            sparse_record = run.predict.sparse_report() if spec.sparse_attention.on else None
         latents = dit.unpatchify(tokens, run.shapes.grid, run.shapes.transformer.patch_size, backend.ops)
 
         # Every rank decodes a band of rows (the torch decoder) or its devices' share (JAX);
@@ -127,7 +128,7 @@ def generate(
         if spec.video.extend is not None and videos:  # the main rank: the continued video, then the new frames
             videos = [extended(spec.video.extend, v) for v in videos]
 
-    info = sidecar_info(spec, backend, run.ran(cache_record))
+    info = sidecar_info(spec, backend, run.ran(cache_record, sparse_record))
     if cache_record is not None:
         _log_cache(cache_record, spec.sampling.steps)
     return Generation(videos=videos, latents=backend.to_host(latents), timings=timer.as_dict(), info=info)
@@ -166,7 +167,7 @@ class _Prepared:
     start: LoopState | None
     compiled: dict
 
-    def ran(self, cache_record: dict | None) -> Ran:
+    def ran(self, cache_record: dict | None, sparse_record: dict | None = None) -> Ran:
         """What ran, for the sidecar (sidecar.py)."""
         return Ran(
             ckpt=self.ckpt,
@@ -179,6 +180,7 @@ class _Prepared:
             loras=self.loaded.loras,
             cache=cache_record,
             image=self.image.record,
+            sparse=sparse_record,
         )
 
 
@@ -302,6 +304,8 @@ def _denoise_task(spec: RunSpec, loaded, context, shapes: _Shapes, image: _Image
         cache_plan=step_cache_plan(spec, ckpt, step_plan(spec, schedule)),
         unguided=unguided_experts(spec),
         negatives=1 if spec.video.negative_prompts is None else len(spec.video.negative_prompts),
+        sparse=spec.sparse_attention if spec.sparse_attention.on else None,
+        sparse_from_step=first_step(spec, schedule) + spec.sparse_attention.dense_steps,
     )
 
 

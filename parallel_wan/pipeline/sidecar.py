@@ -29,6 +29,7 @@ class Ran:
     loras: dict | None  # expert → the LoRA applied to it (None: none)
     cache: dict | None  # the step cache's report; None: no cache
     image: dict | None  # the first frame's record; None: no image
+    sparse: dict | None = None  # sparse attention's report (settings, density, FLOPs skipped); None: dense
 
 
 def segmented_info(spec: RunSpec, backend, ckpt, schedule_kind, schedule, shape, work, tcfg, loras, image) -> dict:
@@ -97,4 +98,6 @@ def sidecar_info(spec: RunSpec, backend, ran: Ran) -> dict:
     if ran.image is not None:
         info["image"] = ran.image
     info["videos"] = [{"prompt": p, "seed": spec.video.seed_of(i)} for i, p in enumerate(spec.video.prompts)]
+    if ran.sparse is not None:
+        info["sparse"] = ran.sparse
     return info

@@ -3,7 +3,14 @@ in the layout `weights_high=` / `weights_low=` / `weights=` read back (weights/e
 `lightx2v`): official Wan names, each block linear's weight int8 or float8_e4m3fn with a float32
 `<layer>.weight_scale` of shape [out, 1], every other tensor as the checkpoint stores it.
 
-The values are `quantize=`'s at load, exactly: `quantize_rows` on the stored weight widened to
+nvfp4 is written in ComfyUI's format (so ComfyUI loads the file too; expert_file.py reads it
+back): uint8 `<layer>.weight` (out, in/2) with element 2j in the high nibble, float8_e4m3fn
+`<layer>.weight_scale` in cuBLAS's swizzled 128x4 layout, a float32 scalar
+`<layer>.weight_scale_2` = absmax / (6 · 448) over the whole tensor (ComfyUI takes one per
+tensor; quantize=nvfp4 at load takes one per row, so the two differ in their roundings), a
+`<layer>.comfy_quant` tag and the header's `_quantization_metadata`.
+
+The fp8/int8 values are `quantize=`'s at load, exactly: `quantize_rows` on the stored weight widened to
 float32 (one scale per output channel, absmax / 127 or / 448), so a run with the file holds the
 same bytes in memory as a run with `quantize=` on the checkpoint, and renders the same video.
 
@@ -20,6 +27,7 @@ safetensors' own writer does. A NaN/±inf in any tensor stops the write (BadWeig
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -30,14 +38,17 @@ import torch
 
 from .finite import non_finite, refuse
 from .loader import expert_sources
+from .quantized import nvfp4
 from .quantized.form import KINDS, LIMIT, quantize_rows
 from .quantized.names import quantizable
+from .quantized.scales import absmax_steps
 from .safetensors_header import STORED_ITEMSIZE, TensorInfo
 from .safetensors_io import STORED_CODES
 from .transformer_keymap import diffusers_to_official_name
 
 SCALE = ".weight_scale"  # LightX2V's per-output-channel scale, [out, 1] float32
 ALIGN = 8  # the header is padded to 8 bytes, as safetensors pads it
+COMFY_TAG = json.dumps({"format": "nvfp4"}).encode()  # each NVFP4 layer's `comfy_quant` tensor (U8)
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class Entry:
     source: TensorInfo
     begin: int = 0
     end: int = 0
+    role: str = "weight"  # what of the converted source it holds: weight | scale | global | tag
 
 
 @dataclass(frozen=True)
@@ -73,20 +85,27 @@ def plan(checkpoint, expert: str, kind: str, metadata: dict[str, str]) -> Plan:
     if kind not in KINDS:
         raise ValueError(f"quantize={kind!r}: choose one of {', '.join(KINDS)}")
     code = STORED_CODES[KINDS[kind]]
-    entries, quantized = [], 0
+    entries, quantized, layers = [], 0, {}
     for name, info in expert_sources(checkpoint, expert).items():
         official = diffusers_to_official_name(name)
-        if quantizable(name) and len(info.shape) == 2:
+        layer = official.removesuffix(".weight")
+        if quantizable(name) and len(info.shape) == 2 and kind == "nvfp4":
+            entries += _nvfp4_entries(official, info)
+            layers[layer] = {"format": "nvfp4"}
+            quantized += 1
+        elif quantizable(name) and len(info.shape) == 2:
             entries.append(Entry(official, code, tuple(info.shape), info))
-            entries.append(Entry(official.removesuffix(".weight") + SCALE, "F32", (info.shape[0], 1), info))
+            entries.append(Entry(layer + SCALE, "F32", (info.shape[0], 1), info, role="scale"))
             quantized += 1
         else:
             entries.append(Entry(official, info.dtype, tuple(info.shape), info))
+    if layers:  # ComfyUI reads each layer's format from the header (and the comfy_quant tags)
+        metadata = {**metadata, "_quantization_metadata": json.dumps({"format_version": "1.0", "layers": layers})}
     entries.sort(key=lambda e: (-STORED_ITEMSIZE[e.dtype], e.name))  # widest first: each tensor aligned
     placed, offset = {}, 0
     for e in entries:
         size = math.prod(e.shape) * STORED_ITEMSIZE[e.dtype]
-        placed[e.name] = Entry(e.name, e.dtype, e.shape, e.source, offset, offset + size)
+        placed[e.name] = dataclasses.replace(e, begin=offset, end=offset + size)
         offset += size
     header = {"__metadata__": metadata}
     header.update(
@@ -95,6 +114,20 @@ def plan(checkpoint, expert: str, kind: str, metadata: dict[str, str]) -> Plan:
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-(8 + len(text)) % ALIGN)
     return Plan(expert, placed, len(text).to_bytes(8, "little") + text, quantized)
+
+
+def _nvfp4_entries(official: str, info: TensorInfo) -> list[Entry]:
+    """A block linear's four tensors in ComfyUI's nvfp4 format (the module docstring)."""
+    rows, cols = info.shape
+    if cols % nvfp4.BLOCK:
+        raise ValueError(f"{info.name} has {cols} inputs, not a multiple of {nvfp4.BLOCK}: NVFP4 cannot store it")
+    layer = official.removesuffix(".weight")
+    return [
+        Entry(official, "U8", (rows, cols // 2), info),
+        Entry(layer + SCALE, "F8_E4M3", nvfp4.blocked_shape(rows, cols // nvfp4.BLOCK), info, role="scale"),
+        Entry(layer + SCALE + "_2", "F32", (), info, role="global"),
+        Entry(layer + ".comfy_quant", "U8", (len(COMFY_TAG),), info, role="tag"),
+    ]
 
 
 def write(plan: Plan, kind: str, path: Path) -> None:
@@ -161,14 +194,34 @@ def _converted(tensor: torch.Tensor, targets: list[Entry], kind: str, info: Tens
     bad = non_finite(wide)
     if bad:
         raise refuse(str(info.file), info.name, bad, wide.numel())
-    q, scale = quantize_rows(wide, kind)
-    del wide
+    if kind == "nvfp4":
+        # one per tensor (ComfyUI)
+        global_scale = absmax_steps(wide, tuple(range(wide.ndim)), nvfp4.E2M1_MAX * nvfp4.E4M3_MAX)
+        global_scale = torch.where(global_scale > 0, global_scale, torch.ones_like(global_scale))
+        packed, block, _ = nvfp4.quantize(wide, global_scale)
+        del wide
+        values = {
+            "weight": nvfp4.swap_nibbles(packed),  # ComfyUI's order: element 2j high
+            "scale": nvfp4.to_blocked(block),
+            "global": global_scale.reshape(()),
+            "tag": torch.frombuffer(bytearray(COMFY_TAG), dtype=torch.uint8),
+        }
+    else:
+        q, scale = quantize_rows(wide, kind)
+        del wide
+        values = {"weight": q, "scale": scale}
     for e in targets:
-        yield e, (scale if e.name.endswith(SCALE) else q)
+        yield e, values[e.role]
 
 
 def scale_rule(kind: str) -> str:
     """The metadata's words for the scales."""
+    if kind == "nvfp4":
+        return (
+            "ComfyUI nvfp4: e2m1 pairs (element 2j in the high nibble), float8_e4m3fn weight_scale per 16 inputs "
+            "(absmax / 6 / weight_scale_2, cuBLAS's swizzled 128x4 layout), float32 weight_scale_2 = absmax / "
+            "(6 · 448) per tensor; W = e2m1 · weight_scale · weight_scale_2"
+        )
     return (
         f"float32 [out, 1], one per output channel: absmax / {LIMIT[KINDS[kind]]:g}; "
         f"W = q · scale (parallel_wan.weights.quantized.form.quantize_rows, as quantize={kind} at load)"

@@ -1,7 +1,9 @@
 """Bad expert files (`weights_high=` / `weights_low=` / `weights=`): every refusal is one line
 naming the setting and file, before anything loads (run.py's validation, in-process), exit 2
 through the CLI, nothing written. A NaN stored in a float8 weight is found as its bytes are
-read (weights/finite.py): exit 2 too."""
+read (weights/finite.py): exit 2 too. NVFP4 files (ComfyUI's, LightX2V's) load; damaged ones
+— a scale table of the wrong shape, a NaN or negative scale, a packing that is not whole blocks
+of 16, a missing global scale — are refused the same way."""
 
 import math
 import subprocess
@@ -22,7 +24,7 @@ def good(tiny_t2v, tmp_path_factory):
     model = tiny_t2v.model
     return {
         fmt: write_expert_file(folder / f"{fmt}.safetensors", model.transformer, fmt)
-        for fmt in ("scaled_fp8", "comfy_fp8", "lightx2v_int8", "comfy_int8")
+        for fmt in ("scaled_fp8", "comfy_fp8", "lightx2v_int8", "comfy_int8", "comfy_nvfp4", "lightx2v_nvfp4")
     }
 
 
@@ -37,8 +39,36 @@ def _scale_on_plain_weight(t, m):
     t["blocks.0.self_attn.k.scale_weight"] = torch.ones(1)
 
 
-def _nvfp4(t, m):
+def _nvfp4_global_on_fp8(t, m):
     t[f"{Q}.weight_scale_2"] = torch.ones(())
+
+
+def _nvfp4_scale_shape(t, m):
+    t[f"{Q}.weight_scale"] = t[f"{Q}.weight_scale"][:, :3].contiguous()
+
+
+def _nvfp4_nan_scale(t, m):
+    t[f"{Q}.weight_scale"].view(torch.uint8)[5, 1] = 0x7F  # e4m3's NaN
+
+
+def _nvfp4_negative_scale(t, m):
+    t[f"{Q}.weight_scale"].view(torch.uint8)[5, 1] = 0xB8  # -1.0 in e4m3
+
+
+def _nvfp4_negative_global(t, m):
+    t[f"{Q}.weight_scale_2"] = -t[f"{Q}.weight_scale_2"]
+
+
+def _nvfp4_odd_packing(t, m):
+    t[f"{Q}.weight"] = t[f"{Q}.weight"][:, :60].contiguous()  # 120 values a row: 7.5 blocks
+
+
+def _nvfp4_without_global(t, m):
+    del t[f"{Q}.weight_scale_2"]
+
+
+def _nvfp4_half_of_lightx2v_global(t, m):
+    del t[f"{Q}.alpha"]
 
 
 def _unknown_comfy_format(t, m):
@@ -94,7 +124,26 @@ CASES = {
         ["unknown scale layout", "scale_weight", "weight_scale"],
     ),
     "scale_on_plain_weight": ("scaled_fp8", _scale_on_plain_weight, ["unknown scale layout", "self_attn.k"]),
-    "nvfp4": ("comfy_fp8", _nvfp4, ["NVFP4", "not supported yet"]),
+    "nvfp4_global_on_fp8": ("comfy_fp8", _nvfp4_global_on_fp8, ["NVFP4 global scale", "F8_E4M3", "inconsistent"]),
+    "nvfp4_scale_shape": (
+        "comfy_nvfp4",
+        _nvfp4_scale_shape,
+        [f"{Q}.weight_scale", "[128, 3]", "fits no layout", "swizzled block scales: [128, 8]", "export the file again"],
+    ),
+    "nvfp4_nan_scale": ("comfy_nvfp4", _nvfp4_nan_scale, [f"{Q}.weight_scale", "1 non-finite", "download or export"]),
+    "nvfp4_negative_scale": ("lightx2v_nvfp4", _nvfp4_negative_scale, [f"{Q}.weight_scale", "1 negative value"]),
+    "nvfp4_negative_global": ("comfy_nvfp4", _nvfp4_negative_global, [f"{Q}.weight_scale_2", "negative", "damaged"]),
+    "nvfp4_odd_packing": (
+        "comfy_nvfp4",
+        _nvfp4_odd_packing,
+        [f"{Q}.weight", "[128, 60]", "multiple of 16 values a row", "damaged"],
+    ),
+    "nvfp4_without_global": ("comfy_nvfp4", _nvfp4_without_global, [f"{Q}.weight", "no global scale", "incomplete"]),
+    "nvfp4_half_of_lightx2v_global": (
+        "lightx2v_nvfp4",
+        _nvfp4_half_of_lightx2v_global,
+        [f"{Q}.input_global_scale", "both alpha and input_global_scale"],
+    ),
     "unknown_comfy_format": (
         "comfy_fp8",
         _unknown_comfy_format,
@@ -153,6 +202,10 @@ SETTINGS = {
         ["weights_high={file}", "weights_low={file}", "quantize=fp8", "quant_compute=fp8"],
         ["quant_compute=fp8", "weights_low=", "int8", "quant_compute=dequant"],
     ),
+    "nvfp4_file_on_jax": (
+        ["weights_high={nvfp4}", "backend=jax"],
+        ["weights_high=", "NVFP4", "backend=jax", "backend=torch"],
+    ),
     "fp8_compute_on_an_int8_file_and_a_wide_expert": (
         ["weights_high={file}", "quant_compute=fp8"],
         ["quant_compute=fp8", "weights_high=", "int8", "low_noise", "quantize=none", "quantize=fp8"],
@@ -166,7 +219,12 @@ def test_bad_expert_file_setting(case, good, tiny_t2v, tmp_path):
     (tmp_path / "in").mkdir()
     text = tmp_path / "in" / "expert.safetensors"
     text.write_text("not a safetensors file, but a text file long enough")
-    values = {"file": good["lightx2v_int8"], "folder": str(tmp_path / "in"), "text": str(text)}
+    values = {
+        "file": good["lightx2v_int8"],
+        "nvfp4": good["comfy_nvfp4"],
+        "folder": str(tmp_path / "in"),
+        "text": str(text),
+    }
     overrides = [o.format(**values) for o in overrides]
     if not any(o.startswith("checkpoint_dir=") for o in overrides):
         overrides.append(f"checkpoint_dir={tiny_t2v.diffusers}")
@@ -196,6 +254,19 @@ def test_fp8_compute_is_accepted_where_an_expert_holds_fp8_weights(overrides, go
     assert job.base.quantization.compute == "fp8"
 
 
+@pytest.mark.parametrize("fmt, name", [("comfy_nvfp4", "comfy_mixed"), ("lightx2v_nvfp4", "lightx2v")])
+def test_nvfp4_files_are_read(fmt, name, good, tiny_t2v, tmp_path):
+    """What used to be refused ("NVFP4 … not supported yet"): described from the header and
+    scales, every block linear NVFP4 (loading them: tests/unit/test_nvfp4_files.py)."""
+    from harness.settings import spec_for
+
+    from parallel_wan.pipeline.checkpoint import preflight
+
+    ckpt = preflight(spec_for(f"checkpoint_dir={tiny_t2v.diffusers}", f"weights_low={good[fmt]}"))
+    record = ckpt.expert_files["low_noise"].record()
+    assert (record["format"], record["stored_dtype"], record["quantized_tensors"]) == (name, "nvfp4", 20)
+
+
 def test_nan_in_a_float8_weight_is_refused_as_it_loads(good, tiny_t2v, tmp_path):
     """Bytes 0x7F / 0xFF are float8_e4m3fn's NaN; the scale is finite, so only the load sees it."""
     from harness.settings import spec_for
@@ -216,7 +287,7 @@ def test_nan_in_a_float8_weight_is_refused_as_it_loads(good, tiny_t2v, tmp_path)
 
 def test_cli_refuses_a_bad_file_in_one_line_with_exit_2(good, tiny_t2v, tmp_path):
     (tmp_path / "in").mkdir()
-    path = edited_file(good["comfy_fp8"], tmp_path / "in" / "nvfp4.safetensors", _nvfp4)
+    path = edited_file(good["comfy_fp8"], tmp_path / "in" / "nvfp4.safetensors", _nvfp4_global_on_fp8)
     out = tmp_path / "out"
     proc = subprocess.run(
         [

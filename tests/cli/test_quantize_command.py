@@ -1,7 +1,8 @@
 """`python -m parallel_wan.quantize` (issue 38 item 10): FP8/INT8 expert files written from a
 checkpoint of either layout, read back by `weights_high=` / `weights_low=`. The files hold what
 `quantize=` makes at load (the same q and per-channel scales, in LightX2V's layout), so a run
-with them renders the `quantize=` run's frames exactly. Bad input: one line, exit 2, nothing
+with them renders the `quantize=` run's frames exactly. NVFP4 files are ComfyUI's format (byte
+for byte what the harness writes from that format's description) and load back. Bad input: one line, exit 2, nothing
 written; a failure while writing leaves no file, whole or partial."""
 
 import json
@@ -25,6 +26,7 @@ SMALL = {"steps": 2, "num_frames": 5, "height": 32, "width": 32}
 NAMES = {
     "fp8": ["high_noise_model_fp8.safetensors", "low_noise_model_fp8.safetensors"],
     "int8": ["high_noise_model_int8.safetensors", "low_noise_model_int8.safetensors"],
+    "nvfp4": ["high_noise_model_nvfp4.safetensors", "low_noise_model_nvfp4.safetensors"],
 }
 
 
@@ -78,6 +80,27 @@ def test_the_file_holds_quantize_rows_and_says_what_made_it(tiny_t2v, tmp_path, 
         "fp8",
     )
     assert "absmax / 448" in made["scales"]
+
+
+def test_nvfp4_files_are_comfyuis_format_and_load_back(tiny_t2v, tmp_path, capsys):
+    from harness.quantized_files import write_expert_file
+
+    code, out, err = write(capsys, f"checkpoint_dir={tiny_t2v.official}", "quantize=nvfp4", f"output_dir={tmp_path}")
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path)) == NAMES["nvfp4"] and "20 block linears in nvfp4" in out
+    high, low = (tmp_path / name for name in NAMES["nvfp4"])
+    comfy = load_file(write_expert_file(tmp_path / "comfy.safetensors", tiny_t2v.model.transformer_2, "comfy_nvfp4"))
+    stored = load_file(low)
+    assert stored.keys() == comfy.keys()
+    for name, value in comfy.items():  # uint8 pairs (2j high), swizzled e4m3, scalar weight_scale_2, tags
+        have, want = stored[name].reshape(-1), value.reshape(-1)
+        assert have.dtype == want.dtype and torch.equal(have.view(torch.uint8), want.view(torch.uint8)), name
+    with safe_open(str(low), "pt") as f:
+        layers = json.loads(f.metadata()["_quantization_metadata"])["layers"]
+    assert len(layers) == 20 and layers["blocks.0.self_attn.q"] == {"format": "nvfp4"}
+    got = run(tmp_path / "run", tiny_t2v.diffusers, weights_high=high, weights_low=low, **SMALL)
+    assert {r["format"] for r in got["sidecar"]["expert_files"].values()} == {"comfy_mixed"}
+    assert {r["stored_dtype"] for r in got["sidecar"]["expert_files"].values()} == {"nvfp4"}
 
 
 def test_the_built_in_models_folder_is_a_checkpoint(tmp_path, capsys):

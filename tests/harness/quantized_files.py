@@ -15,6 +15,11 @@ FORMATS:
   lightx2v_int8   LightX2V: int8 weight, `weight_scale` [out, 1] = absmax/127
   lightx2v_fp8    … float8_e4m3fn, absmax/448
   plain_bf16      a bf16 single file (ComfyUI's repackaged experts)
+  comfy_nvfp4     ComfyUI's nvfp4: uint8 weight (out, in/2), element 2j in the HIGH nibble; e4m3
+                  `weight_scale` per 16 inputs in cuBLAS's swizzled 128x4 layout (padded tiles);
+                  a float32 scalar `weight_scale_2` = absmax / (6 · 448); a `comfy_quant` tag
+  lightx2v_nvfp4  LightX2V's: element 2j in the LOW nibble, the same swizzled block scales, the
+                  global scale as `alpha` · `input_global_scale`
 """
 
 import json
@@ -31,7 +36,18 @@ from parallel_wan.weights.transformer_keymap import (
 
 PREFIX = "model.diffusion_model."
 BLOCK = 32
-FORMATS = ("scaled_fp8", "comfy_fp8", "comfy_int8", "lightx2v_int8", "lightx2v_fp8", "plain_bf16")
+FORMATS = (
+    "scaled_fp8",
+    "comfy_fp8",
+    "comfy_int8",
+    "lightx2v_int8",
+    "lightx2v_fp8",
+    "plain_bf16",
+    "comfy_nvfp4",
+    "lightx2v_nvfp4",
+)
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])  # code 0..7; code | 8 is negative
+INPUT_GLOBAL = 2.0  # lightx2v_nvfp4's input_global_scale (alpha = global / this)
 _BLOCK_LINEAR = re.compile(
     r"^blocks\.\d+\.(self_attn|cross_attn)\.(q|k|v|o)\.weight$|^blocks\.\d+\.ffn\.(0|2)\.weight$"
 )
@@ -71,6 +87,11 @@ def write_official_expert_file(path, state, fmt, prefix=False):
                 tensors[layer + ".input_scale"] = torch.ones(())
                 tensors[layer + ".comfy_quant"] = _json_tensor({"format": "float8_e4m3fn"})
                 layers[layer] = {"format": "float8_e4m3fn"}
+        elif fmt.endswith("nvfp4"):
+            tensors.update(_nvfp4_layer(layer, w, hi_first=fmt == "comfy_nvfp4"))
+            if fmt == "comfy_nvfp4":
+                tensors[layer + ".comfy_quant"] = _json_tensor({"format": "nvfp4"})
+                layers[layer] = {"format": "nvfp4"}
         elif fmt == "comfy_int8":
             out, inp = w.shape
             blocks = w.reshape(out // BLOCK, BLOCK, inp // BLOCK, BLOCK)
@@ -98,6 +119,74 @@ def write_official_expert_file(path, state, fmt, prefix=False):
     return str(path)
 
 
+def _nvfp4_layer(layer, w, hi_first):
+    """One NVFP4 linear's tensors: per-tensor global scale, e4m3 block scales, nearest e2m1."""
+    out, inp = w.shape
+    global_scale = w.abs().amax() / (6.0 * 448.0)
+    blocks = w.reshape(out, inp // 16, 16)
+    block_scale = (blocks.abs().amax(dim=2) / 6.0 / global_scale).to(torch.float8_e4m3fn)
+    total = block_scale.to(torch.float32) * global_scale
+    x = torch.where(total[..., None] > 0, blocks / total[..., None], torch.zeros_like(blocks)).reshape(out, inp)
+    code = (x.abs()[..., None] - E2M1).abs().argmin(dim=-1).to(torch.uint8) | ((x < 0).to(torch.uint8) << 3)
+    even, odd = code[:, 0::2], code[:, 1::2]
+    packed = (even << 4 | odd) if hi_first else (odd << 4 | even)
+    tensors = {layer + ".weight": packed.contiguous(), layer + ".weight_scale": swizzled(block_scale)}
+    if hi_first:
+        tensors[layer + ".weight_scale_2"] = global_scale.reshape(())
+    else:
+        tensors[layer + ".alpha"] = (global_scale / INPUT_GLOBAL).reshape(())
+        tensors[layer + ".input_global_scale"] = torch.tensor(INPUT_GLOBAL)
+    return tensors
+
+
+def swizzled(table):
+    """cuBLAS's block-scaling layout of a (rows, cols) table, as the (128-padded rows, 4-padded
+    cols) table ComfyUI stores: the flat order is tile by tile (row tiles outer), each 128x4
+    tile as 32 lines of [rows r, r+32, r+64, r+96] × 4 columns."""
+    rows, cols = table.shape
+    prow, pcol = -(-rows // 128) * 128, -(-cols // 4) * 4
+    padded = torch.zeros(prow, pcol, dtype=torch.float32)
+    padded[:rows, :cols] = table.to(torch.float32)
+    flat = []
+    for rt in range(prow // 128):
+        for ct in range(pcol // 4):
+            tile = padded[rt * 128 : (rt + 1) * 128, ct * 4 : (ct + 1) * 4]
+            for line in range(32):
+                flat.append(torch.cat([tile[line + 32 * k] for k in range(4)]))
+    return torch.stack(flat).reshape(prow, pcol).to(table.dtype)
+
+
+def unswizzled(stored, rows, cols):
+    """`swizzled`'s inverse (float32 values)."""
+    prow, pcol = stored.shape
+    flat = stored.to(torch.float32).reshape(-1, 16)
+    table = torch.zeros(prow, pcol)
+    i = 0
+    for rt in range(prow // 128):
+        for ct in range(pcol // 4):
+            for line in range(32):
+                for k in range(4):
+                    table[rt * 128 + line + 32 * k, ct * 4 : ct * 4 + 4] = flat[i, 4 * k : 4 * k + 4]
+                i += 1
+    return table[:rows, :cols]
+
+
+def _nvfp4_dequantized(raw, name, layer):
+    packed = raw[name]
+    hi_first = layer + ".weight_scale_2" in raw
+    low, high = (packed & 0x0F).long(), (packed >> 4).long()
+    even, odd = (high, low) if hi_first else (low, high)
+    code = torch.stack((even, odd), dim=-1).reshape(packed.shape[0], -1)
+    values = E2M1[code & 7] * torch.where(code >= 8, -1.0, 1.0)
+    rows, cols = values.shape
+    blocks = unswizzled(raw[layer + ".weight_scale"], rows, cols // 16)
+    if hi_first:
+        global_scale = raw[layer + ".weight_scale_2"].to(torch.float32)
+    else:
+        global_scale = raw[layer + ".alpha"].to(torch.float32) * raw[layer + ".input_global_scale"].to(torch.float32)
+    return (values.reshape(rows, -1, 16) * blocks[..., None] * global_scale).reshape(rows, cols)
+
+
 def _json_tensor(obj):
     return torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8)
 
@@ -110,10 +199,14 @@ def dequantized_state(path, official=False):
         raw = {k.removeprefix(PREFIX): f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
     out = {}
     for name, value in raw.items():
-        if name == "scaled_fp8" or name.endswith((".scale_weight", ".weight_scale", ".input_scale", ".comfy_quant")):
+        extras = (".scale_weight", ".weight_scale", ".input_scale", ".comfy_quant", ".weight_scale_2", ".alpha")
+        if name == "scaled_fp8" or name.endswith((*extras, ".input_global_scale")):
+            continue
+        layer = name.removesuffix(".weight")
+        if value.dtype == torch.uint8:  # NVFP4
+            out[name if official else official_to_diffusers_name(name)] = _nvfp4_dequantized(raw, name, layer)
             continue
         w = value.to(torch.float32)
-        layer = name.removesuffix(".weight")
         scale = raw.get(layer + ".scale_weight", raw.get(layer + ".weight_scale"))
         if scale is not None:
             scale = scale.to(torch.float32)

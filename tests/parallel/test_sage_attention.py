@@ -10,6 +10,7 @@ reference video runs here."""
 
 import numpy as np
 import pytest
+from harness.interpreted import interpret_triton, video
 from harness.ranks import run_on_ranks
 
 # int8 per-block quantization (absmax/127 steps, round to nearest) of q and k: each value is off
@@ -21,19 +22,13 @@ from harness.ranks import run_on_ranks
 REL_BOUND = 2e-2
 
 
-def _interpreted():
-    import os
-
-    os.environ["TRITON_INTERPRET"] = "1"  # before sage_kernel/sageattention are imported here
-
-
 def _kernel_errors(rank, world):
     """Relative errors of the sage kernel against float64 attention: out and lse per key count,
     the ring merge of two key blocks, and whether padded keys change anything. Rank 0 of the
     2-rank pool the videos use (one pool of processes for the module); rank 1 idles."""
     if rank:
         return None
-    _interpreted()
+    interpret_triton()
     import torch
 
     from parallel_wan.backends.torch.attention import attention_with_lse
@@ -80,27 +75,6 @@ def test_sage_kernels_in_the_interpreter_match_fp32_attention():
     assert errors["padded_equal"]
 
 
-def _video(rank, world, overrides):
-    """One rank's part of a tiny generation with the settings' attention_impl (sage: in the
-    interpreter, in the pool's processes)."""
-    if "attention_impl=sage" in overrides:
-        _interpreted()
-    from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.config.compose import compose_spec
-    from parallel_wan.launch import Launch
-    from parallel_wan.pipeline import generate, preflight
-
-    spec = compose_spec(list(overrides), world, output_dir="/tmp/unused")
-    backend = start_torch_backend(
-        spec.execution.device,
-        spec.mesh,
-        Launch(rank, world, rank, "test"),
-        attention_impl=spec.execution.attention_impl,
-    )
-    gen = generate(spec, backend, preflight(spec))
-    return (gen.latents, gen.frames, gen.info["attention"]) if rank == 0 else None
-
-
 # 3×3×3 = 27 tokens: padded on both 2-rank meshes; 2 steps, the tiny model's 2 blocks
 BASE = ["dtype=float32", "steps=2", "num_frames=9", "height=48", "width=48", "seed=3", "prompt='a dog jumps'"]
 
@@ -108,7 +82,7 @@ BASE = ["dtype=float32", "steps=2", "num_frames=9", "height=48", "width=48", "se
 @pytest.fixture(scope="module")
 def sdpa_video():
     """The reference: attention_impl=sdpa on one device, in this process (no Triton in it)."""
-    return _video(0, 1, BASE + ["attention_impl=sdpa"])
+    return video(0, 1, BASE + ["attention_impl=sdpa"])
 
 
 @pytest.mark.slow  # over 5 s: two interpreted ranks (tests/README.md)
@@ -117,7 +91,7 @@ def sdpa_video():
 )
 def test_sage_video_on_a_mesh_is_close_to_the_sdpa_video(sdpa_video, mesh):
     latents, frames, attention = run_on_ranks(
-        _video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300, preloaded=False
+        video, 2, BASE + mesh + ["attention_impl=sage"], timeout_s=300, preloaded=False
     )[0]
     ref_latents, ref_frames, ref_attention = sdpa_video
     assert attention == {"attention_impl": "sage", "kernel": "sage"}

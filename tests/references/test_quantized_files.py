@@ -3,15 +3,16 @@ pipelines render from the same files dequantized into an ordinary checkpoint.
 
 The oracle (../shared/research/quantized_formats.md): each file written here from the tiny
 model in a user's format (tests/harness/quantized_files.py: Kijai scaled fp8, ComfyUI fp8 and
-int8 blockwise, LightX2V int8 and fp8, plain bf16; with and without the
-`model.diffusion_model.` prefix), dequantized W = q · s in float32 by the harness into the
-diffusers transformers, rendered by WanPipeline / WanImageToVideoPipeline. Our float32 run
+int8 blockwise, LightX2V int8 and fp8, plain bf16, NVFP4 from ComfyUI and LightX2V; with and
+without the `model.diffusion_model.` prefix), dequantized W = q · s in float32 by the harness into
+the diffusers transformers, rendered by WanPipeline / WanImageToVideoPipeline. Our float32 run
 keeps the weights quantized in memory and widens each layer as it runs (ops.dense) — the same
 float32 products, so the weights are bit-identical and only the two pipelines' own reduction
 orders differ (harness/frames.py MAX_ABS, measured here: at most 1 level). The same run
 without the files must differ by far more, or agreement would prove nothing.
 
-A14B runs cover two formats each (high ≠ low), so three runs cover all six.
+A14B runs cover two formats each (high ≠ low), so four runs cover all eight (NVFP4: ComfyUI's
+and LightX2V's, widened as each layer runs on the CPU).
 """
 
 import numpy as np
@@ -27,6 +28,7 @@ T2V_PAIRS = {
     "scaled_fp8+lightx2v_int8": (("scaled_fp8", True), ("lightx2v_int8", False)),
     "comfy_fp8+comfy_int8": (("comfy_fp8", False), ("comfy_int8", True)),
     "lightx2v_fp8+plain_bf16": (("lightx2v_fp8", True), ("plain_bf16", False)),
+    "comfy_nvfp4+lightx2v_nvfp4": (("comfy_nvfp4", False), ("lightx2v_nvfp4", True)),
 }
 FORMAT_NAME = {
     "scaled_fp8": "scaled_fp8",
@@ -35,6 +37,8 @@ FORMAT_NAME = {
     "lightx2v_int8": "lightx2v",
     "lightx2v_fp8": "lightx2v",
     "plain_bf16": "plain",
+    "comfy_nvfp4": "comfy_mixed",
+    "lightx2v_nvfp4": "lightx2v",
 }
 GUIDANCE = {"guidance_high": 4.0, "guidance_low": 3.0}
 # 1 level: both sides multiply the same float32 weights; only accumulation order differs.

@@ -44,7 +44,7 @@ def test_a_run_out_of_budget_records_the_phases_it_skipped(tmp_path):
     assert doc["phases"]["second"]["status"] == "skipped"
 
 
-@pytest.mark.slow  # ≈ 27 s on the 2-core machine (tests/README.md)
+@pytest.mark.slow  # ≈ 30 s on the 2-core machine (tests/README.md)
 def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     doc = acceptance.main(["--out", str(tmp_path), "--dry-run"], children=())
     phases = doc["phases"]
@@ -73,14 +73,27 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     speeds = {r["kernel"]: r for r in phases["attention"]["kernels"]["rows"]}
     assert speeds["cpu_flash"]["vs_reference"] == 1.0 and speeds["math"]["out_rel"] < 1e-5
     assert "error" in speeds["fp8"] and "error" in speeds["cuda_cudnn"]  # GPU kernels: refused on CPU, said why
+    sparse = phases["attention"]["sparse"]["rows"]  # the torch path on CPU; never denser at a smaller decay
+    assert [r["decay_factor"] for r in sparse] == [0.8, 1.0, 0.6] and all(0 < r["block_density"] < 1 for r in sparse)
+    assert sparse[2]["block_density"] <= sparse[0]["block_density"] <= sparse[1]["block_density"]
+    assert all(r["out_rel_to_dense"] > 0 and r["ms"] > 0 and r["path"].startswith("torch") for r in sparse)
+    ops = {r["op"]: r for r in phases["attention"]["elementwise"]["ops"]}
+    assert set(ops) == {"norm_modulate", "gated_residual", "rms_norm_rope"}
+    assert all(r["unfused_ms"] > 0 and "not run" in r["fused"] for r in ops.values())  # fused: CUDA only
     assert {"ulysses8", "cp8", "dp2_cp4"} <= set(phases["written"]["prediction"]["meshes"])
+    # the whole-video table (tests/system/test_benchmarks_video.py checks its rows): within its budget
+    video = phases["whole_video"]["video"]
+    assert {r["recipe"] for r in video["rows"] if r["ran"]} >= {"lightning bf16", "dense 480p"}
+    assert abs(video["budget_s"] - (phases["whole_video"]["budget_s"] - 20)) <= 1  # fast.VIDEO_MARGIN_S, whole s
     assert json.loads((tmp_path / "acceptance.json").read_text()) == json.loads(json.dumps(doc, default=str))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["BENCHMARKS_rows.md", "acceptance.json", "first_frame.png"]
     rows = (tmp_path / "BENCHMARKS_rows.md").read_text()
     assert "Dry run on CPU" in rows and "--dry-run" in rows
     assert sum(line.startswith("| CPU dry run |") for line in rows.splitlines()) == 3  # one row per mesh
     assert "Did not finish" not in rows
-    assert "| cpu_flash | " in rows and "Attention kernels at 256 tokens" in rows
+    assert "| cpu_flash | " in rows and "Attention kernels at 512 tokens" in rows
+    assert "Whole videos (benchmarks/video.py" in rows and "| lightning bf16 (" in rows
+    assert "| norm_modulate | " in rows and "TFLOP/s-equivalent" in rows
 
 
 @pytest.mark.parametrize(

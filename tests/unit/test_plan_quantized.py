@@ -1,6 +1,7 @@
-"""The memory planner under quantize=fp8|int8: its weight bytes are the loaded quantized expert's
-(one byte per block-linear weight, a float32 scale per row), and for A14B the weights' share of a
-rank halves."""
+"""The memory planner under quantize=fp8|int8|nvfp4: its weight bytes are the loaded quantized
+expert's (one byte per block-linear weight and a float32 scale per row; nvfp4: half a byte, an
+e4m3 scale per 16 and a float32 per row), and for A14B the weights' share of a rank halves (nvfp4:
+0.30 of bf16's)."""
 
 import pytest
 
@@ -13,7 +14,7 @@ def _bytes(tree):
     return sum(t.numel() * t.element_size() for _, t in iter_leaves(tree))
 
 
-@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("kind", ["fp8", "int8", "nvfp4"])
 def test_quantized_weight_bytes_equal_the_loaded_expert(tiny_t2v, kind):
     from parallel_wan.builtin.tiny import transformer_config
     from parallel_wan.models.transformer import keeps_fp32
@@ -47,3 +48,6 @@ def test_a14b_fp8_halves_the_weights_per_rank():
     weights = planner.weight_bytes(planning_spec(raw, 8), fp8)
     assert weights["denoise"] == 2 * fp8.whole + fp8.widened and weights["encode"] == 2 * fp8.whole
     assert "quantize=fp8" in weights["note"]
+    # nvfp4: 0.5625 bytes a block-linear weight (+ 4 per row): 0.295 of bf16's expert, 0.58 of fp8's
+    nvfp4 = planner.expert_bytes(shapes, "bfloat16", 8, "nvfp4")
+    assert 0.29 < nvfp4.whole / bf16.whole < 0.30 and 0.57 < nvfp4.whole / fp8.whole < 0.59, nvfp4.whole

@@ -1,5 +1,5 @@
 """Small facts with one home (issue 39, item 7): FP8's largest value and the per-row absmax scale
-live in weights/quantized/form.py, and every atomic JSON file is written by report/outputs.py's
+live in weights/quantized/scales.py, and every atomic JSON file is written by report/outputs.py's
 `write_json` — a second copy anywhere in the package fails here, naming its file."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "parallel_wan"
-FORM = PACKAGE / "weights" / "quantized" / "form.py"
+FORM = PACKAGE / "weights" / "quantized" / "scales.py"
 JSON_WRITER = PACKAGE / "report" / "outputs.py"
 
 

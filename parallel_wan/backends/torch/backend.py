@@ -130,15 +130,16 @@ class TorchBackend(Backend):
     def index(self, axis: str) -> int:
         return self.mesh.index(axis)
 
-    def self_attention_for(self, shards: SequenceShards) -> Callable:
-        """Self-attention over this rank's `shards.local` tokens of `shards.tokens` valid ones."""
+    def self_attention_for(self, shards: SequenceShards, sparse=None) -> Callable:
+        """Self-attention over this rank's `shards.local` tokens of `shards.tokens` valid ones;
+        `sparse`: sparse=radial's SparseAttention (sparse_attention.py), or None (dense)."""
         if self.sequence_parallel == "xfuser":
             from .xfuser_attention import make_xfuser_attention
 
             return make_xfuser_attention(self.mesh, shards.tokens, shards.local)
         from .sequence_parallel import make_self_attention
 
-        return make_self_attention(self.mesh, shards.tokens, shards.local, self.kernel_choice)
+        return make_self_attention(self.mesh, shards.tokens, shards.local, self.kernel_choice, sparse)
 
     def attention_kernel(self, dtype: str, head_dim: int) -> str | None:
         """What attention_impl resolved to on this device for `dtype` and `head_dim` (the

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ...weights.quantized.form import absmax_steps
+from ...weights.quantized.scales import absmax_steps
 
 E4M3 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634

@@ -11,7 +11,8 @@ Nothing reads a value back to the host, so no layer waits for the device.
 Only a weight stored as float8 with one scale per output channel (G = 1: quantize=fp8,
 LightX2V's fp8, Kijai's per-tensor scale expanded to rows) takes this path; an int8 or per-block
 (G > 1) weight is widened as under dequant (`ops.dense`) — said once in the log when the choice
-is made. `ops_for(choice)` is the ops namespace the backend hands the model: torch's ops with
+is made. Under quant_compute=fp4 an NVFP4 weight multiplies in FP4 on CUDA sm_100+ (fp4_gemm.py) and is widened
+elsewhere. `ops_for(choice)` is the ops namespace the backend hands the model: torch's ops with
 `dense` replaced; the model never knows.
 """
 
@@ -22,8 +23,10 @@ import types
 
 import torch
 
-from ...weights.quantized.form import FP8_MAX, row_scales
+from ...weights.quantized.nvfp4 import is_nvfp4
+from ...weights.quantized.scales import FP8_MAX, row_scales
 from . import ops as torch_ops
+from .fp4_gemm import fp4_supported, nvfp4_dense
 
 log = logging.getLogger("parallel_wan")
 
@@ -38,9 +41,17 @@ def activation_scales(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+def fp4_dense(x: torch.Tensor, layer: dict) -> torch.Tensor:
+    """`ops.dense` for quant_compute=fp4: an NVFP4 weight multiplied in FP4 (W4A4, fp4_gemm.py),
+    anything else as under quant_compute=fp8."""
+    if is_nvfp4(layer["weight"], layer.get("weight_scale")):
+        return nvfp4_dense(x, layer)
+    return fp8_dense(x, layer)
+
+
 def fp8_dense(x: torch.Tensor, layer: dict) -> torch.Tensor:
     """`ops.dense` for quant_compute=fp8: W8A8 through `torch._scaled_mm` for an fp8 weight with
-    a per-channel scale, the widening path for anything else."""
+    a per-channel scale, the widening path for anything else (NVFP4 weights included: W4A16)."""
     w, scale = layer["weight"], layer.get("weight_scale")
     if scale is None or w.dtype != FP8 or scale.shape[-1] != 1:
         return torch_ops.dense(x, layer)
@@ -59,15 +70,23 @@ def fp8_supported(device: torch.device) -> bool:
 
 
 def choose(setting: str, device: torch.device, compiled: bool = False) -> str:
-    """quant_compute's choice on this device: "fp8" | "dequant". auto → fp8 where FP8 GEMMs run
-    AND the blocks are compiled; dequant otherwise. Measured on an H200 (A14B blocks, 18,880
-    tokens; BENCHMARKS.md "Quantized weights on a GPU"): compiled, W8A8 takes 0.81× the bf16
-    time (the per-token activation quantization fuses into generated kernels) and dequant 1.02×;
-    eager, the quantization's separate passes make W8A8 1.12–1.24× and dequant 1.08–1.19×.
+    """quant_compute's choice on this device: "fp8" | "fp4" | "dequant" (fp4 only when asked).
+    auto → fp8 where FP8 GEMMs run AND the blocks are compiled; dequant otherwise. Measured on
+    an H200 (A14B blocks, 18,880 tokens; BENCHMARKS.md "Quantized weights on a GPU"): compiled,
+    W8A8 takes 0.81× the bf16 time (the per-token activation quantization fuses into generated
+    kernels) and dequant 1.02×; eager, the quantization's separate passes make W8A8 1.12–1.24× and dequant 1.08–1.19×.
     An explicit fp8 also runs on the CPU (torch._scaled_mm has a CPU kernel: the tests' path);
     on an older GPU it is refused, naming the device."""
     if setting == "auto":
         return "fp8" if fp8_supported(device) and compiled else "dequant"
+    if setting == "fp4" and device.type == "cuda" and not fp4_supported(device):
+        from ...errors import ConfigError
+
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ConfigError(
+            f"quant_compute=fp4 needs a GPU with FP4 tensor cores (sm_100 or newer) but {device} is "
+            f"sm_{major}{minor}; set quant_compute=fp8 (NVFP4 weights widened) or dequant"
+        )
     if setting == "fp8" and device.type == "cuda" and not fp8_supported(device):
         from ...errors import ConfigError
 
@@ -81,19 +100,24 @@ def choose(setting: str, device: torch.device, compiled: bool = False) -> str:
 
 def ops_for(choice: str):
     """The ops namespace for a choice: torch's own for dequant, a copy with `dense` = fp8_dense."""
-    if choice != "fp8":
+    if choice not in ("fp8", "fp4"):
         return torch_ops
     names = {k: getattr(torch_ops, k) for k in dir(torch_ops) if not k.startswith("__")}
-    return types.SimpleNamespace(**{**names, "dense": fp8_dense, "__doc__": "torch ops, FP8 GEMMs (fp8_gemm.py)"})
+    dense = fp4_dense if choice == "fp4" else fp8_dense
+    return types.SimpleNamespace(**{**names, "dense": dense, "__doc__": f"torch ops, {choice} GEMMs (fp8_gemm.py)"})
 
 
 def log_choice(setting: str, choice: str, device: torch.device) -> None:
-    if choice == "fp8":
+    if choice in ("fp8", "fp4"):
         log.info(
-            "quant_compute=%s → fp8 on %s: fp8 weights with one scale per output channel multiply in FP8 "
-            "(per-token activation scales); int8 or per-block weights are widened as they run",
+            "quant_compute=%s → %s on %s: fp8 weights with one scale per output channel multiply in FP8 "
+            "(per-token activation scales); NVFP4 weights %s; int8 or per-block weights are widened as they run",
             setting,
+            choice,
             device,
+            "multiply in FP4 (W4A4)"
+            if choice == "fp4"
+            else "are widened (W4A16; quant_compute=fp4 multiplies them in FP4)",
         )
     else:
         why = (

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...weights.quantized.form import FP8_MAX
+from ...weights.quantized.scales import FP8_MAX
 
 BLOCK_M = 128  # queries per program, and per q scale
 BLOCK_N = 128  # keys per step, and per k scale

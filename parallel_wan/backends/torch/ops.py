@@ -228,18 +228,20 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 def dense(x: torch.Tensor, layer: dict) -> torch.Tensor:
     """A block's linear layer from its params: `weight` (out, in), `bias`, and for a quantized
-    weight (int8 / float8) its `weight_scale` (out, G), widened here to x's dtype."""
+    weight (int8 / float8) its `weight_scale` (out, G), widened here to x's dtype (NVFP4: the
+    packed weight, its e4m3 block scales and `weight_scale_2`)."""
     w = layer["weight"]
     scale = layer.get("weight_scale")
     if scale is not None:
-        w = widen(w, scale, x.dtype)
+        w = widen(w, scale, x.dtype, layer.get("weight_scale_2"))
     return F.linear(x, w, layer.get("bias"))
 
 
-def widen(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def widen(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, scale_2=None) -> torch.Tensor:
     """W = q · scale in float32, then cast: q (…, out, in) int8/float8, scale (…, out, G) float32
-    with G dividing `in` (G = 1: one scale per output channel; G > 1: per block of in/G inputs)."""
-    return dequantize(q, scale).to(dtype)
+    with G dividing `in` (G = 1: one scale per output channel; G > 1: per block of in/G inputs);
+    NVFP4: q (…, out, in/2) packed, scale (…, out, in/16) e4m3, scale_2 (…, out, 1) float32."""
+    return dequantize(q, scale, scale_2).to(dtype)
 
 
 def layer_norm(x: torch.Tensor, w=None, b=None, eps: float = 1e-6) -> torch.Tensor:

@@ -39,6 +39,17 @@ def _rope(task, tcfg, s2v_sequence: bool):
     return rope_tables(tcfg.attention_head_dim, task.grid, token_index=index)
 
 
+def _sparse_attention(task, tokens: int):
+    """sparse=radial's attention for the run's whole sequence (its mask over global positions)."""
+    from ...parallel.block_visits import BlockMask
+    from ...parallel.radial_mask import radial_mask
+    from .sparse_attention import SparseAttention
+
+    settings = task.sparse
+    mask = radial_mask(tokens, task.grid, settings.block, settings.decay_factor)
+    return SparseAttention(BlockMask(mask, settings.block, tokens), settings.dense_layers)
+
+
 class EagerNoisePredictor(NoisePredictor):
     """`predict(expert, x, t, guidance)` → the guided prediction (B, Lc, F) in float32.
 
@@ -58,7 +69,10 @@ class EagerNoisePredictor(NoisePredictor):
         cos, sin = _rope(task, tcfg, self.s2v)
         self.rope = (backend.to_device(cos), backend.to_device(sin))
         self.compiler = Compiler(backend.compile_backend) if backend.compile else None
-        self.attention = backend.self_attention_for(work.shards)
+        self.sparse = None if task.sparse is None else _sparse_attention(task, work.shards.tokens)
+        # (the planner's meta backend is handed no mask: its attention only makes buffers)
+        sparse = {} if self.sparse is None else {"sparse": self.sparse}
+        self.attention = backend.self_attention_for(work.shards, **sparse)
         if self.compiler is not None:
             self.attention = self.compiler.attention(self.attention)
         # The widest forward's context rows; an unguided expert reads the first B (the cond rows)
@@ -136,10 +150,29 @@ class EagerNoisePredictor(NoisePredictor):
 
         return self.cache.report(merged(self.cache.log), ["cond", "uncond"], merged(self.cache.calibration))
 
+    def sparse_report(self) -> dict | None:
+        """The sidecar's "sparse" record; every rank calls it (CFG parallel, prompts over dp: the
+        dp groups' counts are added)."""
+        if self.sparse is None:
+            return None
+        tcfg = next(iter(self.task.experts.values()))[0]
+        rows = torch.tensor([self.sparse.rows, self.sparse.calls], dtype=torch.int64, device=self.backend.device)
+        rows, calls = (int(n) for n in torch.stack(self.backend.exchange_dp(rows)).sum(0).cpu())
+        mask = self.sparse.mask
+        return {
+            **self.task.sparse.record(),
+            "block_density": round(mask.block_density(), 6),  # the fraction of block pairs visited
+            "pair_density": round(mask.visited_pairs() / mask.tokens**2, 6),  # of (query, key) pairs
+            "sparse_attention_calls": calls,  # self-attention layers run sparse, over the dp groups
+            "flops_skipped": mask.skipped_flops(rows, tcfg.num_attention_heads, tcfg.attention_head_dim),
+        }
+
     def before_step(self, step) -> None:
         """Called by the denoise loop before each step: weight moves the plan asks for, and the
         step cache's step."""
         self.swap.before_step(step)
+        if self.sparse is not None:  # dense for the first sparse_dense_steps steps
+            self.sparse.start_step(step.index >= self.task.sparse_from_step)
         if self.cache is not None:
             self.cache.begin(step.index, self.task.halves(step.expert))
 

@@ -90,6 +90,7 @@ def ring_attention(
     valid_keys: int,
     scale: float | None = None,
     kernel: LseAttention = attention_with_lse,
+    sparse=None,
 ) -> torch.Tensor:
     """Attention of this member's queries over the keys of every ring member.
 
@@ -98,6 +99,9 @@ def ring_attention(
     ≥ valid_keys are padding and are left out exactly. Returns (B, Lb, H, D) in q's dtype.
     kernel: `attention_with_lse`, a backend's `attention.KernelChoice`, or a stand-in with their
     signature (the planner's, on meta).
+    sparse: a `sparse_attention.SparseAttention` to run instead of `kernel` (sparse=radial's
+    sparse steps): it is told the global positions of the queries and of each block's keys,
+    and a block none of whose keys these queries may see is skipped like a padding block.
     """
     length = k.shape[1]
     kv = torch.stack((k, v)) if peers.size > 1 else None  # one message per hop, not two
@@ -110,14 +114,21 @@ def ring_attention(
             pending = start_pass(kv, incoming, peers)  # before the compute, so they overlap
         source = (peers.index - step) % peers.size
         n = block_valid_keys(valid_keys, source * length, length)
+        if sparse is not None and n > 0 and sparse.skips(peers.index * q.shape[1], q.shape[1], source * length, n):
+            n = 0  # the mask lets none of our queries see this block: exp(−inf) = 0 as for padding
         if n > 0:  # a block of padding only would add exp(−inf) = 0: skip its kernel
-            o, l = kernel(q, block_k, block_v, valid_keys=n, scale=scale)
+            if sparse is not None:
+                o, l = sparse(q, block_k, block_v, peers.index * q.shape[1], source * length, n, scale)
+            else:
+                o, l = kernel(q, block_k, block_v, valid_keys=n, scale=scale)
             out, lse = (o.to(lse_dtype(o.dtype)), l) if out is None else merge_two(out, lse, o, l)
         if pending is not None:
             for work in pending:
                 work.wait()
             kv = incoming
             block_k, block_v = kv[0], kv[1]
+    if out is None and sparse is not None:
+        return torch.zeros_like(q)  # padding queries only (every real query sees its own block)
     if out is None:
         raise ValueError(
             f"valid_keys={valid_keys}: no key is real, attention is undefined; the sequence needs ≥ 1 token"

@@ -25,13 +25,32 @@ SelfAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tenso
 
 
 def make_self_attention(
-    mesh, valid_tokens: int, local_tokens: int, kernel: LseAttention | None = None
+    mesh, valid_tokens: int, local_tokens: int, kernel: LseAttention | None = None, sparse=None
 ) -> SelfAttention:
     """The callable `attention(q, k, v) -> out`, all (B, local_tokens, H, D), for this rank of
     `mesh` (a `TorchMesh`). valid_tokens: N, the unpadded global token count;
     local_tokens: Lc, this rank's share (cp·Lc ≥ N). kernel: the attention over one key block —
     a backend's `KernelChoice` (None: a new one for attention_impl=auto), or a stand-in with its
-    signature (the planner's, which only makes the output buffers)."""
+    signature (the planner's, which only makes the output buffers). sparse: sparse=radial's
+    `sparse_attention.SparseAttention`; on the calls it takes (the blocks after the dense ones
+    of the steps after the dense ones) it runs instead of `kernel`, the same way over the mesh
+    (Ulysses: the same mask for every head; ring: each block by its global positions)."""
+    dense = _self_attention(mesh, valid_tokens, local_tokens, kernel, None)
+    if sparse is None:
+        return dense
+    sparse_attention = _self_attention(mesh, valid_tokens, local_tokens, kernel, sparse)
+
+    def switched(q, k, v):
+        if not sparse.takes_layer():  # a dense step, or one of its first sparse_dense_layers blocks
+            return dense(q, k, v)
+        sparse.count(q.shape[0])
+        return sparse_attention(q, k, v)
+
+    switched.__name__ = f"sparse_{dense.__name__}"
+    return switched
+
+
+def _self_attention(mesh, valid_tokens: int, local_tokens: int, kernel, sparse) -> SelfAttention:
     kernel = KernelChoice() if kernel is None else kernel
     cp, ulysses, ring = mesh.size("cp"), mesh.size("ulysses"), mesh.size("ring")
     if local_tokens < 1:
@@ -51,11 +70,13 @@ def make_self_attention(
 
     if cp == 1:
         whole = kernel.one_device() if isinstance(kernel, KernelChoice) else None
-        if valid_tokens == local_tokens and whole is not None:
+        if valid_tokens == local_tokens and whole is not None and sparse is None:
             return whole
 
         def padded_local(q, k, v):
             check(q)
+            if sparse is not None:
+                return sparse(q, k, v, 0, 0, valid_tokens)[0]
             return kernel(q, k, v, valid_keys=valid_tokens if valid_tokens < local_tokens else None)[0]
 
         return padded_local
@@ -68,7 +89,7 @@ def make_self_attention(
         check(q)
         if ulysses > 1:
             q, k, v = sequence_to_heads((q, k, v), u_group, ulysses, comm)
-        out = ring_attention(q, k, v, peers, valid_keys=valid_tokens, kernel=kernel)
+        out = ring_attention(q, k, v, peers, valid_keys=valid_tokens, kernel=kernel, sparse=sparse)
         return heads_to_sequence(out, u_group, ulysses, comm) if ulysses > 1 else out
 
     sequence_parallel.__name__ = f"ulysses{ulysses}_ring{ring}_attention"

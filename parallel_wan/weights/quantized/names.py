@@ -1,5 +1,5 @@
 """Which tensors quantized weights touch, by diffusers name: the transformer blocks' linear
-weights, and the name of each one's float32 scale. Plain names (no torch), so the memory
+weights, and the names of each one's scale (and NVFP4's global scale). Plain names (no torch), so the memory
 planner's cheap bound and the settings checks can ask without importing torch; form.py holds
 the arithmetic."""
 
@@ -13,6 +13,7 @@ _QUANTIZABLE = re.compile(
     r"|ffn\.net\.0\.proj|ffn\.net\.2)\.weight$"
 )
 SCALE_SUFFIX = "_scale"  # "<layer>.weight" → "<layer>.weight_scale"
+GLOBAL_SUFFIX = "_scale_2"  # NVFP4's float32 global scale: "<layer>.weight_scale_2" (ComfyUI's name)
 
 
 def quantizable(name: str) -> bool:
@@ -24,6 +25,10 @@ def scale_name(weight_name: str) -> str:
     return weight_name + SCALE_SUFFIX
 
 
+def global_scale_name(weight_name: str) -> str:
+    return weight_name + GLOBAL_SUFFIX
+
+
 def is_scale(name: str) -> bool:
-    """The name of a quantized weight's scale (`…weight_scale`)."""
-    return name.endswith(".weight" + SCALE_SUFFIX) or name == "weight" + SCALE_SUFFIX
+    """The name of a quantized weight's scale (`…weight_scale`, NVFP4's `…weight_scale_2`)."""
+    return any(name.endswith(".weight" + s) or name == "weight" + s for s in (SCALE_SUFFIX, GLOBAL_SUFFIX))
