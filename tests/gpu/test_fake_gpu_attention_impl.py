@@ -132,3 +132,35 @@ def test_the_blocks_elementwise_work_runs_as_fused_kernels_on_the_gpu(files):
             assert device.startswith("cuda") and dtype == "bfloat16", (op, device, dtype)
     assert set(fused) == {"norm_modulate", "gated_residual", "rms_norm_rope"}
     assert fused["norm_modulate"] == fused["gated_residual"] == fused["rms_norm_rope"]
+
+
+def test_radial_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files):
+    """sparse=radial on a fake H100: after the dense first step, every block's self-attention
+    launches the block-sparse kernel (one op, on the GPU, in bf16) with the visit tables uploaded
+    once from pinned memory, and the loop stays quiet (no host read, no blocking copy)."""
+    import collections
+
+    sim = simulate(
+        [
+            "attention_impl=sdpa",
+            "steps=2",
+            "sparse=radial",
+            "sparse_dense_steps=1",
+            "sparse_dense_layers=0",
+            "sparse_block=16",
+        ],
+        1,
+        files,
+        decode=False,
+    )
+    problems = all_problems(sim)
+    assert not problems, "\n".join(problems[:8])
+    launched = collections.Counter()
+    for op, device, dtype, phase in sim.ranks[0].recorder.ops:
+        if op.startswith("parallel_wan.block_sparse") and sim.ranks[0].recorder.in_loop(phase):
+            launched[phase] += sim.ranks[0].recorder.ops[(op, device, dtype, phase)]
+            assert device.startswith("cuda") and dtype == "bfloat16", (op, device, dtype)
+    # step 0 dense (sparse_dense_steps=1); step 1: one launch per block (the tiny model's 2), the
+    # CFG halves rows of the same call
+    assert dict(launched) == {"step 1": 2}
+    assert sim.ranks[0].info["sparse"]["sparse_attention_calls"] == 2

@@ -156,8 +156,10 @@ class EagerNoisePredictor(NoisePredictor):
         if self.sparse is None:
             return None
         tcfg = next(iter(self.task.experts.values()))[0]
-        rows = torch.tensor([self.sparse.rows, self.sparse.calls], dtype=torch.int64, device=self.backend.device)
-        rows, calls = (int(n) for n in torch.stack(self.backend.exchange_dp(rows)).sum(0).cpu())
+        rows, calls = self.sparse.rows, self.sparse.calls
+        if self.backend.mesh.size("dp") > 1:  # the other dp groups' counts: one small exchange after the loop
+            counts = torch.tensor([rows, calls], dtype=torch.int64, device=self.backend.device)
+            rows, calls = (int(n) for n in torch.stack(self.backend.exchange_dp(counts)).sum(0).cpu())
         mask = self.sparse.mask
         return {
             **self.task.sparse.record(),

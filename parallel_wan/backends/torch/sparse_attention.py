@@ -89,8 +89,18 @@ class SparseAttention:
             return visits, None
         key = (q_start, q.shape[1], k_start, valid_keys, q.device)
         if key not in self._device:
-            self._device[key] = tuple(torch.from_numpy(a).to(q.device) for a in (visits.table, visits.counts))
+            self._device[key] = tuple(_upload(a, q.device) for a in (visits.table, visits.counts))
         return visits, self._device[key]
+
+
+def _upload(array, device: torch.device) -> torch.Tensor:
+    """A visit table onto the device. Its first use is mid-loop (the first sparse step), so on a
+    GPU it goes from pinned memory without blocking: the step's kernels queue behind it, the host
+    does not wait (a pageable copy would stall the loop once per slice)."""
+    host = torch.from_numpy(array)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def uses_triton(q: torch.Tensor) -> bool:

@@ -114,7 +114,26 @@ def _block_sparse_attention(
 
 def launch(q, k, v, table, counts, first_block: int, q_start: int, k_start: int, kv_len: int, block: int, scale):
     """q (B, S, H, D), k/v (B, L, H, D) with contiguous last dims; table (nq, width) and counts
-    (nq,) int32 on q's device (Visits) → (out (B, S, H, D) in q's dtype, lse (B, S, H) float32)."""
+    (nq,) int32 on q's device (Visits) → (out (B, S, H, D) in q's dtype, lse (B, S, H) float32).
+    One torch custom op (`block_sparse_attention`): under FakeTensorMode (the fake-GPU tests) it
+    makes its outputs without launching."""
+    return block_sparse_attention(q, k, v, table, counts, first_block, q_start, k_start, kv_len, block, float(scale))
+
+
+@torch.library.custom_op("parallel_wan::block_sparse_attention", mutates_args=())
+def block_sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    table: torch.Tensor,
+    counts: torch.Tensor,
+    first_block: int,
+    q_start: int,
+    k_start: int,
+    kv_len: int,
+    block: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     batch, q_len, heads, head_dim = q.shape
     assert k.shape[2] == v.shape[2] == heads, "one kv head per query head"
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
@@ -147,6 +166,14 @@ def launch(q, k, v, table, counts, first_block: int, q_start: int, k_start: int,
         **launch_options(block, dim),
     )
     return out, lse
+
+
+@block_sparse_attention.register_fake
+def _(q, k, v, table, counts, first_block, q_start, k_start, kv_len, block, scale):
+    batch, q_len, heads, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(
+        (batch, q_len, heads), dtype=torch.float32
+    )
 
 
 def launch_options(block: int, dim: int) -> dict:
