@@ -9,6 +9,18 @@ dtype — no second pass over the expert, no unmerged LoRA layers left for FSDP 
 trip over. A sharded load (rows [b, e) of each tensor) reads only those rows of `up`, of a
 bias and of a delta, and merges only its rows.
 
+A weight changed only by pairs (every LoRA users have: Lightning's, trained ones) is merged in
+tiles of rows (`merge_into`): per tile, Δ = up·down (one GEMM), W + s·Δ added into Δ's memory
+(W read once, straight from the mapped file), then cast into the destination and checked for
+NaN/inf while the tile is still in the CPU cache. Merging whole weights wrote and re-read a
+float32 copy of each (up to 280 MB: the widened W, the GEMM's accumulator, the cast's input) out
+of cache; and the GEMM goes to oneDNN where torch has it (`_product`). The GEMM's arithmetic is
+what is left (BENCHMARKS.md "The LoRA merge in cached tiles"). What is merged whole — a bias, a
+full delta, a quantized weight's dequantized values — computes Δ by the same tiles and adds it
+the same way, so every path gives the same bits (addmm's alpha·(up·down) + W, before, could
+differ from W + s·Δ in the last float32 bit at s ≠ 1: tests/unit/test_lora_tiles.py holds both
+to float32's error bound).
+
 Every file is untrusted: a key that names nothing in the model, a pair whose ranks disagree or
 whose product does not fit its weight (a 5B LoRA on A14B), a missing half of a pair — each
 stops the run before anything loads, naming the file and the key.
@@ -25,8 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import ConfigError
+from ..weights.finite import copy_checked, refuse
 from . import names
 from .read import LoraFile
 
@@ -35,6 +49,11 @@ log = logging.getLogger("parallel_wan")
 
 _local = threading.local()
 
+# float32 bytes of W's rows merged at once (a multiple of 64 rows): a tile and its product
+# stay in the CPU cache (2 MiB of L2 per core, 32 MiB of L3 here) from the GEMM to the NaN/inf
+# check, and a GEMM of 128–384 rows runs at the GEMM's full rate.
+TILE_BYTES = 8 << 20
+
 
 def _scratch(numel: int) -> torch.Tensor:
     """This thread's float32 scratch of at least `numel` elements."""
@@ -42,6 +61,61 @@ def _scratch(numel: int) -> torch.Tensor:
     if buffer is None or buffer.numel() < numel:
         buffer = _local.buffer = torch.empty(numel, dtype=torch.float32)
     return buffer[:numel]
+
+
+def _keep_freed_tiles() -> None:
+    """Once per thread: free one 31 MiB buffer, so that glibc keeps the tiles' products in this
+    thread's heap. Each product is a fresh allocation (oneDNN's op takes no `out=`); glibc hands
+    freed memory back to the kernel once its heap top exceeds a trim threshold that follows the
+    largest mmap'ed chunk freed so far, up to 32 MiB (mallopt(3), M_MMAP_THRESHOLD's dynamic
+    adjustment) — and then every tile faults in fresh pages, which first touches on a VM make
+    slow. Measured in the load benchmark's process: 40–50k page faults more per A14B block and
+    loads 2–3× as long now and then, none once one such buffer was freed. Nothing is touched:
+    the buffer is an mmap and a munmap. Other allocators ignore it."""
+    if not getattr(_local, "kept", False):
+        torch.empty(31 << 20, dtype=torch.uint8)
+        _local.kept = True
+
+
+def _onednn_linear():
+    """oneDNN's float32 linear (x·wᵀ), or None where torch lacks it. Inductor's CPU fusion calls
+    the same op. oneDNN JITs for the CPU it finds; torch.mm goes to MKL, whose sgemm ran 2.3×
+    slower on this project's AMD CPUs (rank 64 into 5120 columns, one core: 85 against 195
+    GFLOP/s). Its fused-add variant was slower than a separate add, so it is not used."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._linear_pointwise.default
+    except (AttributeError, RuntimeError):  # a build without the op: MKL's GEMM, the same numbers
+        return None
+
+
+_LINEAR = _onednn_linear()
+
+
+def _product(up: torch.Tensor, down_t: torch.Tensor) -> torch.Tensor:
+    """up·down as a new float32 tensor (down_t: downᵀ, contiguous)."""
+    if _LINEAR is not None:
+        return _LINEAR(up, down_t, None, "none", [], "")
+    return torch.mm(up, down_t.t())
+
+
+# The stored dtypes `torch.add` widens to float32 as it adds (float8 does not promote).
+_WIDENS_EXACTLY = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _tiles(rows: int, columns: int) -> list[tuple[int, int]]:
+    """[begin, end) of each tile of a (rows, columns) weight. No tile has one row unless the weight
+    has: oneDNN multiplies a single row with another kernel (a GEMV) whose sums can differ in the
+    last bit from its GEMM's, and a row's numbers must not depend on the tile it falls in (a
+    sharded load's rows equal the whole load's; measured: tiles of 2 rows and more give the
+    same bits, with 1 or 2 threads)."""
+    step = TILE_BYTES // (4 * max(1, columns))
+    step = max(2, step // 64 * 64 if step >= 64 else step)
+    begins = list(range(0, rows, step))
+    if len(begins) > 1 and rows - begins[-1] == 1:
+        begins.pop()
+    return list(zip(begins, [*begins[1:], rows]))
 
 
 @dataclass
@@ -53,12 +127,17 @@ class Contribution:
 
     def add_to(self, acc: torch.Tensor, rows: tuple[int, int] | None) -> None:
         """acc += the change, in place (float32): no tensor of the weight's size is allocated."""
-        if self.kind == "pair":
-            up = self.file.tensor(self.keys[0], rows)
-            down = self.file.tensor(self.keys[1])
-            acc.view(up.shape[0], down.shape[1]).addmm_(up, down, alpha=self.scale)
+        if self.kind == "pair":  # Δ by the tiles of `merge_into`, added as it adds: the same bits
+            up, down_t = self.factors(rows)
+            acc = acc.view(up.shape[0], down_t.shape[0])
+            for begin, end in _tiles(*acc.shape):
+                acc[begin:end].add_(_product(up[begin:end], down_t), alpha=self.scale)
         else:
             acc.add_(self.file.tensor(self.keys[0], rows).view(acc.shape), alpha=self.scale)
+
+    def factors(self, rows: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A pair's (up rows, downᵀ), float32, ready for `_product` tile by tile."""
+        return self.file.tensor(self.keys[0], rows), self.file.tensor(self.keys[1]).t().contiguous()
 
 
 @dataclass
@@ -92,6 +171,47 @@ class ExpertLora:
 
         return merged
 
+    def merging_copy(
+        self,
+        destination: torch.Tensor,
+        name: str,
+        source: Callable[[], torch.Tensor],
+        rows: tuple[int, int] | None,
+        origin: tuple[str, str],
+    ) -> Callable[[], None]:
+        """A task for the loader's copy pool (`copy_pool.run_all`): destination ← the weight with
+        its LoRA change, cast and checked for NaN/inf, which names `origin` (file, tensor)."""
+
+        def run() -> None:
+            bad = self.merge_into(destination, name, source(), rows)
+            if bad:
+                raise refuse(*origin, bad, destination.numel())
+
+        return run
+
+    def merge_into(self, destination: torch.Tensor, name: str, base: torch.Tensor, rows: tuple[int, int] | None) -> int:
+        """destination ← base + its LoRA change, cast, tile by tile of rows (module docstring);
+        returns how many values written are NaN or ±inf. Anything but a plain 2-D weight changed
+        by pairs only (a bias, a full delta, a fake tensor) is merged whole (`merged_source`)."""
+        contributions = self.targets[name]
+        if not _tileable(destination, base, contributions):
+            return copy_checked(destination, self.merged_source(name, lambda: base, rows)())
+        factors = [(c.factors(rows), c.scale) for c in contributions]
+        _keep_freed_tiles()
+        bad = 0
+        for begin, end in _tiles(*base.shape):
+            acc = base[begin:end]  # W as stored, only read: it may be the mapped file
+            if acc.dtype != torch.float32:  # widened first, so the adds below are float32 + float32
+                acc = _scratch(acc.numel()).view(acc.shape).copy_(acc)
+            for i, ((up, down_t), scale) in enumerate(factors):
+                delta = _product(up[begin:end], down_t)
+                if i == 0:  # W + s·Δ into Δ's fresh memory, as `add_to` adds into its accumulator
+                    acc = torch.add(acc, delta, alpha=scale, out=delta)
+                else:  # (W + s₁·Δ₁) + s₂·Δ₂: the order of the whole-weight merge
+                    acc.add_(delta, alpha=scale)
+            bad += copy_checked(destination[begin:end], acc)
+        return bad
+
     def record(self) -> dict:
         """For the sidecar: the files (identity, scale, format), what changed, what was dropped."""
         files = [{**f, "format": fmt} for f, fmt in zip(self.identity(), self.formats)]
@@ -104,6 +224,23 @@ class ExpertLora:
     @property
     def bytes_read(self) -> int:
         return sum(f.bytes_read for f, _ in self.files)
+
+
+def _tileable(destination: torch.Tensor, base: torch.Tensor, contributions: list[Contribution]) -> bool:
+    """Whether `merge_into` can merge by row tiles: real CPU float tensors of one 2-D shape,
+    contiguous, changed by pairs only."""
+    return (
+        destination.ndim == 2
+        and base.shape == destination.shape
+        and destination.is_floating_point()
+        and base.dtype in _WIDENS_EXACTLY
+        and destination.device.type == base.device.type == "cpu"
+        and not is_fake(destination)
+        and not is_fake(base)
+        and destination.is_contiguous()
+        and base.is_contiguous()
+        and all(c.kind == "pair" for c in contributions)
+    )
 
 
 def expert_lora(expert: str, sources: list[tuple[str, float, str]], shapes: dict[str, tuple]) -> ExpertLora | None:

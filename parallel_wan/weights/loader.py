@@ -31,7 +31,7 @@ from parallel_wan.weights.layout import Checkpoint, describe_checkpoint
 from parallel_wan.weights.quantized.at_load import quantizing_copy
 from parallel_wan.weights.quantized.form import quantized_targets
 from parallel_wan.weights.quantized.lora_merge import merge_requantized
-from parallel_wan.weights.quantized.names import scale_name
+from parallel_wan.weights.quantized.names import global_scale_name, scale_name
 from parallel_wan.weights.safetensors_io import (
     KeepFp32,
     TensorInfo,
@@ -190,14 +190,22 @@ def _read(
             source = lambda info=info, rows=rows: info.make(mapped[info.file], rows)
         else:
             source = copy_from(mapped[info.file], info, rows)
-        where = str(info.file)
+        where, base, merging = str(info.file), source, False
         if lora is not None and name in lora and scale_name(name) in sources and targets[name][1] in QUANTIZED:
             requantize.append((name, rows))  # after the copy: dequantize, add, requantize (quantized/lora_merge.py)
         elif lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
             source, where = lora.merged_source(name, source, rows), f"{info.file} (with its LoRA merged)"
+            merging = True
         origin = (where, info.name or name)
         if quantize != "none" and scale_name(name) in targets and scale_name(name) not in sources:
-            copies.append(quantizing_copy(buffers.flat[name], buffers.flat[scale_name(name)], source, quantize, origin))
+            flat = buffers.flat
+            copies.append(
+                quantizing_copy(
+                    flat[name], flat[scale_name(name)], source, quantize, origin, flat.get(global_scale_name(name))
+                )
+            )
+        elif merging:  # W's rows in cache-sized tiles: read, GEMM + add, cast and check (lora/merge.py)
+            copies.append(lora.merging_copy(buffers.flat[name], name, base, rows, origin))
         else:
             copies.append(copy_task(buffers.flat[name], source, origin))
     run_all(copies)

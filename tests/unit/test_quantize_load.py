@@ -1,5 +1,6 @@
-"""quantize=fp8|int8 at load (weights/quantized/at_load.py): the block linears of a wide checkpoint
-become quantize_rows of the stored weight (after the LoRA merge), nothing else changes; a sharded
+"""quantize=fp8|int8|nvfp4 at load (weights/quantized/at_load.py): the block linears of a wide checkpoint
+become quantize_rows of the stored weight (nvfp4: its packed values, e4m3 block scales and global
+scale per row; after the LoRA merge), nothing else changes; a sharded
 load holds the rows of the whole one; placement (device, host for memory=swap, JAX) keeps the
 quantized bytes and float32 scales; the converted-weights cache stores them under their own key;
 the settings' refusals are one line before anything loads."""
@@ -19,7 +20,7 @@ from parallel_wan.run import compose_settings, validate_job
 from parallel_wan.weights import tree
 from parallel_wan.weights.layout import describe_checkpoint
 from parallel_wan.weights.loader import load_transformer
-from parallel_wan.weights.quantized.form import KINDS, quantize_rows
+from parallel_wan.weights.quantized.form import KINDS, layer_names, quantize_layer, quantize_rows
 from parallel_wan.weights.quantized.names import is_scale, quantizable, scale_name
 
 EXPERT = "high_noise"
@@ -37,27 +38,31 @@ def _flat(*args, **kwargs):
     return tree.flatten(load_transformer(*args, **kwargs))
 
 
-@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("kind", ["fp8", "int8", "nvfp4"])
 def test_block_linears_are_quantize_rows_of_the_stored_weight(ckpt, kind):
     wide = _flat(ckpt, EXPERT, "float32", keeps_fp32)
     plain = _flat(ckpt, EXPERT, "bfloat16", keeps_fp32)
     got = _flat(ckpt, EXPERT, "bfloat16", keeps_fp32, quantize=kind)
     linears = [n for n in wide if quantizable(n)]
     assert len(linears) == 2 * 10  # 2 tiny blocks × (q, k, v, out of both attentions, two FFN linears)
-    assert set(got) == set(plain) | {scale_name(n) for n in linears}
+    assert set(got) == set(plain) | {s for n in linears for s in layer_names(n, kind)[1:]}
     for name in linears:
-        q, scale = quantize_rows(wide[name], kind)  # from the stored float32 values, not a bf16 rounding
-        assert got[name].dtype == KINDS[kind] and torch.equal(got[name].view(torch.uint8), q.view(torch.uint8)), name
-        assert got[scale_name(name)].dtype == torch.float32 and torch.equal(got[scale_name(name)], scale), name
+        # from the stored float32 values, not a bf16 rounding
+        for target, want in zip(layer_names(name, kind), quantize_layer(wide[name], kind), strict=True):
+            assert got[target].dtype == want.dtype and torch.equal(
+                got[target].view(torch.uint8), want.view(torch.uint8)
+            )
+        assert got[name].dtype == KINDS[kind] and got[scale_name(name)].dtype in (torch.float32, torch.float8_e4m3fn)
     for name in plain:  # norms, embeddings, modulation, head, biases: as without quantize=
         if not quantizable(name):
             assert got[name].dtype == plain[name].dtype and torch.equal(got[name], plain[name]), name
 
 
-def test_a_sharded_load_holds_the_rows_of_the_whole(ckpt):
-    whole = _flat(ckpt, EXPERT, "bfloat16", keeps_fp32, quantize="fp8")
+@pytest.mark.parametrize("kind", ["fp8", "nvfp4"])
+def test_a_sharded_load_holds_the_rows_of_the_whole(ckpt, kind):
+    whole = _flat(ckpt, EXPERT, "bfloat16", keeps_fp32, quantize=kind)
     for index in range(3):
-        part = _flat(ckpt, EXPERT, "bfloat16", keeps_fp32, (index, 3), quantize="fp8")
+        part = _flat(ckpt, EXPERT, "bfloat16", keeps_fp32, (index, 3), quantize=kind)
         assert part.keys() == whole.keys()
         for name, t in part.items():
             rows = whole[name].shape[0] if whole[name].ndim else 0
@@ -106,7 +111,8 @@ def test_the_weights_cache_stores_quantized_bytes_under_their_own_key(ckpt, tmp_
     assert len(sizes) == 2 and sizes[0] == os.path.getsize(entry) and sizes[0] < sizes[1]
 
 
-def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt):
+@pytest.mark.parametrize("kind", ["fp8", "nvfp4"])
+def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt, kind):
     import ml_dtypes
     import numpy as np
 
@@ -114,7 +120,7 @@ def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt):
     from parallel_wan.backends.torch.backend import start_torch_backend
     from parallel_wan.backends.torch.swap import to_host
 
-    params = load_transformer(ckpt, EXPERT, "float32", keeps_fp32, quantize="fp8")
+    params = load_transformer(ckpt, EXPERT, "float32", keeps_fp32, quantize=kind)
     flat = tree.flatten(params)
     backend = start_torch_backend("cpu")
     for placed in (
@@ -126,6 +132,8 @@ def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt):
             assert t.dtype == want, name
             if quantizable(name) or is_scale(name):
                 assert torch.equal(t.view(torch.uint8), flat[name].view(torch.uint8)), name
+    if kind == "nvfp4":  # JAX reads no NVFP4 (config/quantization.py refuses it there)
+        return
     name = next(n for n in flat if quantizable(n))
     host = placement.host_array(flat[name])
     assert host.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
@@ -145,6 +153,7 @@ def test_placement_keeps_quantized_bytes_and_float32_scales(ckpt):
         (["quant_compute=int8"], ["quant_compute='int8'", "auto, dequant, fp8"]),
         (["quantize=int8", "quant_compute=fp8"], ["quant_compute=fp8", "quantize=int8", "quant_compute=dequant"]),
         (["backend=jax", "quant_compute=fp8"], ["quant_compute=fp8", "backend=jax", "quant_compute=dequant"]),
+        (["backend=jax", "quantize=nvfp4"], ["quantize=nvfp4", "backend=jax", "quantize=fp8", "backend=torch"]),
     ],
 )
 def test_bad_quantization_settings_are_one_line_before_loading(overrides, words, tmp_path):

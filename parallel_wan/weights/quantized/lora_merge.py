@@ -20,20 +20,21 @@ import logging
 import torch
 
 from ..finite import non_finite, refuse
-from .form import dequantize, quantize_rows
-from .names import scale_name
+from .form import KINDS, dequantize, layer_names, quantize_layer
+from .names import global_scale_name, scale_name
 
 log = logging.getLogger("parallel_wan")
-KIND_OF = {torch.float8_e4m3fn: "fp8", torch.int8: "int8"}
+KIND_OF = {dtype: kind for kind, dtype in KINDS.items()}
 
 
 def merge_requantized(flat: dict[str, torch.Tensor], name: str, lora, rows: tuple[int, int] | None) -> None:
-    """flat[name] (int8/float8 weight rows) and its scale ← requantize(dequantize + LoRA), in place."""
-    q, scale = flat[name], flat[scale_name(name)]
-    merged = lora.merged_source(name, lambda: dequantize(q, scale), rows)()
+    """flat[name] (int8/float8/NVFP4 weight rows) and its scales ← requantize(dequantize + LoRA),
+    in place (NVFP4: requantized with a global scale per row, as quantize=nvfp4 does)."""
+    q, scale, scale_2 = flat[name], flat[scale_name(name)], flat.get(global_scale_name(name))
+    merged = lora.merged_source(name, lambda: dequantize(q, scale, scale_2), rows)()
     bad = non_finite(merged)
     if bad:
         raise refuse(f"a LoRA of the {lora.expert} expert", name, bad, merged.numel())
-    new_q, new_scale = quantize_rows(merged, KIND_OF[q.dtype])
-    q.copy_(new_q)
-    scale.copy_(new_scale.expand_as(scale))
+    kind = KIND_OF[q.dtype]
+    for target, values in zip(layer_names(name, kind), quantize_layer(merged, kind), strict=True):
+        flat[target].copy_(values.expand_as(flat[target]))
