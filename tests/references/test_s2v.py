@@ -269,7 +269,7 @@ def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
     base = [
         "model=tiny_s2v",
         "dtype=float32",
-        "steps=2",
+        "steps=1",
         "seed=3",
         "prompt='a woman talks'",
         "negative_prompt=blurry",
