@@ -39,10 +39,12 @@ def v5p():
     return aot.topology_devices(TOPOLOGY)
 
 
-@pytest.fixture(scope="module", params=["wan2.2_t2v_a14b", "wan2.2_ti2v_5b"])
+# TI2V-5B (704p×121) compiles the same step program with other sizes: its v5p figures are
+# benchmarks/tpu_aot.py's (BENCHMARKS.md); the suite compiles A14B only (23 s a model).
+@pytest.fixture(scope="module", params=["wan2.2_t2v_a14b"])
 def compiled(request, v5p) -> dict:
-    """The model's programs compiled for the v5p slice at its preset size (A14B 720p×81,
-    TI2V-5B 704p×121), dp2_cp4, and the planner's figures; the table is printed."""
+    """The model's programs compiled for the v5p slice at its preset size (A14B 720p×81),
+    dp2_cp4, and the planner's figures; the table is printed."""
     result = compile_model(run_spec(f"model={request.param}"), v5p, vae_effort=EFFORT, step_effort=EFFORT)
     print("\n" + report(result, TOPOLOGY))
     return result

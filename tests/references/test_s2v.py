@@ -286,7 +286,6 @@ def test_every_mesh_and_jax_render_the_one_process_s2v_video(tmp_path_factory):
     meshes = (
         (4, ["mesh=cp4"]),
         (3, ["mesh=cp2", "mesh.cp=3", "mesh.ulysses=1", "mesh.ring=3"]),
-        (4, ["mesh=dp2_cp2", "mesh.ulysses=1", "mesh.ring=2"]),
         (2, ["mesh=cp2", "memory=sharded"]),  # FSDP: the audio encoder, injectors and frame packer gathered whole
     )
     for world, mesh in meshes:
