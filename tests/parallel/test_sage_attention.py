@@ -105,7 +105,7 @@ def test_sage_video_on_a_mesh_is_close_to_the_sdpa_video(sdpa_video, mesh):
     assert 0 < err <= 4e-3 and diff.max() <= 4
 
 
-def test_the_smoothing_shift_is_exact_in_chunks(monkeypatch):
+def test_thesmoothing_shift_is_exact_in_chunks(monkeypatch):
     """sage's lse gets back q·mean(k)·scale, computed over chunks of tokens (memory): against
     float64, chunks of 3 over 10 tokens (a partial last one)."""
     import torch
@@ -115,7 +115,7 @@ def test_the_smoothing_shift_is_exact_in_chunks(monkeypatch):
     monkeypatch.setattr(sage_attention, "SHIFT_CHUNK", 3)
     gen = torch.Generator().manual_seed(1)
     q, mean_k = torch.randn(2, 10, 3, 16, generator=gen).bfloat16(), torch.randn(2, 1, 3, 16, generator=gen).bfloat16()
-    got = sage_attention._smoothing_shift(q, mean_k, 0.25)
+    got = sage_attention.smoothing_shift(q, mean_k, 0.25)
     want = torch.einsum("bshd,bxhd->bsh", q.double(), mean_k.double()) * 0.25
     assert got.dtype == torch.float32 and got.shape == (2, 10, 3)
     assert float((got.double() - want).abs().max()) <= 1e-5 * float(

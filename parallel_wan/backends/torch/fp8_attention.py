@@ -38,34 +38,35 @@ def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     (B, S, H, D) in q's dtype, lse (B, S, H) float32)."""
     from .attention import lse_dtype
     from .fp8_kernel import BLOCK_M, BLOCK_N, launch_attention
-    from .sage_attention import _smoothing_shift
+    from .sage_attention import smoothing_shift
 
     mean_k = k.mean(dim=1, keepdim=True)
     q8, q_scale = quantize_blocks(q, BLOCK_M, scale * LOG2E)
     k8, k_scale = quantize_blocks(k - mean_k, BLOCK_N)
     vt8, v_scale = quantize_channels(v)
     out, lse = launch_attention(q8, k8, vt8, q_scale, k_scale, v_scale, q.dtype)
-    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
+    return out, (lse + smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
 
 
 def quantize_blocks(x: torch.Tensor, block: int, factor: float = 1.0):
     """x (B, L, H, D) → (e4m3 (B, L, H, D), scale (B, H, ⌈L/block⌉) float32) with one scale per
-    `block` tokens of a head: absmax / e4m3's largest, so x/scale fills e4m3's range; `factor` is folded into
-    the scale (x ≈ e4m3 · scale / factor). An all-zero block gets scale 0 and zeros."""
+    `block` tokens of a head: absmax / e4m3's largest, so x/scale fills e4m3's range; `factor` is
+    folded into the scale (x ≈ e4m3 · scale / factor). An all-zero block gets scale 0 and zeros.
+    A partial last block is measured on its own tokens: x is never padded (a padded copy of q or
+    k at 720p — 75,600 % 128 = 80 — would be one more pass over 774 MB per call)."""
     b, length, h, d = x.shape
-    blocks = -(-length // block)
-    pad = blocks * block - length
-    tiles = (torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad)) if pad else x).reshape(b, blocks, block, h, d)
-    step = absmax_steps(tiles, (2, 4))  # (B, blocks, H)
-    inverse = torch.where(step > 0, 1.0 / step, 0.0)
-    out = torch.empty((b, blocks, block, h, d), dtype=E4M3, device=x.device)
-    per_chunk = max(1, TOKEN_CHUNK // block)
-    for first in range(0, blocks, per_chunk):
-        part = slice(first, first + per_chunk)
+    whole = length - length % block
+    steps = [absmax_steps(x[:, :whole].reshape(b, whole // block, block, h, d), (2, 4))]  # (B, blocks, H)
+    if whole < length:
+        steps.append(absmax_steps(x[:, whole:], (1, 3)).unsqueeze(1))
+    step = torch.cat(steps, dim=1)
+    inverse = torch.where(step > 0, 1.0 / step, 0.0).repeat_interleave(block, dim=1)[:, :length]  # per token
+    out = torch.empty((b, length, h, d), dtype=E4M3, device=x.device)
+    for first in range(0, length, TOKEN_CHUNK):
+        part = slice(first, first + TOKEN_CHUNK)
         # float32 before the cast: x/step within e4m3's range, rounded once, to nearest even
-        out[:, part] = (tiles[:, part].to(torch.float32) * inverse[:, part, None, :, None]).to(E4M3)
-    scale = (step * factor).transpose(1, 2).contiguous()
-    return out.view(b, blocks * block, h, d)[:, :length], scale
+        out[:, part] = (x[:, part].to(torch.float32) * inverse[:, part, :, None]).to(E4M3)
+    return out, (step * factor).transpose(1, 2).contiguous()
 
 
 def quantize_channels(v: torch.Tensor):

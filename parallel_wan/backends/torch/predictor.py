@@ -11,6 +11,7 @@ combine are pipeline/model_inputs.py's, as every backend's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -42,12 +43,23 @@ def _rope(task, tcfg, s2v_sequence: bool):
 def _sparse_attention(task, tokens: int):
     """sparse=radial's attention for the run's whole sequence (its mask over global positions)."""
     from ...parallel.block_visits import BlockMask
-    from ...parallel.radial_mask import radial_mask
     from .sparse_attention import SparseAttention
 
     settings = task.sparse
-    mask = radial_mask(tokens, task.grid, settings.block, settings.decay_factor)
+    mask = _radial_mask(tokens, tuple(task.grid), settings.block, settings.decay_factor)
     return SparseAttention(BlockMask(mask, settings.block, tokens), settings.dense_layers)
+
+
+@functools.lru_cache(maxsize=4)
+def _radial_mask(tokens: int, grid: tuple, block: int, decay_factor: float):
+    """The mask for a size, made once per process: 1.5 s of host work at 720p × 81, which a
+    server or a prompt file would otherwise repeat before every video of that size. Read-only:
+    every SparseAttention of that size shares it."""
+    from ...parallel.radial_mask import radial_mask
+
+    mask = radial_mask(tokens, grid, block, decay_factor)
+    mask.flags.writeable = False
+    return mask
 
 
 class EagerNoisePredictor(NoisePredictor):

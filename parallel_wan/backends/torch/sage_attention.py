@@ -39,13 +39,13 @@ def sage_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     v16 = v.to(torch.float16)  # Sage's PV runs in fp16 whatever the inputs
     v16 = v16 if v16.stride(-1) == 1 else v16.contiguous()
     out, lse = launch_attention(q_int8, k_int8, v16, q_scale, k_scale, q.dtype)
-    return out, (lse + _smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
+    return out, (lse + smoothing_shift(q, mean_k, scale)).to(lse_dtype(q.dtype))
 
 
 SHIFT_CHUNK = 4096  # tokens: a float32 copy of 4096 × 40 heads × 128 is 84 MB, of a whole 720p sequence 1.5 GB
 
 
-def _smoothing_shift(q: torch.Tensor, mean_k: torch.Tensor, scale: float) -> torch.Tensor:
+def smoothing_shift(q: torch.Tensor, mean_k: torch.Tensor, scale: float) -> torch.Tensor:
     """q·mean(k)·scale per (B, S, H) in float32, exactly what smoothing took off every score of
     the row. A product and a sum, not a matmul (whose float32 inputs a bf16 run never has), over
     chunks of tokens so the float32 copy of q stays small."""
