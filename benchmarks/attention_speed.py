@@ -19,7 +19,10 @@ kernels' rows directly — and its distance from the dense reference (a sparse m
 result: on random inputs, whose attention is near uniform, by about the output's own size; a
 quality figure needs a real model's activations and prompts). At 720p Radial's mask visits
 35.4 % of the blocks at decay 0.8 (38.9 % at 1.0, 31.5 % at 0.6); at the dry run's small grid
-the decay changes nothing.
+the decay changes nothing. Then sparse=svg's whole call (backends/torch/svg_attention.py: the
+64-query profile of every head, the placement gathers, the same kernel over its band, the
+gathers back) at its default density 0.3 and at 0.15 — 34.1 % and 19.7 % of the blocks at 720p
+(parallel/svg_mask.py) — with the share of heads the profile made temporal.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import statistics
 GPU_SHAPE = {"tokens": 75_600, "heads": 40, "head_dim": 128, "dtype": "bfloat16", "grid": (21, 45, 80), "block": 64}
 CPU_SHAPE = {"tokens": 512, "heads": 4, "head_dim": 64, "dtype": "float32", "grid": (8, 8, 8), "block": 16}
 DECAYS = (0.8, 1.0, 0.6)  # Radial's default decay factor first; larger is denser
+DENSITIES = (0.3, 0.15)  # sparse=svg's default density first
 REFERENCE = {"cuda": "cuda_cudnn", "cpu": "cpu_flash"}
 
 
@@ -85,16 +89,19 @@ def kernel_speeds(device, tokens: int, heads: int, head_dim: int, dtype, warmup:
 
 
 def sparse_speeds(device, shape: dict, dtype, warmup: int, iters: int) -> dict:
-    """The block-sparse kernel at `shape` (its grid and block) per decay factor: density, time,
-    TFLOP/s-equivalent, distance from dense. On a device the kernel does not run on (CPU outside
-    the interpreter) the torch path runs: its rows say which."""
+    """The block-sparse kernel at `shape` (its grid and block) per radial decay factor and per
+    svg density (its whole call): density, time, TFLOP/s-equivalent, distance from dense. On a
+    device the kernel does not run on (CPU outside the interpreter) the torch path runs: its
+    rows say which."""
     import torch
 
     from benchmarks.matmul_peak import time_call
     from parallel_wan.backends.torch import attention
     from parallel_wan.backends.torch.sparse_attention import SparseAttention, uses_triton
+    from parallel_wan.backends.torch.svg_attention import SpatioTemporalAttention
     from parallel_wan.parallel.block_visits import BlockMask
     from parallel_wan.parallel.radial_mask import radial_mask
+    from parallel_wan.parallel.svg_mask import svg_mask
 
     device = torch.device(device)
     tokens, heads, head_dim = shape["tokens"], shape["heads"], shape["head_dim"]
@@ -103,9 +110,14 @@ def sparse_speeds(device, shape: dict, dtype, warmup: int, iters: int) -> dict:
     dense, _ = attention.attention_with_lse(q, k, v, kernel=REFERENCE.get(device.type, "math"))
     flops = 4 * tokens * tokens * heads * head_dim
     rows = []
-    for decay in DECAYS:
-        mask = BlockMask(radial_mask(tokens, shape["grid"], shape["block"], decay), shape["block"], tokens)
-        sparse = SparseAttention(mask)
+    frame_tokens = shape["grid"][1] * shape["grid"][2]
+    masks = [
+        ("radial", "decay_factor", decay, radial_mask(tokens, shape["grid"], shape["block"], decay)) for decay in DECAYS
+    ]
+    masks += [("svg", "density", d, svg_mask(tokens, frame_tokens, shape["block"], d)) for d in DENSITIES]
+    for kind, knob, value, block_mask in masks:
+        mask = BlockMask(block_mask, shape["block"], tokens)
+        sparse = SparseAttention(mask) if kind == "radial" else SpatioTemporalAttention(mask, tuple(shape["grid"]))
         sparse.start_step(True)
 
         def call(sparse=sparse):
@@ -114,9 +126,15 @@ def sparse_speeds(device, shape: dict, dtype, warmup: int, iters: int) -> dict:
 
         out, _ = call()
         seconds = statistics.median(time_call(call, device, warmup, iters))
+        temporal = {}
+        if kind == "svg":
+            counts = sparse.layout_counts().tolist()
+            temporal = {"temporal_head_fraction": counts[0] / max(counts[1], 1)}
         rows.append(
             {
-                "decay_factor": decay,
+                "mask": kind,
+                knob: value,
+                **temporal,
                 "block": shape["block"],
                 "block_density": mask.block_density(),
                 "ms": 1e3 * seconds,
@@ -130,14 +148,19 @@ def sparse_speeds(device, shape: dict, dtype, warmup: int, iters: int) -> dict:
 
 def sparse_markdown(result: dict) -> list[str]:
     lines = [
-        f"Block-sparse attention (sparse=radial, grid {result['grid']}), TFLOP/s-equivalent = dense FLOPs / time:",
+        f"Block-sparse attention (sparse=radial and sparse=svg, grid {result['grid']}), TFLOP/s-equivalent = "
+        "dense FLOPs / time (svg: its whole call, profile and placement included):",
         "",
-        "| decay factor | block | density | ms | TFLOP/s-equivalent | out rel. to dense | path |",
+        "| mask | block | density | ms | TFLOP/s-equivalent | out rel. to dense | path |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
+        if r["mask"] == "radial":
+            name = f"radial, decay {r['decay_factor']}"
+        else:
+            name = f"svg, density {r['density']} ({r['temporal_head_fraction']:.0%} of heads temporal)"
         lines.append(
-            f"| {r['decay_factor']} | {r['block']} | {r['block_density']:.3f} | {r['ms']:.4g} "
+            f"| {name} | {r['block']} | {r['block_density']:.3f} | {r['ms']:.4g} "
             f"| {r['tflops_equivalent']:.4g} | {r['out_rel_to_dense']:.2e} | {r['path']} |"
         )
     return lines

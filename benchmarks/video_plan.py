@@ -57,6 +57,7 @@ RECIPES = (
     _variant("lightning sage", "attention_impl=sage"),
     _variant("lightning fp8 weights", "quantize=fp8", compiles=False),
     _variant("lightning radial", "sparse=radial", "sparse_dense_steps=1"),
+    _variant("lightning svg", "sparse=svg", "sparse_dense_steps=1"),
 )
 TINY_SIZES = {P720: (32, 48, 5), P480: (32, 32, 5)}
 

@@ -337,6 +337,7 @@ SECTION_OF = {
     "sparse_dense_steps": ("sparse_attention", "dense_steps"),
     "sparse_dense_layers": ("sparse_attention", "dense_layers"),
     "sparse_decay_factor": ("sparse_attention", "decay_factor"),
+    "sparse_density": ("sparse_attention", "density"),
     "sparse_block": ("sparse_attention", "block"),
 }
 

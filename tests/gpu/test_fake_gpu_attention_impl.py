@@ -139,17 +139,20 @@ def test_the_blocks_elementwise_work_runs_as_fused_kernels_on_the_gpu(files):
     assert fused["norm_modulate"] == fused["gated_residual"] == fused["rms_norm_rope"]
 
 
-def test_radial_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files):
-    """sparse=radial on a fake H100: after the dense first step, every block's self-attention
-    launches the block-sparse kernel (one op, on the GPU, in bf16) with the visit tables uploaded
-    once from pinned memory, and the loop stays quiet (no host read, no blocking copy)."""
+@pytest.mark.parametrize("kind", ["radial", "svg"])
+def test_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files, kind):
+    """sparse=radial and sparse=svg on a fake H100: after the dense first step, every block's
+    self-attention launches the block-sparse kernel (one op, on the GPU, in bf16) with the visit
+    tables uploaded once from pinned memory, and the loop stays quiet (no host read, no blocking
+    copy) — svg's profile, its head placement and its tally included: each head's order is
+    chosen on the GPU and never read by the host in the loop."""
     import collections
 
     sim = simulate(
         [
             "attention_impl=sdpa",
             "steps=2",
-            "sparse=radial",
+            f"sparse={kind}",
             "sparse_dense_steps=1",
             "sparse_dense_layers=0",
             "sparse_block=16",
@@ -168,4 +171,11 @@ def test_radial_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files):
     # step 0 dense (sparse_dense_steps=1); step 1: one launch per block (the tiny model's 2), the
     # CFG halves rows of the same call
     assert dict(launched) == {"step 1": 2}
-    assert sim.ranks[0].info["sparse"]["sparse_attention_calls"] == 2
+    record = sim.ranks[0].info["sparse"]
+    assert record["sparse"] == kind and record["sparse_attention_calls"] == 2
+    if kind == "svg":  # the placement: q, k, v gathered into each head's order, out and lse back
+        ops = sim.ranks[0].recorder.ops
+        gathers = {key: n for key, n in ops.items() if key[0] == "aten.gather" and key[3] == "step 1"}
+        assert all(device.startswith("cuda") for _, device, _, _ in gathers), gathers
+        assert sum(gathers.values()) == 2 * 5, gathers  # per block: q, k, v, out, lse
+        assert "temporal_head_fraction" in record

@@ -11,6 +11,7 @@ the same numbers."""
 import numpy as np
 import pytest
 from harness.ranks import run_on_ranks
+from harness.sparse_videos import sparse_video
 
 # float32 against float64: sums of ≤ 112 products and exponentials, each rounded at 6e-8
 # relative; measured ≤ 4e-7 on the output, 1e-6 on the lse. The bounds leave 10×.
@@ -110,22 +111,10 @@ SPARSE = [
 REL_BOUND = 1e-5
 
 
-def _video(rank, world, overrides):
-    from parallel_wan.backends.torch.backend import start_torch_backend
-    from parallel_wan.config.compose import compose_spec
-    from parallel_wan.launch import Launch
-    from parallel_wan.pipeline import generate, preflight
-
-    spec = compose_spec(list(overrides), world, output_dir="/tmp/unused")
-    backend = start_torch_backend(spec.execution.device, spec.mesh, Launch(rank, world, rank, "test"))
-    gen = generate(spec, backend, preflight(spec))
-    return (gen.latents, gen.info.get("sparse")) if rank == 0 else None
-
-
 @pytest.fixture(scope="module")
 def one_device():
     """The sparse video and the dense one on one device, in this process."""
-    return _video(0, 1, BASE + SPARSE), _video(0, 1, BASE)
+    return sparse_video(0, 1, BASE + SPARSE), sparse_video(0, 1, BASE)
 
 
 @pytest.mark.slow  # two tiny videos of 680 tokens in this process (5 s)
@@ -154,7 +143,7 @@ MESHES = {
 @pytest.mark.slow  # gloo ranks, each a tiny video of 680 tokens
 @pytest.mark.parametrize("name", list(MESHES))
 def test_sparse_video_on_a_mesh_is_the_one_device_sparse_video(one_device, name):
-    latents, record = run_on_ranks(_video, 2, BASE + SPARSE + MESHES[name], timeout_s=300)[0]
+    latents, record = run_on_ranks(sparse_video, 2, BASE + SPARSE + MESHES[name], timeout_s=300)[0]
     (ref, ref_record), _ = one_device
     err = np.linalg.norm(latents - ref) / np.linalg.norm(ref)
     print(f"{name}: latents rel err {err:.2e}")
@@ -167,11 +156,11 @@ def test_a_ring_with_a_step_cache_is_the_one_device_run():
     """The ring (each key block by its global positions; 340 tokens a rank, blocks cut) with
     First-Block Cache: a cached step calls no attention, so sparse and a step cache compose."""
     cache = ["cache=fbcache", "cache.threshold=0.95", "steps=4"]
-    ref, record = _video(0, 1, BASE + SPARSE + cache)
+    ref, record = sparse_video(0, 1, BASE + SPARSE + cache)
     # 3 sparse steps × 2 blocks would be 6 calls: the steps the cache reused ran fewer
     assert record["sparse_attention_calls"] < 6, record
     ring = ["mesh=cp2", "mesh.ulysses=1", "mesh.ring=2"]
-    latents, _ = run_on_ranks(_video, 2, BASE + SPARSE + cache + ring, timeout_s=300)[0]
+    latents, _ = run_on_ranks(sparse_video, 2, BASE + SPARSE + cache + ring, timeout_s=300)[0]
     err = np.linalg.norm(latents - ref) / np.linalg.norm(ref)
     print(f"ring2 + fbcache: latents rel err {err:.2e}")
     assert err <= REL_BOUND

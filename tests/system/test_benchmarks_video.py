@@ -15,7 +15,7 @@ from benchmarks.video_plan import FRAMES_MAX_LEVELS, RECIPES, SETUP_S
 
 pytestmark = pytest.mark.system
 
-RAN_ON_CPU = {"lightning bf16", "dense 480p", "lightning fp8 weights", "lightning radial"}
+RAN_ON_CPU = {"lightning bf16", "dense 480p", "lightning fp8 weights", "lightning radial", "lightning svg"}
 CUDA_ONLY = {"lightning sage", "lightning fp8 attention"}  # Triton kernels, bf16/fp16 on CUDA
 
 
@@ -44,6 +44,7 @@ def test_dry_run_runs_every_recipe_row_beside_diffusers(tmp_path):
     assert rows[("lightning fp8 weights", "ours")]["quantized_tensors"] > 0
     assert rows[("lightning fp8 weights", "ours")]["vs_baseline"] > 0
     assert rows[("lightning radial", "ours")]["sparse"]["sparse"] == "radial"
+    assert rows[("lightning svg", "ours")]["sparse"]["sparse"] == "svg"
     for name in CUDA_ONLY:
         note = rows[(name, "ours")]["note"]
         assert note.startswith("not run here") and "cuda" in note and "cpu float32" in note
@@ -61,7 +62,7 @@ def test_the_plan_fits_one_ten_minute_command_on_an_h200():
     cfg = architecture(video_plan.A14B).transformer
     plan = video_plan.plan_rows(None)
     total = SETUP_S + sum(video_plan.predicted(r, cfg, dry=False, calibration=1.0)["seconds"] for r, _ in plan)
-    assert len(plan) == 8 and 200 < total <= video.parse([]).budget_s <= 540
+    assert len(plan) == 9 and 200 < total <= video.parse([]).budget_s <= 540
     dense = video_plan.predicted(RECIPES[1], cfg, dry=False, calibration=1.0)
     assert 5 < dense["step_s"] < 7  # 480p with CFG: 0.51 × the 12 s 720p forward
 

@@ -73,8 +73,12 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     speeds = {r["kernel"]: r for r in phases["attention"]["kernels"]["rows"]}
     assert speeds["cpu_flash"]["vs_reference"] == 1.0 and speeds["math"]["out_rel"] < 1e-5
     assert "error" in speeds["fp8"] and "error" in speeds["cuda_cudnn"]  # GPU kernels: refused on CPU, said why
-    sparse = phases["attention"]["sparse"]["rows"]  # the torch path on CPU; never denser at a smaller decay
-    assert [r["decay_factor"] for r in sparse] == [0.8, 1.0, 0.6] and all(0 < r["block_density"] < 1 for r in sparse)
+    rows = phases["attention"]["sparse"]["rows"]  # the torch path on CPU; never denser at a smaller decay
+    sparse = [r for r in rows if r["mask"] == "radial"]
+    assert [r["decay_factor"] for r in sparse] == [0.8, 1.0, 0.6] and all(0 < r["block_density"] < 1 for r in rows)
+    svg = [r for r in rows if r["mask"] == "svg"]  # its whole call: profile, placement, kernel
+    assert [r["density"] for r in svg] == [0.3, 0.15] and svg[1]["block_density"] <= svg[0]["block_density"]
+    assert all(0 <= r["temporal_head_fraction"] <= 1 and r["ms"] > 0 and r["path"].startswith("torch") for r in svg)
     assert sparse[2]["block_density"] <= sparse[0]["block_density"] <= sparse[1]["block_density"]
     assert all(r["out_rel_to_dense"] > 0 and r["ms"] > 0 and r["path"].startswith("torch") for r in sparse)
     ops = {r["op"]: r for r in phases["attention"]["elementwise"]["ops"]}

@@ -5,9 +5,12 @@ anything loads."""
 import pytest
 from harness.settings import assert_refused, spec_for
 
+from parallel_wan.config.compose import compose_spec
+from parallel_wan.errors import ConfigError
 from parallel_wan.jobs.keys import result_key
 
 ON = ["sparse=radial", "steps=4", "sparse_dense_steps=1"]
+SVG = ["sparse=svg", "steps=4", "sparse_dense_steps=1"]
 
 
 def test_sparse_settings_are_read_and_recorded_only_when_on():
@@ -29,12 +32,42 @@ def test_sparse_settings_are_read_and_recorded_only_when_on():
     # the defaults are Radial Attention's Wan 2.2 settings
     default = spec_for("sparse=radial", "steps=40").sparse_attention
     assert (default.dense_steps, default.dense_layers, default.decay_factor, default.block) == (11, 1, 0.8, 64)
+    assert "sparse_density" not in spec.to_dict()  # svg's own setting: a radial run's keys stay as they were
+
+
+def test_svg_settings_are_read_and_recorded():
+    spec = _two_ranks(*SVG, "sparse_density=0.25", "mesh=cp2")  # Ulysses holds whole sequences
+    s = spec.sparse_attention
+    assert (s.kind, s.density, s.block) == ("svg", 0.25, 64)
+    record = spec.to_dict()
+    assert {k: record[k] for k in s.record()} == {
+        "sparse": "svg",
+        "sparse_dense_steps": 1,
+        "sparse_dense_layers": 1,
+        "sparse_density": 0.25,
+        "sparse_block": 64,
+    }
+    assert "sparse_decay_factor" not in record
+    assert result_key(spec) != result_key(_two_ranks(*SVG, "mesh=cp2"))  # the density changes the video
+
+
+def test_svg_on_a_ring_is_refused():
+    """svg reorders a head's whole sequence; a ring splits it (Ulysses inside it too)."""
+    for mesh in (["mesh.ulysses=1", "mesh.ring=2"], ["mesh.ulysses=1", "mesh.ring=2", "sparse_density=0.5"]):
+        with pytest.raises(ConfigError) as err:
+            _two_ranks(*SVG, "mesh=cp2", *mesh)
+        for word in ("sparse=svg", "ring of 2", "mesh.ulysses=2, mesh.ring=1", "sparse=radial"):
+            assert word in str(err.value), str(err.value)
+
+
+def _two_ranks(*overrides):
+    return compose_spec(list(overrides), 2, output_dir="/tmp/unused")
 
 
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["sparse=sliding"], ["sparse='sliding'", "none, radial"]),
+        (["sparse=sliding"], ["sparse='sliding'", "none, radial, svg"]),
         ([*ON, "sparse_block=48"], ["sparse_block=48", "16, 32, 64, 128"]),
         ([*ON, "sparse_decay_factor=0"], ["sparse_decay_factor=0", "positive"]),
         (["sparse=radial", "sparse_dense_steps=-1"], ["sparse_dense_steps=-1", "≥ 0"]),
@@ -44,6 +77,12 @@ def test_sparse_settings_are_read_and_recorded_only_when_on():
         ([*ON, "backend=jax"], ["sparse=radial", "backend=jax", "backend=torch"]),
         ([*ON, "sequence_parallel=xfuser"], ["sparse=radial", "sequence_parallel=xfuser", "sequence_parallel=ours"]),
         ([*ON, "model=tiny_animate"], ["sparse=radial", "segment by segment", "sparse=none"]),
+        ([*SVG, "sparse_density=0"], ["sparse_density=0", "between 0 and 1"]),
+        ([*SVG, "sparse_density=1.5"], ["sparse_density=1.5", "between 0 and 1"]),
+        ([*SVG, "sparse_decay_factor=0.5"], ["sparse_decay_factor=0.5", "sparse=radial", "but sparse=svg"]),
+        ([*ON, "sparse_density=0.2"], ["sparse_density=0.2", "sparse=svg", "but sparse=radial"]),
+        (["sparse_density=0.2"], ["sparse_density=0.2", "sparse=none", "add sparse=svg"]),
+        ([*SVG, "backend=jax"], ["sparse=svg", "backend=jax", "backend=torch"]),
     ],
     ids=[
         "kind",
@@ -56,6 +95,12 @@ def test_sparse_settings_are_read_and_recorded_only_when_on():
         "jax",
         "xfuser",
         "animate",
+        "svg_density_zero",
+        "svg_density_over_one",
+        "svg_with_decay",
+        "radial_with_density",
+        "density_without_sparse",
+        "svg_jax",
     ],
 )
 def test_sparse_refusals(overrides, words):

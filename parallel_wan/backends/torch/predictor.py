@@ -41,13 +41,28 @@ def _rope(task, tcfg, s2v_sequence: bool):
 
 
 def _sparse_attention(task, tokens: int):
-    """sparse=radial's attention for the run's whole sequence (its mask over global positions)."""
+    """sparse=radial's or sparse=svg's attention for the run's whole sequence (its mask over
+    global positions)."""
     from ...parallel.block_visits import BlockMask
     from .sparse_attention import SparseAttention
+    from .svg_attention import SpatioTemporalAttention
 
-    settings = task.sparse
-    mask = _radial_mask(tokens, tuple(task.grid), settings.block, settings.decay_factor)
+    settings, grid = task.sparse, tuple(task.grid)
+    if settings.kind == "svg":
+        mask = _svg_mask(tokens, grid[1] * grid[2], settings.block, settings.density)
+        return SpatioTemporalAttention(BlockMask(mask, settings.block, tokens), grid, settings.dense_layers)
+    mask = _radial_mask(tokens, grid, settings.block, settings.decay_factor)
     return SparseAttention(BlockMask(mask, settings.block, tokens), settings.dense_layers)
+
+
+@functools.lru_cache(maxsize=4)
+def _svg_mask(tokens: int, frame_tokens: int, block: int, density: float):
+    """sparse=svg's band mask for a size, once per process (read-only, shared)."""
+    from ...parallel.svg_mask import svg_mask
+
+    mask = svg_mask(tokens, frame_tokens, block, density)
+    mask.flags.writeable = False
+    return mask
 
 
 @functools.lru_cache(maxsize=4)
@@ -173,8 +188,14 @@ class EagerNoisePredictor(NoisePredictor):
             counts = torch.tensor([rows, calls], dtype=torch.int64, device=self.backend.device)
             rows, calls = (int(n) for n in torch.stack(self.backend.exchange_dp(counts)).sum(0).cpu())
         mask = self.sparse.mask
+        layouts = {}
+        if self.task.sparse.kind == "svg":  # every rank's heads and rows: the one-device count
+            local = self.sparse.layout_counts().to(self.backend.device)
+            temporal, profiled = self.backend.exchanges.sum_to_host(local, "world")
+            layouts = {"temporal_head_fraction": round(float(temporal / max(profiled, 1)), 6)}
         return {
             **self.task.sparse.record(),
+            **layouts,
             "block_density": round(mask.block_density(), 6),  # the fraction of block pairs visited
             "pair_density": round(mask.visited_pairs() / mask.tokens**2, 6),  # of (query, key) pairs
             "sparse_attention_calls": calls,  # self-attention layers run sparse, over the dp groups
