@@ -351,14 +351,23 @@ def main() -> None:
             (ours_label, ours("bfloat16")),
             (UNCHECKED, lambda: without_finite_check(ours("bfloat16"))),
         ]
-        lora_label = None
+        lora_label = deferred_label = None
         if args.lora_rank:
             lora = write_synthetic_lora(root / "lora.safetensors", ckpt.transformers["single"], args.lora_rank)
             lora_label = f"ours {short} → bf16 + LoRA rank {args.lora_rank} merged"
+            deferred_label = f"  the same on a GPU run: the host's part ({short} left as stored)"
             methods.append(
                 (
                     lora_label,
                     lambda: load_transformer(ckpt, "single", "bfloat16", keeps_fp32, lora=expert_with(lora, ckpt)),
+                )
+            )
+            methods.append(
+                (
+                    deferred_label,
+                    lambda: load_transformer(
+                        ckpt, "single", "bfloat16", keeps_fp32, lora=expert_with(lora, ckpt), lora_on_device=True
+                    ),
                 )
             )
         if args.all_rows:
@@ -432,6 +441,10 @@ def main() -> None:
                 f"loading with the LoRA merged / without: {best[lora_label] / best[ours_label]:.2f}× (target ≤ 1.2×); "
                 f"its GEMMs are {flop / 1e9:.0f} GFLOP: {flop / max(extra, 1e-9) / 1e9:.0f} GFLOP/s over the "
                 f"{extra:.3f} s it adds"
+            )
+            print(
+                f"a GPU run's host part of the same load (the merge on the device: python -m "
+                f"benchmarks.lora_placement): {best[deferred_label] / best[ours_label]:.2f}× the plain load"
             )
         if diffusers_label in best:
             print(

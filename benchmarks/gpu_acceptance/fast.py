@@ -275,11 +275,17 @@ def attention(phase) -> None:
 
 
 def load(phase) -> None:
+    """The page cache's rates, then a LoRA'd expert's load + placement on the device against the
+    plain one's (benchmarks/lora_placement.py: issue 43's ≤ 1.2×), on the same checkpoint."""
     from benchmarks.load import A14B_BLOCK, page_cache_rates
+    from benchmarks.lora_placement import placement_with_lora
 
     block, layers = (LOAD_CPU_BLOCK, 1) if phase.dry_run else (A14B_BLOCK, 2)
+    repeats = 2 if phase.dry_run else 3
     with tempfile.TemporaryDirectory(prefix="acceptance_load_", dir=_scratch(phase)) as root:
-        phase.record("rates", page_cache_rates(Path(root), layers, 2 if phase.dry_run else 3, block))
+        phase.record("rates", page_cache_rates(Path(root), layers, repeats, block))
+        device = "cpu" if phase.dry_run else phase.device
+        phase.record("lora", placement_with_lora(Path(root), layers, repeats, block, device))
 
 
 # What the video table leaves of the phase's budget: the child's imports and the row in flight

@@ -151,6 +151,11 @@ def rows(doc: dict, command: str, date: str) -> str:
                 f"({load['ours_vs_read']:.2f} of read())."
             ),
         ]
+    lora = phases.get("load", {}).get("lora")
+    if lora:
+        from benchmarks.lora_placement import markdown as markdown_lora
+
+        out += ["", *markdown_lora(lora)]
     whole = phases.get("whole_video", {}).get("video")
     if whole and "setup_s" in whole:
         from benchmarks.video import markdown as markdown_videos  # imports torch: only when there are rows

@@ -18,6 +18,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import ConfigError
 from ..weights.finite import non_finite, refuse
+from ..weights.safetensors_io import MappedFile
 from .settings import SAFETENSORS
 
 # Where diffusers keeps a PEFT adapter's config (r, lora_alpha, patterns) in the header.
@@ -41,6 +42,7 @@ class LoraFile:
                     f"{where} is not a readable safetensors file ({exc}); re-download or convert it"
                 ) from None
             self._tensors = None
+            self._mapped = None  # the tensors' bytes, mapped on first read (weights/safetensors_io.py)
         else:
             try:
                 data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -99,18 +101,32 @@ class LoraFile:
             t = self._tensors[key]
             t = t if rows is None else t[rows[0] : rows[1]]
         else:
-            t = self._file.get_tensor(key) if rows is None else self._file.get_slice(key)[rows[0] : rows[1]]
+            # through the loader's own mapping (views of the file's pages, rows sliced by offset):
+            # one reader of untrusted safetensors bytes for checkpoints and LoRAs, and a tensor
+            # made by torch.frombuffer, which the fake-GPU harness's fake mode lets through
+            if self._mapped is None:
+                self._mapped = MappedFile(self.path)
+            t = self._mapped.view(self._mapped.infos[key], rows)
         self.bytes_read += t.numel() * t.element_size()
         return t.float()
 
+    def _number(self, key: str) -> float:
+        if self._tensors is None:
+            if self._mapped is None:
+                self._mapped = MappedFile(self.path)
+            value = self._mapped.number(self._mapped.infos[key])
+            if value is not None:
+                self.bytes_read += self._mapped.infos[key].end - self._mapped.infos[key].start
+                return value
+        return float(self._read(key).reshape(()))
+
     def scalar(self, key: str) -> float:
         """An alpha, read while the run is checked (a bad one is a ConfigError, like a bad setting)."""
-        t = self._read(key)
-        if t.numel() != 1:
+        if math.prod(self.shapes[key]) != 1:
             raise ConfigError(
-                f"{self.setting}={self.path}: {key} should hold one number (an alpha), not shape {tuple(t.shape)}"
+                f"{self.setting}={self.path}: {key} should hold one number (an alpha), not shape {self.shapes[key]}"
             )
-        value = float(t.reshape(()))
+        value = self._number(key)
         if not math.isfinite(value):
             raise ConfigError(f"{self.setting}={self.path}: {key} is {value}, not a finite number")
         return value

@@ -313,6 +313,16 @@ def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
 
     def expert(name):
         lora = loras[name]
+        placement = expert_placement(spec, ckpt, name, shard)
+        # an expert placed whole on a GPU takes its LoRA merged there (lora/merge.py); the
+        # weights cache must hold merged weights, and quantize= merges before it quantizes
+        on_device = (
+            lora is not None
+            and cache_dir is None
+            and spec.quantization.quantize == "none"
+            and placement.get("where", "device") == "device"
+            and getattr(backend, "merges_lora_on_device", False)
+        )
         params = load_transformer(
             ckpt,
             name,
@@ -322,19 +332,21 @@ def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
             lora,
             cache_dir=cache_dir,
             quantize=spec.quantization.quantize,
+            lora_on_device=on_device,
         )
+        if on_device:
+            placement["lora"] = lora
+        placed = backend.place(params, spec.execution.dtype, dit.keeps_fp32, **placement)
         if lora is not None:
             log.info(
-                "%s expert: merged %d LoRA file(s), %d tensors changed, %.1f MB of LoRA read",
+                "%s expert: merged %d LoRA file(s)%s, %d tensors changed, %.1f MB of LoRA read",
                 name,
                 len(lora.files),
+                " on the device" if on_device else "",
                 len(lora.targets),
                 lora.bytes_read / 1e6,
             )
-        return name, (
-            ckpt.transformers[name],
-            backend.place(params, spec.execution.dtype, dit.keeps_fp32, **expert_placement(spec, ckpt, name, shard)),
-        )
+        return name, (ckpt.transformers[name], placed)
 
     def text_and_vae():
         if keep is not None:

@@ -64,6 +64,7 @@ def load_transformer(
     *,
     cache_dir: str | Path | None = None,
     quantize: str = "none",
+    lora_on_device: bool = False,
 ) -> dict:
     """One expert's params tree: "high_noise" / "low_noise" (A14B) or "single" (TI2V-5B).
 
@@ -71,7 +72,10 @@ def load_transformer(
     layer owns that policy: `parallel_wan.models.transformer.keeps_fp32`). shard=(index, count)
     keeps only dim-0 chunk `index` of `count` of each tensor (see the module docstring).
     lora: the expert's `lora.merge.ExpertLora`, merged into the tensors it changes in their one
-    copy (a sharded load merges only its rows).
+    copy (a sharded load merges only its rows). lora_on_device: leave each plain tensor it changes
+    as stored in the mapped file instead, named in `lora.deferred`, for the backend's placement
+    to merge on the device (`ExpertLora.merge_on_device`; a whole load without the cache or
+    quantize= only).
     quantize: "fp8" | "int8" stores each block linear's weight in one byte with a float32 scale
     per output channel (weights/quantized/at_load.py), quantized after its LoRA is merged; "none": as is.
 
@@ -83,10 +87,14 @@ def load_transformer(
     checkpoint = _as_checkpoint(checkpoint)
     sources = expert_sources(checkpoint, expert)
     target = torch_dtype(dtype)
-    if cache_dir is None:
-        return tree.unflatten(
-            _read(sources, _targets(sources, target, keep_fp32, shard, quantize), shard, lora, quantize).flat
+    if lora_on_device and (lora is None or shard is not None or cache_dir is not None or quantize != "none"):
+        raise ValueError(
+            "lora_on_device needs a LoRA and a whole load without the weights cache or quantize= "
+            "(the cache keeps merged weights; a shard or a quantized weight merges as it loads)"
         )
+    if cache_dir is None:
+        targets = _targets(sources, target, keep_fp32, shard, quantize)
+        return tree.unflatten(_read(sources, targets, shard, lora, quantize, lora_on_device).flat)
     full = _targets(sources, target, keep_fp32, None, quantize)  # quantize= changes dtypes and adds scales: the key
     key = converted_weights.cache_key(
         checkpoint.experts[expert],
@@ -171,7 +179,12 @@ def _targets(
 
 
 def _read(
-    sources: dict[str, Source], targets: Targets, shard: Shard | None, lora=None, quantize: str = "none"
+    sources: dict[str, Source],
+    targets: Targets,
+    shard: Shard | None,
+    lora=None,
+    quantize: str = "none",
+    lora_on_device: bool = False,
 ) -> Buffers:
     if lora is not None:
         missing = sorted(set(lora.targets) - set(sources))
@@ -179,8 +192,11 @@ def _read(
             raise ValueError(
                 f"the {lora.expert} expert's LoRA changes {missing[:3]}, which its checkpoint does not hold"
             )
-    buffers = allocate(targets, stack=shard is None)
+    # merged on the device later: each left as stored, neither allocated nor copied here
+    deferred = {n for n in lora.targets if not isinstance(sources[n], Derived)} if lora_on_device else set()
+    buffers = allocate({n: t for n, t in targets.items() if n not in deferred}, stack=shard is None)
     mapped = map_files(info.file for info in sources.values())
+    stored = {}
     order = sorted(sources, key=lambda n: (sources[n].file, sources[n].start))  # file order: streams a cold disk
     copies, requantize = [], []
     for name in order:
@@ -191,6 +207,10 @@ def _read(
         else:
             source = copy_from(mapped[info.file], info, rows)
         where, base, merging = str(info.file), source, False
+        if name in deferred:
+            stored[name] = source
+            lora.deferred[name] = (f"{info.file} (with its LoRA merged on the device)", info.name or name)
+            continue
         if lora is not None and name in lora and scale_name(name) in sources and targets[name][1] in QUANTIZED:
             requantize.append((name, rows))  # after the copy: dequantize, add, requantize (quantized/lora_merge.py)
         elif lora is not None and name in lora:  # merged in this copy: read, widen, add, cast once
@@ -209,6 +229,8 @@ def _read(
         else:
             copies.append(copy_task(buffers.flat[name], source, origin))
     run_all(copies)
+    if deferred:  # the stored tensors (views of the mapped files) in the checkpoint's order
+        buffers.flat = {name: stored[name]() if name in deferred else buffers.flat[name] for name in targets}
     for name, rows in requantize:
         merge_requantized(buffers.flat, name, lora, rows)
     if requantize:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import struct
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -125,6 +126,21 @@ class MappedFile:
         if count == 0:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).view(shape)
+
+    def number(self, info: TensorInfo) -> float | None:
+        """A one-value tensor's value decoded from its bytes (no tensor made: under the fake-GPU
+        harness's fake mode reading a tensor's value is an op), or None for a dtype not decoded
+        here or a tensor of another size."""
+        formats = {"F64": "<d", "F32": "<f", "F16": "<e", "BF16": "bf16"}
+        if info.dtype not in formats or math.prod(info.shape) != 1:
+            return None
+        size = 2 if info.dtype == "BF16" else struct.calcsize(formats[info.dtype])
+        if info.start + size > min(info.end, len(self._map)):
+            return None  # truncated: the tensor read names the problem
+        raw = self._map[info.start : info.start + size]
+        if info.dtype == "BF16":  # bfloat16 is float32's upper half
+            return struct.unpack("<f", b"\0\0" + raw)[0]
+        return struct.unpack(formats[info.dtype], raw)[0]
 
     def prefetch(self, info: TensorInfo) -> None:
         """Ask the kernel to read a tensor's pages ahead (one large request instead of a page

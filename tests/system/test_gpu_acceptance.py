@@ -70,6 +70,9 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     assert any("kernel cpu_flash" in v for v in phases["step_cp8"]["summary"]["variants"])
     assert set(phases["vae"]["bands"]) == {"1", "2"} and all(b["finite"] for b in phases["vae"]["bands"].values())
     assert phases["load"]["rates"]["read_gbps"] > 0
+    lora = phases["load"]["lora"]  # load + placement with a LoRA merged on the device, on the host, none
+    assert set(lora["seconds"]) == {"plain", "merged on the device", "merged on the host"} and lora["rank"] == 64
+    assert all(s > 0 for s in lora["seconds"].values())
     speeds = {r["kernel"]: r for r in phases["attention"]["kernels"]["rows"]}
     assert speeds["cpu_flash"]["vs_reference"] == 1.0 and speeds["math"]["out_rel"] < 1e-5
     assert "error" in speeds["fp8"] and "error" in speeds["cuda_cudnn"]  # GPU kernels: refused on CPU, said why
@@ -98,6 +101,7 @@ def test_dry_run_runs_every_phase_and_writes_the_rows(tmp_path):
     assert "| cpu_flash | " in rows and "Attention kernels at 512 tokens" in rows
     assert "Whole videos (benchmarks/video.py" in rows and "| lightning bf16 (" in rows
     assert "| norm_modulate | " in rows and "TFLOP/s-equivalent" in rows
+    assert "LoRA rank 64 on 1 Wan-shaped blocks (a CPU standing in for the device" in rows
 
 
 @pytest.mark.parametrize(

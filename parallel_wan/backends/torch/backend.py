@@ -181,8 +181,11 @@ class TorchBackend(Backend):
         where: str = "device",
         full_rows: dict[str, int] | None = None,
         transformer: bool = False,
+        lora=None,
     ):
         """Move a param tree to the device, casting to `dtype` except where `keep_fp32(name)`.
+        lora: an `ExpertLora` whose `deferred` weights the tree holds as stored: each is merged
+        on the device as it moves (`merges_lora_on_device`).
         where="host": keep it in host memory (pinned on CUDA) as a swap.HostExpert, for
         memory=swap's low-noise expert. where="sharded": `tree` holds this rank's chunks (from
         `weight_shard`) and `full_rows` each tensor's whole dim 0 → an fsdp.ShardedExpert."""
@@ -199,6 +202,8 @@ class TorchBackend(Backend):
             raise ValueError(f"where={where!r} is not a placement; use device, host or sharded")
 
         def move(name, t):  # quantized weights keep their bytes, their scales float32 (weights/quantized/)
+            if lora is not None and name in lora.deferred:
+                return lora.merge_on_device(name, t, self.device, placed_dtype(name, torch.float32, target, keep_fp32))
             return t.to(device=self.device, dtype=placed_dtype(name, t.dtype, target, keep_fp32))
 
         if transformer and self.compile and isinstance(tree.get("blocks"), list):
@@ -209,6 +214,13 @@ class TorchBackend(Backend):
             rest = map_leaves(move, {k: v for k, v in tree.items() if k != "blocks"})
             return {**rest, "blocks": blocks}
         return map_leaves(move, tree)
+
+    @property
+    def merges_lora_on_device(self) -> bool:
+        """Whether an expert placed whole here takes its LoRA merged on the device
+        (lora/merge.py `merge_on_device`): on a GPU, where the GEMMs are nearly free; a CPU run
+        merges as it loads (the same arithmetic, one pass fewer)."""
+        return self.device.type == "cuda"
 
     def to_device(self, array: np.ndarray | torch.Tensor, dtype: str | None = None) -> torch.Tensor:
         t = torch.as_tensor(array).to(self.device)
