@@ -107,6 +107,9 @@ class Backend(Protocol):
     # how a quantized block linear multiplies (config/quantization.py): "dequant" widens its weight
     # as it runs; "fp8" multiplies in FP8 (torch: backends/torch/fp8_gemm.py). The sidecar records it.
     quant_compute: str = "dequant"
+    # an expert placed whole takes its LoRA merged by `place` on the device (placement's `lora=`,
+    # lora/merge.py `merge_on_device`) instead of by the loader on the host: torch on a GPU
+    merges_lora_on_device: bool = False
 
     def attention_kernel(self, dtype: str, head_dim: int) -> str | None:
         """The self-attention kernel attention_impl resolved to for a model of `head_dim` run in
@@ -123,7 +126,8 @@ class Backend(Protocol):
 
     def place(self, tree, dtype: str, keep_fp32=None, **placement):
         """A loaded param tree on the device(s) in `dtype` (float32 where `keep_fp32(name)`);
-        `placement`: a backend's own memory-mode options (pipeline/checkpoint.py passes them)."""
+        `placement`: a backend's own memory-mode options (pipeline/checkpoint.py passes them), and
+        `lora=` only where `merges_lora_on_device`."""
         ...
 
     def weight_shard(self, memory: str) -> tuple[int, int] | None:

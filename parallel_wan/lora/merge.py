@@ -66,7 +66,11 @@ TILE_BYTES = 8 << 20
 
 
 def _scratch(numel: int) -> torch.Tensor:
-    """This thread's float32 scratch of at least `numel` elements."""
+    """This thread's float32 scratch of at least `numel` elements. Under a fake mode (the
+    fake-GPU harness, the planner) a fresh fake one each time: a fake buffer kept for the thread
+    would hand its garbage to the next real merge."""
+    if is_fake(torch.empty(0)):
+        return torch.empty(numel, dtype=torch.float32)
     buffer = getattr(_local, "buffer", None)
     if buffer is None or buffer.numel() < numel:
         buffer = _local.buffer = torch.empty(numel, dtype=torch.float32)
@@ -82,7 +86,7 @@ def _keep_freed_tiles() -> None:
     slow. Measured in the load benchmark's process: 40–50k page faults more per A14B block and
     loads 2–3× as long now and then, none once one such buffer was freed. Nothing is touched:
     the buffer is an mmap and a munmap. Other allocators ignore it."""
-    if not getattr(_local, "kept", False):
+    if not getattr(_local, "kept", False) and not is_fake(torch.empty(0)):
         torch.empty(31 << 20, dtype=torch.uint8)
         _local.kept = True
 

@@ -321,7 +321,7 @@ def load_components(spec: RunSpec, ckpt, backend, keep=None) -> Loaded:
             and cache_dir is None
             and spec.quantization.quantize == "none"
             and placement.get("where", "device") == "device"
-            and getattr(backend, "merges_lora_on_device", False)
+            and backend.merges_lora_on_device
         )
         params = load_transformer(
             ckpt,
