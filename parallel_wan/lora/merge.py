@@ -234,7 +234,8 @@ class ExpertLora:
         contribution as `merge_into` adds them, cast to `dtype`, checked. Raises BadWeights
         naming the file and the tensor when a value written is NaN or ±inf."""
         acc = torch.empty(stored.shape, dtype=torch.float32, device=device)
-        acc.copy_(stored.to(device))  # the bytes as stored cross once; widened where they land
+        # the bytes as stored cross once, widened where they land (float32: straight into acc)
+        acc.copy_(stored if stored.dtype == torch.float32 else stored.to(device))
         for contribution in self.targets[name]:
             if contribution.kind == "pair":
                 up, down_t = contribution.factors(None)
