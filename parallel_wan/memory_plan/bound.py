@@ -12,7 +12,8 @@ alive at once:
 - the denoise loop: per forward row and local token, the block's activations (its input, fp32
   norm and modulation temporaries, q/k/v and the attention output, the sequence-parallel
   exchange buffers: 16 bytes + 12 elements per channel), the FFN's hidden layer twice (its
-  projection and GELU), a per-token timestep's modulation tables (TI2V: 18 fp32 copies of the
+  projection and GELU), sparse=svg's gathered copies (6 elements per channel) and its profile,
+  a per-token timestep's modulation tables (TI2V: 18 fp32 copies of the
   channels); per row the text keys/values (6 elements per channel of the 512 text tokens); the
   sampler's state and the predictor's fp32 inputs and outputs (12 fp32 copies of the tokens);
 - what is held through the loop: the encoded text before and after the text embedder (twice),
@@ -33,6 +34,7 @@ from __future__ import annotations
 import math
 
 from ..config import RunSpec
+from ..parallel.svg_mask import PROFILE_BYTES, SAMPLES
 from .audio_encoder_bytes import audio_encoder_bytes
 from .denoise_bytes import cache_bytes, rank_shapes
 from .image_encoder_bytes import image_encoder_bytes
@@ -73,6 +75,10 @@ def phase_bounds(spec: RunSpec, tcfg, vcfg, text_shape) -> dict:
         + shapes.rows * TEXT_LEN * dim * width * 6
         + 12 * tokens
     )
+    if spec.sparse_attention.kind == "svg":  # q, k, v gathered into each head's order, out and lse
+        # gathered back, the gather indices, the profile's scores (parallel/svg_mask.py)
+        profile = min(PROFILE_BYTES, shapes.rows * SAMPLES * shapes.tokens * 4 * 3 * tcfg.num_attention_heads)
+        loop += units * (6 * dim * width + 3 * 8 * tcfg.num_attention_heads) + profile
     context = (prompts + int(spec.uses_guidance)) * TEXT_LEN * (tcfg.text_dim + dim) * width
     cond = shapes.local * math.prod(tcfg.patch_size) * max(tcfg.in_channels - tcfg.out_channels, 0) * 4
     held = (

@@ -166,6 +166,10 @@ def _denoise_bytes(spec: RunSpec, tcfg, shapes: RankShapes) -> DenoiseBytes:
         per_token_timestep=variant.per_token_timestep,
         cond_tokens=task_cond,
         fixed_mask=fixed_mask,
+        # sparse=svg holds more than dense attention (its gathered q/k/v, its profile's scores):
+        # every counted step runs it. radial's kernel holds what a dense one does.
+        sparse=spec.sparse_attention if spec.sparse_attention.kind == "svg" else None,
+        sparse_from_step=0,
     )
     predictor = backend.noise_predictor(task)
     x = torch.empty((shapes.batch, shapes.local, patch * tcfg.out_channels), device=META)

@@ -52,7 +52,10 @@ class MetaBackend(TorchBackend):
             META, TorchMesh.build(mesh, NullCollectives(rank=0, world=mesh.world_size)), ops=FusedAttentionOps()
         )
 
-    def self_attention_for(self, shards):
+    def self_attention_for(self, shards, sparse=None):
+        """sparse: sparse=svg's attention (memory_plan/denoise_bytes.py hands it in): its profile
+        and its gathers run on meta and are counted, its kernel only makes its outputs."""
         from ..backends.torch.sequence_parallel import make_self_attention
 
-        return make_self_attention(self.mesh, shards.tokens, shards.local, kernel=kernel_outputs)
+        sparse = None if sparse is None else sparse.counted_by(kernel_outputs)
+        return make_self_attention(self.mesh, shards.tokens, shards.local, kernel=kernel_outputs, sparse=sparse)

@@ -33,6 +33,11 @@ import math
 import numpy as np
 
 BAND_ROUNDING = 128  # their round_to_multiple: the band's half-width in whole 128-token steps
+# the profile (backends/torch/svg_attention.py): queries per call (their Wan scripts'
+# num_sampled_rows), and the bytes its score matrices take at once (heads chunked to fit;
+# memory_plan/bound.py counts them)
+SAMPLES = 64
+PROFILE_BYTES = 256 << 20
 
 
 def band_width(tokens: int, density: float) -> int:

@@ -48,7 +48,7 @@ class DenoiseTask:
     # Animate: this segment's models.animate_transformer.SegmentArrays (one row, the whole
     # sequence); the predictor makes the (cond, uncond) inputs with its weights and keeps its tokens'
     segment_inputs: object | None = None
-    # sparse=radial: config.sparse.SparseSettings, and the first step index that runs sparse
+    # sparse=radial|svg: config.sparse.SparseSettings, and the first step index that runs sparse
     # (the steps before it — the first sparse_dense_steps the loop runs — stay dense)
     sparse: object | None = None
     sparse_from_step: int = 0

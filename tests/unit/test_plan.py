@@ -523,3 +523,19 @@ def s2v_config():
     from parallel_wan.models.registry import architecture
 
     return architecture("wan2.2_s2v_14b").transformer
+
+
+def test_svg_sparse_attention_is_counted_radial_like_dense():
+    """sparse=svg holds more than dense attention — each head's q, k, v gathered into its order
+    while the kernel runs, the output gathered back, the profile's scores — and the planner runs
+    that code on meta (its kernel only making its outputs); radial's kernel holds what a dense one
+    does. The tiny model at 680 tokens, where attention is the loop's peak."""
+    size = ["model=tiny", "dtype=float32", "steps=4", "num_frames=17", "height=128", "width=272"]
+    sparse = ["sparse_dense_steps=1", "sparse_dense_layers=0", "sparse_block=16"]
+    dense = planner.plan(_spec(size)).denoise.loop
+    svg = planner.plan(_spec([*size, "sparse=svg", *sparse])).denoise.loop
+    radial = planner.plan(_spec([*size, "sparse=radial", *sparse])).denoise.loop
+    q_bytes = 2 * 680 * 128 * 4  # CFG's 2 rows × 680 tokens × dim 128, float32
+    print(f"denoise loop: dense {dense}, svg {svg} (+{(svg - dense) / q_bytes:.1f} q), radial {radial}")
+    assert abs(radial - dense) < q_bytes / 100  # (64 bytes apart: not attention's)
+    assert svg - dense >= 3 * q_bytes  # at least the three gathered copies (measured 9.4 q)

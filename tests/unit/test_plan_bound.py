@@ -49,6 +49,7 @@ GRID = [
     ["model=wan2.2_i2v_a14b", "mesh=ulysses4", "num_frames=17", "height=128", "width=128", "memory=swap"],
     ["model=wan2.2_ti2v_5b", "num_frames=121", "height=704", "width=1280", "quantize=fp8"],
     ["model=wan2.2_t2v_a14b_lightning", "mesh=ring4", "num_frames=33", "height=480", "width=832"],
+    ["model=tiny", "sparse=svg", "steps=4", "sparse_dense_steps=1", "num_frames=17", "height=128", "width=272"],
 ]
 
 

@@ -31,6 +31,14 @@ class SparseAttention:
         self.rows = 0
         self._host: dict[tuple, Visits] = {}
         self._device: dict[tuple, tuple] = {}
+        self._stand_in = None  # the planner's kernel: makes the outputs only (`counted_by`)
+
+    def counted_by(self, kernel) -> SparseAttention:
+        """The planner's: `kernel` (attention_with_lse's signature, making only its outputs on
+        the meta device) in place of the block-sparse kernel, so what is counted is what the
+        GPU kernel leaves — and svg's profile and gathers around it run as they would."""
+        self._stand_in = kernel
+        return self
 
     def start_step(self, sparse: bool) -> None:
         """The predictor, before each step: whether the step is one of the sparse ones."""
@@ -54,6 +62,8 @@ class SparseAttention:
         `valid_keys` keys of k/v (global positions k_start …) that the mask lets them see.
         Returns (out (B, S, H, D) in q's dtype, lse (B, S, H) in at least float32)."""
         scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+        if self._stand_in is not None:
+            return self._stand_in(q, k, v, valid_keys=valid_keys, scale=scale)
         visits, on_device = self._visits_for(q, q_start, k_start, valid_keys)
         if visits.empty or valid_keys == 0:
             b, s, h, _ = q.shape

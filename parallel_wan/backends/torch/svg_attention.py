@@ -29,11 +29,8 @@ import numpy as np
 import torch
 
 from ...parallel.block_visits import BlockMask
-from ...parallel.svg_mask import token_major_order
+from ...parallel.svg_mask import PROFILE_BYTES, SAMPLES, token_major_order
 from .sparse_attention import SparseAttention, _upload
-
-SAMPLES = 64  # queries profiled per call (their Wan scripts' num_sampled_rows)
-PROFILE_BYTES = 256 << 20  # score memory per chunk of heads while profiling
 
 
 @dataclass(frozen=True)
