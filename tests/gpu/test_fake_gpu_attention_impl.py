@@ -139,13 +139,15 @@ def test_the_blocks_elementwise_work_runs_as_fused_kernels_on_the_gpu(files):
     assert fused["norm_modulate"] == fused["gated_residual"] == fused["rms_norm_rope"]
 
 
-@pytest.mark.parametrize("kind", ["radial", "svg"])
-def test_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files, kind):
+@pytest.mark.parametrize("kind, world", [("radial", 1), ("svg", 1), ("svg", 2)], ids=["radial", "svg", "svg-cp2"])
+def test_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files, kind, world):
     """sparse=radial and sparse=svg on a fake H100: after the dense first step, every block's
     self-attention launches the block-sparse kernel (one op, on the GPU, in bf16) with the visit
     tables uploaded once from pinned memory, and the loop stays quiet (no host read, no blocking
     copy) — svg's profile, its head placement and its tally included: each head's order is
-    chosen on the GPU and never read by the host in the loop."""
+    chosen on the GPU and never read by the host in the loop. svg on two fake H100s (Ulysses 2:
+    each rank places its own heads' whole sequences; its tally meets over the world after the
+    loop), every rank alike and NCCL's rules kept."""
     import collections
 
     sim = simulate(
@@ -156,26 +158,28 @@ def test_sparse_attention_runs_its_block_sparse_kernel_on_the_gpu(files, kind):
             "sparse_dense_steps=1",
             "sparse_dense_layers=0",
             "sparse_block=16",
+            *(["mesh=cp2"] if world == 2 else []),
         ],
-        1,
+        world,
         files,
         decode=False,
     )
     problems = all_problems(sim)
     assert not problems, "\n".join(problems[:8])
-    launched = collections.Counter()
-    for op, device, dtype, phase in sim.ranks[0].recorder.ops:
-        if op.startswith("parallel_wan.block_sparse") and sim.ranks[0].recorder.in_loop(phase):
-            launched[phase] += sim.ranks[0].recorder.ops[(op, device, dtype, phase)]
-            assert device.startswith("cuda") and dtype == "bfloat16", (op, device, dtype)
-    # step 0 dense (sparse_dense_steps=1); step 1: one launch per block (the tiny model's 2), the
-    # CFG halves rows of the same call
-    assert dict(launched) == {"step 1": 2}
+    for rank in sim.ranks:
+        launched = collections.Counter()
+        for op, device, dtype, phase in rank.recorder.ops:
+            if op.startswith("parallel_wan.block_sparse") and rank.recorder.in_loop(phase):
+                launched[phase] += rank.recorder.ops[(op, device, dtype, phase)]
+                assert device.startswith("cuda") and dtype == "bfloat16", (op, device, dtype)
+        # step 0 dense (sparse_dense_steps=1); step 1: one launch per block (the tiny model's 2),
+        # the CFG halves rows of the same call
+        assert dict(launched) == {"step 1": 2}
+        if kind == "svg":  # the placement: q, k, v gathered into each head's order, out and lse back
+            ops = rank.recorder.ops
+            gathers = {key: n for key, n in ops.items() if key[0] == "aten.gather" and key[3] == "step 1"}
+            assert all(device.startswith("cuda") for _, device, _, _ in gathers), gathers
+            assert sum(gathers.values()) == 2 * 5, gathers  # per block: q, k, v, out, lse
     record = sim.ranks[0].info["sparse"]
     assert record["sparse"] == kind and record["sparse_attention_calls"] == 2
-    if kind == "svg":  # the placement: q, k, v gathered into each head's order, out and lse back
-        ops = sim.ranks[0].recorder.ops
-        gathers = {key: n for key, n in ops.items() if key[0] == "aten.gather" and key[3] == "step 1"}
-        assert all(device.startswith("cuda") for _, device, _, _ in gathers), gathers
-        assert sum(gathers.values()) == 2 * 5, gathers  # per block: q, k, v, out, lse
-        assert "temporal_head_fraction" in record
+    assert ("temporal_head_fraction" in record) == (kind == "svg")
