@@ -43,12 +43,12 @@ building 28.6 B + 5.7 B random parameters on the device and importing diffusers 
   sage, fp8 attention, radial, svg: 4 × (20 s Triton compile + 31) 204 s
   total                                                    ≈ 376 s of the default --budget-s 540
 
-(svg runs radial's kernel, already compiled when radial's row ran: its 20 s are a margin.)
-
-so the table fits one 10-minute command with room for a slower device. Rows run in the order
-above, the most wanted first (the acceptance phase's 220 s reach the fp8 attention row), each only
-when its predicted seconds fit its budget — what is left of --budget-s when it starts — else it is
-skipped with the arithmetic in its note, and a later, cheaper row may still run; predictions are
+so the table fits one 10-minute command with room for a slower device (svg runs radial's kernel,
+compiled already when radial's row ran: its 20 s are a margin). Rows run in the order above, the
+most wanted first (the acceptance phase's 200 s reach the fp8 attention row; earlier phases'
+unspent seconds add to it), each only when its predicted seconds fit its budget — what is left
+of --budget-s when it starts — else it is skipped with the arithmetic in its note, and a later,
+cheaper row may still run; predictions are
 corrected by the measured/predicted ratio of the last row that ran.
 
 Memory (141 GB H200): experts 57.2 GB + encoder 11.4 GB (kept for diffusers' rows; the product

@@ -17,7 +17,7 @@ PLAN = """
 correct:environment 30   correct:videos 120   correct:kernels 60   correct:compiled 100
 correct:fp8 60           correct:more_gpus 10 fast:gemm 40        fast:attention 40
 meshes:ulysses8 120      meshes:cp8 120       meshes:dp2_cp4 120
-fast:vae 75              fast:load 50         fast:whole_video 240 written:written 15
+fast:vae 75              fast:load 70         fast:whole_video 220 written:written 15
 """
 # module:function (in benchmarks/gpu_acceptance) → the phase named after the function
 # (step_MESH for the meshes).

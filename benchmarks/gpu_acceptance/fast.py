@@ -297,7 +297,7 @@ def whole_video(phase) -> None:
     """benchmarks/video.py's rows, each written as it finishes (a phase cut off keeps them)."""
     from benchmarks import video
 
-    budget = max(1.0, (phase.budget_s or 240.0) - VIDEO_MARGIN_S)
+    budget = max(1.0, (phase.budget_s or 220.0) - VIDEO_MARGIN_S)
     argv = ["--budget-s", f"{budget:.0f}"] + (["--dry-run"] if phase.dry_run else ["--device", phase.device])
     phase.record("command", "python -m benchmarks.video " + " ".join(argv))
     phase.record("video", video.run(video.parse(argv), on_row=lambda doc: phase.record("video", doc)))
