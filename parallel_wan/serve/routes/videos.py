@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from ..fields import RequestError
@@ -108,13 +108,29 @@ def _variant(api, row: dict, variant: str):
     path, media = variant_path(api.settings, row["id"], variant), VARIANT_FILES[variant][1]
     if row["status"] == "in_progress":
         api.store.want_preview(row["id"])  # the loop makes one after its next step
-        if row["preview_step"] is not None and os.path.exists(path):
-            return FileResponse(path, media_type=media, headers={"x-preview-step": str(row["preview_step"])})
+        image = _image(path) if row["preview_step"] is not None else None
+        if image is not None:
+            return Response(image, media_type=media, headers={"x-preview-step": str(row["preview_step"])})
         message = f"video {row['id']} has no preview yet: one is made after its next step; ask again then"
         return error(404, message, "variant", headers=poll_after(row))
-    if row["status"] == "completed" and os.path.exists(path):
-        return FileResponse(path, media_type=media)
+    image = _image(path) if row["status"] == "completed" else None
+    if image is not None:
+        return Response(image, media_type=media)
     return error(404, no_content(row, api.words).replace("mp4", variant), "video_id")
+
+
+def _image(path: str) -> bytes | None:
+    """A variant's bytes, read whole at once (a few kB), or None when there is none. Not a
+    FileResponse: a running job's preview is replaced (renamed over) after every step it is asked
+    for, and a FileResponse sends the size it stat()s, then reads the path again — a newer, larger
+    preview in between overran that Content-Length and the server dropped the connection (seen
+    as `test_a_running_job_previews_its_progress_as_one_process_would`'s rare RemoteProtocolError:
+    "received 0 bytes, expected 316"). One open file keeps the version it opened."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def _found(store, video_id: str) -> dict | None:
