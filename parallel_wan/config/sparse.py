@@ -63,10 +63,9 @@ class SparseSettings:
     def on(self) -> bool:
         return self.kind != "none"
 
-    def record(self) -> dict:
-        """The settings this kind reads, under their command-line names (the sidecar, the result
-        keys: a radial run's are the names it had before svg existed)."""
-        every = {
+    def settings(self) -> dict:
+        """Every sparse_* setting under its command-line name."""
+        return {
             "sparse": self.kind,
             "sparse_dense_steps": self.dense_steps,
             "sparse_dense_layers": self.dense_layers,
@@ -74,15 +73,13 @@ class SparseSettings:
             "sparse_density": self.density,
             "sparse_block": self.block,
         }
+
+    def record(self) -> dict:
+        """The settings this kind reads (the sidecar, the result keys: a radial run's are the
+        names it had before svg existed)."""
         others = {key for kind, keys in OWN.items() if kind != self.kind for key in keys}
-        return {key: value for key, value in every.items() if key not in others}
+        return {key: value for key, value in self.settings().items() if key not in others}
 
-    def every_setting(self) -> dict:
-        return {**self.record(), **{key: getattr(self, FIELDS[key]) for keys in OWN.values() for key in keys}}
-
-
-# command-line name → SparseSettings field
-FIELDS = {"sparse_decay_factor": "decay_factor", "sparse_density": "density"}
 
 NO_SPARSE = SparseSettings(
     "none",
@@ -121,7 +118,7 @@ def sparse_settings(cfg: Mapping, backend: str, sequence_parallel: str) -> Spars
             setting="sparse_density",
         )
     settings = SparseSettings(kind, dense_steps, dense_layers, float(decay), block, float(density))
-    for key, value in settings.every_setting().items():
+    for key, value in settings.settings().items():
         readers = [k for k, keys in OWN.items() if key in keys] or [k for k in KINDS if k != "none"]
         if key != "sparse" and kind not in readers and value != DEFAULTS[key]:
             raise ConfigError(

@@ -104,19 +104,24 @@ class LoraFile:
             # through the loader's own mapping (views of the file's pages, rows sliced by offset):
             # one reader of untrusted safetensors bytes for checkpoints and LoRAs, and a tensor
             # made by torch.frombuffer, which the fake-GPU harness's fake mode lets through
-            if self._mapped is None:
-                self._mapped = MappedFile(self.path)
-            t = self._mapped.view(self._mapped.infos[key], rows)
+            mapped = self._map()
+            t = mapped.view(mapped.infos[key], rows)
         self.bytes_read += t.numel() * t.element_size()
         return t.float()
 
+    def _map(self) -> MappedFile:
+        """The file's bytes, mapped on first read."""
+        if self._mapped is None:
+            self._mapped = MappedFile(self.path)
+        return self._mapped
+
     def _number(self, key: str) -> float:
         if self._tensors is None:
-            if self._mapped is None:
-                self._mapped = MappedFile(self.path)
-            value = self._mapped.number(self._mapped.infos[key])
+            mapped = self._map()
+            info = mapped.infos[key]
+            value = mapped.number(info)
             if value is not None:
-                self.bytes_read += self._mapped.infos[key].end - self._mapped.infos[key].start
+                self.bytes_read += info.end - info.start
                 return value
         return float(self._read(key).reshape(()))
 

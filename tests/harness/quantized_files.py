@@ -243,3 +243,23 @@ def edited_file(src, dst, edit):
     edit(tensors, metadata)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(dst), metadata=metadata or None)
     return str(dst)
+
+
+def loaded_with_a_lora(ckpt, expert, tmp_path):
+    """A rank-4 LoRA (strength 0.7, alpha 2) on the expert's quantized file, loaded whole and as
+    shard (1, 2) in float32 → (its pairs, the whole tree flat, the half tree flat, the file's
+    dequantized state): what a test of the merge into quantized weights compares."""
+    from harness.lora_files import lora_pairs, write_lora
+    from parallel_wan.lora.merge import expert_lora
+    from parallel_wan.models.transformer import keeps_fp32
+    from parallel_wan.models.transformer_shapes import param_shapes
+    from parallel_wan.weights import tree
+    from parallel_wan.weights.loader import load_transformer
+
+    cfg = ckpt.transformers[expert]
+    pairs = lora_pairs(cfg, rank=4, seed=3, std=0.05)
+    path = write_lora(tmp_path / "lora.safetensors", pairs, "comfyui", alpha=2.0)
+    lora = expert_lora(expert, [(path, 0.7, "lora_high")], param_shapes(cfg))
+    whole = tree.flatten(load_transformer(ckpt, expert, "float32", keeps_fp32, lora=lora))
+    half = tree.flatten(load_transformer(ckpt, expert, "float32", keeps_fp32, (1, 2), lora=lora))
+    return pairs, whole, half, dequantized_state(ckpt.expert_files[expert].path)

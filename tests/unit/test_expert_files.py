@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 from harness.cli import run
-from harness.lora_files import lora_pairs, write_lora
-from harness.quantized_files import dequantized_state, write_expert_file
+from harness.quantized_files import dequantized_state, loaded_with_a_lora, write_expert_file
 
 from parallel_wan.models.transformer import keeps_fp32
 from parallel_wan.weights import tree
@@ -59,16 +58,7 @@ def test_the_weights_cache_stores_the_quantized_form(ckpt, tmp_path):
 
 
 def test_a_lora_is_merged_dequantized_then_requantized_per_channel(ckpt, tiny_t2v, tmp_path):
-    from parallel_wan.lora.merge import expert_lora
-    from parallel_wan.models.transformer_shapes import param_shapes
-
-    cfg = ckpt.transformers[EXPERT]
-    pairs = lora_pairs(cfg, rank=4, seed=3, std=0.05)
-    path = write_lora(tmp_path / "lora.safetensors", pairs, "comfyui", alpha=2.0)
-    lora = expert_lora(EXPERT, [(path, 0.7, "lora_high")], param_shapes(cfg))
-    whole = tree.flatten(load_transformer(ckpt, EXPERT, "float32", keeps_fp32, lora=lora))
-    half = tree.flatten(load_transformer(ckpt, EXPERT, "float32", keeps_fp32, (1, 2), lora=lora))
-    stored = dequantized_state(ckpt.expert_files[EXPERT].path)
+    pairs, whole, half, stored = loaded_with_a_lora(ckpt, EXPERT, tmp_path)
     for module, (down, up) in pairs.items():
         name = module + ".weight"
         want = stored[name] + 0.7 * (2.0 / 4) * (up @ down)  # s·(α/r)·up·down, in float32

@@ -48,31 +48,23 @@ def _sparse_attention(task, tokens: int):
     from .svg_attention import SpatioTemporalAttention
 
     settings, grid = task.sparse, tuple(task.grid)
+    knob = settings.density if settings.kind == "svg" else settings.decay_factor
+    mask = BlockMask(_block_mask(settings.kind, tokens, grid, settings.block, knob), settings.block, tokens)
     if settings.kind == "svg":
-        mask = _svg_mask(tokens, grid[1] * grid[2], settings.block, settings.density)
-        return SpatioTemporalAttention(BlockMask(mask, settings.block, tokens), grid, settings.dense_layers)
-    mask = _radial_mask(tokens, grid, settings.block, settings.decay_factor)
-    return SparseAttention(BlockMask(mask, settings.block, tokens), settings.dense_layers)
+        return SpatioTemporalAttention(mask, grid, settings.dense_layers)
+    return SparseAttention(mask, settings.dense_layers)
 
 
 @functools.lru_cache(maxsize=4)
-def _svg_mask(tokens: int, frame_tokens: int, block: int, density: float):
-    """sparse=svg's band mask for a size, once per process (read-only, shared)."""
+def _block_mask(kind: str, tokens: int, grid: tuple, block: int, knob: float):
+    """The mask for a size, made once per process: radial's is 1.5 s of host work at 720p × 81,
+    which a server or a prompt file would otherwise repeat before every video of that size.
+    Read-only: every SparseAttention of that size shares it. knob: radial's decay factor, svg's
+    density."""
+    from ...parallel.radial_mask import radial_mask
     from ...parallel.svg_mask import svg_mask
 
-    mask = svg_mask(tokens, frame_tokens, block, density)
-    mask.flags.writeable = False
-    return mask
-
-
-@functools.lru_cache(maxsize=4)
-def _radial_mask(tokens: int, grid: tuple, block: int, decay_factor: float):
-    """The mask for a size, made once per process: 1.5 s of host work at 720p × 81, which a
-    server or a prompt file would otherwise repeat before every video of that size. Read-only:
-    every SparseAttention of that size shares it."""
-    from ...parallel.radial_mask import radial_mask
-
-    mask = radial_mask(tokens, grid, block, decay_factor)
+    mask = svg_mask(tokens, grid[1] * grid[2], block, knob) if kind == "svg" else radial_mask(tokens, grid, block, knob)
     mask.flags.writeable = False
     return mask
 
